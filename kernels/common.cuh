@@ -1,0 +1,41 @@
+// Shared device helpers for pyg_tc kernels: dtype traits, packed vector loads,
+// fp32 conversion. Every kernel accumulates in fp32 registers and converts once
+// at the store, so half inputs never overflow in an intermediate sum.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <c10/util/Half.h>
+#include <c10/util/BFloat16.h>
+
+namespace pyg_tc {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// torch scalar type -> CUDA native type
+template <typename T> struct Native { using type = T; };
+template <> struct Native<c10::Half> { using type = __half; };
+template <> struct Native<c10::BFloat16> { using type = __nv_bfloat16; };
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// V consecutive elements, aligned to their total size, so a load of a Pack of
+// 16 bytes compiles to one 128-bit instruction.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// Elements per 16-byte vector for a given scalar.
+template <typename T> constexpr int vec16() { return 16 / sizeof(T); }
+
+}  // namespace pyg_tc

@@ -1,0 +1,22 @@
+// Schemas of every pyg_tc op. Kernel files register implementations with
+// TORCH_LIBRARY_IMPL(pyg_tc, CUDA, m); the CPU implementation (the pure-PyTorch
+// reference), fake kernels and autograd are registered in Python
+// (pyg_tc/ops/_registry.py). Where this extension is not loaded (no CUDA), the
+// same schema strings are defined from Python; tests/test_registry.py checks
+// that both lists agree.
+#include <torch/library.h>
+
+TORCH_LIBRARY(pyg_tc, m) {
+  // Forward CSR (rows = targets) with its schedule, then the transpose
+  // (t_*) that the registered backward needs.
+  m.def(
+      "spmm_csr(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor units, "
+      "Tensor heavy_rows, Tensor heavy_ptr, Tensor? diag, int num_slots, str reduce, "
+      "Tensor t_rowptr, Tensor t_col, Tensor t_perm, Tensor? t_value, Tensor t_units, "
+      "Tensor t_heavy_rows, Tensor t_heavy_ptr, int t_num_slots) -> Tensor");
+  m.def(
+      "sddmm_csr(Tensor col, Tensor a, Tensor b, Tensor units, Tensor rowptr, "
+      "Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor t_rowptr, Tensor t_col, "
+      "Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, Tensor t_heavy_ptr, "
+      "int t_num_slots) -> Tensor");
+}

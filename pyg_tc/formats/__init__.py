@@ -1,0 +1,6 @@
+"""Sparse formats: metadata tensors, builders, validation and CPU emulation."""
+from .csr import DEFAULT_CHUNK, CSRGraph, Schedule, build_schedule, emulate_spmm
+from .carrier import TCEdgeIndex, attach, get_graph
+
+__all__ = ['CSRGraph', 'Schedule', 'build_schedule', 'emulate_spmm', 'TCEdgeIndex', 'attach',
+           'get_graph', 'DEFAULT_CHUNK']

@@ -1,0 +1,172 @@
+"""How formats travel with the adjacency.
+
+Decision (recorded in docs/architecture.md): the carrier is the adjacency
+tensor itself.
+
+* :class:`TCEdgeIndex` is a ``torch_geometric.EdgeIndex`` that also holds a
+  :class:`~pyg_tc.formats.CSRGraph`. Transforms put one into
+  ``data.edge_index`` without reordering the edges (so ``edge_attr`` and
+  ``edge_weight`` stay aligned). The graph follows ``.to(device)``,
+  ``.cuda()``, ``.clone()``, ``torch.save``/``torch.load`` and
+  ``Data.to``. ``Batch.from_data_list`` yields a plain ``EdgeIndex`` (a batch
+  is another graph); layers then build the batched graph's format on first
+  use, on the GPU, and cache it on that tensor.
+* Any other adjacency (plain ``edge_index``, ``EdgeIndex``, ``torch.sparse``
+  CSR/CSC/COO ``adj_t``, ``SparseTensor``) gets its graph built on first use
+  and cached on the tensor object, keyed by the tensor's version counter, the
+  node counts and the device, so an in-place edit or a different node count
+  never reuses stale metadata.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric import EdgeIndex
+
+from .csr import DEFAULT_CHUNK, CSRGraph
+
+_ATTR = '_pyg_tc_graph'
+aten = torch.ops.aten
+_CARRY_OPS = (aten._to_copy.default, aten.clone.default, aten._pin_memory.default)
+
+try:  # optional dependency
+    from torch_sparse import SparseTensor  # type: ignore
+except Exception:  # pragma: no cover
+    SparseTensor = None
+
+
+class TCEdgeIndex(EdgeIndex):
+    """An ``EdgeIndex`` carrying a pyg_tc :class:`CSRGraph` (see module doc)."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        out = EdgeIndex.__torch_dispatch__.__func__(EdgeIndex, func, types, args, kwargs)
+        if func in _CARRY_OPS and isinstance(out, EdgeIndex):
+            entry = getattr(args[0], _ATTR, None)
+            if entry is not None:
+                out.__class__ = TCEdgeIndex
+                key, graph = entry
+                moved = graph.to(out.device)
+                setattr(out, _ATTR, ((out._version,) + key[1:3] + (out.device,) + key[4:], moved))
+        return out
+
+
+def _key(t: Any, num_src: int, num_dst: int, flow: str) -> tuple:
+    dev = t.device() if callable(getattr(t, 'device', None)) else t.device
+    return (getattr(t, '_version', 0), num_src, num_dst, dev, flow)
+
+
+def _cached(t: Any, key: tuple) -> Optional[CSRGraph]:
+    entry = getattr(t, _ATTR, None)
+    if entry is not None and entry[0] == key:
+        return entry[1]
+    return None
+
+
+def _store(t: Any, key: tuple, graph: CSRGraph) -> None:
+    try:
+        setattr(t, _ATTR, (key, graph))
+    except (AttributeError, TypeError):  # pragma: no cover - objects without __dict__
+        pass
+
+
+def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[CSRGraph] = None,
+           chunk: int = DEFAULT_CHUNK) -> TCEdgeIndex:
+    """Wrap ``edge_index`` (edge order unchanged) as a :class:`TCEdgeIndex`
+    carrying its graph; builds the graph on ``edge_index``'s device if needed."""
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError('pyg_tc: edge_index must be a [2, E] tensor')
+    if num_nodes is None:
+        num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+    data = edge_index.as_subclass(Tensor) if isinstance(edge_index, EdgeIndex) else edge_index
+    ei = EdgeIndex(data.contiguous(), sparse_size=(num_nodes, num_nodes))
+    if graph is None:
+        graph = CSRGraph.from_coo(data[0], data[1], num_nodes, num_nodes, chunk)
+    ei.__class__ = TCEdgeIndex
+    setattr(ei, _ATTR, (_key(ei, num_nodes, num_nodes, 'source_to_target'), graph))
+    return ei
+
+
+def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = None,
+              flow: str = 'source_to_target', chunk: int = DEFAULT_CHUNK,
+              ) -> Tuple[CSRGraph, Optional[Tensor]]:
+    """The :class:`CSRGraph` of any PyG adjacency, and its edge values in CSR
+    order (sparse inputs with values) or None.
+
+    ``size = (num_src, num_dst)``; missing entries are taken from the adjacency.
+    ``flow='target_to_source'`` aggregates along reversed edges, as in PyG.
+    """
+    if flow not in ('source_to_target', 'target_to_source'):
+        raise ValueError(f"pyg_tc: flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+    if isinstance(adj, CSRGraph):
+        return adj, None
+    num_src, num_dst = size if size is not None else (None, None)
+
+    # Sparse inputs are adj_t (rows = targets): like PyG, they always aggregate
+    # along rows and `flow` does not apply to them.
+    if SparseTensor is not None and isinstance(adj, SparseTensor):
+        rowptr, col, value = adj.csr()
+        R, C = adj.sparse_sizes()
+        key = _key(col, C, R, flow)
+        g = _cached(adj, key)
+        if g is None:
+            g = CSRGraph.from_csr(rowptr, col, C, chunk)
+            _store(adj, key, g)
+        return g, value
+
+    if isinstance(adj, Tensor) and adj.is_sparse or (isinstance(adj, Tensor) and adj.layout in (
+            torch.sparse_csr, torch.sparse_csc)):
+        R, C = adj.size(0), adj.size(1)
+        key = _key(adj, C, R, flow)
+        entry = getattr(adj, _ATTR, None)
+        if entry is not None and entry[0] == key:
+            g, value = entry[1]
+            return g, value
+        if adj.layout == torch.sparse_csc:
+            csr = adj.to_sparse_csr()
+        elif adj.layout == torch.sparse_coo:
+            csr = adj.coalesce().to_sparse_csr()
+        else:
+            csr = adj
+        g = CSRGraph.from_csr(csr.crow_indices(), csr.col_indices(), C, chunk)
+        value = csr.values()
+        try:
+            setattr(adj, _ATTR, (key, (g, value)))
+        except (AttributeError, TypeError):  # pragma: no cover
+            pass
+        return g, value
+
+    if not isinstance(adj, Tensor) or adj.dim() != 2 or adj.size(0) != 2:
+        raise ValueError(
+            'pyg_tc: adjacency must be an edge_index [2, E] tensor, EdgeIndex, torch.sparse '
+            f'tensor, SparseTensor or CSRGraph; got {type(adj).__name__}'
+            + (f' of shape {tuple(adj.shape)}' if isinstance(adj, Tensor) else ''))
+    if adj.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f'pyg_tc: edge_index must be int32 or int64, got {adj.dtype}')
+    if isinstance(adj, EdgeIndex):
+        s0, s1 = adj.sparse_size()
+        num_src = num_src if num_src is not None else s0
+        num_dst = num_dst if num_dst is not None else s1
+    if num_src is None or num_dst is None:
+        n = int(adj.max()) + 1 if adj.numel() else 0
+        num_src = n if num_src is None else num_src
+        num_dst = n if num_dst is None else num_dst
+    if flow == 'target_to_source':
+        num_src, num_dst = num_dst, num_src
+    key = _key(adj, num_src, num_dst, flow)
+    g = _cached(adj, key)
+    if g is None:
+        entry = getattr(adj, _ATTR, None)
+        if isinstance(adj, TCEdgeIndex) and entry is not None and flow == 'source_to_target':
+            raise ValueError(
+                f'pyg_tc: stale graph metadata: the format attached to this edge_index was built '
+                f'for {entry[0][1]} source / {entry[0][2]} target nodes on {entry[0][3]}, but this '
+                f'call has {num_src} / {num_dst} on {adj.device}; re-apply the transform')
+        data = adj.as_subclass(Tensor) if isinstance(adj, EdgeIndex) else adj
+        src, dst = (data[0], data[1]) if flow == 'source_to_target' else (data[1], data[0])
+        g = CSRGraph.from_coo(src, dst, num_src, num_dst, chunk)
+        _store(adj, key, g)
+    return g, None
+

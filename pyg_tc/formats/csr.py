@@ -1,0 +1,315 @@
+"""The CSR format with degree-bucket schedules, for both directions.
+
+A :class:`CSRGraph` holds, as plain int32 tensors:
+
+* ``rowptr [R+1]``, ``col [E]``: the adjacency sorted by target (rows are
+  targets, columns are sources), so ``out = A @ x`` aggregates in-edges.
+  Edges of one row keep their original relative order (stable sort).
+* ``perm [E]``: CSR position -> original edge id (for edge weights given in the
+  order of ``edge_index``); ``None`` when the input already was CSR.
+* ``t_rowptr [C+1]``, ``t_col [E]``, ``t_perm [E]``: the transpose (rows are
+  sources) used by the backward pass; ``t_perm`` maps a transpose position to
+  the forward CSR position.
+* one :class:`Schedule` per direction: the row schedule of the CSR kernels.
+
+Schedule (the degree buckets). Every row is cut into units of at most
+``chunk`` edges; a unit is ``(row, start, end, slot)``:
+
+* rows of degree <= chunk (the light and medium buckets, isolated rows
+  included) are one unit with ``slot = -1``; the kernel writes them directly;
+* heavier rows (the heavy bucket) are split into ``ceil(deg / chunk)`` units,
+  each owning one workspace slot; ``heavy_rows [H]`` and ``heavy_ptr [H+1]``
+  give each heavy row its run of slots, reduced in order by a second pass
+  (deterministic, no atomics).
+
+Units are sorted by length, longest first, so the L-lane groups that share a
+warp walk units of similar length (many light rows per warp, one group per
+medium row, heavy rows spread over many warps).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+DEFAULT_CHUNK = 256
+_INT32_MAX = 2**31 - 1
+
+
+class Schedule(NamedTuple):
+    units: Tensor  # int32 [U, 4]: row, start, end, slot
+    heavy_rows: Tensor  # int32 [H]
+    heavy_ptr: Tensor  # int32 [H + 1]
+    num_slots: int
+
+    def to(self, device) -> 'Schedule':
+        return Schedule(self.units.to(device), self.heavy_rows.to(device),
+                        self.heavy_ptr.to(device), self.num_slots)
+
+
+def build_schedule(rowptr: Tensor, chunk: int = DEFAULT_CHUNK) -> Schedule:
+    """Degree-bucket schedule of a CSR ``rowptr`` (runs on rowptr's device)."""
+    if chunk < 1:
+        raise ValueError(f'chunk must be positive, got {chunk}')
+    dev = rowptr.device
+    rp = rowptr.long()
+    R = rp.numel() - 1
+    deg = rp[1:] - rp[:-1]
+    n = torch.div(deg + chunk - 1, chunk, rounding_mode='floor').clamp_(min=1)
+    csum = torch.cumsum(n, 0)
+    U = int(csum[-1]) if R > 0 else 0
+    row = torch.repeat_interleave(torch.arange(R, device=dev), n, output_size=U)
+    k = torch.arange(U, device=dev) - (csum - n)[row]
+    start = rp[row] + k * chunk
+    end = torch.minimum(start + chunk, rp[row + 1])
+    heavy = n > 1
+    hn = torch.where(heavy, n, torch.zeros_like(n))
+    hcsum = torch.cumsum(hn, 0)
+    num_slots = int(hcsum[-1]) if R > 0 else 0
+    slot = torch.where(heavy[row], (hcsum - hn)[row] + k, torch.full_like(k, -1))
+    order = torch.sort(end - start, descending=True, stable=True)[1]
+    units = torch.stack([row, start, end, slot], 1)[order].to(torch.int32).contiguous()
+    heavy_rows = heavy.nonzero().flatten()
+    heavy_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), torch.cumsum(n[heavy_rows], 0)])
+    return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), num_slots)
+
+
+def _rowptr_from_sorted(rows_sorted: Tensor, R: int) -> Tensor:
+    counts = torch.bincount(rows_sorted, minlength=R) if rows_sorted.numel() else \
+        torch.zeros(R, dtype=torch.long, device=rows_sorted.device)
+    rowptr = torch.zeros(R + 1, dtype=torch.long, device=rows_sorted.device)
+    torch.cumsum(counts, 0, out=rowptr[1:])
+    return rowptr.to(torch.int32)
+
+
+class CSRGraph:
+    """Both directions of a graph with their schedules; see the module doc."""
+
+    def __init__(self, rowptr: Tensor, col: Tensor, perm: Optional[Tensor],
+                 t_rowptr: Tensor, t_col: Tensor, t_perm: Tensor,
+                 sched: Schedule, t_sched: Schedule, num_rows: int, num_cols: int,
+                 chunk: int = DEFAULT_CHUNK):
+        self.rowptr, self.col, self.perm = rowptr, col, perm
+        self.t_rowptr, self.t_col, self.t_perm = t_rowptr, t_col, t_perm
+        self.sched, self.t_sched = sched, t_sched
+        self.num_rows, self.num_cols, self.chunk = int(num_rows), int(num_cols), int(chunk)
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def from_coo(cls, src: Tensor, dst: Tensor, num_src: int, num_dst: int,
+                 chunk: int = DEFAULT_CHUNK) -> 'CSRGraph':
+        """Edges ``src[e] -> dst[e]``; runs on the device of the indices."""
+        if src.dim() != 1 or dst.dim() != 1 or src.numel() != dst.numel():
+            raise ValueError('pyg_tc: src and dst must be 1-D of equal length')
+        if src.dtype not in (torch.int32, torch.int64) or dst.dtype != src.dtype:
+            raise TypeError(f'pyg_tc: edge indices must be int32 or int64, got {src.dtype}')
+        E = src.numel()
+        if E > _INT32_MAX or num_src > _INT32_MAX or num_dst > _INT32_MAX:
+            raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
+        if E > 0:
+            mn = torch.minimum(src.min(), dst.min())
+            mx_s, mx_d = src.max(), dst.max()
+            bad = (mn < 0) | (mx_s >= num_src) | (mx_d >= num_dst)
+            if bool(bad):
+                raise IndexError(
+                    f'pyg_tc: edge index out of range: sources must lie in [0, {num_src}) and '
+                    f'targets in [0, {num_dst}); found min {int(mn)}, max source {int(mx_s)}, '
+                    f'max target {int(mx_d)}')
+        dst32, src32 = dst.to(torch.int32), src.to(torch.int32)
+        rows, perm = torch.sort(dst32, stable=True)
+        col = src32[perm].contiguous()
+        rowptr = _rowptr_from_sorted(rows, num_dst)
+        return cls._finish(rowptr, col, rows, perm.to(torch.int32), num_dst, num_src, chunk)
+
+    @classmethod
+    def from_csr(cls, rowptr: Tensor, col: Tensor, num_cols: int,
+                 chunk: int = DEFAULT_CHUNK) -> 'CSRGraph':
+        """An adjacency already in CSR (rows = targets); ``perm`` is None."""
+        R = rowptr.numel() - 1
+        E = col.numel()
+        if E > 0 and (int(col.min()) < 0 or int(col.max()) >= num_cols):
+            raise IndexError(f'pyg_tc: column index out of range [0, {num_cols})')
+        rowptr = rowptr.to(torch.int32).contiguous()
+        col = col.to(torch.int32).contiguous()
+        rows = torch.repeat_interleave(torch.arange(R, device=col.device, dtype=torch.int32),
+                                       (rowptr[1:] - rowptr[:-1]).long(), output_size=E)
+        return cls._finish(rowptr, col, rows, None, R, num_cols, chunk)
+
+    @classmethod
+    def _finish(cls, rowptr, col, rows, perm, R, C, chunk) -> 'CSRGraph':
+        t_rows, t_perm = torch.sort(col, stable=True)
+        t_col = rows[t_perm].contiguous()
+        t_rowptr = _rowptr_from_sorted(t_rows, C)
+        return cls(rowptr, col, perm, t_rowptr, t_col, t_perm.to(torch.int32),
+                   build_schedule(rowptr, chunk), build_schedule(t_rowptr, chunk), R, C, chunk)
+
+    # -- properties ---------------------------------------------------------
+    @property
+    def num_edges(self) -> int:
+        return self.col.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.col.device
+
+    def degree(self) -> Tensor:
+        """In-degree of every row (target), int64."""
+        return (self.rowptr[1:] - self.rowptr[:-1]).long()
+
+    def row(self) -> Tensor:
+        """Target index of every CSR edge, int64."""
+        return torch.repeat_interleave(torch.arange(self.num_rows, device=self.device),
+                                       self.degree(), output_size=self.num_edges)
+
+    def transpose(self) -> 'CSRGraph':
+        """The reversed graph (sources become rows), sharing all tensors."""
+        inv = torch.empty_like(self.t_perm)
+        inv[self.t_perm.long()] = torch.arange(self.num_edges, device=self.device, dtype=inv.dtype)
+        return CSRGraph(self.t_rowptr, self.t_col, None, self.rowptr, self.col, inv,
+                        self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
+
+    def to(self, device, non_blocking: bool = False) -> 'CSRGraph':
+        def mv(t):
+            return None if t is None else t.to(device, non_blocking=non_blocking)
+        return CSRGraph(mv(self.rowptr), mv(self.col), mv(self.perm), mv(self.t_rowptr),
+                        mv(self.t_col), mv(self.t_perm), self.sched.to(device),
+                        self.t_sched.to(device), self.num_rows, self.num_cols, self.chunk)
+
+    def __repr__(self) -> str:
+        return (f'CSRGraph(rows={self.num_rows}, cols={self.num_cols}, edges={self.num_edges}, '
+                f'units={self.sched.units.size(0)}, heavy_rows={self.sched.heavy_rows.numel()}, '
+                f'chunk={self.chunk}, device={self.device})')
+
+    def stats(self) -> dict:
+        deg = self.degree()
+        return {
+            'rows': self.num_rows, 'cols': self.num_cols, 'edges': self.num_edges,
+            'units': int(self.sched.units.size(0)), 'heavy_rows': int(self.sched.heavy_rows.numel()),
+            'slots': self.sched.num_slots,
+            'max_degree': int(deg.max()) if deg.numel() else 0,
+        }
+
+    # -- checks -------------------------------------------------------------
+    def check_compatible(self, x: Tensor, what: str = 'x') -> None:
+        """Stale-metadata check: x must live on this graph's device and have one
+        row per source node."""
+        if x.device != self.device:
+            raise ValueError(f'pyg_tc: {what} is on {x.device} but the graph metadata is on '
+                             f'{self.device}; move both to one device')
+        if x.size(0) != self.num_cols:
+            raise ValueError(
+                f'pyg_tc: stale or foreign graph metadata: it was built for {self.num_cols} '
+                f'source nodes but {what} has {x.size(0)} rows; rebuild the format for this graph')
+
+    def validate(self) -> 'CSRGraph':
+        """Check every invariant of both directions; raises ValueError."""
+        _validate_csr(self.rowptr, self.col, self.num_rows, self.num_cols, 'forward')
+        _validate_csr(self.t_rowptr, self.t_col, self.num_cols, self.num_rows, 'transpose')
+        E = self.num_edges
+        for name, p in (('perm', self.perm), ('t_perm', self.t_perm)):
+            if p is not None and (p.numel() != E or not torch.equal(
+                    torch.sort(p.long())[0], torch.arange(E, device=p.device))):
+                raise ValueError(f'pyg_tc: {name} is not a permutation of the edges')
+        # transpose edge k is forward edge t_perm[k]: same (row, col) swapped
+        rows = self.row()
+        tp = self.t_perm.long()
+        t_rows = torch.repeat_interleave(torch.arange(self.num_cols, device=self.device),
+                                         (self.t_rowptr[1:] - self.t_rowptr[:-1]).long(),
+                                         output_size=E)
+        if not (torch.equal(self.col[tp].long(), t_rows) and torch.equal(rows[tp], self.t_col.long())):
+            raise ValueError('pyg_tc: transpose does not match the forward CSR')
+        _validate_schedule(self.sched, self.rowptr, 'forward')
+        _validate_schedule(self.t_sched, self.t_rowptr, 'transpose')
+        return self
+
+
+def _validate_csr(rowptr, col, R, C, name):
+    if rowptr.numel() != R + 1 or int(rowptr[0]) != 0 or int(rowptr[-1]) != col.numel():
+        raise ValueError(f'pyg_tc: {name} rowptr does not span the {col.numel()} edges')
+    if R > 0 and bool(((rowptr[1:] - rowptr[:-1]) < 0).any()):
+        raise ValueError(f'pyg_tc: {name} rowptr is not monotone')
+    if col.numel() and (int(col.min()) < 0 or int(col.max()) >= C):
+        raise ValueError(f'pyg_tc: {name} column index out of range')
+
+
+def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
+    """Every edge in exactly one unit; every row written exactly once (directly
+    or through its heavy-row slots); slots unique and contiguous per row."""
+    rp = rowptr.long()
+    R, E = rp.numel() - 1, int(rp[-1])
+    u = s.units.long()
+    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
+    if bool(((start < rp[row]) | (end > rp[row + 1]) | (start > end)).any()):
+        raise ValueError(f'pyg_tc: {name} schedule has a unit outside its row')
+    cover = torch.zeros(E + 1, dtype=torch.long, device=rp.device)
+    cover.index_add_(0, start, torch.ones_like(start))
+    cover.index_add_(0, end, -torch.ones_like(end))
+    if E and not bool((torch.cumsum(cover, 0)[:E] == 1).all()):
+        raise ValueError(f'pyg_tc: {name} schedule does not cover every edge exactly once')
+    direct = slot < 0
+    written = torch.zeros(R, dtype=torch.long, device=rp.device)
+    written.index_add_(0, row[direct], torch.ones_like(row[direct]))
+    hr = s.heavy_rows.long()
+    written.index_add_(0, hr, torch.ones_like(hr))
+    if R and not bool((written == 1).all()):
+        raise ValueError(f'pyg_tc: {name} schedule does not write every row exactly once')
+    ps = slot[~direct]
+    if ps.numel() != s.num_slots or (ps.numel() and not torch.equal(
+            torch.sort(ps)[0], torch.arange(s.num_slots, device=rp.device))):
+        raise ValueError(f'pyg_tc: {name} schedule slots are not unique')
+    hp = s.heavy_ptr.long()
+    owner = torch.repeat_interleave(hr, hp[1:] - hp[:-1], output_size=s.num_slots)
+    slot_row = torch.empty(s.num_slots, dtype=torch.long, device=rp.device)
+    slot_row[ps] = row[~direct]
+    if not torch.equal(owner, slot_row):
+        raise ValueError(f'pyg_tc: {name} schedule heavy_ptr does not match the unit slots')
+
+
+def emulate_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
+                 diag: Optional[Tensor] = None, transpose: bool = False) -> Tensor:
+    """CPU emulation of the CUDA SpMM: walks the same units, writes partial rows
+    to the same slots and reduces heavy rows slot by slot. Unwritten rows stay
+    NaN, so a schedule bug shows up as NaN in tests. ``value`` is in the CSR
+    order of the direction used."""
+    rowptr, col, s = (g.t_rowptr, g.t_col, g.t_sched) if transpose else (g.rowptr, g.col, g.sched)
+    R = rowptr.numel() - 1
+    F = x.size(1)
+    u = s.units.long()
+    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
+    lens = end - start
+    total = int(lens.sum())
+    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
+    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
+    msg = x[col.long()[pos]].float()
+    if value is not None:
+        msg = msg * value.float()[pos].unsqueeze(1)
+    if reduce == 'max':
+        acc = torch.full((u.size(0), F), float('-inf')).scatter_reduce_(
+            0, unit_of_edge.unsqueeze(1).expand(-1, F), msg, 'amax')
+    else:
+        acc = torch.zeros(u.size(0), F).index_add_(0, unit_of_edge, msg)
+    out = torch.full((R, F), float('nan'))
+    direct = slot < 0
+    d_acc = acc[direct]
+    if reduce == 'max':
+        d_acc = torch.where(lens[direct].unsqueeze(1) > 0, d_acc, torch.zeros_like(d_acc))
+    if reduce == 'mean':
+        d_acc = d_acc / lens[direct].clamp(min=1).unsqueeze(1)
+    out[row[direct]] = d_acc
+    ws = torch.full((s.num_slots, F), float('nan'))
+    ws[slot[~direct]] = acc[~direct]
+    hp = s.heavy_ptr.long()
+    hr = s.heavy_rows.long()
+    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=s.num_slots)
+    if reduce == 'max':
+        h = torch.full((hr.numel(), F), float('-inf')).scatter_reduce_(
+            0, owner.unsqueeze(1).expand(-1, F), ws, 'amax')
+    else:
+        h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws)
+    if reduce == 'mean':
+        h = h / (rowptr[hr + 1] - rowptr[hr]).float().unsqueeze(1)
+    out[hr] = h
+    if diag is not None:
+        out = out + diag.float().view(-1, 1) * x.float()
+    return out.to(x.dtype)

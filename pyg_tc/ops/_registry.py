@@ -1,0 +1,226 @@
+"""Registration of the ``torch.ops.pyg_tc`` ops: schemas, the pure-PyTorch
+reference (CPU implementation and test oracle), fake kernels and autograd.
+
+Schemas come from ``kernels/registration.cpp`` (``TORCH_LIBRARY``) when the
+CUDA extension is loaded; otherwise the identical strings below are defined
+from Python, so the op path, ``torch.compile`` and ``opcheck`` behave the same
+on every machine. ``tests/test_registry.py`` checks both lists agree.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import _kernels
+
+SCHEMAS = {
+    'spmm_csr': (
+        'spmm_csr(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor units, '
+        'Tensor heavy_rows, Tensor heavy_ptr, Tensor? diag, int num_slots, str reduce, '
+        'Tensor t_rowptr, Tensor t_col, Tensor t_perm, Tensor? t_value, Tensor t_units, '
+        'Tensor t_heavy_rows, Tensor t_heavy_ptr, int t_num_slots) -> Tensor'),
+    'sddmm_csr': (
+        'sddmm_csr(Tensor col, Tensor a, Tensor b, Tensor units, Tensor rowptr, '
+        'Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor t_rowptr, Tensor t_col, '
+        'Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, Tensor t_heavy_ptr, '
+        'int t_num_slots) -> Tensor'),
+}
+
+_LOCK = threading.Lock()
+_READY = False
+_LIBS: list = []  # keep torch.library.Library objects alive
+CUDA_KERNELS = False  # True once the CUDA implementations are registered
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# ---------------------------------------------------------------------------
+# Reference implementations (device-agnostic torch; the oracle)
+
+def spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor,
+                   diag: Optional[Tensor] = None, reduce: str = 'sum') -> Tensor:
+    """out[i] = reduce_{e in row i} value[e] * x[col[e]] (+ diag[i] * x[i]),
+    accumulated in fp32 (fp64 for fp64 inputs); empty rows give 0."""
+    R = rowptr.numel() - 1
+    F = x.size(1)
+    acc = _acc_dtype(x.dtype)
+    deg = (rowptr[1:] - rowptr[:-1]).long()
+    row = torch.repeat_interleave(torch.arange(R, device=x.device), deg, output_size=col.numel())
+    msg = x.index_select(0, col.long()).to(acc)
+    if value is not None:
+        msg = msg * value.to(acc).unsqueeze(1)
+    out = torch.zeros(R, F, dtype=acc, device=x.device)
+    if reduce == 'max':
+        out = out.scatter_reduce(0, row.unsqueeze(1).expand(-1, F), msg, 'amax', include_self=False)
+    else:
+        out = out.index_add(0, row, msg)
+        if reduce == 'mean':
+            out = out / deg.clamp(min=1).unsqueeze(1).to(acc)
+    if diag is not None:
+        out = out + diag.to(acc).view(-1, 1) * x.to(acc)
+    return out.to(x.dtype)
+
+
+def sddmm_reference(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """out[e] = <a[row(e)], b[col[e]]> for every CSR edge, fp32 accumulation."""
+    R = rowptr.numel() - 1
+    acc = _acc_dtype(a.dtype)
+    deg = (rowptr[1:] - rowptr[:-1]).long()
+    row = torch.repeat_interleave(torch.arange(R, device=a.device), deg, output_size=col.numel())
+    return (a.index_select(0, row).to(acc) * b.index_select(0, col.long()).to(acc)).sum(1).to(a.dtype)
+
+
+def _spmm_impl(rowptr, col, value, x, units, heavy_rows, heavy_ptr, diag, num_slots, reduce,
+               *transpose):
+    return spmm_reference(rowptr, col, value, x, diag, reduce)
+
+
+def _sddmm_impl(col, a, b, units, rowptr, *rest):
+    return sddmm_reference(rowptr, col, a, b)
+
+
+# ---------------------------------------------------------------------------
+# Autograd
+
+def _inverse_perm(p: Tensor) -> Tensor:
+    inv = torch.empty_like(p)
+    inv[p.long()] = torch.arange(p.numel(), device=p.device, dtype=p.dtype)
+    return inv
+
+
+def _spmm_setup(ctx, inputs, output):
+    (rowptr, col, value, x, units, hr, hp, diag, ns, reduce,
+     t_rowptr, t_col, t_perm, t_value, t_units, t_hr, t_hp, t_ns) = inputs
+    ctx.reduce, ctx.ns, ctx.t_ns = reduce, ns, t_ns
+    ctx.has_value, ctx.has_diag, ctx.has_t_value = value is not None, diag is not None, t_value is not None
+    ctx.save_for_backward(rowptr, col, value, x, units, hr, hp, diag, t_rowptr, t_col, t_perm,
+                          t_value, t_units, t_hr, t_hp, output if reduce == 'max' else None)
+
+
+def _spmm_backward(ctx, grad):
+    (rowptr, col, value, x, units, hr, hp, diag, t_rowptr, t_col, t_perm,
+     t_value, t_units, t_hr, t_hp, out) = ctx.saved_tensors
+    reduce, ns, t_ns = ctx.reduce, ctx.ns, ctx.t_ns
+    need_value, need_x, need_diag = ctx.needs_input_grad[2], ctx.needs_input_grad[3], ctx.needs_input_grad[7]
+    grads = [None] * 18
+    grad = grad.contiguous()
+    if reduce == 'max':
+        gv, gx = _max_backward(rowptr, col, value, x, out, grad)
+        grads[2] = gv.to(value.dtype) if (need_value and value is not None) else None
+        grads[3] = gx if need_x else None
+        return tuple(grads)
+    deg = (rowptr[1:] - rowptr[:-1])
+    gs = grad / deg.clamp(min=1).unsqueeze(1).to(grad.dtype) if reduce == 'mean' else grad
+    if need_x:
+        tv = t_value
+        if value is not None and tv is None:
+            tv = value[t_perm.long()]
+        inv = _inverse_perm(t_perm) if torch.is_grad_enabled() else t_perm
+        fused_diag = diag if reduce == 'sum' else None
+        gx = torch.ops.pyg_tc.spmm_csr(t_rowptr, t_col, tv, gs, t_units, t_hr, t_hp, fused_diag,
+                                       t_ns, 'sum', rowptr, col, inv, value, units, hr, hp, ns)
+        if diag is not None and reduce == 'mean':
+            gx = gx + (diag.view(-1, 1) * grad.to(diag.dtype)).to(gx.dtype)
+        grads[3] = gx
+    if need_value and value is not None:
+        gv = torch.ops.pyg_tc.sddmm_csr(col, gs, x, units, rowptr, hr, hp, ns, t_rowptr, t_col,
+                                        t_perm, t_units, t_hr, t_hp, t_ns)
+        grads[2] = gv.to(value.dtype)
+    if need_diag and diag is not None:
+        acc = _acc_dtype(x.dtype)
+        gd = (grad.to(acc) * x.to(acc)).sum(1)
+        grads[7] = (gd.sum().view(1) if diag.numel() == 1 else gd).to(diag.dtype)
+    return tuple(grads)
+
+
+def _max_backward(rowptr, col, value, x, out, grad):
+    """Gradient of max aggregation, split evenly among tied maxima exactly as
+    torch's scatter_reduce('amax') (PyG's max aggregation without
+    torch_scatter). Builds E x F intermediates: max is not on the fast path."""
+    R = rowptr.numel() - 1
+    acc = _acc_dtype(x.dtype)
+    deg = (rowptr[1:] - rowptr[:-1]).long()
+    row = torch.repeat_interleave(torch.arange(R, device=x.device), deg, output_size=col.numel())
+    c = col.long()
+    xs = x.index_select(0, c).to(acc)
+    msg = xs * value.to(acc).unsqueeze(1) if value is not None else xs
+    mask = (msg.to(x.dtype) == out.index_select(0, row)).to(acc)
+    cnt = torch.zeros(R, x.size(1), dtype=acc, device=x.device).index_add_(0, row, mask)
+    gm = mask * (grad.to(acc) / cnt.clamp(min=1)).index_select(0, row)
+    gx_msg = gm * value.to(acc).unsqueeze(1) if value is not None else gm
+    gx = torch.zeros(x.shape, dtype=acc, device=x.device).index_add_(0, c, gx_msg).to(x.dtype)
+    gv = (gm * xs).sum(1)
+    return gv, gx
+
+
+def _sddmm_setup(ctx, inputs, output):
+    (col, a, b, units, rowptr, hr, hp, ns, t_rowptr, t_col, t_perm, t_units, t_hr, t_hp, t_ns) = inputs
+    ctx.ns, ctx.t_ns = ns, t_ns
+    ctx.save_for_backward(col, a, b, units, rowptr, hr, hp, t_rowptr, t_col, t_perm, t_units, t_hr, t_hp)
+
+
+def _sddmm_backward(ctx, grad):
+    (col, a, b, units, rowptr, hr, hp, t_rowptr, t_col, t_perm, t_units, t_hr, t_hp) = ctx.saved_tensors
+    ns, t_ns = ctx.ns, ctx.t_ns
+    grads = [None] * 15
+    g = grad.to(_acc_dtype(a.dtype)).contiguous()
+    inv = _inverse_perm(t_perm) if torch.is_grad_enabled() else t_perm
+    gt = g[t_perm.long()]
+    if ctx.needs_input_grad[1]:  # grad_a[i] = sum_e g_e b[col_e]
+        grads[1] = torch.ops.pyg_tc.spmm_csr(rowptr, col, g, b, units, hr, hp, None, ns, 'sum',
+                                             t_rowptr, t_col, t_perm, gt, t_units, t_hr, t_hp, t_ns)
+    if ctx.needs_input_grad[2]:  # grad_b[j] = sum_{e: col_e = j} g_e a[row_e]
+        grads[2] = torch.ops.pyg_tc.spmm_csr(t_rowptr, t_col, gt, a, t_units, t_hr, t_hp, None, t_ns,
+                                             'sum', rowptr, col, inv, g, units, hr, hp, ns)
+    return tuple(grads)
+
+
+# ---------------------------------------------------------------------------
+
+def _op_defined(name: str) -> bool:
+    try:
+        getattr(torch.ops.pyg_tc, name)
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def ensure() -> None:
+    """Define / load the ops once: CUDA extension if possible, Python schemas
+    otherwise; then CPU reference, fake kernels and autograd."""
+    global _READY, CUDA_KERNELS
+    if _READY:
+        return
+    with _LOCK:
+        if _READY:
+            return
+        loaded = _kernels.load()
+        if not _op_defined('spmm_csr'):
+            lib = torch.library.Library('pyg_tc', 'DEF')
+            for schema in SCHEMAS.values():
+                lib.define(schema)
+            _LIBS.append(lib)
+        impl_lib = torch.library.Library('pyg_tc', 'IMPL')
+        _LIBS.append(impl_lib)
+        keys = ['CPU'] if loaded else ['CPU', 'CUDA']  # reference on CUDA only without kernels
+        for key in keys:
+            impl_lib.impl('spmm_csr', _spmm_impl, key)
+            impl_lib.impl('sddmm_csr', _sddmm_impl, key)
+        CUDA_KERNELS = loaded
+
+        @torch.library.register_fake('pyg_tc::spmm_csr')
+        def _spmm_fake(rowptr, col, value, x, *rest):
+            return x.new_empty(rowptr.size(0) - 1, x.size(1))
+
+        @torch.library.register_fake('pyg_tc::sddmm_csr')
+        def _sddmm_fake(col, a, b, *rest):
+            return a.new_empty(col.size(0))
+
+        torch.library.register_autograd('pyg_tc::spmm_csr', _spmm_backward, setup_context=_spmm_setup)
+        torch.library.register_autograd('pyg_tc::sddmm_csr', _sddmm_backward, setup_context=_sddmm_setup)
+        _READY = True
