@@ -1,1 +1,4 @@
+"""Data transforms that precompute format metadata and attach it to Data."""
+from .degree_bucket import DegreeBucketTransform
 
+__all__ = ['DegreeBucketTransform']

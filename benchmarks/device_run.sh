@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device call does everything: build the kernels, run the CUDA test suite,
+# run the benchmarks; every log and result lands in $OUT.
+#
+#   run(command="bash benchmarks/device_run.sh [probe|tests|bench|all]", carry=[".device_data"])
+#
+# .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
+# the device tool because ../shared does not travel):
+#   mkdir -p .device_data/datasets && cp -r ../shared/datasets/{planetoid,heterophilous,tu,misc} .device_data/datasets/
+set -u -o pipefail
+MODE=${1:-all}
+OUT=${OUT:-$PWD/device_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYG_TC_BUILD_DIR=${PYG_TC_BUILD_DIR:-/tmp/pyg_tc_build}
+[ -d .device_data ] && export PYG_TC_SHARED=$PWD/.device_data
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+python -c "import pyg_tc, json; print(json.dumps(pyg_tc.info(), indent=1))" 2>&1 | tee "$OUT/info.txt" || exit 1
+echo "build+import: $(( $(date +%s) - t0 )) s"
+rc=0
+if [ "$MODE" = probe ] || [ "$MODE" = all ]; then
+  python benchmarks/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
+fi
+if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+  python -m pytest -q -m cuda -x --timeout=900 tests -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1
+fi
+if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
+  python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1
+fi
+exit $rc

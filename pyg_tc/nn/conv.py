@@ -1,0 +1,247 @@
+"""Drop-in replacements for PyG's GCNConv, SAGEConv and GINConv.
+
+Each class subclasses the PyG layer (same constructor, ``forward`` signature,
+parameters and ``state_dict`` keys) and replaces the gather/scatter
+message passing by the pyg_tc SpMM op. ``forward`` calls the op directly
+(it does not go through ``propagate``), so every adjacency type reaches the
+kernels, not only the ones PyG routes to ``message_and_aggregate``;
+``message_and_aggregate`` is overridden too, for code that calls
+``propagate`` on a sparse adjacency itself.
+
+``backend``: ``'auto'`` (default) and ``'csr'`` use the CSR engine (CUDA
+kernels when built, the pure-PyTorch reference otherwise); ``'pyg'`` runs
+PyG's own implementation, for comparisons.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+from torch import Tensor
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+from ..formats.carrier import SparseTensor, get_graph
+from ..formats.csr import CSRGraph
+from ..ops import _to_csr_order, ensure, spmm, spmm_graph
+
+_BACKENDS = ('auto', 'csr', 'pyg')
+_KERNEL_AGGR = {'add': 'sum', 'sum': 'sum', 'mean': 'mean', 'max': 'max'}
+
+
+def _check_backend(backend: str) -> str:
+    if backend not in _BACKENDS:
+        raise ValueError(f'pyg_tc: backend must be one of {_BACKENDS}, got {backend!r}')
+    return backend
+
+
+def _is_sparse(adj: Any) -> bool:
+    return (SparseTensor is not None and isinstance(adj, SparseTensor)) or (
+        isinstance(adj, Tensor) and adj.layout != torch.strided)
+
+
+class _TCMixin:
+    def _use_kernels(self) -> bool:
+        return self.backend != 'pyg' and isinstance(self.aggr, str) and self.aggr in _KERNEL_AGGR
+
+
+def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
+    """CSR positions of self loops and their rows (structure only: cached on g)."""
+    info = getattr(g, '_loops', None)
+    if info is None:
+        row = g.row()
+        pos = (g.col.long() == row).nonzero().flatten()
+        info = (pos, row[pos])
+        g._loops = info
+    return info
+
+
+def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = False,
+                 add_self_loops: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+    """PyG's ``gcn_norm`` (``add_remaining_self_loops`` semantics) on a
+    square CSRGraph, without building a new edge list: self loops already in
+    the graph get weight 0 in the CSR values and every node's loop (the last
+    existing loop's weight, or the fill value) becomes the fused ``diag``
+    term. Returns (values in CSR order, diag or None). Differentiable in
+    ``edge_weight`` (given in the original edge order)."""
+    N = g.num_rows
+    fill = 2.0 if improved else 1.0
+    w = _to_csr_order(edge_weight, g)
+    w = torch.ones(g.num_edges, device=g.device) if w is None else w.float()
+    diag_w = None
+    if add_self_loops:
+        pos, lrow = _loop_info(g)
+        diag_w = torch.full((N,), fill, device=g.device, dtype=w.dtype)
+        if pos.numel():
+            keep = torch.ones(g.num_edges, device=g.device, dtype=w.dtype)
+            keep[pos] = 0
+            # PyG keeps the weight of the last loop edge (in edge order) per node.
+            ids = g.perm[pos].long() if g.perm is not None else pos
+            last = torch.full((N,), -1, device=g.device, dtype=torch.long).scatter_reduce(
+                0, lrow, ids, 'amax')
+            sel = ids == last[lrow]
+            diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
+            w = w * keep
+    ones = torch.ones(g.num_cols, 1, device=g.device)
+    deg = spmm_graph(g, ones, w).view(-1)
+    if diag_w is not None:
+        deg = deg + diag_w
+    dinv = deg.pow(-0.5)
+    dinv = dinv.masked_fill(dinv == float('inf'), 0.0)
+    counts = g.degree()
+    value = torch.repeat_interleave(dinv, counts, output_size=g.num_edges) * w * \
+        dinv.index_select(0, g.col)
+    diag = dinv * dinv * diag_w if diag_w is not None else None
+    return value, diag
+
+
+class GCNConv(_TCMixin, pyg_nn.GCNConv):
+    """Drop-in ``torch_geometric.nn.GCNConv`` on pyg_tc kernels.
+
+    Self loops are not inserted into the edge list: they are a fused diagonal
+    term of the SpMM (same result as PyG's ``add_remaining_self_loops``).
+    With ``cached=True`` the graph format, the normalised values, their
+    transpose order and the diagonal are computed once.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
+                 cached: bool = False, add_self_loops: Optional[bool] = None,
+                 normalize: bool = True, bias: bool = True, backend: str = 'auto', **kwargs):
+        super().__init__(in_channels, out_channels, improved, cached, add_self_loops, normalize,
+                         bias, **kwargs)
+        self.backend = _check_backend(backend)
+        self._tc_cache = None
+        ensure()
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        self._tc_cache = None
+
+    def _normalized(self, edge_index: Any, edge_weight: Optional[Tensor], N: int):
+        if self.cached and self._tc_cache is not None:
+            return self._tc_cache
+        if _is_sparse(edge_index):
+            adj = edge_index
+            if self.normalize:
+                adj = gcn_norm(adj, edge_weight, N, self.improved, self.add_self_loops,
+                               self.flow, torch.float32)
+                adj = adj[0] if isinstance(adj, tuple) else adj
+            g, value = get_graph(adj)
+            diag = None
+        else:
+            g, _ = get_graph(edge_index, size=(N, N), flow=self.flow)
+            if self.normalize:
+                value, diag = gcn_norm_csr(g, edge_weight, self.improved, self.add_self_loops)
+            else:
+                value, diag = _to_csr_order(edge_weight, g), None
+        t_value = None
+        if self.cached and value is not None:
+            value = value.detach()
+            t_value = value.index_select(0, g.t_perm)
+            diag = diag.detach() if diag is not None else None
+        entry = (g, value, t_value, diag)
+        if self.cached:
+            self._tc_cache = entry
+        return entry
+
+    def forward(self, x: Tensor, edge_index: Any, edge_weight: Optional[Tensor] = None) -> Tensor:
+        if not self._use_kernels():
+            return super().forward(x, edge_index, edge_weight)
+        if isinstance(x, (tuple, list)):
+            raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as "
+                             f"input while this layer does not support bipartite message passing. "
+                             f"Please try other layers such as 'SAGEConv' or 'GraphConv' instead")
+        g, value, t_value, diag = self._normalized(edge_index, edge_weight, x.size(0))
+        x = self.lin(x)
+        if value is not None and value.dtype != torch.float32:
+            value = value.float()
+        out = spmm_graph(g, x, value, _KERNEL_AGGR[self.aggr], diag, t_value=t_value)
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+    def message_and_aggregate(self, adj_t: Any, x: Tensor) -> Tensor:
+        return spmm(x, adj_t, reduce=_KERNEL_AGGR.get(self.aggr, self.aggr))
+
+
+class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
+    """Drop-in ``torch_geometric.nn.SAGEConv`` on pyg_tc kernels.
+
+    For sum/mean aggregation with fewer output than input channels, ``lin_l``
+    is applied before the aggregation (linear maps commute with sums), so the
+    SpMM moves ``out_channels`` instead of ``in_channels`` features per edge.
+    """
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
+                 aggr: Optional[Union[str, Any]] = 'mean', normalize: bool = False,
+                 root_weight: bool = True, project: bool = False, bias: bool = True,
+                 backend: str = 'auto', **kwargs):
+        super().__init__(in_channels, out_channels, aggr, normalize, root_weight, project, bias,
+                         **kwargs)
+        self.backend = _check_backend(backend)
+        ensure()
+
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Any,
+                size: Optional[Tuple[int, int]] = None) -> Tensor:
+        if not self._use_kernels():
+            return super().forward(x, edge_index, size)
+        if isinstance(x, Tensor):
+            x = (x, x)
+        if self.project and hasattr(self, 'lin'):
+            x = (self.lin(x[0]).relu(), x[1])
+        x_src, x_r = x
+        if size is None:
+            size = (x_src.size(0), x_r.size(0) if x_r is not None else x_src.size(0))
+        g, value = get_graph(edge_index, size=size, flow=self.flow)
+        reduce = _KERNEL_AGGR[self.aggr]
+        lin_l = self.lin_l
+        if reduce != 'max' and lin_l.out_channels < lin_l.in_channels:
+            out = spmm_graph(g, F.linear(x_src, lin_l.weight), value, reduce)
+            if lin_l.bias is not None:
+                out = out + lin_l.bias
+        else:
+            out = lin_l(spmm_graph(g, x_src, value, reduce))
+        if self.root_weight and x_r is not None:
+            out = out + self.lin_r(x_r)
+        if self.normalize:
+            out = F.normalize(out, p=2., dim=-1)
+        return out
+
+    def message_and_aggregate(self, adj_t: Any, x: Any) -> Tensor:
+        x_src = x[0] if isinstance(x, (tuple, list)) else x
+        return spmm(x_src, adj_t, reduce=_KERNEL_AGGR.get(self.aggr, self.aggr))
+
+
+class GINConv(_TCMixin, pyg_nn.GINConv):
+    """Drop-in ``torch_geometric.nn.GINConv`` on pyg_tc kernels; the
+    ``(1 + eps) * x`` root term is fused into the SpMM as its diagonal."""
+
+    def __init__(self, nn: torch.nn.Module, eps: float = 0., train_eps: bool = False,
+                 backend: str = 'auto', **kwargs):
+        super().__init__(nn, eps, train_eps, **kwargs)
+        self.backend = _check_backend(backend)
+        ensure()
+
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Any,
+                size: Optional[Tuple[int, int]] = None) -> Tensor:
+        if not self._use_kernels():
+            return super().forward(x, edge_index, size)
+        if isinstance(x, Tensor):
+            x = (x, x)
+        x_src, x_r = x
+        if size is None:
+            size = (x_src.size(0), x_r.size(0) if x_r is not None else x_src.size(0))
+        g, value = get_graph(edge_index, size=size, flow=self.flow)
+        reduce = _KERNEL_AGGR[self.aggr]
+        if x_r is x_src and reduce != 'max':
+            out = spmm_graph(g, x_src, value, reduce, diag=1 + self.eps)
+        else:
+            out = spmm_graph(g, x_src, value, reduce)
+            if x_r is not None:
+                out = out + (1 + self.eps) * x_r
+        return self.nn(out)
+
+    def message_and_aggregate(self, adj_t: Any, x: Any) -> Tensor:
+        x_src = x[0] if isinstance(x, (tuple, list)) else x
+        return spmm(x_src, adj_t, reduce=_KERNEL_AGGR.get(self.aggr, self.aggr))

@@ -1,0 +1,63 @@
+"""DegreeBucketTransform: precompute the CSR kernels' row schedule."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch_geometric.data import Data
+from torch_geometric.data.datapipes import functional_transform
+from torch_geometric.transforms import BaseTransform
+
+from ..formats.carrier import TCEdgeIndex, attach
+from ..formats.csr import DEFAULT_CHUNK, CSRGraph
+
+
+@functional_transform('pyg_tc_degree_bucket')
+class DegreeBucketTransform(BaseTransform):
+    r"""Builds the :class:`~pyg_tc.formats.CSRGraph` of ``data.edge_index``
+    (target-sorted CSR, its transpose for the backward pass, and for both the
+    degree-bucket schedule: light rows packed many per warp, medium rows one
+    lane group each, heavy rows split into ``chunk``-edge units reduced in
+    order by a second pass) and attaches it to ``data.edge_index``, which
+    becomes a :class:`~pyg_tc.formats.TCEdgeIndex`. The edge order is kept, so
+    ``edge_attr`` / ``edge_weight`` stay aligned.
+
+    Runs on the device of ``data.edge_index`` (vectorised torch): on the CPU
+    for datasets, on the GPU for mini-batches (e.g. as the ``transform`` of a
+    ``NeighborLoader`` after moving the batch, or inside the training loop).
+    Layers that receive an adjacency without the metadata build the same
+    schedule on first use and cache it on the tensor.
+
+    Args:
+        chunk: maximum edges per scheduling unit (rows above it are "heavy").
+        validate: run :meth:`CSRGraph.validate` after building (slow; tests).
+    """
+
+    def __init__(self, chunk: int = DEFAULT_CHUNK, validate: bool = False):
+        if chunk < 1:
+            raise ValueError(f'chunk must be positive, got {chunk}')
+        self.chunk = chunk
+        self.validate = validate
+
+    def forward(self, data: Data) -> Data:
+        if 'edge_index' not in data or data.edge_index is None:
+            raise ValueError('DegreeBucketTransform needs data.edge_index')
+        ei = data.edge_index
+        if isinstance(ei, TCEdgeIndex):
+            return data
+        N = data.num_nodes
+        src = ei.as_subclass(torch.Tensor) if isinstance(ei, torch.Tensor) else ei
+        graph = CSRGraph.from_coo(src[0], src[1], N, N, self.chunk)
+        if self.validate:
+            graph.validate()
+        data.edge_index = attach(ei, N, graph)
+        return data
+
+    @staticmethod
+    def graph(data: Data) -> Optional[CSRGraph]:
+        """The attached graph, or None."""
+        entry = getattr(data.edge_index, '_pyg_tc_graph', None)
+        return None if entry is None else entry[1]
+
+    def __repr__(self) -> str:
+        return f'{self.__class__.__name__}(chunk={self.chunk})'
