@@ -95,7 +95,7 @@ spmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
         const int jj = j + t;
         const int src = g * L + (jj & (L - 1));
         const int cj = __shfl_sync(kFullMask, c, src);
-        wj[t] = __shfl_sync(kFullMask, wv, src);
+        wj[t] = w != nullptr ? __shfl_sync(kFullMask, wv, src) : 1.f;  // warp-uniform branch
         ok[t] = jj < n;
         const T* xr = x + (int64_t)cj * F;
 #pragma unroll
@@ -160,29 +160,48 @@ spmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
   }
 }
 
-// Second pass: one block per heavy row, threads over features, slots reduced in
-// slot order (deterministic).
+// Second pass: one block of kReduceWarps warps per (heavy row, 32-feature
+// tile). Warp w folds slots s0 + w, s0 + w + kReduceWarps, ... (four loads in
+// flight), lanes over 32 consecutive features (128-byte coalesced rows); the
+// warp partials are then combined in warp order through shared memory. The
+// order is fixed, so the result is deterministic.
+constexpr int kReduceWarps = 4;
+
+template <bool MAX>
+__device__ __forceinline__ float combine(float a, float b) { return MAX ? fmaxf(a, b) : a + b; }
+
 template <typename T, bool MAX>
-__global__ void heavy_reduce_kernel(const int* __restrict__ heavy_rows,
-                                    const int* __restrict__ heavy_ptr,
-                                    const float* __restrict__ ws,
-                                    const int* __restrict__ rowptr,
-                                    const T* __restrict__ x, T* __restrict__ out,
-                                    const float* __restrict__ diag, int64_t diag_stride,
-                                    int F, bool mean) {
+__global__ void __launch_bounds__(kReduceWarps * 32)
+heavy_reduce_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
+                    const float* __restrict__ ws, const int* __restrict__ rowptr,
+                    const T* __restrict__ x, T* __restrict__ out,
+                    const float* __restrict__ diag, int64_t diag_stride, int F, bool mean) {
+  __shared__ float part[kReduceWarps][32];
   const int h = blockIdx.x;
   const int64_t row = heavy_rows[h];
   const int s0 = heavy_ptr[h], s1 = heavy_ptr[h + 1];
-  const int f = blockIdx.y * blockDim.x + threadIdx.x;
-  if (f >= F) return;
-  float acc = ws[(int64_t)s0 * F + f];
-  for (int s = s0 + 1; s < s1; ++s) {
-    const float p = ws[(int64_t)s * F + f];
-    acc = MAX ? fmaxf(acc, p) : acc + p;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int f = blockIdx.y * 32 + lane;
+  float acc = MAX ? -INFINITY : 0.f;
+  if (f < F) {
+    int s = s0 + warp;
+    constexpr int W = kReduceWarps;
+    for (; s + 3 * W < s1; s += 4 * W) {
+      const float p0 = ws[(int64_t)s * F + f], p1 = ws[(int64_t)(s + W) * F + f];
+      const float p2 = ws[(int64_t)(s + 2 * W) * F + f], p3 = ws[(int64_t)(s + 3 * W) * F + f];
+      acc = combine<MAX>(combine<MAX>(acc, p0), combine<MAX>(combine<MAX>(p1, p2), p3));
+    }
+    for (; s < s1; s += W) acc = combine<MAX>(acc, ws[(int64_t)s * F + f]);
   }
-  if (mean) acc /= (float)(rowptr[row + 1] - rowptr[row]);
-  if (diag != nullptr) acc += diag[row * diag_stride] * to_f(x[row * F + f]);
-  out[row * F + f] = from_f<T>(acc);
+  part[warp][lane] = acc;
+  __syncthreads();
+  if (warp != 0 || f >= F) return;
+  float r = part[0][lane];
+#pragma unroll
+  for (int w = 1; w < kReduceWarps; ++w) r = combine<MAX>(r, part[w][lane]);
+  if (mean) r /= (float)(rowptr[row + 1] - rowptr[row]);
+  if (diag != nullptr) r += diag[row * diag_stride] * to_f(x[row * F + f]);
+  out[row * F + f] = from_f<T>(r);
 }
 
 template <typename T, int V, int L>
@@ -237,17 +256,21 @@ struct Config {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Lanes per unit and vectors per lane for a feature width, measured on the
-// H200 (docs/benchmarks.md). PYG_TC_SPMM_CONFIG="L,NV" overrides, for sweeps.
-Config choose_config(int chunks) {
+// Lanes per unit (L) and 16-byte vectors per lane (NV), from the sweep on the
+// H200 (docs/benchmarks.md): feature slices of 256 bytes per lane group are
+// best (fp32: 8 lanes x 2 vectors; fp16/bf16: 16 lanes x 1), narrower rows use
+// one vector per lane and as few lanes as the row needs (more units per warp).
+// The scalar path (odd widths, unaligned tensors) uses one element per lane.
+// PYG_TC_SPMM_CONFIG="L,NV" overrides, for sweeps.
+Config choose_config(int chunks, int elem_bytes, bool vec) {
   if (const char* env = std::getenv("PYG_TC_SPMM_CONFIG")) {
     int L = 0, NV = 0;
     if (std::sscanf(env, "%d,%d", &L, &NV) == 2) return {L, NV};
   }
+  if (chunks <= 4) return {4, 1};
   if (chunks <= 8) return {8, 1};
-  if (chunks <= 16) return {16, 1};
-  if (chunks <= 32) return {32, 1};
-  return {32, 2};
+  if (!vec) return chunks <= 16 ? Config{16, 1} : chunks <= 32 ? Config{32, 1} : Config{32, 2};
+  return elem_bytes == 4 ? Config{8, 2} : Config{16, 1};
 }
 
 template <typename T, int V, bool MAX>
@@ -265,6 +288,7 @@ void launch_spmm_v(Config cfg, const int4* units, int64_t U, const int* col, con
     C10_CUDA_KERNEL_LAUNCH_CHECK();                                                        \
     return;                                                                                \
   }
+  PYG_TC_SPMM_CASE(4, 1)
   PYG_TC_SPMM_CASE(8, 1)
   PYG_TC_SPMM_CASE(16, 1)
   PYG_TC_SPMM_CASE(32, 1)
@@ -295,9 +319,10 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                          const at::Tensor& heavy_ptr, const std::optional<at::Tensor>& diag,
                          int64_t num_slots, c10::string_view reduce,
                          // transpose: used by the Python-registered backward only
-                         const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                         const std::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&,
-                         const at::Tensor&, int64_t) {
+                         const at::Tensor& t_rowptr, const at::Tensor& t_col,
+                         const at::Tensor& t_perm, const std::optional<at::Tensor>& t_value,
+                         const at::Tensor& t_units, const at::Tensor& t_heavy_rows,
+                         const at::Tensor& t_heavy_ptr, int64_t t_num_slots) {
   check_index(rowptr, "rowptr");
   check_index(col, "col");
   check_index(units, "units");
@@ -313,6 +338,19 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   const int64_t N = rowptr.size(0) - 1;
   const int64_t F = xc.size(1);
   TORCH_CHECK(F < (1ll << 31), "pyg_tc: feature width too large");
+  const int64_t vecw = 16 / xc.element_size();
+  if (F % vecw != 0 && F > 8) {
+    // Odd widths: run the vector path on a copy padded to a multiple of the
+    // 16-byte vector (one extra pass over x and out, against a scalar path
+    // that issues 4-8x more load instructions per gathered row).
+    const int64_t Fp = (F + vecw - 1) / vecw * vecw;
+    auto xp = at::zeros({xc.size(0), Fp}, xc.options());
+    xp.narrow(1, 0, F).copy_(xc);
+    auto outp = spmm_csr_cuda(rowptr, col, value, xp, units, heavy_rows, heavy_ptr, diag,
+                              num_slots, reduce, t_rowptr, t_col, t_perm, t_value, t_units,
+                              t_heavy_rows, t_heavy_ptr, t_num_slots);
+    return outp.narrow(1, 0, F).contiguous();
+  }
   auto out = at::empty({N, F}, xc.options());
   if (N == 0 || F == 0) return out;
 
@@ -354,7 +392,7 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
     T* op = reinterpret_cast<T*>(out.data_ptr<scalar_t>());
     const bool vec = (F % VEC == 0) && aligned16(xp) && aligned16(op);
     const int chunks = vec ? (int)(F / VEC) : (int)F;
-    const Config cfg = choose_config(chunks);
+    const Config cfg = choose_config(chunks, (int)sizeof(T), vec);
     if (U > 0) {
       if (vec) {
         if (is_max)
@@ -370,8 +408,8 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
     }
     const int64_t H = heavy_rows.numel();
     if (H > 0) {
-      const int threads = F >= 256 ? 256 : (int)((F + 31) / 32 * 32);
-      dim3 grid((unsigned)H, (unsigned)((F + threads - 1) / threads));
+      dim3 grid((unsigned)H, (unsigned)((F + 31) / 32));
+      const int threads = kReduceWarps * 32;
       if (is_max)
         heavy_reduce_kernel<T, true><<<grid, threads, 0, stream>>>(
             heavy_rows.data_ptr<int>(), heavy_ptr.data_ptr<int>(), wsp, rowptr.data_ptr<int>(), xp,

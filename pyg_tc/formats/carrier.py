@@ -73,7 +73,7 @@ def _store(t: Any, key: tuple, graph: CSRGraph) -> None:
 
 
 def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[CSRGraph] = None,
-           chunk: int = DEFAULT_CHUNK) -> TCEdgeIndex:
+           chunk: Optional[int] = DEFAULT_CHUNK) -> TCEdgeIndex:
     """Wrap ``edge_index`` (edge order unchanged) as a :class:`TCEdgeIndex`
     carrying its graph; builds the graph on ``edge_index``'s device if needed."""
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
@@ -90,7 +90,7 @@ def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[
 
 
 def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = None,
-              flow: str = 'source_to_target', chunk: int = DEFAULT_CHUNK,
+              flow: str = 'source_to_target', chunk: Optional[int] = DEFAULT_CHUNK,
               ) -> Tuple[CSRGraph, Optional[Tensor]]:
     """The :class:`CSRGraph` of any PyG adjacency, and its edge values in CSR
     order (sparse inputs with values) or None.

@@ -33,7 +33,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-DEFAULT_CHUNK = 256
+DEFAULT_CHUNK = None  # None: auto_chunk(num_edges)
 _INT32_MAX = 2**31 - 1
 
 
@@ -48,8 +48,18 @@ class Schedule(NamedTuple):
                         self.heavy_ptr.to(device), self.num_slots)
 
 
-def build_schedule(rowptr: Tensor, chunk: int = DEFAULT_CHUNK) -> Schedule:
+def auto_chunk(num_edges: int) -> int:
+    """Edges per unit: small graphs want short units (the longest unit is the
+    tail of the launch), large ones long units (fewer partial rows to write and
+    reduce). The power of two nearest E / 2^16, clamped to [128, 1024]; the
+    sweep behind it is in docs/benchmarks.md."""
+    return int(min(1024, max(128, 1 << max(0, (num_edges >> 16)).bit_length())))
+
+
+def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK) -> Schedule:
     """Degree-bucket schedule of a CSR ``rowptr`` (runs on rowptr's device)."""
+    if chunk is None:
+        chunk = auto_chunk(int(rowptr[-1]))
     if chunk < 1:
         raise ValueError(f'chunk must be positive, got {chunk}')
     dev = rowptr.device
@@ -89,7 +99,9 @@ class CSRGraph:
     def __init__(self, rowptr: Tensor, col: Tensor, perm: Optional[Tensor],
                  t_rowptr: Tensor, t_col: Tensor, t_perm: Tensor,
                  sched: Schedule, t_sched: Schedule, num_rows: int, num_cols: int,
-                 chunk: int = DEFAULT_CHUNK):
+                 chunk: Optional[int] = DEFAULT_CHUNK):
+        if chunk is None:
+            chunk = auto_chunk(col.numel())
         self.rowptr, self.col, self.perm = rowptr, col, perm
         self.t_rowptr, self.t_col, self.t_perm = t_rowptr, t_col, t_perm
         self.sched, self.t_sched = sched, t_sched
@@ -98,7 +110,7 @@ class CSRGraph:
     # -- construction -------------------------------------------------------
     @classmethod
     def from_coo(cls, src: Tensor, dst: Tensor, num_src: int, num_dst: int,
-                 chunk: int = DEFAULT_CHUNK) -> 'CSRGraph':
+                 chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
         """Edges ``src[e] -> dst[e]``; runs on the device of the indices."""
         if src.dim() != 1 or dst.dim() != 1 or src.numel() != dst.numel():
             raise ValueError('pyg_tc: src and dst must be 1-D of equal length')
@@ -124,7 +136,7 @@ class CSRGraph:
 
     @classmethod
     def from_csr(cls, rowptr: Tensor, col: Tensor, num_cols: int,
-                 chunk: int = DEFAULT_CHUNK) -> 'CSRGraph':
+                 chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
         """An adjacency already in CSR (rows = targets); ``perm`` is None."""
         R = rowptr.numel() - 1
         E = col.numel()
@@ -138,6 +150,8 @@ class CSRGraph:
 
     @classmethod
     def _finish(cls, rowptr, col, rows, perm, R, C, chunk) -> 'CSRGraph':
+        if chunk is None:
+            chunk = auto_chunk(col.numel())
         t_rows, t_perm = torch.sort(col, stable=True)
         t_col = rows[t_perm].contiguous()
         t_rowptr = _rowptr_from_sorted(t_rows, C)

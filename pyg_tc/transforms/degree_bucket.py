@@ -29,12 +29,13 @@ class DegreeBucketTransform(BaseTransform):
     schedule on first use and cache it on the tensor.
 
     Args:
-        chunk: maximum edges per scheduling unit (rows above it are "heavy").
+        chunk: maximum edges per scheduling unit (rows above it are "heavy");
+            None picks it from the edge count (:func:`pyg_tc.formats.csr.auto_chunk`).
         validate: run :meth:`CSRGraph.validate` after building (slow; tests).
     """
 
-    def __init__(self, chunk: int = DEFAULT_CHUNK, validate: bool = False):
-        if chunk < 1:
+    def __init__(self, chunk: Optional[int] = DEFAULT_CHUNK, validate: bool = False):
+        if chunk is not None and chunk < 1:
             raise ValueError(f'chunk must be positive, got {chunk}')
         self.chunk = chunk
         self.validate = validate

@@ -1,0 +1,14 @@
+"""Run the pyg_tc benchmark suite from a checkout (same options as `pyg-tc bench`).
+
+    python benchmarks/run_suite.py --out bench_out [--graphs reddit,arxiv] [--widths 32,256]
+                                   [--dtypes fp32,bf16] [--no-training] [--quick] [--budget 480]
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pyg_tc.bench import main  # noqa: E402
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Command line: ``pyg-tc info`` and ``pyg-tc bench`` (also ``python -m pyg_tc``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+
+def _info(args) -> int:
+    import json
+
+    import pyg_tc
+    info = pyg_tc.info(build=not args.no_build)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    gpu = info.get('gpu')
+    rows = [
+        ('pyg_tc', info['pyg_tc']), ('python', info['python']),
+        ('torch', f'{info["torch"]} (CUDA {info["torch_cuda"] or "none"})'),
+        ('torch_geometric', info['torch_geometric']),
+        ('torch_sparse', 'installed' if info['torch_sparse'] else 'not installed'),
+        ('GPU', f'{gpu["name"]} (sm_{gpu["capability"].replace(".", "")}, {gpu["memory_gb"]} GB, '
+                f'{gpu["sms"]} SMs)' if gpu else 'none'),
+        ('kernels', info['kernels'] + (f' ({info["kernels_reason"]})' if info.get('kernels_reason') else '')),
+        ('backend', info['backend']),
+    ]
+    if info.get('build_seconds') is not None:
+        rows.append(('kernel build', f'{info["build_seconds"]:.1f} s'))
+    if info.get('build_dir'):
+        rows.append(('build dir', info['build_dir']))
+    w = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f'{k:<{w}}  {v}')
+    return 0
+
+
+def _bench(args) -> int:
+    from .bench.runner import config_from_args, run
+    run(config_from_args(args))
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .bench.runner import add_arguments
+    p = argparse.ArgumentParser(prog='pyg-tc', description='pyg_tc: PyG layers on CUDA sparse kernels')
+    sub = p.add_subparsers(dest='command', required=True)
+    pi = sub.add_parser('info', help='versions, GPU and kernel status (builds the kernels on a GPU)')
+    pi.add_argument('--json', action='store_true', help='print the raw dictionary as JSON')
+    pi.add_argument('--no-build', action='store_true', help='do not build/load the kernels first')
+    pi.set_defaults(func=_info)
+    pb = sub.add_parser('bench', help='run the benchmark suite (JSON + markdown + PNG in --out)')
+    add_arguments(pb)
+    pb.set_defaults(func=_bench)
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
