@@ -50,9 +50,10 @@ def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
     """CSR positions of self loops and their rows (structure only: cached on g)."""
     info = getattr(g, '_loops', None)
     if info is None:
-        row = g.row()
-        pos = (g.col.long() == row).nonzero().flatten()
-        info = (pos, row[pos])
+        row = torch.repeat_interleave(torch.arange(g.num_rows, device=g.device, dtype=torch.int32),
+                                      g.degree(), output_size=g.num_edges)
+        pos = (g.col == row).nonzero().flatten()
+        info = (pos, row[pos].long())
         g._loops = info
     return info
 
@@ -61,37 +62,56 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
                  add_self_loops: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
     """PyG's ``gcn_norm`` (``add_remaining_self_loops`` semantics) on a
     square CSRGraph, without building a new edge list: self loops already in
-    the graph get weight 0 in the CSR values and every node's loop (the last
-    existing loop's weight, or the fill value) becomes the fused ``diag``
-    term. Returns (values in CSR order, diag or None). Differentiable in
-    ``edge_weight`` (given in the original edge order)."""
+    the graph get value 0 and every node's loop (the last existing loop's
+    weight in edge order, or the fill value) becomes the fused ``diag`` term.
+    Returns (values in CSR order, diag or None). Differentiable in
+    ``edge_weight`` (original edge order). At most two edge-sized float
+    temporaries are alive at once.
+
+    PyG difference: with duplicate self loops on one node PyG's autograd (an
+    ``index_put``) hands the loop gradient to every duplicate although only the
+    last one is used; here the unused duplicates get gradient 0.
+    """
     N = g.num_rows
-    fill = 2.0 if improved else 1.0
+    # As in PyG: without edge weights every edge, loops included, weighs 1 and
+    # `improved` has no effect (PyG fills the loop weights only when an
+    # edge_weight tensor exists).
+    fill = 2.0 if (improved and edge_weight is not None) else 1.0
     w = _to_csr_order(edge_weight, g)
-    w = torch.ones(g.num_edges, device=g.device) if w is None else w.float()
+    w = None if w is None else w.float()
     diag_w = None
+    keep = None
     if add_self_loops:
         pos, lrow = _loop_info(g)
-        diag_w = torch.full((N,), fill, device=g.device, dtype=w.dtype)
+        diag_w = torch.full((N,), fill, device=g.device)
         if pos.numel():
-            keep = torch.ones(g.num_edges, device=g.device, dtype=w.dtype)
+            keep = torch.ones(g.num_edges, device=g.device)
             keep[pos] = 0
-            # PyG keeps the weight of the last loop edge (in edge order) per node.
-            ids = g.perm[pos].long() if g.perm is not None else pos
-            last = torch.full((N,), -1, device=g.device, dtype=torch.long).scatter_reduce(
-                0, lrow, ids, 'amax')
-            sel = ids == last[lrow]
-            diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
+            if w is not None:
+                # PyG keeps the weight of the last loop edge (in edge order) per node.
+                ids = g.perm[pos].long() if g.perm is not None else pos
+                last = torch.full((N,), -1, device=g.device, dtype=torch.long).scatter_reduce(
+                    0, lrow, ids, 'amax')
+                sel = ids == last[lrow]
+                diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
+    if w is None:
+        deg = g.degree().float()
+        if keep is not None:
+            deg = deg - torch.bincount(_loop_info(g)[1], minlength=N).float()
+    else:
+        if keep is not None:
             w = w * keep
-    ones = torch.ones(g.num_cols, 1, device=g.device)
-    deg = spmm_graph(g, ones, w).view(-1)
+        deg = spmm_graph(g, torch.ones(g.num_cols, 1, device=g.device), w).view(-1)
     if diag_w is not None:
         deg = deg + diag_w
     dinv = deg.pow(-0.5)
     dinv = dinv.masked_fill(dinv == float('inf'), 0.0)
-    counts = g.degree()
-    value = torch.repeat_interleave(dinv, counts, output_size=g.num_edges) * w * \
-        dinv.index_select(0, g.col)
+    value = dinv.index_select(0, g.col)
+    value = value * torch.repeat_interleave(dinv, g.degree(), output_size=g.num_edges)
+    if w is not None:
+        value = value * w
+    elif keep is not None:
+        value = value * keep
     diag = dinv * dinv * diag_w if diag_w is not None else None
     return value, diag
 
