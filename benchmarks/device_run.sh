@@ -2,7 +2,8 @@
 # One device call does everything: build the kernels, run the CUDA test suite,
 # run the benchmarks; every log and result lands in $OUT.
 #
-#   run(command="bash benchmarks/device_run.sh [probe|tests|bench|all]", carry=[".device_data"])
+#   run(command="bash benchmarks/device_run.sh [tests|bench|all|probe]", carry=[".device_data"])
+# all = CUDA tests + benchmark suite; probe = kernel config/chunk sweep (kernel_probe.py)
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
 # the device tool because ../shared does not travel):
@@ -19,7 +20,7 @@ t0=$(date +%s)
 python -c "import pyg_tc, json; print(json.dumps(pyg_tc.info(), indent=1))" 2>&1 | tee "$OUT/info.txt" || exit 1
 echo "build+import: $(( $(date +%s) - t0 )) s"
 rc=0
-if [ "$MODE" = probe ] || [ "$MODE" = all ]; then
+if [ "$MODE" = probe ]; then
   python benchmarks/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
 fi
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then

@@ -60,9 +60,13 @@ def _key(t: Any, num_src: int, num_dst: int, flow: str) -> tuple:
 
 def _cached(t: Any, key: tuple) -> Optional[CSRGraph]:
     entry = getattr(t, _ATTR, None)
-    if entry is not None and entry[0] == key:
-        return entry[1]
-    return None
+    if entry is None:
+        return None
+    if torch.compiler.is_compiling():
+        # Under torch.compile the version counter is not traceable; the graph
+        # found at trace time is used (Dynamo guards on the tensor object).
+        return entry[1] if entry[0][1:] == key[1:] else None
+    return entry[1] if entry[0] == key else None
 
 
 def _store(t: Any, key: tuple, graph: CSRGraph) -> None:
@@ -157,6 +161,9 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
         num_src, num_dst = num_dst, num_src
     key = _key(adj, num_src, num_dst, flow)
     g = _cached(adj, key)
+    if g is None and torch.compiler.is_compiling():
+        raise RuntimeError('pyg_tc: under torch.compile the graph format must exist before '
+                           'tracing: run the model once eagerly or apply DegreeBucketTransform')
     if g is None:
         entry = getattr(adj, _ATTR, None)
         if isinstance(adj, TCEdgeIndex) and entry is not None and flow == 'source_to_target':

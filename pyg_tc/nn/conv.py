@@ -116,6 +116,13 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
     return value, diag
 
 
+# PyG 2.8 generates each class's `propagate` from the `self.propagate(...)`
+# call it finds in the class source; these subclasses never call it, so the
+# parameter types are declared explicitly (backend='pyg' and user code that
+# calls propagate rely on them).
+_PAIR = 'Tuple[Tensor, Optional[Tensor]]'
+
+
 class GCNConv(_TCMixin, pyg_nn.GCNConv):
     """Drop-in ``torch_geometric.nn.GCNConv`` on pyg_tc kernels.
 
@@ -124,6 +131,7 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
     With ``cached=True`` the graph format, the normalised values, their
     transpose order and the diagonal are computed once.
     """
+    propagate_type = {'x': Tensor, 'edge_weight': Optional[Tensor]}
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None,
@@ -192,6 +200,7 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
     is applied before the aggregation (linear maps commute with sums), so the
     SpMM moves ``out_channels`` instead of ``in_channels`` features per edge.
     """
+    propagate_type = {'x': _PAIR}
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
                  aggr: Optional[Union[str, Any]] = 'mean', normalize: bool = False,
@@ -236,6 +245,7 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
 class GINConv(_TCMixin, pyg_nn.GINConv):
     """Drop-in ``torch_geometric.nn.GINConv`` on pyg_tc kernels; the
     ``(1 + eps) * x`` root term is fused into the SpMM as its diagonal."""
+    propagate_type = {'x': _PAIR}
 
     def __init__(self, nn: torch.nn.Module, eps: float = 0., train_eps: bool = False,
                  backend: str = 'auto', **kwargs):

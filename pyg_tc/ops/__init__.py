@@ -134,7 +134,7 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     ``edge_weight`` and ``diag``.
     """
     if size is None and isinstance(x, Tensor) and x.dim() == 2:
-        size = (x.size(0), None)
+        size = (x.size(0), x.size(0))  # square by default, as PyG's propagate
     g, value = get_graph(adj, size=size, flow=flow)
     if edge_weight is not None:
         if value is not None:

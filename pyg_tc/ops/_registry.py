@@ -139,9 +139,13 @@ def _spmm_backward(ctx, grad):
 
 
 def _max_backward(rowptr, col, value, x, out, grad):
-    """Gradient of max aggregation, split evenly among tied maxima exactly as
-    torch's scatter_reduce('amax') (PyG's max aggregation without
-    torch_scatter). Builds E x F intermediates: max is not on the fast path."""
+    """Gradient of max aggregation, exactly as PyG computes it without
+    torch_scatter: torch's ``zeros.scatter_reduce_(..., 'amax',
+    include_self=False)``, whose backward splits the gradient evenly among the
+    tied maxima and also counts the zero initial value as one more tie when the
+    maximum is exactly 0 (so a row whose messages are all 0 passes on
+    1/(ties+1) of its gradient). Builds E x F intermediates: max is not on the
+    fast path."""
     R = rowptr.numel() - 1
     acc = _acc_dtype(x.dtype)
     deg = (rowptr[1:] - rowptr[:-1]).long()
@@ -150,7 +154,7 @@ def _max_backward(rowptr, col, value, x, out, grad):
     xs = x.index_select(0, c).to(acc)
     msg = xs * value.to(acc).unsqueeze(1) if value is not None else xs
     mask = (msg.to(x.dtype) == out.index_select(0, row)).to(acc)
-    cnt = torch.zeros(R, x.size(1), dtype=acc, device=x.device).index_add_(0, row, mask)
+    cnt = (out == 0).to(acc).index_add_(0, row, mask)
     gm = mask * (grad.to(acc) / cnt.clamp(min=1)).index_select(0, row)
     gx_msg = gm * value.to(acc).unsqueeze(1) if value is not None else gm
     gx = torch.zeros(x.shape, dtype=acc, device=x.device).index_add_(0, c, gx_msg).to(x.dtype)
