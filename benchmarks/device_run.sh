@@ -2,7 +2,7 @@
 # One device call does everything: build the kernels, run the CUDA test suite,
 # run the benchmarks; every log and result lands in $OUT.
 #
-#   run(command="bash benchmarks/device_run.sh [tests|bench|all|probe]", carry=[".device_data"])
+#   run(command="bash benchmarks/device_run.sh [all|tests|bench|probe|tests,probe,bench]", carry=[".device_data"])
 # all = CUDA tests + benchmark suite; probe = kernel config/chunk sweep (kernel_probe.py)
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -20,13 +20,13 @@ t0=$(date +%s)
 python -c "import pyg_tc, json; print(json.dumps(pyg_tc.info(), indent=1))" 2>&1 | tee "$OUT/info.txt" || exit 1
 echo "build+import: $(( $(date +%s) - t0 )) s"
 rc=0
-if [ "$MODE" = probe ]; then
+if [[ ",$MODE," == *,probe,* ]]; then
   python benchmarks/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
 fi
-if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+if [[ ",$MODE," == *,tests,* || "$MODE" == all ]]; then
   python -m pytest -q -m cuda -x --timeout=900 tests -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1
 fi
-if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
+if [[ ",$MODE," == *,bench,* || "$MODE" == all ]]; then
   python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1
 fi
 exit $rc

@@ -3,7 +3,7 @@ the reference on GPU, then a sweep of (lanes, vectors-per-lane) configs and
 schedule chunk sizes against cuSPARSE on power-law graphs. Used to choose the
 rules in kernels/csr.cu (choose_config) and formats/csr.py (DEFAULT_CHUNK).
 
-    python benchmarks/kernel_probe.py [--quick]
+    python benchmarks/kernel_probe.py [--graphs tolokers,arxiv] [--chunks 32,64,128]
 """
 import argparse
 import itertools
@@ -14,7 +14,9 @@ import time
 import torch
 
 import pyg_tc
-from pyg_tc.formats import CSRGraph
+from pyg_tc.bench.graphs import load_graph, rmat
+from pyg_tc.bench.timing import bench
+from pyg_tc.formats import CSRGraph, build_schedule
 from pyg_tc.ops import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference
 
 
@@ -22,39 +24,8 @@ def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30)).item()
 
 
-def timeit(fn, rep=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rep):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def rmat(n, e, seed=0, device='cuda', a=0.57, b=0.19, c=0.19):
-    try:
-        from pyg_tc.bench.graphs import rmat as suite_rmat
-        return suite_rmat(n, e, seed=seed, device=device)
-    except ImportError:  # the probe predates the suite
-        gen = torch.Generator(device=device).manual_seed(seed)
-        scale = max(1, (n - 1).bit_length())
-        src = torch.zeros(e, dtype=torch.long, device=device)
-        dst = torch.zeros(e, dtype=torch.long, device=device)
-        for _ in range(scale):
-            r = torch.rand(e, generator=gen, device=device)
-            sb = (r >= a + b).long()
-            db = (((r >= a) & (r < a + b)) | (r >= a + b + c)).long()
-            src = src * 2 + sb
-            dst = dst * 2 + db
-        perm = torch.randperm(1 << scale, generator=gen, device=device)
-        return torch.stack([perm[src] % n, perm[dst] % n])
+def timeit(fn):
+    return bench(fn, warmup=5, rep=30, max_time_s=0.5).median_ms
 
 
 def correctness():
@@ -104,49 +75,39 @@ def correctness():
     return fails == 0 and same
 
 
-def sweep(quick):
-    shapes = {'arxiv': (169_343, 2_100_000), 'reddit': (233_000, 96_700_000),
-              'products': (2_449_029, 104_000_000)}
-    if quick:
-        shapes = {'arxiv': shapes['arxiv'], 'reddit': shapes['reddit']}
-    configs = ['8,1', '16,1', '32,1', '8,2', '16,2', '32,2']
-    chunks = [128, 256, 512, 1024]
+def sweep(names, chunks, dtypes=(torch.float32, torch.float16)):
+    configs = ['4,1', '8,1', '16,1', '32,1', '8,2', '16,2', '32,2']
     rows = []
-    for gname, (n, e) in shapes.items():
-        t0 = time.time()
-        ei = rmat(n, e, seed=0, device='cuda')
-        torch.cuda.synchronize()
-        tg = time.time() - t0
-        t0 = time.time()
-        base = CSRGraph.from_coo(ei[0], ei[1], n, n)
-        torch.cuda.synchronize()
-        tb = time.time() - t0
-        print(f'[{gname}] rmat {tg:.2f}s, build {tb:.3f}s, {base.stats()}', flush=True)
+    for name in names:
+        bg = load_graph(name, device='cuda')
+        n = bg.num_nodes
+        base = CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], n, n)
+        print(f'[{name}] {base.stats()} auto chunk {base.chunk}', flush=True)
         A = torch.sparse_csr_tensor(base.rowptr.long(), base.col.long(),
                                     torch.ones(base.num_edges, device='cuda'), (n, n))
-        del ei
-        for dt, F in itertools.product([torch.float32, torch.float16], [32, 64, 128, 256]):
+        scheds = {ch: build_schedule(base.rowptr, ch) for ch in chunks}
+        for dt, F in itertools.product(dtypes, [32, 64, 128, 256]):
             x = torch.randn(n, F, device='cuda', dtype=dt)
             Ad = A.to(dt) if dt != torch.float32 else A
             t_cus = timeit(lambda: torch.sparse.mm(Ad, x))
             ref = torch.sparse.mm(A, x.float())
             best = None
-            for ch in chunks:
+            for ch, sched in scheds.items():
                 g = CSRGraph(base.rowptr, base.col, base.perm, base.t_rowptr, base.t_col, base.t_perm,
-                             pyg_tc.formats.build_schedule(base.rowptr, ch), base.t_sched, n, n, ch)
+                             sched, base.t_sched, n, n, ch)
                 for cfg in configs:
                     os.environ['PYG_TC_SPMM_CONFIG'] = cfg
                     t = timeit(lambda: spmm_graph(g, x))
                     err = rel(spmm_graph(g, x).float(), ref)
-                    rows.append((gname, str(dt)[6:], F, ch, cfg, t, t_cus, err))
+                    rows.append((name, str(dt)[6:], F, ch, cfg, t, t_cus, err))
                     if best is None or t < best[1]:
                         best = (f'chunk={ch} cfg={cfg}', t)
                 os.environ.pop('PYG_TC_SPMM_CONFIG')
             t_def = timeit(lambda: spmm_graph(base, x))
-            print(f'  {gname} {str(dt)[6:]:8s} F={F:3d} cuSPARSE {t_cus:7.3f} ms | default {t_def:7.3f} ms '
-                  f'({t_cus / t_def:5.2f}x) | best {best[0]} {best[1]:7.3f} ms ({t_cus / best[1]:5.2f}x)',
+            print(f'  {name} {str(dt)[6:]:8s} F={F:3d} cuSPARSE {t_cus:7.4f} ms | default {t_def:7.4f} ms '
+                  f'({t_cus / t_def:5.2f}x) | best {best[0]} {best[1]:7.4f} ms ({t_cus / best[1]:5.2f}x)',
                   flush=True)
-        del A, base
+        del A, base, bg
         torch.cuda.empty_cache()
     out = os.environ.get('OUT', '.')
     with open(os.path.join(out, 'sweep.tsv'), 'w') as f:
@@ -157,7 +118,8 @@ def sweep(quick):
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser()
-    ap.add_argument('--quick', action='store_true')
+    ap.add_argument('--graphs', default='tolokers,blogcatalog,cornell5,arxiv')
+    ap.add_argument('--chunks', default='32,64,128,256')
     ap.add_argument('--no-sweep', action='store_true')
     args = ap.parse_args()
     t0 = time.time()
@@ -165,5 +127,5 @@ if __name__ == '__main__':
     print(f'build+load {time.time() - t0:.1f}s', flush=True)
     ok = correctness()
     if not args.no_sweep:
-        sweep(args.quick)
+        sweep(args.graphs.split(','), [int(c) for c in args.chunks.split(',')])
     sys.exit(0 if ok else 1)

@@ -89,7 +89,6 @@ def load(verbose: bool = False) -> bool:
             return False
         try:
             from torch.utils import cpp_extension
-            from torch.utils.file_baton import FileBaton  # noqa: F401 (used by load)
             bdir = build_dir()
             os.makedirs(bdir, exist_ok=True)
             arch = _arch()

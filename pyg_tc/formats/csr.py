@@ -28,7 +28,7 @@ medium row, heavy rows spread over many warps).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -128,11 +128,13 @@ class CSRGraph:
                     f'pyg_tc: edge index out of range: sources must lie in [0, {num_src}) and '
                     f'targets in [0, {num_dst}); found min {int(mn)}, max source {int(mx_s)}, '
                     f'max target {int(mx_d)}')
-        dst32, src32 = dst.to(torch.int32), src.to(torch.int32)
-        rows, perm = torch.sort(dst32, stable=True)
-        col = src32[perm].contiguous()
+        # Temporaries are dropped as soon as possible: on a 100M-edge graph each
+        # int32 edge array is 400 MB and torch.sort's int64 indices 800 MB.
+        rows, perm = torch.sort(dst.to(torch.int32), stable=True)
+        perm = perm.to(torch.int32)
+        col = src.to(torch.int32).index_select(0, perm)
         rowptr = _rowptr_from_sorted(rows, num_dst)
-        return cls._finish(rowptr, col, rows, perm.to(torch.int32), num_dst, num_src, chunk)
+        return cls._finish(rowptr, col, rows, perm, num_dst, num_src, chunk)
 
     @classmethod
     def from_csr(cls, rowptr: Tensor, col: Tensor, num_cols: int,
@@ -153,9 +155,12 @@ class CSRGraph:
         if chunk is None:
             chunk = auto_chunk(col.numel())
         t_rows, t_perm = torch.sort(col, stable=True)
-        t_col = rows[t_perm].contiguous()
+        t_perm = t_perm.to(torch.int32)
         t_rowptr = _rowptr_from_sorted(t_rows, C)
-        return cls(rowptr, col, perm, t_rowptr, t_col, t_perm.to(torch.int32),
+        del t_rows
+        t_col = rows.index_select(0, t_perm)
+        del rows
+        return cls(rowptr, col, perm, t_rowptr, t_col, t_perm,
                    build_schedule(rowptr, chunk), build_schedule(t_rowptr, chunk), R, C, chunk)
 
     # -- properties ---------------------------------------------------------

@@ -80,13 +80,12 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
     w = _to_csr_order(edge_weight, g)
     w = None if w is None else w.float()
     diag_w = None
-    keep = None
+    has_loops = False
     if add_self_loops:
         pos, lrow = _loop_info(g)
         diag_w = torch.full((N,), fill, device=g.device)
-        if pos.numel():
-            keep = torch.ones(g.num_edges, device=g.device)
-            keep[pos] = 0
+        has_loops = pos.numel() > 0
+        if has_loops:
             if w is not None:
                 # PyG keeps the weight of the last loop edge (in edge order) per node.
                 ids = g.perm[pos].long() if g.perm is not None else pos
@@ -94,24 +93,33 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
                     0, lrow, ids, 'amax')
                 sel = ids == last[lrow]
                 diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
+                keep = torch.ones(g.num_edges, device=g.device)
+                keep[pos] = 0
+                w = w * keep  # loops live in diag only
+                del keep
     if w is None:
         deg = g.degree().float()
-        if keep is not None:
-            deg = deg - torch.bincount(_loop_info(g)[1], minlength=N).float()
+        if has_loops:
+            deg = deg - torch.bincount(lrow, minlength=N).float()
     else:
-        if keep is not None:
-            w = w * keep
         deg = spmm_graph(g, torch.ones(g.num_cols, 1, device=g.device), w).view(-1)
     if diag_w is not None:
         deg = deg + diag_w
     dinv = deg.pow(-0.5)
     dinv = dinv.masked_fill(dinv == float('inf'), 0.0)
     value = dinv.index_select(0, g.col)
-    value = value * torch.repeat_interleave(dinv, g.degree(), output_size=g.num_edges)
-    if w is not None:
-        value = value * w
-    elif keep is not None:
-        value = value * keep
+    dinv_row = torch.repeat_interleave(dinv, g.degree(), output_size=g.num_edges)
+    if value.requires_grad or dinv_row.requires_grad:
+        value = value * dinv_row
+        if w is not None:
+            value = value * w
+    else:  # no autograd: in place, one edge-sized temporary less
+        value.mul_(dinv_row)
+        if w is not None:
+            value.mul_(w)
+        elif add_self_loops:
+            value.index_fill_(0, _loop_info(g)[0], 0.0)
+    del dinv_row
     diag = dinv * dinv * diag_w if diag_w is not None else None
     return value, diag
 

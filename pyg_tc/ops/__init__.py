@@ -61,6 +61,18 @@ def _diag(diag: Any, g: CSRGraph, x: Tensor) -> Optional[Tensor]:
     return diag
 
 
+def _call(op, args, differentiable):
+    """Call a registered op. In eager mode with nothing to differentiate, go
+    straight to the device kernel: the Python autograd wrapper that
+    ``register_autograd`` installs costs several microseconds per call, which
+    is the whole kernel time on small graphs."""
+    if (torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in differentiable))):
+        return op(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
 def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
                diag: Optional[Tensor] = None, t_value: Optional[Tensor] = None) -> Tensor:
     """SpMM on a :class:`CSRGraph` with edge values already in CSR order.
@@ -81,10 +93,10 @@ def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: s
     if x.dtype == torch.float64 and x.is_cuda and _registry.CUDA_KERNELS:
         return spmm_reference(g.rowptr, g.col, value, x, diag, reduce)
     s, ts = g.sched, g.t_sched
-    return torch.ops.pyg_tc.spmm_csr(
-        g.rowptr, g.col, value, x.contiguous(), s.units, s.heavy_rows, s.heavy_ptr, diag,
-        s.num_slots, reduce, g.t_rowptr, g.t_col, g.t_perm, t_value, ts.units, ts.heavy_rows,
-        ts.heavy_ptr, ts.num_slots)
+    args = (g.rowptr, g.col, value, x.contiguous(), s.units, s.heavy_rows, s.heavy_ptr, diag,
+            s.num_slots, reduce, g.t_rowptr, g.t_col, g.t_perm, t_value, ts.units, ts.heavy_rows,
+            ts.heavy_ptr, ts.num_slots)
+    return _call(torch.ops.pyg_tc.spmm_csr.default, args, (x, value, diag))
 
 
 def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
@@ -98,10 +110,10 @@ def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
     if a.dtype == torch.float64 and a.is_cuda and _registry.CUDA_KERNELS:
         return sddmm_reference(g.rowptr, g.col, a, b)
     s, ts = g.sched, g.t_sched
-    return torch.ops.pyg_tc.sddmm_csr(
-        g.col, a.contiguous(), b.contiguous(), s.units, g.rowptr, s.heavy_rows, s.heavy_ptr,
-        s.num_slots, g.t_rowptr, g.t_col, g.t_perm, ts.units, ts.heavy_rows, ts.heavy_ptr,
-        ts.num_slots)
+    args = (g.col, a.contiguous(), b.contiguous(), s.units, g.rowptr, s.heavy_rows, s.heavy_ptr,
+            s.num_slots, g.t_rowptr, g.t_col, g.t_perm, ts.units, ts.heavy_rows, ts.heavy_ptr,
+            ts.num_slots)
+    return _call(torch.ops.pyg_tc.sddmm_csr.default, args, (a, b))
 
 
 def _to_csr_order(v: Optional[Tensor], g: CSRGraph) -> Optional[Tensor]:

@@ -9,7 +9,7 @@ import pyg_tc
 from pyg_tc.formats import CSRGraph, emulate_spmm
 from pyg_tc.ops import spmm
 
-from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, TOL, assert_close_ref, cuda_only, dtype_id,
+from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, cuda_only, dtype_id,
                       edge_weights, features, make_graph, random_graph, sizes, spmm_magnitude,
                       spmm_oracle)
 
@@ -52,13 +52,10 @@ def test_spmm_matches_oracle(kind, dtype, F, reduce, weighted, device):
 
 
 @pytest.mark.parametrize('device', DEVICES)
-@pytest.mark.parametrize('reduce', REDUCES)
-def test_add_is_sum(reduce, device):
+def test_add_is_sum(device):
     ei, n = make_graph('random', device)
     x = features(n, 8, device=device)
-    if reduce == 'sum':
-        torch.testing.assert_close(spmm(x, ei, reduce='add'), spmm(x, ei, reduce='sum'),
-                                   rtol=0, atol=0)
+    assert torch.equal(spmm(x, ei, reduce='add'), spmm(x, ei, reduce='sum'))
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -72,6 +69,17 @@ def test_default_size_is_x_rows(kind, device):
     out = spmm(x, ei)
     assert out.shape == (n, 4)
     check(out, x, ei, n)
+
+
+@pytest.mark.parametrize('device', DEVICES)
+def test_default_size_from_edge_index_sparse_size(device):
+    """An EdgeIndex knows its (num_src, num_dst): without ``size`` a bipartite
+    EdgeIndex aggregates into num_dst rows (as PyG's propagate does)."""
+    ei, (ns, nd) = make_graph('bipartite', device)
+    x = features(ns, 4, device=device)
+    out = spmm(x, EdgeIndex(ei, sparse_size=(ns, nd)))
+    assert out.shape == (nd, 4)
+    check(out, x, ei, nd)
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -220,15 +228,21 @@ def test_unaligned_and_noncontiguous_x(layout, reduce, dtype, device):
 
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
-@pytest.mark.parametrize('F', [520, 1030])
+@pytest.mark.parametrize('F,unaligned', [(520, False), (1030, False), (520, True)],
+                         ids=['F520', 'F1030', 'F520-unaligned'])
 @pytest.mark.parametrize('reduce', REDUCES)
-def test_wide_features(F, reduce, dtype, device):
-    """Widths larger than one feature slice (several blockIdx.y slices)."""
+def test_wide_features(F, unaligned, reduce, dtype, device):
+    """Widths larger than one feature slice (several blockIdx.y slices), on
+    the vector, padded (odd width) and scalar (unaligned) paths; with a row
+    heavy enough to be split."""
     ei = random_graph(200, 150, 1500, seed=11, device=device)
     heavy = torch.stack([torch.randint(0, 200, (600,), generator=torch.Generator().manual_seed(3)),
                          torch.zeros(600, dtype=torch.long)]).to(device)
     ei = torch.cat([ei, heavy], 1)
-    x = features(200, F, dtype, device)
+    if unaligned:
+        x = features(200 * F + 1, 1, dtype, device).view(-1)[1:].view(200, F)
+    else:
+        x = features(200, F, dtype, device)
     w = edge_weights(ei.size(1), device=device)
     check(spmm(x, ei, w, reduce, size=(200, 150)), x, ei, 150, w, reduce)
 
@@ -473,3 +487,45 @@ def test_opcheck_spmm(sample, device):
     diag = torch.rand(30, device=device).requires_grad_() if cfg['diag'] else None
     args = spmm_args(g, x, value, diag, cfg['reduce'], cfg['t_value'])
     torch.library.opcheck(torch.ops.pyg_tc.spmm_csr.default, args)
+
+
+# ---------------------------------------------------------------------------
+# CUDA only: the kernels themselves
+
+@cuda_only
+def test_cuda_kernels_are_used():
+    """On a GPU machine the CUDA tests must exercise the kernels, not the
+    pure-PyTorch fallback."""
+    from pyg_tc import _kernels
+    pyg_tc.ops.ensure()
+    assert pyg_tc.ops._registry.CUDA_KERNELS, f'kernels not loaded: {_kernels.status()}'
+
+
+SPMM_CONFIGS = ['4,1', '8,1', '16,1', '32,1', '8,2', '16,2', '32,2']
+
+
+@cuda_only
+@pytest.mark.parametrize('config', SPMM_CONFIGS)
+@pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
+def test_every_kernel_config(config, dtype, monkeypatch):
+    """PYG_TC_SPMM_CONFIG forces each (lanes, vectors) instantiation; all
+    must agree with the oracle on every path (scalar, padded, vector, multi-
+    slice) and with heavy rows."""
+    monkeypatch.setenv('PYG_TC_SPMM_CONFIG', config)
+    ei, n = make_graph('hub', 'cuda')
+    w = edge_weights(ei.size(1), device='cuda')
+    for F in (3, 16, 33, 64, 256, 520):
+        x = features(n, F, dtype, 'cuda', seed=F)
+        for reduce in REDUCES:
+            check(spmm(x, ei, w, reduce), x, ei, n, w, reduce, what=f'{config} F={F} {reduce}')
+
+
+@cuda_only
+def test_bad_kernel_config(monkeypatch):
+    pyg_tc.ops.ensure()
+    if not pyg_tc.ops._registry.CUDA_KERNELS:
+        pytest.skip('CUDA kernels not loaded')
+    monkeypatch.setenv('PYG_TC_SPMM_CONFIG', '7,3')
+    ei, n = make_graph('random', 'cuda')
+    with pytest.raises(RuntimeError, match='unsupported SpMM config'):
+        spmm(features(n, 16, device='cuda'), ei)
