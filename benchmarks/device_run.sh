@@ -24,7 +24,7 @@ if [[ ",$MODE," == *,probe,* ]]; then
   python benchmarks/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
 fi
 if [[ ",$MODE," == *,tests,* || "$MODE" == all ]]; then
-  python -m pytest -q -m cuda -x --timeout=900 tests -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1
+  python -m pytest -q -rf -m cuda --timeout=900 tests -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1
 fi
 if [[ ",$MODE," == *,bench,* || "$MODE" == all ]]; then
   python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1
