@@ -256,20 +256,38 @@ struct Config {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Lanes per unit (L) and 16-byte vectors per lane (NV), from the sweep on the
-// H200 (docs/benchmarks.md): feature slices of 256 bytes per lane group are
-// best (fp32: 8 lanes x 2 vectors; fp16/bf16: 16 lanes x 1), narrower rows use
-// one vector per lane and as few lanes as the row needs (more units per warp).
-// The scalar path (odd widths, unaligned tensors) uses one element per lane.
-// PYG_TC_SPMM_CONFIG="L,NV" overrides, for sweeps.
-Config choose_config(int chunks, int elem_bytes, bool vec) {
+// Lanes per unit (L) and 16-byte vectors per lane (NV), fitted to sweeps on
+// the H200 over 6 graphs x 4 widths x 2 dtypes x 4 chunk sizes (docs/benchmarks.md;
+// within 5% of the best config per case, geometric mean):
+// * rows of <= 8 vectors: one vector per lane, as few lanes as the row needs
+//   (more units per warp);
+// * wider rows, x small enough to stay in L2 (<= 32 MiB): 16 lanes with one or
+//   two vectors, the whole row (up to 512 bytes) in one slice;
+// * wider rows, larger x: 256-byte feature slices (fp32 8 lanes x 2 vectors,
+//   fp16/bf16 16 lanes x 1) over blockIdx.y, so one slice of x is gathered by
+//   all blocks before the next.
+// The scalar path (odd widths that are not padded) uses one element per lane.
+constexpr int64_t kSmallX = 32ll << 20;
+
+bool supported(Config c) {
+  return (c.L == 4 || c.L == 8 || c.L == 16 || c.L == 32) && (c.NV == 1 || c.NV == 2);
+}
+
+// PYG_TC_SPMM_CONFIG="L,NV" overrides the rule (for sweeps); checked here,
+// before any dispatch.
+Config choose_config(int64_t chunks, int elem_bytes, bool vec, int64_t x_bytes) {
   if (const char* env = std::getenv("PYG_TC_SPMM_CONFIG")) {
-    int L = 0, NV = 0;
-    if (std::sscanf(env, "%d,%d", &L, &NV) == 2) return {L, NV};
+    Config c{0, 0};
+    TORCH_CHECK(std::sscanf(env, "%d,%d", &c.L, &c.NV) == 2 && supported(c),
+                "pyg_tc: unsupported SpMM config PYG_TC_SPMM_CONFIG='", env,
+                "' (L in 4,8,16,32 and NV in 1,2)");
+    return c;
   }
-  if (chunks <= 4) return {4, 1};
+  if (!vec) return chunks <= 8 ? Config{8, 1} : chunks <= 16 ? Config{16, 1}
+                 : chunks <= 32 ? Config{32, 1} : Config{32, 2};
+  if (chunks <= 4 && elem_bytes < 4) return {4, 1};
   if (chunks <= 8) return {8, 1};
-  if (!vec) return chunks <= 16 ? Config{16, 1} : chunks <= 32 ? Config{32, 1} : Config{32, 2};
+  if (x_bytes <= kSmallX) return chunks <= 16 ? Config{16, 1} : Config{16, 2};
   return elem_bytes == 4 ? Config{8, 2} : Config{16, 1};
 }
 
@@ -296,7 +314,7 @@ void launch_spmm_v(Config cfg, const int4* units, int64_t U, const int* col, con
   PYG_TC_SPMM_CASE(16, 2)
   PYG_TC_SPMM_CASE(32, 2)
 #undef PYG_TC_SPMM_CASE
-  TORCH_CHECK(false, "pyg_tc: unsupported SpMM config L=", cfg.L, " NV=", cfg.NV);
+  TORCH_CHECK(false, "pyg_tc: unsupported SpMM config L=", cfg.L, " NV=", cfg.NV);  // unreachable
 }
 
 template <typename T, int V, int L>
@@ -385,14 +403,15 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int4* up = reinterpret_cast<const int4*>(units.data_ptr<int>());
 
+  const int64_t elem = xc.element_size();
+  const bool vec_ok = (F * elem) % 16 == 0;
+  const Config cfg = choose_config(vec_ok ? F * elem / 16 : F, (int)elem, vec_ok, xc.numel() * elem);
   PYG_TC_DISPATCH(xc.scalar_type(), "pyg_tc_spmm", [&] {
     using T = typename Native<scalar_t>::type;
     constexpr int VEC = vec16<T>();
     const T* xp = reinterpret_cast<const T*>(xc.data_ptr<scalar_t>());
     T* op = reinterpret_cast<T*>(out.data_ptr<scalar_t>());
     const bool vec = (F % VEC == 0) && aligned16(xp) && aligned16(op);
-    const int chunks = vec ? (int)(F / VEC) : (int)F;
-    const Config cfg = choose_config(chunks, (int)sizeof(T), vec);
     if (U > 0) {
       if (vec) {
         if (is_max)

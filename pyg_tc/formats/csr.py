@@ -106,6 +106,15 @@ class CSRGraph:
         self.t_rowptr, self.t_col, self.t_perm = t_rowptr, t_col, t_perm
         self.sched, self.t_sched = sched, t_sched
         self.num_rows, self.num_cols, self.chunk = int(num_rows), int(num_cols), int(chunk)
+        self._memo: dict = {}
+
+    def memo(self, key, fn):
+        """Structure-derived tensors (self loops, normalisations) computed once
+        per graph and shared by every layer that uses it; not carried by
+        :meth:`to` (recomputed on the new device)."""
+        if key not in self._memo:
+            self._memo[key] = fn()
+        return self._memo[key]
 
     # -- construction -------------------------------------------------------
     @classmethod

@@ -48,14 +48,12 @@ class _TCMixin:
 
 def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
     """CSR positions of self loops and their rows (structure only: cached on g)."""
-    info = getattr(g, '_loops', None)
-    if info is None:
+    def find():
         row = torch.repeat_interleave(torch.arange(g.num_rows, device=g.device, dtype=torch.int32),
                                       g.degree(), output_size=g.num_edges)
         pos = (g.col == row).nonzero().flatten()
-        info = (pos, row[pos].long())
-        g._loops = info
-    return info
+        return pos, row[pos].long()
+    return g.memo('self_loops', find)
 
 
 def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = False,
@@ -167,6 +165,16 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
             diag = None
         else:
             g, _ = get_graph(edge_index, size=(N, N), flow=self.flow)
+            if self.normalize and edge_weight is None:
+                # Structure only: computed once per graph and shared by every
+                # GCN layer on it (cached or not), with its transpose order.
+                def norm():
+                    v, d = gcn_norm_csr(g, None, self.improved, self.add_self_loops)
+                    return g, v, v.index_select(0, g.t_perm), d
+                entry = g.memo(('gcn_norm', self.improved, self.add_self_loops), norm)
+                if self.cached:
+                    self._tc_cache = entry
+                return entry
             if self.normalize:
                 value, diag = gcn_norm_csr(g, edge_weight, self.improved, self.add_self_loops)
             else:

@@ -97,6 +97,19 @@ def test_sddmm_unaligned(dtype, device):
 
 
 @pytest.mark.parametrize('device', DEVICES)
+def test_sddmm_autograd_and_no_grad_paths_agree(device):
+    ei, n = make_graph('hub', device)
+    a = features(n, 20, device=device, seed=1)
+    b = features(n, 20, device=device, seed=2)
+    plain = sddmm(a, b, ei)
+    tracked = sddmm(a.clone().requires_grad_(), b, ei)
+    assert not plain.requires_grad and tracked.requires_grad
+    assert torch.equal(plain, tracked.detach())
+    with torch.inference_mode():
+        assert torch.equal(plain, sddmm(a, b, ei))
+
+
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
 def test_sddmm_deterministic(dtype, device):
     ei, n = make_graph('hub', device)

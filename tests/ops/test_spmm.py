@@ -186,6 +186,29 @@ def test_flow_target_to_source(kind, reduce, device):
 
 
 @pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_autograd_and_no_grad_paths_agree(reduce, device):
+    """The eager fast path (nothing to differentiate, or no_grad /
+    inference_mode) and the autograd path give the same result."""
+    ei, n = make_graph('hub', device)
+    x = features(n, 20, device=device)
+    w = edge_weights(ei.size(1), device=device)
+    plain = spmm(x, ei, w, reduce)
+    assert not plain.requires_grad
+    tracked = spmm(x.clone().requires_grad_(), ei, w, reduce)
+    assert tracked.requires_grad
+    assert torch.equal(plain, tracked.detach())
+    with torch.no_grad():
+        ng = spmm(x.clone().requires_grad_(), ei, w.clone().requires_grad_(), reduce)
+    assert not ng.requires_grad and torch.equal(plain, ng)
+    with torch.inference_mode():
+        assert torch.equal(plain, spmm(x, ei, w, reduce))
+    check(plain, x, ei, n, w, reduce)
+    # only the weights require grad: still tracked
+    assert spmm(x, ei, w.clone().requires_grad_(), reduce).requires_grad
+
+
+@pytest.mark.parametrize('device', DEVICES)
 def test_zero_nodes(device):
     ei = torch.empty(2, 0, dtype=torch.long, device=device)
     x = torch.empty(0, 4, device=device)
@@ -452,6 +475,29 @@ def test_grads_match_oracle(kind, dtype, reduce, weighted, device):
         _assert_grad(w.grad.to(dtype), w2.grad, dtype, 'grad edge_weight')
     if d is not None:
         _assert_grad(d.grad, d2.grad, torch.float32, 'grad diag')
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('weighted', [False, True], ids=['unweighted', 'weighted'])
+@pytest.mark.parametrize('kind', ['random', 'duplicates', 'hub'])
+def test_max_grad_with_zero_and_tied_messages(kind, weighted, device):
+    """Max over messages that are exactly 0 or exactly tied (ReLU features,
+    zero weights, repeated edges): the gradient is split as PyG's
+    scatter_reduce('amax', include_self=False) splits it."""
+    ei, n = make_graph(kind, device)
+    x0 = torch.relu(features(n, 6, device=device)).round()  # many 0s, many exact ties
+    x = x0.clone().requires_grad_()
+    w = None
+    if weighted:
+        w = edge_weights(ei.size(1), device=device).clamp(min=0).round().requires_grad_()
+    go = features(n, 6, device=device, seed=8)
+    spmm(x, ei, w, 'max').backward(go)
+    x2 = x0.double().requires_grad_()
+    w2 = None if w is None else w.detach().double().requires_grad_()
+    spmm_oracle(x2, ei, n, w2, 'max').backward(go.double())
+    _assert_grad(x.grad, x2.grad, torch.float32, 'grad x')
+    if w is not None:
+        _assert_grad(w.grad, w2.grad, torch.float32, 'grad edge_weight')
 
 
 # ---------------------------------------------------------------------------
