@@ -75,6 +75,37 @@ def correctness():
     return fails == 0 and same
 
 
+def overhead():
+    """Host time per call on a tiny graph (the GPU is never the bottleneck):
+    where does a small-graph call spend its time?"""
+    import time as _t
+    ei = torch.randint(0, 2000, (2, 20000), device='cuda')
+    g = CSRGraph.from_coo(ei[0], ei[1], 2000, 2000)
+    x = torch.randn(2000, 32, device='cuda')
+    A = torch.sparse_csr_tensor(g.rowptr.long(), g.col.long(), torch.ones(g.num_edges, device='cuda'),
+                                (2000, 2000))
+    s, ts = g.sched, g.t_sched
+    args = (g.rowptr, g.col, None, x, s.units, s.heavy_rows, s.heavy_ptr, None, s.num_slots, 'sum',
+            g.t_rowptr, g.t_col, g.t_perm, None, ts.units, ts.heavy_rows, ts.heavy_ptr, ts.num_slots)
+    op = torch.ops.pyg_tc.spmm_csr.default
+
+    def raw():
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args)
+    cases = {'spmm_graph': lambda: spmm_graph(g, x), 'op (autograd wrapper)': lambda: op(*args),
+             'op below autograd': raw, 'torch.sparse.mm': lambda: torch.sparse.mm(A, x),
+             'empty launch (x + 1)': lambda: x + 1}
+    for name, fn in cases.items():
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        t0 = _t.perf_counter()
+        for _ in range(2000):
+            fn()
+        torch.cuda.synchronize()
+        print(f'  overhead {name:24s} {(_t.perf_counter() - t0) / 2000 * 1e6:7.1f} us/call', flush=True)
+
+
 def sweep(names, chunks, dtypes=(torch.float32, torch.float16)):
     configs = ['4,1', '8,1', '16,1', '32,1', '8,2', '16,2', '32,2']
     rows = []
@@ -126,6 +157,7 @@ if __name__ == '__main__':
     print(pyg_tc.info(), flush=True)
     print(f'build+load {time.time() - t0:.1f}s', flush=True)
     ok = correctness()
+    overhead()
     if not args.no_sweep:
         sweep(args.graphs.split(','), [int(c) for c in args.chunks.split(',')])
     sys.exit(0 if ok else 1)

@@ -165,6 +165,8 @@ def _print_summary(rep: Reporter) -> None:
         log(f'[summary] {key:12s} cases {v["cases"]:3d}  geomean x cuSPARSE '
             f'{_c(v["geomean_vs_cusparse"], ".2f")}  min {_c(v["min_vs_cusparse"], ".2f")}  '
             f'geomean x pyg_tc fp32 {_c(v["geomean_vs_pyg_tc_fp32"], ".2f")}  '
+            f'kernel-only geomean {_c(v.get("kernel_geomean_vs_cusparse"), ".2f")} '
+            f'min {_c(v.get("kernel_min_vs_cusparse"), ".2f")}  '
             f'max rel err {_c(v["max_rel_err"], ".1e")}')
 
 

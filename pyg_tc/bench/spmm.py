@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .graphs import BenchGraph
-from .timing import bench
+from .timing import bench, bench_graph_replay
 
 DTYPES: Dict[str, torch.dtype] = {'fp32': torch.float32, 'fp16': torch.float16,
                                   'bf16': torch.bfloat16}
@@ -148,11 +148,22 @@ def bench_graph(bg: BenchGraph, widths: Iterable[int] = WIDTHS, dtypes: Iterable
                     except Exception as e:  # unsupported dtype, OOM, ...
                         rec[f'{name}_error'] = _short(e)
                         _free()
+                        continue
+                    if dev.type == 'cuda':  # kernel-only time, same inputs
+                        try:
+                            tg = bench_graph_replay([lambda x=x_: fn(x) for x_ in xs], device=dev)
+                            rec[f'{name}_graph_ms'] = tg.median_ms
+                        except Exception as e:
+                            rec[f'{name}_graph_error'] = _short(e)
+                            _free()
                 t = rec.get('pyg_tc_ms')
                 if t:
                     for other in ('cusparse', 'torch_sparse'):
                         if rec.get(f'{other}_ms'):
                             rec[f'speedup_vs_{other}'] = rec[f'{other}_ms'] / t
+                        if rec.get(f'{other}_graph_ms') and rec.get('pyg_tc_graph_ms'):
+                            rec[f'kernel_speedup_vs_{other}'] = (rec[f'{other}_graph_ms']
+                                                                 / rec['pyg_tc_graph_ms'])
                     if dname == 'fp32':
                         pyg_tc_fp32 = t
                     elif pyg_tc_fp32:
@@ -186,6 +197,9 @@ def _line(r: dict) -> str:
             parts.append(f'{name} [{r[name + "_error"]}]')
     if 'speedup_vs_cusparse' in r:
         parts.append(f'x{r["speedup_vs_cusparse"]:.2f} vs baseline')
+    if 'kernel_speedup_vs_cusparse' in r:
+        parts.append(f'kernel-only {r["pyg_tc_graph_ms"]:.4f}/{r["cusparse_graph_ms"]:.4f} ms '
+                     f'x{r["kernel_speedup_vs_cusparse"]:.2f}')
     if 'speedup_vs_pyg_tc_fp32' in r:
         parts.append(f'x{r["speedup_vs_pyg_tc_fp32"]:.2f} vs fp32')
     if 'pyg_tc_rel_err' in r:
@@ -212,6 +226,7 @@ def summarize(records: List[dict]) -> Dict[str, dict]:
             if not rs:
                 continue
             vs = [r['speedup_vs_cusparse'] for r in rs if 'speedup_vs_cusparse' in r]
+            vk = [r['kernel_speedup_vs_cusparse'] for r in rs if 'kernel_speedup_vs_cusparse' in r]
             vf = [r['speedup_vs_pyg_tc_fp32'] for r in rs if 'speedup_vs_pyg_tc_fp32' in r]
             errs = [r['pyg_tc_rel_err'] for r in rs if 'pyg_tc_rel_err' in r]
             out[f'{group}/{dname}'] = {
@@ -219,6 +234,8 @@ def summarize(records: List[dict]) -> Dict[str, dict]:
                 'graphs': sorted({r['graph'] for r in rs}),
                 'geomean_vs_cusparse': _geomean(vs), 'min_vs_cusparse': min(vs) if vs else None,
                 'cusparse_cases': len(vs),
+                'kernel_geomean_vs_cusparse': _geomean(vk),
+                'kernel_min_vs_cusparse': min(vk) if vk else None,
                 'geomean_vs_pyg_tc_fp32': _geomean(vf),
                 'max_rel_err': max(errs) if errs else None,
             }

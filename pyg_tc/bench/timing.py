@@ -1,4 +1,5 @@
-"""The one timing helper, peak-memory tracking and the copy-bandwidth ceiling.
+"""Timing helpers (per call, and kernel-only by CUDA-graph replay), peak-memory
+tracking and the copy-bandwidth ceiling.
 
 On a GPU every repetition is bracketed by CUDA events (device time, no host
 sync inside the loop) after a warm-up; the median is the reported number. On
@@ -10,7 +11,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
@@ -71,6 +72,28 @@ def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None
             fn()
             times.append((time.perf_counter() - t) * 1e3)
     return Timing(statistics.median(times), min(times), max(times), rep)
+
+
+def bench_graph_replay(fns: Sequence[Callable[[], object]], warmup: int = 3, rep: int = 30,
+                       device=None) -> Timing:
+    """Device time per call with no host overhead: all ``fns`` (one call each,
+    e.g. the same op on rotating inputs) are captured into one CUDA graph whose
+    replays are timed; the result is divided by ``len(fns)``. This is the
+    kernel-only time; :func:`bench` is the per-call time a Python user sees."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            for f in fns:
+                f()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in fns:
+            f()
+    t = bench(graph.replay, warmup, rep, device)
+    n = len(fns)
+    return Timing(t.median_ms / n, t.min_ms / n, t.max_ms / n, t.reps)
 
 
 @contextmanager
