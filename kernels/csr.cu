@@ -47,7 +47,11 @@ constexpr int kThreads = 256;
                      AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
 constexpr int kUnroll = 4;
 
-template <typename T, int V, int NV, int L, bool MAX>
+// COOP (graphs with too few units to fill the GPU): the G groups of a warp
+// share one unit, group g taking edges [g*L, g*L + L) of every 32-edge batch,
+// and their partial sums are combined by shuffles (fixed order) before group 0
+// writes. Otherwise each group owns a unit.
+template <typename T, int V, int NV, int L, bool MAX, bool COOP>
 __global__ void __launch_bounds__(kThreads)
 spmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
                   const int* __restrict__ col, const float* __restrict__ w,
@@ -61,15 +65,19 @@ spmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
   const int g = lane / L;
   const int l = lane % L;
   const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int64_t u = warp * G + g;
+  const int64_t u = COOP ? warp : warp * G + g;
   const int fbase = blockIdx.y * SLICE + l * V;
+  constexpr int STRIDE = COOP ? 32 : L;  // edges consumed per batch by the unit
+  const int goff = COOP ? g * L : 0;     // this group's first edge in a batch
 
   int4 un = make_int4(0, 0, 0, -1);
   if (u < num_units) un = units[u];
   const int len = un.z - un.y;
   int maxlen = len;
+  if (!COOP) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) maxlen = max(maxlen, __shfl_xor_sync(kFullMask, maxlen, o));
+    for (int o = 16; o > 0; o >>= 1) maxlen = max(maxlen, __shfl_xor_sync(kFullMask, maxlen, o));
+  }
 
   float acc[NV][V];
 #pragma unroll
@@ -77,13 +85,13 @@ spmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
 #pragma unroll
     for (int v = 0; v < V; ++v) acc[k][v] = MAX ? -INFINITY : 0.f;
 
-  for (int base = 0; base < maxlen; base += L) {
-    const int n = len - base;  // edges of this group left in this batch (may be <= 0)
+  for (int base = 0; base < maxlen; base += STRIDE) {
+    const int n = len - base - goff;  // edges of this group left in this batch (may be <= 0)
     int c = 0;
     float wv = 1.f;
     if (l < n) {
-      c = __ldg(col + un.y + base + l);
-      if (w != nullptr) wv = __ldg(w + un.y + base + l);
+      c = __ldg(col + un.y + base + goff + l);
+      if (w != nullptr) wv = __ldg(w + un.y + base + goff + l);
     }
     const int jn = min(L, maxlen - base);  // warp-uniform
     for (int j = 0; j < jn; j += kUnroll) {
@@ -126,6 +134,18 @@ spmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
     }
   }
 
+  if (COOP) {  // combine the groups' partials (lane l of every group), fixed order
+#pragma unroll
+    for (int o = L; o < 32; o <<= 1)
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const float other = __shfl_xor_sync(kFullMask, acc[k][v], o);
+          acc[k][v] = MAX ? fmaxf(acc[k][v], other) : acc[k][v] + other;
+        }
+    if (g != 0) return;
+  }
   if (u >= num_units) return;
   if (un.w >= 0) {  // partial unit of a heavy row: fp32 partial to its slot
     float* dst = ws + (int64_t)un.w * F;
@@ -291,18 +311,38 @@ Config choose_config(int64_t chunks, int elem_bytes, bool vec, int64_t x_bytes) 
   return elem_bytes == 4 ? Config{8, 2} : Config{16, 1};
 }
 
+// Cooperative mode when the graph has fewer units than about two resident
+// units per lane group of the whole GPU (small graphs: each unit is then a
+// serial chain of loads and the launch is one short, latency-bound wave).
+// PYG_TC_SPMM_COOP=0/1 forces it, for sweeps.
+bool use_coop(int64_t num_units, int device) {
+  if (const char* env = std::getenv("PYG_TC_SPMM_COOP")) return env[0] == '1';
+  static int sms[64] = {0};
+  const int d = device < 0 ? 0 : device % 64;
+  if (sms[d] == 0) {
+    int v = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d));
+    sms[d] = v;
+  }
+  return num_units < (int64_t)sms[d] * 256;
+}
+
 template <typename T, int V, bool MAX>
-void launch_spmm_v(Config cfg, const int4* units, int64_t U, const int* col, const float* w,
-                   const T* x, T* out, float* ws, const float* diag, int64_t ds, int F,
-                   bool mean, cudaStream_t stream) {
+void launch_spmm_v(Config cfg, bool coop, const int4* units, int64_t U, const int* col,
+                   const float* w, const T* x, T* out, float* ws, const float* diag, int64_t ds,
+                   int F, bool mean, cudaStream_t stream) {
 #define PYG_TC_SPMM_CASE(L_, NV_)                                                          \
   if (cfg.L == L_ && cfg.NV == NV_) {                                                      \
-    constexpr int G = 32 / L_;                                                             \
-    const int64_t blocks = (U + (kThreads / 32) * G - 1) / ((kThreads / 32) * G);          \
+    const int per_warp = coop ? 1 : 32 / L_;                                               \
+    const int64_t blocks = (U + (kThreads / 32) * per_warp - 1) / ((kThreads / 32) * per_warp); \
     const int slices = (F + L_ * V * NV_ - 1) / (L_ * V * NV_);                            \
     dim3 grid((unsigned)blocks, (unsigned)slices);                                         \
-    spmm_units_kernel<T, V, NV_, L_, MAX><<<grid, kThreads, 0, stream>>>(                  \
-        units, U, col, w, x, out, ws, diag, ds, F, mean);                                  \
+    if (coop)                                                                              \
+      spmm_units_kernel<T, V, NV_, L_, MAX, true><<<grid, kThreads, 0, stream>>>(          \
+          units, U, col, w, x, out, ws, diag, ds, F, mean);                                \
+    else                                                                                   \
+      spmm_units_kernel<T, V, NV_, L_, MAX, false><<<grid, kThreads, 0, stream>>>(         \
+          units, U, col, w, x, out, ws, diag, ds, F, mean);                                \
     C10_CUDA_KERNEL_LAUNCH_CHECK();                                                        \
     return;                                                                                \
   }
@@ -406,6 +446,7 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   const int64_t elem = xc.element_size();
   const bool vec_ok = (F * elem) % 16 == 0;
   const Config cfg = choose_config(vec_ok ? F * elem / 16 : F, (int)elem, vec_ok, xc.numel() * elem);
+  const bool coop = use_coop(units.size(0), x.device().index());
   PYG_TC_DISPATCH(xc.scalar_type(), "pyg_tc_spmm", [&] {
     using T = typename Native<scalar_t>::type;
     constexpr int VEC = vec16<T>();
@@ -415,14 +456,14 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
     if (U > 0) {
       if (vec) {
         if (is_max)
-          launch_spmm_v<T, VEC, true>(cfg, up, U, col.data_ptr<int>(), w, xp, op, wsp, dptr, ds, (int)F, mean, stream);
+          launch_spmm_v<T, VEC, true>(cfg, coop, up, U, col.data_ptr<int>(), w, xp, op, wsp, dptr, ds, (int)F, mean, stream);
         else
-          launch_spmm_v<T, VEC, false>(cfg, up, U, col.data_ptr<int>(), w, xp, op, wsp, dptr, ds, (int)F, mean, stream);
+          launch_spmm_v<T, VEC, false>(cfg, coop, up, U, col.data_ptr<int>(), w, xp, op, wsp, dptr, ds, (int)F, mean, stream);
       } else {
         if (is_max)
-          launch_spmm_v<T, 1, true>(cfg, up, U, col.data_ptr<int>(), w, xp, op, wsp, dptr, ds, (int)F, mean, stream);
+          launch_spmm_v<T, 1, true>(cfg, coop, up, U, col.data_ptr<int>(), w, xp, op, wsp, dptr, ds, (int)F, mean, stream);
         else
-          launch_spmm_v<T, 1, false>(cfg, up, U, col.data_ptr<int>(), w, xp, op, wsp, dptr, ds, (int)F, mean, stream);
+          launch_spmm_v<T, 1, false>(cfg, coop, up, U, col.data_ptr<int>(), w, xp, op, wsp, dptr, ds, (int)F, mean, stream);
       }
     }
     const int64_t H = heavy_rows.numel();

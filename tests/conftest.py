@@ -44,6 +44,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope='module', autouse=True)
+def _single_cpu_thread(request):
+    """The op/format tests use small tensors: one intra-op thread avoids
+    OpenMP spin-waiting on a loaded 2-core machine (several times faster
+    there). Other test folders keep torch's default."""
+    name = request.module.__name__
+    if not any(part in name for part in ('.ops.', '.formats.', 'test_registry')):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------------------
 # devices and dtypes
 

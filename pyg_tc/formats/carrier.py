@@ -58,8 +58,14 @@ def _key(t: Any, num_src: int, num_dst: int, flow: str) -> tuple:
     return (getattr(t, '_version', 0), num_src, num_dst, dev, flow)
 
 
+def _attr(flow: str) -> str:
+    # One slot per flow, so a target_to_source call never replaces the graph
+    # a transform attached for the default flow.
+    return _ATTR if flow == 'source_to_target' else _ATTR + '_t2s'
+
+
 def _cached(t: Any, key: tuple) -> Optional[CSRGraph]:
-    entry = getattr(t, _ATTR, None)
+    entry = getattr(t, _attr(key[4]), None)
     if entry is None:
         return None
     if torch.compiler.is_compiling():
@@ -71,7 +77,7 @@ def _cached(t: Any, key: tuple) -> Optional[CSRGraph]:
 
 def _store(t: Any, key: tuple, graph: CSRGraph) -> None:
     try:
-        setattr(t, _ATTR, (key, graph))
+        setattr(t, _attr(key[4]), (key, graph))
     except (AttributeError, TypeError):  # pragma: no cover - objects without __dict__
         pass
 

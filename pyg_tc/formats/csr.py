@@ -51,7 +51,7 @@ class Schedule(NamedTuple):
 def auto_chunk(num_edges: int) -> int:
     """Edges per unit: small graphs want short units (the longest unit is the
     tail of the launch), large ones long units (fewer partial rows to write and
-    reduce). The power of two nearest E / 2^16, clamped to [128, 1024]; the
+    reduce). The smallest power of two above E / 2^16, clamped to [128, 1024]; the
     sweep behind it is in docs/benchmarks.md."""
     return int(min(1024, max(128, 1 << max(0, (num_edges >> 16)).bit_length())))
 
@@ -83,6 +83,19 @@ def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK) -> Sche
     heavy_rows = heavy.nonzero().flatten()
     heavy_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), torch.cumsum(n[heavy_rows], 0)])
     return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), num_slots)
+
+
+def csr_rows(rowptr: Tensor) -> Tensor:
+    """Row index of every CSR position as int32, by a marker cumsum: no int64
+    temporary of the edge count (``repeat_interleave`` builds one, 800 MB on
+    a 100M-edge graph)."""
+    R = rowptr.numel() - 1
+    E = int(rowptr[-1]) if R >= 0 else 0
+    m = torch.zeros(E + 1, dtype=torch.int32, device=rowptr.device)
+    if R > 1:
+        m.index_add_(0, rowptr[1:R].long(), torch.ones(R - 1, dtype=torch.int32, device=rowptr.device))
+    out = m[:E]
+    return out.cumsum_(0) if E else out
 
 
 def _rowptr_from_sorted(rows_sorted: Tensor, R: int) -> Tensor:
@@ -140,10 +153,11 @@ class CSRGraph:
         # Temporaries are dropped as soon as possible: on a 100M-edge graph each
         # int32 edge array is 400 MB and torch.sort's int64 indices 800 MB.
         rows, perm = torch.sort(dst.to(torch.int32), stable=True)
+        rowptr = _rowptr_from_sorted(rows, num_dst)
+        del rows
         perm = perm.to(torch.int32)
         col = src.to(torch.int32).index_select(0, perm)
-        rowptr = _rowptr_from_sorted(rows, num_dst)
-        return cls._finish(rowptr, col, rows, perm, num_dst, num_src, chunk)
+        return cls._finish(rowptr, col, perm, num_dst, num_src, chunk)
 
     @classmethod
     def from_csr(cls, rowptr: Tensor, col: Tensor, num_cols: int,
@@ -155,20 +169,17 @@ class CSRGraph:
             raise IndexError(f'pyg_tc: column index out of range [0, {num_cols})')
         rowptr = rowptr.to(torch.int32).contiguous()
         col = col.to(torch.int32).contiguous()
-        rows = torch.repeat_interleave(torch.arange(R, device=col.device, dtype=torch.int32),
-                                       (rowptr[1:] - rowptr[:-1]).long(), output_size=E)
-        return cls._finish(rowptr, col, rows, None, R, num_cols, chunk)
+        return cls._finish(rowptr, col, None, R, num_cols, chunk)
 
     @classmethod
-    def _finish(cls, rowptr, col, rows, perm, R, C, chunk) -> 'CSRGraph':
+    def _finish(cls, rowptr, col, perm, R, C, chunk) -> 'CSRGraph':
         if chunk is None:
             chunk = auto_chunk(col.numel())
         t_rows, t_perm = torch.sort(col, stable=True)
-        t_perm = t_perm.to(torch.int32)
         t_rowptr = _rowptr_from_sorted(t_rows, C)
         del t_rows
-        t_col = rows.index_select(0, t_perm)
-        del rows
+        t_perm = t_perm.to(torch.int32)
+        t_col = csr_rows(rowptr).index_select(0, t_perm)
         return cls(rowptr, col, perm, t_rowptr, t_col, t_perm,
                    build_schedule(rowptr, chunk), build_schedule(t_rowptr, chunk), R, C, chunk)
 
@@ -186,9 +197,8 @@ class CSRGraph:
         return (self.rowptr[1:] - self.rowptr[:-1]).long()
 
     def row(self) -> Tensor:
-        """Target index of every CSR edge, int64."""
-        return torch.repeat_interleave(torch.arange(self.num_rows, device=self.device),
-                                       self.degree(), output_size=self.num_edges)
+        """Target index of every CSR edge, int32 (see :func:`csr_rows`)."""
+        return csr_rows(self.rowptr)
 
     def transpose(self) -> 'CSRGraph':
         """The reversed graph (sources become rows), sharing all tensors."""
@@ -242,10 +252,8 @@ class CSRGraph:
         # transpose edge k is forward edge t_perm[k]: same (row, col) swapped
         rows = self.row()
         tp = self.t_perm.long()
-        t_rows = torch.repeat_interleave(torch.arange(self.num_cols, device=self.device),
-                                         (self.t_rowptr[1:] - self.t_rowptr[:-1]).long(),
-                                         output_size=E)
-        if not (torch.equal(self.col[tp].long(), t_rows) and torch.equal(rows[tp], self.t_col.long())):
+        t_rows = csr_rows(self.t_rowptr)
+        if not (torch.equal(self.col[tp], t_rows) and torch.equal(rows[tp], self.t_col)):
             raise ValueError('pyg_tc: transpose does not match the forward CSR')
         _validate_schedule(self.sched, self.rowptr, 'forward')
         _validate_schedule(self.t_sched, self.t_rowptr, 'transpose')
@@ -267,7 +275,15 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
     rp = rowptr.long()
     R, E = rp.numel() - 1, int(rp[-1])
     u = s.units.long()
+    if u.dim() != 2 or u.size(1) != 4:
+        raise ValueError(f'pyg_tc: {name} schedule units must be [U, 4]')
     row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
+    if bool(((row < 0) | (row >= R)).any()):
+        raise ValueError(f'pyg_tc: {name} schedule has a unit with a row out of range')
+    hp = s.heavy_ptr.long()
+    if (hp.numel() != s.heavy_rows.numel() + 1 or int(hp[0]) != 0 or int(hp[-1]) != s.num_slots
+            or bool((hp[1:] < hp[:-1]).any())):
+        raise ValueError(f'pyg_tc: {name} schedule heavy_ptr does not span the {s.num_slots} slots')
     if bool(((start < rp[row]) | (end > rp[row + 1]) | (start > end)).any()):
         raise ValueError(f'pyg_tc: {name} schedule has a unit outside its row')
     cover = torch.zeros(E + 1, dtype=torch.long, device=rp.device)
@@ -276,9 +292,11 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
     if E and not bool((torch.cumsum(cover, 0)[:E] == 1).all()):
         raise ValueError(f'pyg_tc: {name} schedule does not cover every edge exactly once')
     direct = slot < 0
+    hr = s.heavy_rows.long()
+    if bool(((hr < 0) | (hr >= R)).any()):
+        raise ValueError(f'pyg_tc: {name} schedule has a heavy row out of range')
     written = torch.zeros(R, dtype=torch.long, device=rp.device)
     written.index_add_(0, row[direct], torch.ones_like(row[direct]))
-    hr = s.heavy_rows.long()
     written.index_add_(0, hr, torch.ones_like(hr))
     if R and not bool((written == 1).all()):
         raise ValueError(f'pyg_tc: {name} schedule does not write every row exactly once')
@@ -286,7 +304,6 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
     if ps.numel() != s.num_slots or (ps.numel() and not torch.equal(
             torch.sort(ps)[0], torch.arange(s.num_slots, device=rp.device))):
         raise ValueError(f'pyg_tc: {name} schedule slots are not unique')
-    hp = s.heavy_ptr.long()
     owner = torch.repeat_interleave(hr, hp[1:] - hp[:-1], output_size=s.num_slots)
     slot_row = torch.empty(s.num_slots, dtype=torch.long, device=rp.device)
     slot_row[ps] = row[~direct]

@@ -24,7 +24,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from ..formats.carrier import SparseTensor, get_graph
 from ..formats.csr import CSRGraph
-from ..ops import _to_csr_order, ensure, spmm, spmm_graph
+from ..ops import _to_csr_order, ensure, sddmm_graph, spmm, spmm_graph
 
 _BACKENDS = ('auto', 'csr', 'pyg')
 _KERNEL_AGGR = {'add': 'sum', 'sum': 'sum', 'mean': 'mean', 'max': 'max'}
@@ -49,8 +49,7 @@ class _TCMixin:
 def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
     """CSR positions of self loops and their rows (structure only: cached on g)."""
     def find():
-        row = torch.repeat_interleave(torch.arange(g.num_rows, device=g.device, dtype=torch.int32),
-                                      g.degree(), output_size=g.num_edges)
+        row = g.row()
         pos = (g.col == row).nonzero().flatten()
         return pos, row[pos].long()
     return g.memo('self_loops', find)
@@ -105,19 +104,17 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
         deg = deg + diag_w
     dinv = deg.pow(-0.5)
     dinv = dinv.masked_fill(dinv == float('inf'), 0.0)
-    value = dinv.index_select(0, g.col)
-    dinv_row = torch.repeat_interleave(dinv, g.degree(), output_size=g.num_edges)
-    if value.requires_grad or dinv_row.requires_grad:
-        value = value * dinv_row
+    # dinv[target] * dinv[source] for every edge: an SDDMM of width 1, which
+    # allocates only its output (no edge-sized index temporaries).
+    d = dinv.view(-1, 1)
+    value = sddmm_graph(g, d, d)
+    if value.requires_grad:
         if w is not None:
             value = value * w
-    else:  # no autograd: in place, one edge-sized temporary less
-        value.mul_(dinv_row)
-        if w is not None:
-            value.mul_(w)
-        elif add_self_loops:
-            value.index_fill_(0, _loop_info(g)[0], 0.0)
-    del dinv_row
+    elif w is not None:
+        value.mul_(w)
+    elif has_loops:
+        value.index_fill_(0, pos, 0.0)
     diag = dinv * dinv * diag_w if diag_w is not None else None
     return value, diag
 

@@ -9,6 +9,7 @@ from typing import Any, Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch_geometric import EdgeIndex
 
 from ..formats.carrier import get_graph
 from ..formats.csr import CSRGraph
@@ -146,7 +147,9 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     ``edge_weight`` and ``diag``.
     """
     if size is None and isinstance(x, Tensor) and x.dim() == 2:
-        size = (x.size(0), x.size(0))  # square by default, as PyG's propagate
+        # As PyG's propagate: an EdgeIndex's own target count, else square.
+        num_dst = adj.sparse_size(1) if isinstance(adj, EdgeIndex) else None
+        size = (x.size(0), num_dst if num_dst is not None else x.size(0))
     g, value = get_graph(adj, size=size, flow=flow)
     if edge_weight is not None:
         if value is not None:
