@@ -15,13 +15,15 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYG_TC_BUILD_DIR=${PYG_TC_BUILD_DIR:-/tmp/pyg_tc_build}
 [ -d .device_data ] && export PYG_TC_SHARED=$PWD/.device_data
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+# at most 8 files come back from the device: keep the count low
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/info.txt"
 t0=$(date +%s)
-python -c "import pyg_tc, json; print(json.dumps(pyg_tc.info(), indent=1))" 2>&1 | tee "$OUT/info.txt" || exit 1
+python -c "import pyg_tc, json; print(json.dumps(pyg_tc.info(), indent=1))" 2>&1 | tee -a "$OUT/info.txt" || exit 1
 echo "build+import: $(( $(date +%s) - t0 )) s"
 rc=0
 if [[ ",$MODE," == *,probe,* ]]; then
   python benchmarks/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
+  python benchmarks/memory_probe.py 2>&1 | tee -a "$OUT/probe.log" || rc=1
 fi
 if [[ ",$MODE," == *,tests,* || "$MODE" == all ]]; then
   python -m pytest -q -rf -m cuda --timeout=900 tests -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1

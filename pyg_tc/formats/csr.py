@@ -48,18 +48,25 @@ class Schedule(NamedTuple):
                         self.heavy_ptr.to(device), self.num_slots)
 
 
-def auto_chunk(num_edges: int) -> int:
-    """Edges per unit: small graphs want short units (the longest unit is the
-    tail of the launch), large ones long units (fewer partial rows to write and
-    reduce). The smallest power of two above E / 2^16, clamped to [128, 1024]; the
-    sweep behind it is in docs/benchmarks.md."""
+COOP_UNITS = 32768  # below this many units the kernel runs in cooperative mode
+
+
+def auto_chunk(num_edges: int, num_rows: int = 1 << 30) -> int:
+    """Edges per unit, from kernel-only sweeps on the H200 (docs/benchmarks.md).
+    Graphs whose schedule has fewer than ``COOP_UNITS`` units at chunk 256 run
+    in the kernel's cooperative mode (a whole warp per unit) and want 256.
+    Otherwise short units for smaller graphs (the longest unit is the tail of
+    the launch) and long ones for large graphs (fewer partial rows to write and
+    reduce): the smallest power of two above E / 2^16, clamped to [128, 1024]."""
+    if num_rows + num_edges // 256 < COOP_UNITS:
+        return 256
     return int(min(1024, max(128, 1 << max(0, (num_edges >> 16)).bit_length())))
 
 
 def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK) -> Schedule:
     """Degree-bucket schedule of a CSR ``rowptr`` (runs on rowptr's device)."""
     if chunk is None:
-        chunk = auto_chunk(int(rowptr[-1]))
+        chunk = auto_chunk(int(rowptr[-1]), rowptr.numel() - 1)
     if chunk < 1:
         raise ValueError(f'chunk must be positive, got {chunk}')
     dev = rowptr.device
@@ -114,7 +121,7 @@ class CSRGraph:
                  sched: Schedule, t_sched: Schedule, num_rows: int, num_cols: int,
                  chunk: Optional[int] = DEFAULT_CHUNK):
         if chunk is None:
-            chunk = auto_chunk(col.numel())
+            chunk = auto_chunk(col.numel(), rowptr.numel() - 1)
         self.rowptr, self.col, self.perm = rowptr, col, perm
         self.t_rowptr, self.t_col, self.t_perm = t_rowptr, t_col, t_perm
         self.sched, self.t_sched = sched, t_sched
@@ -174,7 +181,7 @@ class CSRGraph:
     @classmethod
     def _finish(cls, rowptr, col, perm, R, C, chunk) -> 'CSRGraph':
         if chunk is None:
-            chunk = auto_chunk(col.numel())
+            chunk = auto_chunk(col.numel(), R)
         t_rows, t_perm = torch.sort(col, stable=True)
         t_rowptr = _rowptr_from_sorted(t_rows, C)
         del t_rows

@@ -110,7 +110,7 @@ def _spmm_backward(ctx, grad):
     grads = [None] * 18
     grad = grad.contiguous()
     if reduce == 'max':
-        gv, gx = _max_backward(rowptr, col, value, x, out, grad)
+        gv, gx = _max_backward(rowptr, col, value, x, out, grad, t_rowptr, t_perm)
         grads[2] = gv.to(value.dtype) if (need_value and value is not None) else None
         grads[3] = gx if need_x else None
         return tuple(grads)
@@ -138,7 +138,7 @@ def _spmm_backward(ctx, grad):
     return tuple(grads)
 
 
-def _max_backward(rowptr, col, value, x, out, grad):
+def _max_backward(rowptr, col, value, x, out, grad, t_rowptr, t_perm):
     """Gradient of max aggregation, exactly as PyG computes it without
     torch_scatter: torch's ``zeros.scatter_reduce_(..., 'amax',
     include_self=False)``, whose backward splits the gradient evenly among the
@@ -157,7 +157,9 @@ def _max_backward(rowptr, col, value, x, out, grad):
     cnt = (out == 0).to(acc).index_add_(0, row, mask)
     gm = mask * (grad.to(acc) / cnt.clamp(min=1)).index_select(0, row)
     gx_msg = gm * value.to(acc).unsqueeze(1) if value is not None else gm
-    gx = torch.zeros(x.shape, dtype=acc, device=x.device).index_add_(0, c, gx_msg).to(x.dtype)
+    # Ordered segment sum over the transpose (no atomics: deterministic).
+    gx = torch.segment_reduce(gx_msg.index_select(0, t_perm.long()), 'sum',
+                              offsets=t_rowptr.long(), axis=0).to(x.dtype)
     gv = (gm * xs).sum(1)
     return gv, gx
 
