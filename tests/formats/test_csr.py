@@ -90,7 +90,7 @@ def test_from_coo_invariants(kind, chunk, device):
     g = CSRGraph.from_coo(ei[0], ei[1], ns, nd, chunk=chunk)
     assert g.validate() is g
     assert g.device == ei.device
-    c = auto_chunk(ei.size(1)) if chunk is None else chunk
+    c = auto_chunk(ei.size(1), nd) if chunk is None else chunk
     assert g.chunk == c
     check_csr_matches_coo(g, ei, ns, nd)
     check_schedule_direct(g.sched, g.rowptr, c)
@@ -143,10 +143,14 @@ def test_build_schedule_edge_cases(chunk):
 
 
 def test_auto_chunk():
-    values = [auto_chunk(e) for e in (0, 1, 10_000, 2**20, 2**23, 2**26, 2**31 - 1)]
+    # large graphs (many rows): grows with E, power of two in [128, 1024]
+    values = [auto_chunk(e, 10**6) for e in (0, 1, 10_000, 2**20, 2**23, 2**26, 2**31 - 1)]
     for c in values:
         assert 128 <= c <= 1024 and c & (c - 1) == 0
     assert values == sorted(values) and values[0] == 128 and values[-1] == 1024
+    # small graphs (cooperative kernel mode): 256
+    assert auto_chunk(1_038_000, 11_758) == 256 and auto_chunk(10_556, 2_708) == 256
+    assert auto_chunk(2_100_000, 169_343) == 128
 
 
 @cuda_only
