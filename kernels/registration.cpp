@@ -19,4 +19,6 @@ TORCH_LIBRARY(pyg_tc, m) {
       "Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor t_rowptr, Tensor t_col, "
       "Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, Tensor t_heavy_ptr, "
       "int t_num_slots) -> Tensor");
+  // Stable sort of non-negative int32 keys < 2^end_bit: (sorted keys, int32 permutation).
+  m.def("sort_int32(Tensor keys, int end_bit) -> (Tensor, Tensor)");
 }

@@ -62,6 +62,12 @@ def build_dir() -> str:
     return osp.join(root, key)
 
 
+def _cccl_include(cuda_home) -> list:
+    """CUDA 13 ships cub/thrust under include/cccl."""
+    path = osp.join(cuda_home or '', 'include', 'cccl')
+    return [path] if osp.isdir(path) else []
+
+
 def unavailable_reason() -> Optional[str]:
     if os.environ.get('PYG_TC_DISABLE_KERNELS'):
         return 'disabled by PYG_TC_DISABLE_KERNELS'
@@ -100,7 +106,7 @@ def load(verbose: bool = False) -> bool:
                 name='pyg_tc_kernels',
                 sources=sources(),
                 build_directory=bdir,
-                extra_include_paths=[kernel_dir()],
+                extra_include_paths=[kernel_dir()] + _cccl_include(cpp_extension.CUDA_HOME),
                 extra_cflags=['-O3', '-std=c++20'],
                 extra_cuda_cflags=['-O3', '-std=c++20', '--expt-relaxed-constexpr',
                                    f'-gencode=arch=compute_{arch},code=sm_{arch}'],

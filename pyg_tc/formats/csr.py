@@ -28,7 +28,7 @@ medium row, heavy rows spread over many warps).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -105,6 +105,19 @@ def csr_rows(rowptr: Tensor) -> Tensor:
     return out.cumsum_(0) if E else out
 
 
+def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
+    """Stable sort of int32 keys in [0, num_keys): (sorted keys, int32
+    permutation). On the GPU a radix sort over the used key bits (about half
+    the memory of torch.sort); elsewhere torch.sort."""
+    from ..ops import _registry
+    _registry.ensure()
+    bits = max(1, (max(num_keys, 1) - 1).bit_length())
+    if keys.is_cuda and _registry.CUDA_KERNELS and bits <= 31:
+        return torch.ops.pyg_tc.sort_int32(keys, bits)
+    values, perm = torch.sort(keys, stable=True)
+    return values, perm.to(torch.int32)
+
+
 def _rowptr_from_sorted(rows_sorted: Tensor, R: int) -> Tensor:
     counts = torch.bincount(rows_sorted, minlength=R) if rows_sorted.numel() else \
         torch.zeros(R, dtype=torch.long, device=rows_sorted.device)
@@ -159,10 +172,9 @@ class CSRGraph:
                     f'max target {int(mx_d)}')
         # Temporaries are dropped as soon as possible: on a 100M-edge graph each
         # int32 edge array is 400 MB and torch.sort's int64 indices 800 MB.
-        rows, perm = torch.sort(dst.to(torch.int32), stable=True)
+        rows, perm = sort_int32(dst.to(torch.int32), num_dst)
         rowptr = _rowptr_from_sorted(rows, num_dst)
         del rows
-        perm = perm.to(torch.int32)
         col = src.to(torch.int32).index_select(0, perm)
         return cls._finish(rowptr, col, perm, num_dst, num_src, chunk)
 
@@ -182,10 +194,9 @@ class CSRGraph:
     def _finish(cls, rowptr, col, perm, R, C, chunk) -> 'CSRGraph':
         if chunk is None:
             chunk = auto_chunk(col.numel(), R)
-        t_rows, t_perm = torch.sort(col, stable=True)
+        t_rows, t_perm = sort_int32(col, C)
         t_rowptr = _rowptr_from_sorted(t_rows, C)
         del t_rows
-        t_perm = t_perm.to(torch.int32)
         t_col = csr_rows(rowptr).index_select(0, t_perm)
         return cls(rowptr, col, perm, t_rowptr, t_col, t_perm,
                    build_schedule(rowptr, chunk), build_schedule(t_rowptr, chunk), R, C, chunk)

@@ -27,6 +27,7 @@ SCHEMAS = {
         'Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor t_rowptr, Tensor t_col, '
         'Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, Tensor t_heavy_ptr, '
         'int t_num_slots) -> Tensor'),
+    'sort_int32': 'sort_int32(Tensor keys, int end_bit) -> (Tensor, Tensor)',
 }
 
 _LOCK = threading.Lock()
@@ -73,6 +74,11 @@ def sddmm_reference(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor) -> Tensor
     deg = (rowptr[1:] - rowptr[:-1]).long()
     row = torch.repeat_interleave(torch.arange(R, device=a.device), deg, output_size=col.numel())
     return (a.index_select(0, row).to(acc) * b.index_select(0, col.long()).to(acc)).sum(1).to(a.dtype)
+
+
+def _sort_impl(keys, end_bit):
+    values, perm = torch.sort(keys, stable=True)
+    return values, perm.to(torch.int32)
 
 
 def _spmm_impl(rowptr, col, value, x, units, heavy_rows, heavy_ptr, diag, num_slots, reduce,
@@ -217,6 +223,7 @@ def ensure() -> None:
         for key in keys:
             impl_lib.impl('spmm_csr', _spmm_impl, key)
             impl_lib.impl('sddmm_csr', _sddmm_impl, key)
+            impl_lib.impl('sort_int32', _sort_impl, key)
         CUDA_KERNELS = loaded
 
         @torch.library.register_fake('pyg_tc::spmm_csr')
@@ -226,6 +233,10 @@ def ensure() -> None:
         @torch.library.register_fake('pyg_tc::sddmm_csr')
         def _sddmm_fake(col, a, b, *rest):
             return a.new_empty(col.size(0))
+
+        @torch.library.register_fake('pyg_tc::sort_int32')
+        def _sort_fake(keys, end_bit):
+            return keys.new_empty(keys.shape), keys.new_empty(keys.shape)
 
         torch.library.register_autograd('pyg_tc::spmm_csr', _spmm_backward, setup_context=_spmm_setup)
         torch.library.register_autograd('pyg_tc::sddmm_csr', _sddmm_backward, setup_context=_sddmm_setup)

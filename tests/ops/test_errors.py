@@ -156,3 +156,15 @@ def test_sddmm_bad_shapes(graph):
         sddmm(x.half(), x, ei)
     with pytest.raises(ValueError, match='share dtype, device and width'):
         sddmm(features(n, 4), x, ei)
+
+
+@pytest.mark.parametrize('device', DEVICES)
+def test_sort_int32_is_stable_and_matches_torch(device):
+    from pyg_tc.formats.csr import sort_int32
+    g = torch.Generator().manual_seed(0)
+    for n, num_keys in ((0, 5), (1, 1), (1000, 7), (100_000, 70_000), (50_000, 2**20 + 3)):
+        keys = torch.randint(0, num_keys, (n,), generator=g, dtype=torch.int32).to(device)
+        values, perm = sort_int32(keys, num_keys)
+        ref_v, ref_p = torch.sort(keys.cpu(), stable=True)
+        assert perm.dtype == torch.int32 and values.dtype == torch.int32
+        assert torch.equal(values.cpu(), ref_v) and torch.equal(perm.cpu().long(), ref_p)
