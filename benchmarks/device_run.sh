@@ -25,6 +25,12 @@ if [[ ",$MODE," == *,probe,* ]]; then
   python benchmarks/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
   python benchmarks/memory_probe.py 2>&1 | tee -a "$OUT/probe.log" || rc=1
 fi
+if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
+  ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM" --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      python benchmarks/ncu_probe.py > "$OUT/ncu.txt" 2>&1 || rc=1
+  tail -5 "$OUT/ncu.txt"
+fi
 if [[ ",$MODE," == *,tests,* || "$MODE" == all ]]; then
   python -m pytest -q -rf -m cuda --timeout=900 tests -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1
 fi
