@@ -122,7 +122,10 @@ def _pyg_dataset(cls_name: str, sub: str, folder: str, name: str):
 
 
 def _mat(rel: str, key: str) -> Tuple[Tensor, int]:
-    import scipy.io
+    try:
+        import scipy.io
+    except ImportError as e:  # scipy is in the 'bench' extra
+        raise RuntimeError(f'reading {rel} needs scipy: pip install "pyg_tc[bench]"') from e
     A = scipy.io.loadmat(str(shared_dir() / 'datasets' / rel))[key].tocoo()
     ei = torch.stack([torch.from_numpy(A.col.astype('int64')), torch.from_numpy(A.row.astype('int64'))])
     return ei, A.shape[0]

@@ -76,8 +76,13 @@ class Reporter:
                  'png': os.path.join(self.out_dir, 'speedup.png')}
         with open(paths['markdown'], 'w') as f:
             f.write(markdown(self.env, summary, self.records, notes))
-        plot(self.of('spmm'), paths['png'], title=self.env.get('gpu') or 'CPU (reference path)',
-             baseline='cuSPARSE' if self.env.get('gpu') else 'torch.sparse (CPU)')
+        try:
+            plot(self.of('spmm'), paths['png'], title=self.env.get('gpu') or 'CPU (reference path)',
+                 baseline='cuSPARSE' if self.env.get('gpu') else 'torch.sparse (CPU)')
+        except ImportError:  # matplotlib is in the 'bench' extra
+            print('[warn] matplotlib is not installed (pip install "pyg_tc[bench]"): no PNG plot',
+                  flush=True)
+            del paths['png']
         return paths
 
 
@@ -184,36 +189,46 @@ def markdown(env: dict, summary: dict, records: List[dict], notes: List[str] = (
 # -- plot -----------------------------------------------------------------------
 
 def plot(spmm: List[dict], path: str, title: str = '', baseline: str = 'cuSPARSE') -> None:
+    """One panel per dtype: graphs on the x axis, one bar per feature width,
+    height = speedup over the baseline in the same dtype (dashed line = 1)."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    keys: List[tuple] = []
+    graphs: List[str] = []
+    widths: List[int] = []
     for r in spmm:
-        if (r['graph'], r['F']) not in keys:
-            keys.append((r['graph'], r['F']))
-    dnames = [d for d in DTYPES if any(r['dtype'] == d for r in spmm)]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(keys) * max(1, len(dnames)) + 2), 4.5))
-    w = 0.8 / max(1, len(dnames))
-    for i, d in enumerate(dnames):
+        if r['graph'] not in graphs:
+            graphs.append(r['graph'])
+        if r['F'] not in widths:
+            widths.append(r['F'])
+    widths.sort()
+    dnames = [d for d in DTYPES if any(r['dtype'] == d for r in spmm)] or ['fp32']
+    fig, axes = plt.subplots(len(dnames), 1, figsize=(max(7.0, 1.1 * len(graphs) + 2),
+                                                      2.6 * len(dnames) + 0.6),
+                             sharex=True, squeeze=False)
+    w = 0.8 / max(1, len(widths))
+    for ax, d in zip(axes[:, 0], dnames):
         val = {(r['graph'], r['F']): r.get('speedup_vs_cusparse', float('nan'))
                for r in spmm if r['dtype'] == d}
-        ys = [val.get(k, float('nan')) for k in keys]
-        xs = [j + (i - (len(dnames) - 1) / 2) * w for j in range(len(keys))]
-        ax.bar(xs, ys, w, label=d)
-        for xv, yv in zip(xs, ys):
-            if math.isnan(yv):
-                ax.text(xv, 0.02, 'n/a', ha='center', va='bottom', fontsize=6, rotation=90,
-                        transform=ax.get_xaxis_transform())
-    ax.axhline(1.0, color='k', lw=0.8, ls='--')
-    ax.set_xlim(-0.5, len(keys) - 0.5)
-    ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([f'{g}\nF={F}' for g, F in keys], fontsize=7)
-    ax.set_ylabel(f'speedup vs {baseline} (same dtype)')
-    ax.set_title(f'pyg_tc SpMM vs {baseline} — {title}', fontsize=10)
-    if dnames:
-        ax.legend(title='dtype', fontsize=8)
-    if not keys:
+        for i, F in enumerate(widths):
+            xs = [j + (i - (len(widths) - 1) / 2) * w for j in range(len(graphs))]
+            ys = [val.get((g, F), float('nan')) for g in graphs]
+            ax.bar(xs, ys, w, label=f'F={F}')
+            for xv, yv in zip(xs, ys):
+                if math.isnan(yv):
+                    ax.text(xv, 0.02, 'n/a', ha='center', va='bottom', fontsize=6, rotation=90,
+                            transform=ax.get_xaxis_transform())
+        ax.axhline(1.0, color='k', lw=0.8, ls='--')
+        ax.set_ylabel(f'{d}: x {baseline}', fontsize=9)
+        ax.grid(axis='y', alpha=0.3)
+    axes[0, 0].set_title(f'pyg_tc SpMM speedup over {baseline} (same dtype), {title}', fontsize=10)
+    axes[0, 0].legend(fontsize=8, ncol=len(widths), loc='upper right')
+    ax = axes[-1, 0]
+    ax.set_xlim(-0.5, len(graphs) - 0.5)
+    ax.set_xticks(range(len(graphs)))
+    ax.set_xticklabels(graphs, fontsize=8)
+    if not graphs:
         ax.text(0.5, 0.5, 'no SpMM cases', ha='center', va='center', transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
