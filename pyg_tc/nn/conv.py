@@ -45,6 +45,19 @@ class _TCMixin:
     def _use_kernels(self) -> bool:
         return self.backend != 'pyg' and isinstance(self.aggr, str) and self.aggr in _KERNEL_AGGR
 
+    def _prepare(self, x: Any, edge_index: Any, size: Optional[Tuple[int, int]]):
+        """(x_src, x_root, graph, edge values or None, reduce), PyG's pairing and
+        size conventions."""
+        x_src, x_r = (x, x) if isinstance(x, Tensor) else x
+        if size is None:
+            size = (x_src.size(0), x_r.size(0) if x_r is not None else x_src.size(0))
+        g, value = get_graph(edge_index, size=size, flow=self.flow)
+        return x_src, x_r, g, value, _KERNEL_AGGR[self.aggr]
+
+    def message_and_aggregate(self, adj_t: Any, x: Any) -> Tensor:
+        x_src = x[0] if isinstance(x, (tuple, list)) else x
+        return spmm(x_src, adj_t, reduce=_KERNEL_AGGR.get(self.aggr, self.aggr))
+
 
 def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
     """CSR positions of self loops and their rows (structure only: cached on g)."""
@@ -202,9 +215,6 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
             out = out + self.bias
         return out
 
-    def message_and_aggregate(self, adj_t: Any, x: Tensor) -> Tensor:
-        return spmm(x, adj_t, reduce=_KERNEL_AGGR.get(self.aggr, self.aggr))
-
 
 class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
     """Drop-in ``torch_geometric.nn.SAGEConv`` on pyg_tc kernels.
@@ -228,15 +238,9 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
         if not self._use_kernels():
             return super().forward(x, edge_index, size)
-        if isinstance(x, Tensor):
-            x = (x, x)
+        x_src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
         if self.project and hasattr(self, 'lin'):
-            x = (self.lin(x[0]).relu(), x[1])
-        x_src, x_r = x
-        if size is None:
-            size = (x_src.size(0), x_r.size(0) if x_r is not None else x_src.size(0))
-        g, value = get_graph(edge_index, size=size, flow=self.flow)
-        reduce = _KERNEL_AGGR[self.aggr]
+            x_src = self.lin(x_src).relu()
         lin_l = self.lin_l
         if reduce != 'max' and lin_l.out_channels < lin_l.in_channels:
             out = spmm_graph(g, F.linear(x_src, lin_l.weight), value, reduce)
@@ -249,10 +253,6 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
         if self.normalize:
             out = F.normalize(out, p=2., dim=-1)
         return out
-
-    def message_and_aggregate(self, adj_t: Any, x: Any) -> Tensor:
-        x_src = x[0] if isinstance(x, (tuple, list)) else x
-        return spmm(x_src, adj_t, reduce=_KERNEL_AGGR.get(self.aggr, self.aggr))
 
 
 class GINConv(_TCMixin, pyg_nn.GINConv):
@@ -270,13 +270,7 @@ class GINConv(_TCMixin, pyg_nn.GINConv):
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
         if not self._use_kernels():
             return super().forward(x, edge_index, size)
-        if isinstance(x, Tensor):
-            x = (x, x)
-        x_src, x_r = x
-        if size is None:
-            size = (x_src.size(0), x_r.size(0) if x_r is not None else x_src.size(0))
-        g, value = get_graph(edge_index, size=size, flow=self.flow)
-        reduce = _KERNEL_AGGR[self.aggr]
+        x_src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
         if x_r is x_src and reduce != 'max':
             out = spmm_graph(g, x_src, value, reduce, diag=1 + self.eps)
         else:
@@ -284,7 +278,3 @@ class GINConv(_TCMixin, pyg_nn.GINConv):
             if x_r is not None:
                 out = out + (1 + self.eps) * x_r
         return self.nn(out)
-
-    def message_and_aggregate(self, adj_t: Any, x: Any) -> Tensor:
-        x_src = x[0] if isinstance(x, (tuple, list)) else x
-        return spmm(x_src, adj_t, reduce=_KERNEL_AGGR.get(self.aggr, self.aggr))

@@ -220,3 +220,18 @@ def test_half_precision_cuda(cora, dtype, kind):
     assert rel < tol, rel
     for a, b in zip(ref_g, our_g):
         assert (b.float() - a).norm() / a.norm().clamp(min=1e-12) < tol
+
+
+@pytest.mark.parametrize('kind', ['gcn', 'sage', 'gin'])
+def test_propagate_on_sparse_adj_and_pyg_backend(cora, kind):
+    """User code calling propagate() on a sparse adj_t reaches our
+    message_and_aggregate; backend='pyg' runs PyG's own path. Both match PyG."""
+    ref, ours = make_pair(kind, cora.num_features, 8)
+    N = cora.num_nodes
+    adj = to_torch_csr_tensor(cora.edge_index.flip(0), size=(N, N))
+    x = cora.x
+    xs = x if kind == 'gcn' else (x, x)
+    kw = {'edge_weight': None} if kind == 'gcn' else {}
+    torch.testing.assert_close(ours.propagate(adj, x=xs, **kw), ref.propagate(adj, x=xs, **kw))
+    ours.backend = 'pyg'
+    torch.testing.assert_close(ours(x, cora.edge_index), ref(x, cora.edge_index))
