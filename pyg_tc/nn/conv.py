@@ -42,6 +42,10 @@ def _is_sparse(adj: Any) -> bool:
 
 
 class _TCMixin:
+    def _tc_init(self, backend: str) -> None:
+        self.backend = _check_backend(backend)
+        ensure()  # build/load the kernels at construction, not inside a traced forward
+
     def _use_kernels(self) -> bool:
         return self.backend != 'pyg' and isinstance(self.aggr, str) and self.aggr in _KERNEL_AGGR
 
@@ -154,9 +158,8 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
                  normalize: bool = True, bias: bool = True, backend: str = 'auto', **kwargs):
         super().__init__(in_channels, out_channels, improved, cached, add_self_loops, normalize,
                          bias, **kwargs)
-        self.backend = _check_backend(backend)
         self._tc_cache = None
-        ensure()
+        self._tc_init(backend)
 
     def reset_parameters(self):
         super().reset_parameters()
@@ -231,8 +234,7 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
                  backend: str = 'auto', **kwargs):
         super().__init__(in_channels, out_channels, aggr, normalize, root_weight, project, bias,
                          **kwargs)
-        self.backend = _check_backend(backend)
-        ensure()
+        self._tc_init(backend)
 
     def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Any,
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
@@ -263,8 +265,7 @@ class GINConv(_TCMixin, pyg_nn.GINConv):
     def __init__(self, nn: torch.nn.Module, eps: float = 0., train_eps: bool = False,
                  backend: str = 'auto', **kwargs):
         super().__init__(nn, eps, train_eps, **kwargs)
-        self.backend = _check_backend(backend)
-        ensure()
+        self._tc_init(backend)
 
     def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Any,
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
