@@ -92,6 +92,13 @@ def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK) -> Sche
     return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), num_slots)
 
 
+def inverse_perm(p: Tensor) -> Tensor:
+    """The inverse of a permutation, in p's dtype."""
+    inv = torch.empty_like(p)
+    inv[p.long()] = torch.arange(p.numel(), device=p.device, dtype=p.dtype)
+    return inv
+
+
 def csr_rows(rowptr: Tensor) -> Tensor:
     """Row index of every CSR position as int32, by a marker cumsum: no int64
     temporary of the edge count (``repeat_interleave`` builds one, 800 MB on
@@ -220,9 +227,8 @@ class CSRGraph:
 
     def transpose(self) -> 'CSRGraph':
         """The reversed graph (sources become rows), sharing all tensors."""
-        inv = torch.empty_like(self.t_perm)
-        inv[self.t_perm.long()] = torch.arange(self.num_edges, device=self.device, dtype=inv.dtype)
-        return CSRGraph(self.t_rowptr, self.t_col, None, self.rowptr, self.col, inv,
+        return CSRGraph(self.t_rowptr, self.t_col, None, self.rowptr, self.col,
+                        inverse_perm(self.t_perm),
                         self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
 
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':

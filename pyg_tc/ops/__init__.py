@@ -12,7 +12,7 @@ from torch import Tensor
 from torch_geometric import EdgeIndex
 
 from ..formats.carrier import get_graph
-from ..formats.csr import CSRGraph
+from ..formats.csr import CSRGraph, inverse_perm
 from . import _registry
 from ._registry import ensure, sddmm_reference, spmm_reference
 
@@ -169,6 +169,4 @@ def sddmm(a: Tensor, b: Tensor, adj: Any, *,
     out = sddmm_graph(g, a, b)
     if g.perm is None:
         return out
-    inv = torch.empty_like(g.perm)
-    inv[g.perm.long()] = torch.arange(g.num_edges, device=g.device, dtype=inv.dtype)
-    return out.index_select(0, inv)
+    return out.index_select(0, g.memo('inverse_perm', lambda: inverse_perm(g.perm)))

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .. import _kernels
+from ..formats.csr import inverse_perm
 
 SCHEMAS = {
     'spmm_csr': (
@@ -93,12 +94,6 @@ def _sddmm_impl(col, a, b, units, rowptr, *rest):
 # ---------------------------------------------------------------------------
 # Autograd
 
-def _inverse_perm(p: Tensor) -> Tensor:
-    inv = torch.empty_like(p)
-    inv[p.long()] = torch.arange(p.numel(), device=p.device, dtype=p.dtype)
-    return inv
-
-
 def _spmm_setup(ctx, inputs, output):
     (rowptr, col, value, x, units, hr, hp, diag, ns, reduce,
      t_rowptr, t_col, t_perm, t_value, t_units, t_hr, t_hp, t_ns) = inputs
@@ -126,7 +121,7 @@ def _spmm_backward(ctx, grad):
         tv = t_value
         if value is not None and tv is None:
             tv = value[t_perm.long()]
-        inv = _inverse_perm(t_perm) if torch.is_grad_enabled() else t_perm
+        inv = inverse_perm(t_perm) if torch.is_grad_enabled() else t_perm
         fused_diag = diag if reduce == 'sum' else None
         gx = torch.ops.pyg_tc.spmm_csr(t_rowptr, t_col, tv, gs, t_units, t_hr, t_hp, fused_diag,
                                        t_ns, 'sum', rowptr, col, inv, value, units, hr, hp, ns)
@@ -181,7 +176,7 @@ def _sddmm_backward(ctx, grad):
     ns, t_ns = ctx.ns, ctx.t_ns
     grads = [None] * 15
     g = grad.to(_acc_dtype(a.dtype)).contiguous()
-    inv = _inverse_perm(t_perm) if torch.is_grad_enabled() else t_perm
+    inv = inverse_perm(t_perm) if torch.is_grad_enabled() else t_perm
     gt = g[t_perm.long()]
     if ctx.needs_input_grad[1]:  # grad_a[i] = sum_e g_e b[col_e]
         grads[1] = torch.ops.pyg_tc.spmm_csr(rowptr, col, g, b, units, hr, hp, None, ns, 'sum',

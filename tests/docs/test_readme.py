@@ -2,7 +2,6 @@
 the kernels on a GPU) and matches PyG's GCNConv with the same weights."""
 import re
 import shutil
-from pathlib import Path
 
 import torch
 
