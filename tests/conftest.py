@@ -203,6 +203,13 @@ def random_graph(num_src: int, num_dst: int, num_edges: int, seed: int = 0,
     return ei.to(device)
 
 
+def to_adj_t(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """PyG's sparse ``adj_t`` of a square graph: torch CSR, rows = targets, ones."""
+    return torch.sparse_coo_tensor(edge_index.flip(0),
+                                   torch.ones(edge_index.size(1), device=edge_index.device),
+                                   (num_nodes, num_nodes)).coalesce().to_sparse_csr()
+
+
 def features(n: int, f: int, dtype=torch.float32, device='cpu', seed: int = 0,
              requires_grad: bool = False) -> torch.Tensor:
     """Normal features, rounded to ``dtype``."""

@@ -12,7 +12,7 @@ from pyg_tc.formats import CSRGraph, TCEdgeIndex, attach, get_graph
 from pyg_tc.formats.carrier import _ATTR
 from pyg_tc.ops import sddmm, spmm
 
-from ..conftest import (DEVICES, assert_close_ref, cuda_only, edge_weights, features, make_graph,
+from ..conftest import (DEVICES, to_adj_t, assert_close_ref, cuda_only, edge_weights, features, make_graph,
                         random_graph, sddmm_oracle, spmm_magnitude, spmm_oracle)
 
 
@@ -171,8 +171,7 @@ def test_in_place_edit_rebuilds(device):
 @pytest.mark.parametrize('device', DEVICES)
 def test_sparse_adj_caching(device):
     ei, n = make_graph('random', device)
-    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1), device=device),
-                                    (n, n)).coalesce().to_sparse_csr()
+    adj_t = to_adj_t(ei, n)
     g1, v1 = get_graph(adj_t)
     g2, v2 = get_graph(adj_t)
     assert g1 is g2 and v2 is v1

@@ -9,7 +9,7 @@ import torch
 from pyg_tc.formats import CSRGraph, Schedule, build_schedule
 from pyg_tc.formats.csr import auto_chunk
 
-from ..conftest import DEVICES, GRAPH_KINDS, cuda_only, make_graph, random_graph, sizes
+from ..conftest import to_adj_t, DEVICES, GRAPH_KINDS, cuda_only, make_graph, random_graph, sizes
 
 CHUNKS = [1, 4, 128, None]  # None: auto
 
@@ -115,8 +115,7 @@ def test_from_coo_int32(device):
 @pytest.mark.parametrize('device', DEVICES)
 def test_from_csr(device):
     ei, n = make_graph('hub', device)
-    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1), device=device),
-                                    (n, n)).coalesce().to_sparse_csr()
+    adj_t = to_adj_t(ei, n)
     g = CSRGraph.from_csr(adj_t.crow_indices(), adj_t.col_indices(), n, chunk=16).validate()
     assert g.perm is None
     assert torch.equal(g.rowptr.long(), adj_t.crow_indices().long())
