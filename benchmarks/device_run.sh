@@ -2,8 +2,11 @@
 # One device call does everything: build the kernels, run the CUDA test suite,
 # run the benchmarks; every log and result lands in $OUT.
 #
-#   run(command="bash benchmarks/device_run.sh [all|tests|bench|probe|tests,probe,bench]", carry=[".device_data"])
-# all = CUDA tests + benchmark suite; probe = kernel config/chunk sweep (kernel_probe.py)
+#   run(command="bash benchmarks/device_run.sh [all|tests|bench|probe|maxk|maxktrain|...]", carry=[".device_data"])
+# all = CUDA tests + benchmark suite; probe = kernel config/chunk sweep (kernel_probe.py);
+# maxk = MaxK-GNN kernels (Figure 8) + training epoch (pyg_tc/bench/maxk.py, args in $MAXK_ARGS);
+# maxktrain = MaxK accuracy / epoch time on real datasets (pyg_tc/bench/maxk_train.py, $MAXKTRAIN_ARGS).
+# TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
 # the device tool because ../shared does not travel):
@@ -32,7 +35,13 @@ if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
   tail -5 "$OUT/ncu.txt"
 fi
 if [[ ",$MODE," == *,tests,* || "$MODE" == all ]]; then
-  python -m pytest -q -rf -m cuda --timeout=900 tests -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1
+  python -m pytest -q -rf -m cuda --timeout=900 ${TEST_ARGS:-tests} -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1
+fi
+if [[ ",$MODE," == *,maxk,* ]]; then
+  python -m pyg_tc.bench.maxk --out "$OUT/maxk" ${MAXK_ARGS:-} 2>&1 | tee "$OUT/maxk.log" || rc=1
+fi
+if [[ ",$MODE," == *,maxktrain,* ]]; then
+  python benchmarks/maxk_train.py --out "$OUT/maxk_train" ${MAXKTRAIN_ARGS:-} 2>&1 | tee "$OUT/maxk_train.log" || rc=1
 fi
 if [[ ",$MODE," == *,bench,* || "$MODE" == all ]]; then
   python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1

@@ -7,6 +7,10 @@
 #include <cuda_bf16.h>
 #include <c10/util/Half.h>
 #include <c10/util/BFloat16.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
+
+#include <cstdint>
 
 namespace pyg_tc {
 
@@ -37,5 +41,21 @@ struct alignas(sizeof(T) * V) Pack {
 
 // Elements per 16-byte vector for a given scalar.
 template <typename T> constexpr int vec16() { return 16 / sizeof(T); }
+
+// fp32, fp16 and bf16 only: float64 runs the pure-PyTorch reference (Python side).
+#define PYG_TC_DISPATCH(TYPE, NAME, ...)                          \
+  AT_DISPATCH_SWITCH(TYPE, NAME,                                  \
+                     AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__)    \
+                     AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__)     \
+                     AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
+
+// Host-side argument checks shared by the kernel files.
+inline void check_index(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), "pyg_tc: ", name, " must be a CUDA tensor");
+  TORCH_CHECK(t.scalar_type() == at::kInt, "pyg_tc: ", name, " must be int32");
+  TORCH_CHECK(t.is_contiguous(), "pyg_tc: ", name, " must be contiguous");
+}
+
+__host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace pyg_tc

@@ -33,18 +33,13 @@
 #include <cstring>
 
 #include "common.cuh"
+#include "heavy_reduce.cuh"
 
 namespace pyg_tc {
 namespace {
 
 constexpr int kThreads = 256;
 
-// fp32, fp16 and bf16 only: float64 runs the pure-PyTorch reference (Python side).
-#define PYG_TC_DISPATCH(TYPE, NAME, ...)                          \
-  AT_DISPATCH_SWITCH(TYPE, NAME,                                  \
-                     AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__)    \
-                     AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__)     \
-                     AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
 constexpr int kUnroll = 4;
 
 // COOP (graphs with too few units to fill the GPU): the G groups of a warp
@@ -180,50 +175,6 @@ spmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
   }
 }
 
-// Second pass: one block of kReduceWarps warps per (heavy row, 32-feature
-// tile). Warp w folds slots s0 + w, s0 + w + kReduceWarps, ... (four loads in
-// flight), lanes over 32 consecutive features (128-byte coalesced rows); the
-// warp partials are then combined in warp order through shared memory. The
-// order is fixed, so the result is deterministic.
-constexpr int kReduceWarps = 4;
-
-template <bool MAX>
-__device__ __forceinline__ float combine(float a, float b) { return MAX ? fmaxf(a, b) : a + b; }
-
-template <typename T, bool MAX>
-__global__ void __launch_bounds__(kReduceWarps * 32)
-heavy_reduce_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
-                    const float* __restrict__ ws, const int* __restrict__ rowptr,
-                    const T* __restrict__ x, T* __restrict__ out,
-                    const float* __restrict__ diag, int64_t diag_stride, int F, bool mean) {
-  __shared__ float part[kReduceWarps][32];
-  const int h = blockIdx.x;
-  const int64_t row = heavy_rows[h];
-  const int s0 = heavy_ptr[h], s1 = heavy_ptr[h + 1];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int f = blockIdx.y * 32 + lane;
-  float acc = MAX ? -INFINITY : 0.f;
-  if (f < F) {
-    int s = s0 + warp;
-    constexpr int W = kReduceWarps;
-    for (; s + 3 * W < s1; s += 4 * W) {
-      const float p0 = ws[(int64_t)s * F + f], p1 = ws[(int64_t)(s + W) * F + f];
-      const float p2 = ws[(int64_t)(s + 2 * W) * F + f], p3 = ws[(int64_t)(s + 3 * W) * F + f];
-      acc = combine<MAX>(combine<MAX>(acc, p0), combine<MAX>(combine<MAX>(p1, p2), p3));
-    }
-    for (; s < s1; s += W) acc = combine<MAX>(acc, ws[(int64_t)s * F + f]);
-  }
-  part[warp][lane] = acc;
-  __syncthreads();
-  if (warp != 0 || f >= F) return;
-  float r = part[0][lane];
-#pragma unroll
-  for (int w = 1; w < kReduceWarps; ++w) r = combine<MAX>(r, part[w][lane]);
-  if (mean) r /= (float)(rowptr[row + 1] - rowptr[row]);
-  if (diag != nullptr) r += diag[row * diag_stride] * to_f(x[row * F + f]);
-  out[row * F + f] = from_f<T>(r);
-}
-
 template <typename T, int V, int L>
 __global__ void __launch_bounds__(kThreads)
 sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
@@ -273,8 +224,6 @@ sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
 struct Config {
   int L, NV;
 };
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Lanes per unit (L) and 16-byte vectors per lane (NV), fitted to sweeps on
 // the H200 over 6 graphs x 4 widths x 2 dtypes x 4 chunk sizes (docs/benchmarks.md;
@@ -363,12 +312,6 @@ void launch_sddmm(const int4* units, int64_t U, const int* col, const T* a, cons
   constexpr int G = 32 / L;
   const int64_t blocks = (U + (kThreads / 32) * G - 1) / ((kThreads / 32) * G);
   sddmm_units_kernel<T, V, L><<<(unsigned)blocks, kThreads, 0, stream>>>(units, U, col, a, b, out, F);
-}
-
-void check_index(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda(), "pyg_tc: ", name, " must be a CUDA tensor");
-  TORCH_CHECK(t.scalar_type() == at::kInt, "pyg_tc: ", name, " must be int32");
-  TORCH_CHECK(t.is_contiguous(), "pyg_tc: ", name, " must be contiguous");
 }
 
 at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,

@@ -19,6 +19,18 @@ TORCH_LIBRARY(pyg_tc, m) {
       "Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor t_rowptr, Tensor t_col, "
       "Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, Tensor t_heavy_ptr, "
       "int t_num_slots) -> Tensor");
+  // MaxK-GNN: top-k selection to CBSR (values, uint8/int16 column indices),
+  // forward SpGEMM (CSR x CBSR -> dense) and backward SSpMM (sampled A^T x
+  // dense -> CBSR values), both over the forward CSR and its unit schedule.
+  m.def("maxk_select(Tensor x, int k) -> (Tensor, Tensor)");
+  m.def(
+      "cbsr_spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor values, Tensor indices, "
+      "int width, Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, "
+      "Tensor? diag, str reduce) -> Tensor");
+  m.def(
+      "cbsr_sspmm(Tensor rowptr, Tensor col, Tensor? value, Tensor grad, Tensor indices, "
+      "Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor? diag, "
+      "str reduce) -> Tensor");
   // Stable sort of non-negative int32 keys < 2^end_bit: (sorted keys, int32 permutation).
   m.def("sort_int32(Tensor keys, int end_bit) -> (Tensor, Tensor)");
 }

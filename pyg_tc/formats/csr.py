@@ -281,6 +281,10 @@ class CSRGraph:
             raise ValueError('pyg_tc: transpose does not match the forward CSR')
         _validate_schedule(self.sched, self.rowptr, 'forward')
         _validate_schedule(self.t_sched, self.t_rowptr, 'transpose')
+        for name, s in (('forward', self.sched), ('transpose', self.t_sched)):
+            u = s.units
+            if u.numel() and int((u[:, 2] - u[:, 1]).max()) > self.chunk:
+                raise ValueError(f'pyg_tc: {name} schedule has a unit longer than chunk={self.chunk}')
         return self
 
 

@@ -1,5 +1,9 @@
 """Drop-in replacements for PyG's GCNConv, SAGEConv and GINConv.
 
+All three also take :class:`~pyg_tc.formats.CBSR` node features (the output
+of :class:`pyg_tc.nn.MaxK`) and aggregate them with the SpGEMM kernel (sum
+and mean; max and ``backend='pyg'`` densify first).
+
 Each class subclasses the PyG layer (same constructor, ``forward`` signature,
 parameters and ``state_dict`` keys) and replaces the gather/scatter
 message passing by the pyg_tc SpMM op. ``forward`` calls the op directly
@@ -23,8 +27,9 @@ from torch import Tensor
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from ..formats.carrier import SparseTensor, get_graph
+from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
-from ..ops import _to_csr_order, ensure, sddmm_graph, spmm, spmm_graph
+from ..ops import _to_csr_order, cbsr_spmm_graph, ensure, sddmm_graph, spmm, spmm_graph
 
 _BACKENDS = ('auto', 'csr', 'pyg')
 _KERNEL_AGGR = {'add': 'sum', 'sum': 'sum', 'mean': 'mean', 'max': 'max'}
@@ -34,6 +39,16 @@ def _check_backend(backend: str) -> str:
     if backend not in _BACKENDS:
         raise ValueError(f'pyg_tc: backend must be one of {_BACKENDS}, got {backend!r}')
     return backend
+
+
+def _dense(x: Any) -> Any:
+    """CBSR features (or pairs holding them) as dense tensors, for paths
+    without a CBSR kernel."""
+    if isinstance(x, CBSR):
+        return x.to_dense()
+    if isinstance(x, (tuple, list)):
+        return tuple(_dense(v) for v in x)
+    return x
 
 
 def _is_sparse(adj: Any) -> bool:
@@ -52,7 +67,7 @@ class _TCMixin:
     def _prepare(self, x: Any, edge_index: Any, size: Optional[Tuple[int, int]]):
         """(x_src, x_root, graph, edge values or None, reduce), PyG's pairing and
         size conventions."""
-        x_src, x_r = (x, x) if isinstance(x, Tensor) else x
+        x_src, x_r = (x, x) if isinstance(x, (Tensor, CBSR)) else x
         if size is None:
             size = (x_src.size(0), x_r.size(0) if x_r is not None else x_src.size(0))
         g, value = get_graph(edge_index, size=size, flow=self.flow)
@@ -204,7 +219,15 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
 
     def forward(self, x: Tensor, edge_index: Any, edge_weight: Optional[Tensor] = None) -> Tensor:
         if not self._use_kernels():
-            return super().forward(x, edge_index, edge_weight)
+            return super().forward(_dense(x), edge_index, edge_weight)
+        if isinstance(x, CBSR):
+            # MaxK features: aggregate first (SpGEMM), then the linear map;
+            # A (X W) = (A X) W, so the result is PyG's up to rounding.
+            g, value, _, diag = self._normalized(edge_index, edge_weight, x.size(0))
+            if value is not None and value.dtype != torch.float32:
+                value = value.float()
+            out = self.lin(cbsr_spmm_graph(g, x, value, 'sum', diag))
+            return out + self.bias if self.bias is not None else out
         if isinstance(x, (tuple, list)):
             raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as "
                              f"input while this layer does not support bipartite message passing. "
@@ -239,19 +262,23 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
     def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Any,
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
         if not self._use_kernels():
-            return super().forward(x, edge_index, size)
+            return super().forward(_dense(x), edge_index, size)
         x_src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
+        if isinstance(x_src, CBSR) and (reduce == 'max' or self.project):
+            x_src = x_src.to_dense()
         if self.project and hasattr(self, 'lin'):
             x_src = self.lin(x_src).relu()
         lin_l = self.lin_l
-        if reduce != 'max' and lin_l.out_channels < lin_l.in_channels:
+        if isinstance(x_src, CBSR):  # MaxK features: the SpGEMM kernel
+            out = lin_l(cbsr_spmm_graph(g, x_src, value, reduce))
+        elif reduce != 'max' and lin_l.out_channels < lin_l.in_channels:
             out = spmm_graph(g, F.linear(x_src, lin_l.weight), value, reduce)
             if lin_l.bias is not None:
                 out = out + lin_l.bias
         else:
             out = lin_l(spmm_graph(g, x_src, value, reduce))
         if self.root_weight and x_r is not None:
-            out = out + self.lin_r(x_r)
+            out = out + self.lin_r(_dense(x_r))
         if self.normalize:
             out = F.normalize(out, p=2., dim=-1)
         return out
@@ -270,12 +297,16 @@ class GINConv(_TCMixin, pyg_nn.GINConv):
     def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Any,
                 size: Optional[Tuple[int, int]] = None) -> Tensor:
         if not self._use_kernels():
-            return super().forward(x, edge_index, size)
+            return super().forward(_dense(x), edge_index, size)
         x_src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
-        if x_r is x_src and reduce != 'max':
-            out = spmm_graph(g, x_src, value, reduce, diag=1 + self.eps)
+        if isinstance(x_src, CBSR) and reduce == 'max':
+            x_src = x_src.to_dense()
+        cbsr = isinstance(x_src, CBSR)
+        agg = cbsr_spmm_graph if cbsr else spmm_graph
+        if x_r is x_src and reduce != 'max' and not (cbsr and reduce == 'mean'):
+            out = agg(g, x_src, value, reduce, diag=1 + self.eps)
         else:
-            out = spmm_graph(g, x_src, value, reduce)
+            out = agg(g, x_src, value, reduce)
             if x_r is not None:
-                out = out + (1 + self.eps) * x_r
+                out = out + (1 + self.eps) * _dense(x_r)
         return self.nn(out)

@@ -12,12 +12,16 @@ from torch import Tensor
 from torch_geometric import EdgeIndex
 
 from ..formats.carrier import get_graph
+from ..formats.cbsr import CBSR, cbsr_spmm_reference, index_dtype
 from ..formats.csr import CSRGraph, inverse_perm
 from . import _registry
-from ._registry import ensure, sddmm_reference, spmm_reference
+from ._registry import ensure, maxk_reference, sddmm_reference, spmm_reference
 
-__all__ = ['spmm', 'sddmm', 'spmm_graph', 'sddmm_graph', 'ensure', 'spmm_reference',
-           'sddmm_reference']
+__all__ = ['spmm', 'sddmm', 'spmm_graph', 'sddmm_graph', 'maxk', 'cbsr_spmm_graph', 'ensure',
+           'spmm_reference', 'sddmm_reference', 'maxk_reference']
+
+MAXK_KERNEL_WIDTH = 1024  # widest row the selection kernel holds in registers
+CBSR_KERNEL_WIDTH = 4096  # widest shared-memory row buffer of the CBSR kernels
 
 _REDUCE = {'sum': 'sum', 'add': 'sum', 'mean': 'mean', 'max': 'max'}
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -117,6 +121,67 @@ def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
     return _call(torch.ops.pyg_tc.sddmm_csr.default, args, (a, b))
 
 
+def _kernel_ok(t: Tensor) -> bool:
+    return t.is_cuda and t.dtype != torch.float64 and _registry.CUDA_KERNELS
+
+
+def maxk(x: Tensor, k: int) -> CBSR:
+    """MaxK nonlinearity: the ``k`` largest entries of every row of ``x``
+    (``[N, F]``), as a :class:`~pyg_tc.formats.CBSR` (values in x's dtype,
+    column indices ascending). Order as ``torch.sort``: NaN counts as
+    largest; ties at the k-th value keep the lowest columns. ``k >= F`` keeps
+    every entry. Gradients flow to the kept entries only.
+
+    CUDA: one-pass selection kernel for widths up to 1024 (fp32/fp16/bf16);
+    wider rows, float64 and CPU use the reference (``torch.sort``).
+    """
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f'pyg_tc: k must be an int, got {type(k).__name__}')
+    if k < 1:
+        raise ValueError(f'pyg_tc: k must be >= 1, got {k}')
+    if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype not in _FLOATS:
+        raise TypeError('pyg_tc: maxk needs a 2-D floating-point tensor [N, F]')
+    F = x.size(1)
+    idt = index_dtype(F)
+    if k >= F:  # keeps everything: the identity, in CBSR form
+        cols = torch.arange(F, device=x.device, dtype=idt).expand(x.size(0), F).contiguous()
+        return CBSR(x, cols, F)
+    ensure()
+    if F > MAXK_KERNEL_WIDTH and _kernel_ok(x):
+        values, indices = maxk_reference(x, k)
+    else:
+        values, indices = _call(torch.ops.pyg_tc.maxk_select.default, (x.contiguous(), k), (x,))
+    return CBSR(values, indices, F)
+
+
+def cbsr_spmm_graph(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',
+                    diag: Any = None) -> Tensor:
+    """SpGEMM ``out[i] = reduce_{e: i <- j} value[e] * x[j] (+ diag[i] * x[i])``
+    with CBSR features ``x``; dense ``[num_dst, x.width]`` output in x's
+    dtype, fp32 accumulation. Backward: the SSpMM kernel for ``x.values``
+    (only the kept entries get gradients), gathers for edge weights and diag.
+    ``reduce`` is 'sum' or 'mean' (diag with 'sum' only)."""
+    if not isinstance(x, CBSR):
+        raise TypeError(f'pyg_tc: expected CBSR features, got {type(x).__name__}')
+    if reduce not in ('sum', 'add', 'mean'):
+        raise ValueError(f"pyg_tc: CBSR aggregation supports 'sum' and 'mean', got {reduce!r}")
+    reduce = _REDUCE[reduce]
+    _check_features(x.values, g, 'x.values')
+    if x.indices.device != x.values.device or x.indices.shape != x.values.shape:
+        raise ValueError('pyg_tc: CBSR indices must match the values in shape and device')
+    value = _edge_values(value, g, x.values, 'edge values')
+    diag = _diag(diag, g, x.values)
+    if diag is not None and reduce == 'mean':
+        raise ValueError("pyg_tc: diag is supported with reduce='sum' only for CBSR input")
+    ensure()
+    if x.width > CBSR_KERNEL_WIDTH and _kernel_ok(x.values):
+        return cbsr_spmm_reference(g.rowptr, g.col, value, x.values, x.indices, x.width, diag, reduce)
+    s = g.sched
+    args = (g.rowptr, g.col, value, x.values.contiguous(), x.indices.contiguous(), x.width,
+            s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, diag, reduce)
+    return _call(torch.ops.pyg_tc.cbsr_spmm.default, args, (x.values, value, diag))
+
+
 def _to_csr_order(v: Optional[Tensor], g: CSRGraph) -> Optional[Tensor]:
     if v is None or g.perm is None:
         return v
@@ -134,7 +199,8 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     """Neighbour aggregation ``out[i] = reduce_{(j -> i)} w_ji * x[j]``.
 
     Args:
-        x: ``[num_src, F]`` node features (fp16, bf16, fp32 or fp64).
+        x: ``[num_src, F]`` node features (fp16, bf16, fp32 or fp64), or
+            :class:`~pyg_tc.formats.CBSR` features (the SpGEMM kernel).
         adj: ``edge_index [2, E]`` (int32/int64), ``EdgeIndex``, torch.sparse
             ``adj_t``, ``SparseTensor`` or :class:`~pyg_tc.formats.CSRGraph`.
         edge_weight: optional ``[E]`` weights in the order of ``adj``'s edges.
@@ -146,7 +212,7 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     Returns ``[num_dst, F]`` in ``x``'s dtype. Differentiable in ``x``,
     ``edge_weight`` and ``diag``.
     """
-    if size is None and isinstance(x, Tensor) and x.dim() == 2:
+    if size is None and isinstance(x, (Tensor, CBSR)) and x.dim() == 2:
         # As PyG's propagate: an EdgeIndex's own target count, else square.
         num_dst = adj.sparse_size(1) if isinstance(adj, EdgeIndex) else None
         size = (x.size(0), num_dst if num_dst is not None else x.size(0))
@@ -155,6 +221,8 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
         if value is not None:
             raise ValueError('pyg_tc: pass edge weights either in the sparse tensor or as edge_weight')
         value = _to_csr_order(edge_weight, g)
+    if isinstance(x, CBSR):
+        return cbsr_spmm_graph(g, x, value, reduce, diag)
     return spmm_graph(g, x, value, reduce, diag)
 
 

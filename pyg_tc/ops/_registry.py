@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .. import _kernels
+from ..formats.cbsr import cbsr_spmm_reference, cbsr_sspmm_reference, index_dtype
 from ..formats.csr import inverse_perm
 
 SCHEMAS = {
@@ -28,6 +29,15 @@ SCHEMAS = {
         'Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor t_rowptr, Tensor t_col, '
         'Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, Tensor t_heavy_ptr, '
         'int t_num_slots) -> Tensor'),
+    'maxk_select': 'maxk_select(Tensor x, int k) -> (Tensor, Tensor)',
+    'cbsr_spmm': (
+        'cbsr_spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor values, Tensor indices, '
+        'int width, Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, '
+        'Tensor? diag, str reduce) -> Tensor'),
+    'cbsr_sspmm': (
+        'cbsr_sspmm(Tensor rowptr, Tensor col, Tensor? value, Tensor grad, Tensor indices, '
+        'Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor? diag, '
+        'str reduce) -> Tensor'),
     'sort_int32': 'sort_int32(Tensor keys, int end_bit) -> (Tensor, Tensor)',
 }
 
@@ -75,6 +85,28 @@ def sddmm_reference(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor) -> Tensor
     deg = (rowptr[1:] - rowptr[:-1]).long()
     row = torch.repeat_interleave(torch.arange(R, device=a.device), deg, output_size=col.numel())
     return (a.index_select(0, row).to(acc) * b.index_select(0, col.long()).to(acc)).sum(1).to(a.dtype)
+
+
+def maxk_reference(x: Tensor, k: int):
+    """The k largest entries of every row (torch.sort's order: NaN largest,
+    ties in column order), as (values [N, k], column indices [N, k]) with the
+    columns ascending; indices uint8 for widths <= 256, int16 above."""
+    F = x.size(1)
+    top = torch.sort(x, dim=1, descending=True, stable=True)[1][:, :k]
+    cols = torch.sort(top, dim=1)[0]
+    return x.gather(1, cols), cols.to(index_dtype(F))
+
+
+def _maxk_impl(x, k):
+    return maxk_reference(x, k)
+
+
+def _cbsr_spmm_impl(rowptr, col, value, values, indices, width, units, hr, hp, ns, diag, reduce):
+    return cbsr_spmm_reference(rowptr, col, value, values, indices, width, diag, reduce)
+
+
+def _cbsr_sspmm_impl(rowptr, col, value, grad, indices, units, hr, hp, ns, diag, reduce):
+    return cbsr_sspmm_reference(rowptr, col, value, grad, indices, diag, reduce)
 
 
 def _sort_impl(keys, end_bit):
@@ -187,6 +219,95 @@ def _sddmm_backward(ctx, grad):
     return tuple(grads)
 
 
+def _maxk_setup(ctx, inputs, output):
+    x, k = inputs
+    ctx.width = x.size(1)
+    ctx.save_for_backward(output[1])
+    ctx.set_materialize_grads(False)
+
+
+def _maxk_backward(ctx, grad_values, grad_indices):
+    (indices,) = ctx.saved_tensors
+    if grad_values is None:
+        return None, None
+    gx = grad_values.new_zeros(grad_values.size(0), ctx.width)
+    return gx.scatter(1, indices.long(), grad_values), None
+
+
+def _cbsr_spmm_setup(ctx, inputs, output):
+    rowptr, col, value, values, indices, width, units, hr, hp, ns, diag, reduce = inputs
+    ctx.ns, ctx.reduce = ns, reduce
+    ctx.save_for_backward(rowptr, col, value, values, indices, units, hr, hp, diag)
+
+
+def _sspmm(rowptr, col, value, grad, indices, units, hr, hp, ns, diag, reduce):
+    """The SSpMM op, or its deterministic reference when
+    torch.use_deterministic_algorithms(True) (the kernel uses global atomics)."""
+    if grad.is_cuda and torch.are_deterministic_algorithms_enabled():
+        return cbsr_sspmm_reference(rowptr, col, value, grad, indices, diag, reduce)
+    return torch.ops.pyg_tc.cbsr_sspmm(rowptr, col, value, grad, indices, units, hr, hp, ns,
+                                       diag, reduce)
+
+
+def _cbsr_edge_grads(rowptr, col, value, values, indices, grad, diag, reduce):
+    """Gradients of the SpGEMM for edge weights and the diagonal, by gathers
+    (E x k temporaries: edge-weight gradients are not on the fast path)."""
+    acc = _acc_dtype(values.dtype)
+    G = grad.to(acc)
+    if reduce == 'mean':
+        deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(acc)
+        G = G / deg.unsqueeze(1)
+    idx = indices.long()
+    gv = gd = None
+    if value is not None:
+        deg = (rowptr[1:] - rowptr[:-1]).long()
+        tgt = torch.repeat_interleave(torch.arange(deg.numel(), device=deg.device), deg,
+                                      output_size=col.numel())
+        c = col.long()
+        gv = (values.to(acc).index_select(0, c) *
+              G.index_select(0, tgt).gather(1, idx.index_select(0, c))).sum(1)
+    if diag is not None:
+        gd = (values.to(acc) * G.gather(1, idx)).sum(1)
+        gd = gd.sum().view(1) if diag.numel() == 1 else gd
+    return gv, gd
+
+
+def _cbsr_spmm_backward(ctx, grad):
+    rowptr, col, value, values, indices, units, hr, hp, diag = ctx.saved_tensors
+    grads = [None] * 12
+    grad = grad.contiguous()
+    if ctx.needs_input_grad[3]:
+        grads[3] = _sspmm(rowptr, col, value, grad, indices, units, hr, hp, ctx.ns, diag, ctx.reduce)
+    need_v = ctx.needs_input_grad[2] and value is not None
+    need_d = ctx.needs_input_grad[10] and diag is not None
+    if need_v or need_d:
+        gv, gd = _cbsr_edge_grads(rowptr, col, value if need_v else None, values, indices, grad,
+                                  diag if need_d else None, ctx.reduce)
+        grads[2] = gv.to(value.dtype) if need_v else None
+        grads[10] = gd.to(diag.dtype) if need_d else None
+    return tuple(grads)
+
+
+def _cbsr_sspmm_setup(ctx, inputs, output):
+    rowptr, col, value, grad, indices, units, hr, hp, ns, diag, reduce = inputs
+    ctx.ns, ctx.reduce, ctx.width = ns, reduce, grad.size(1)
+    ctx.save_for_backward(rowptr, col, value, indices, units, hr, hp, diag)
+
+
+def _cbsr_sspmm_backward(ctx, h):
+    """SSpMM and SpGEMM are adjoint: the gradient for the dense input is the
+    SpGEMM of the incoming CBSR-shaped gradient."""
+    rowptr, col, value, indices, units, hr, hp, diag = ctx.saved_tensors
+    if (ctx.needs_input_grad[2] and value is not None) or (ctx.needs_input_grad[9] and diag is not None):
+        raise NotImplementedError('pyg_tc: second derivatives of the CBSR SpGEMM with respect to '
+                                  'edge weights or the diagonal are not implemented')
+    grads = [None] * 11
+    if ctx.needs_input_grad[3]:
+        grads[3] = torch.ops.pyg_tc.cbsr_spmm(rowptr, col, value, h.contiguous(), indices, ctx.width,
+                                              units, hr, hp, ctx.ns, diag, ctx.reduce)
+    return tuple(grads)
+
+
 # ---------------------------------------------------------------------------
 
 def _op_defined(name: str) -> bool:
@@ -219,6 +340,9 @@ def ensure() -> None:
             impl_lib.impl('spmm_csr', _spmm_impl, key)
             impl_lib.impl('sddmm_csr', _sddmm_impl, key)
             impl_lib.impl('sort_int32', _sort_impl, key)
+            impl_lib.impl('maxk_select', _maxk_impl, key)
+            impl_lib.impl('cbsr_spmm', _cbsr_spmm_impl, key)
+            impl_lib.impl('cbsr_sspmm', _cbsr_sspmm_impl, key)
         CUDA_KERNELS = loaded
 
         @torch.library.register_fake('pyg_tc::spmm_csr')
@@ -233,6 +357,24 @@ def ensure() -> None:
         def _sort_fake(keys, end_bit):
             return keys.new_empty(keys.shape), keys.new_empty(keys.shape)
 
+        @torch.library.register_fake('pyg_tc::maxk_select')
+        def _maxk_fake(x, k):
+            return (x.new_empty(x.size(0), k),
+                    x.new_empty(x.size(0), k, dtype=index_dtype(x.size(1))))
+
+        @torch.library.register_fake('pyg_tc::cbsr_spmm')
+        def _cbsr_spmm_fake(rowptr, col, value, values, indices, width, *rest):
+            return values.new_empty(rowptr.size(0) - 1, width)
+
+        @torch.library.register_fake('pyg_tc::cbsr_sspmm')
+        def _cbsr_sspmm_fake(rowptr, col, value, grad, indices, *rest):
+            return grad.new_empty(indices.size(0), indices.size(1))
+
+        torch.library.register_autograd('pyg_tc::maxk_select', _maxk_backward, setup_context=_maxk_setup)
+        torch.library.register_autograd('pyg_tc::cbsr_spmm', _cbsr_spmm_backward,
+                                        setup_context=_cbsr_spmm_setup)
+        torch.library.register_autograd('pyg_tc::cbsr_sspmm', _cbsr_sspmm_backward,
+                                        setup_context=_cbsr_sspmm_setup)
         torch.library.register_autograd('pyg_tc::spmm_csr', _spmm_backward, setup_context=_spmm_setup)
         torch.library.register_autograd('pyg_tc::sddmm_csr', _sddmm_backward, setup_context=_sddmm_setup)
         _READY = True

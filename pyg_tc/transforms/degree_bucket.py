@@ -38,7 +38,7 @@ class DegreeBucketTransform(BaseTransform):
         if chunk is not None and chunk < 1:
             raise ValueError(f'chunk must be positive, got {chunk}')
         self.chunk = chunk
-        self.validate = validate
+        self.check = validate
 
     def forward(self, data: Data) -> Data:
         if 'edge_index' not in data or data.edge_index is None:
@@ -49,7 +49,7 @@ class DegreeBucketTransform(BaseTransform):
         N = data.num_nodes
         src = ei.as_subclass(torch.Tensor) if isinstance(ei, torch.Tensor) else ei
         graph = CSRGraph.from_coo(src[0], src[1], N, N, self.chunk)
-        if self.validate:
+        if self.check:
             graph.validate()
         data.edge_index = attach(ei, N, graph)
         return data

@@ -1,0 +1,522 @@
+// MaxK-GNN kernel family: the MaxK selection (top-k per row -> CBSR), the
+// forward SpGEMM (CSR adjacency x CBSR features -> dense) and the backward
+// SSpMM (sampled A^T x dense gradient -> CBSR values).
+//
+// Selection: one warp per row, the row in registers as order-preserving
+// uint32 keys. The k-th largest key is found by bisection: value midpoints
+// first (the paper's pivot method, min/max start, usually < 10 rounds on
+// feature rows), key-space midpoints after 12 rounds (at most 32 more), each
+// round one compare per element and one warp reduction. It stops early as
+// soon as exactly k keys lie above a pivot. Ties at the threshold are kept in
+// column order; the kept entries are written in ascending column order.
+// Order: IEEE order with -0 == +0 and NaN largest (torch.sort's order).
+//
+// SpGEMM (Algorithm 1): one warp per schedule unit (an edge group of at most
+// `chunk` edges of one row). KG lanes per edge (KG = k rounded up to a power
+// of two, at most 32; 32/KG edges per step) load the neighbour's k values and
+// column indices (coalesced) and add w * value into the warp's fp32 buffer of
+// `width` floats in shared memory at the column index (shared-memory atomics:
+// two edges of one step may hit one column). The buffer then goes to the
+// output row in one coalesced pass, or, for a unit of a heavy row, to its
+// workspace slot, reduced in slot order by heavy_reduce_kernel (no global
+// atomics in the forward pass).
+//
+// SSpMM (Algorithm 2, outer product): one warp per unit of the *forward* CSR:
+// the dense gradient row of the unit's target i is staged in shared memory
+// (coalesced, once per unit), then every edge (i, j) gathers G[i, idx[j, :]]
+// from shared memory and adds w * that to the fp32 result row j with global
+// atomics (coalesced: KG consecutive floats per edge). These atomics make the
+// summation order of the backward pass run-to-run variable (last-bit
+// differences, as in PyG's own scatter backward); the deterministic fallback
+// is the reference path, taken when torch.use_deterministic_algorithms(True).
+
+#include <torch/library.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <tuple>
+#include <type_traits>
+
+#include "common.cuh"
+#include "heavy_reduce.cuh"
+
+namespace pyg_tc {
+namespace {
+
+constexpr int kWarps = 8;  // warps per block of every kernel in this file
+
+// ---------------------------------------------------------------------------
+// MaxK selection
+
+__device__ __forceinline__ unsigned key_of(float f) {
+  if (f != f) return 0xffffffffu;  // NaN: largest
+  unsigned u = __float_as_uint(f);
+  if (u == 0x80000000u) u = 0u;  // -0 == +0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float value_of(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+template <typename IT>
+__device__ __forceinline__ int col_of(IT raw) {
+  return static_cast<int>(static_cast<std::make_unsigned_t<IT>>(raw));
+}
+
+// EPL elements per lane: lane l owns columns [l * EPL, l * EPL + EPL).
+template <typename T, typename IT, int EPL>
+__global__ void __launch_bounds__(kWarps * 32)
+maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, T* __restrict__ vals,
+                   IT* __restrict__ idx) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (row >= N) return;  // warp-uniform
+  const T* xr = x + row * F;
+  const int c0 = lane * EPL;
+  unsigned key[EPL];
+  constexpr int V = (EPL * (int)sizeof(T)) % 16 == 0 ? 16 / (int)sizeof(T) : 1;
+  if (V > 1 && F == 32 * EPL && aligned16(x)) {
+#pragma unroll
+    for (int e = 0; e < EPL; e += V) {
+      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(xr + c0 + e);
+#pragma unroll
+      for (int v = 0; v < V; ++v) key[e + v] = key_of(to_f(p.v[v]));
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) key[e] = c0 + e < F ? key_of(to_f(xr[c0 + e])) : 0u;  // 0: padding
+  }
+  // Valid keys are never 0 (that would be a NaN bit pattern, mapped to the
+  // top), so padding never counts once the pivot is >= 1.
+  unsigned mn = 0xffffffffu, mx = 0u;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    if (c0 + e < F) mn = min(mn, key[e]);
+    mx = max(mx, key[e]);
+  }
+  unsigned lo = __reduce_min_sync(kFullMask, mn), hi = __reduce_max_sync(kFullMask, mx);
+  // Invariant: count(key >= lo) >= k and count(key >= hi + 1) < k.
+  bool exact = false;
+  for (int it = 0; lo < hi; ++it) {
+    const float a = value_of(lo), b = value_of(hi);
+    unsigned mid;
+    if (it < 12 && isfinite(a) && isfinite(b)) mid = key_of(0.5f * a + 0.5f * b);
+    else mid = lo + ((hi - lo) >> 1) + 1u;
+    mid = min(max(mid, lo + 1u), hi);
+    int cnt = 0;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) cnt += key[e] >= mid;
+    const int c = (int)__reduce_add_sync(kFullMask, (unsigned)cnt);
+    if (c >= k) {
+      lo = mid;
+      if (c == k) { exact = true; break; }
+    } else {
+      hi = mid - 1u;
+    }
+  }
+  // Kept: key > lo (key >= lo when exact), then the first `need` keys == lo.
+  int n_gt = 0, n_eq = 0;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    n_gt += exact ? key[e] >= lo : key[e] > lo;
+    n_eq += (!exact && key[e] == lo && c0 + e < F);
+  }
+  int eq_incl = n_eq;  // inclusive scan of n_eq over lanes
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(kFullMask, eq_incl, o);
+    if (lane >= o) eq_incl += t;
+  }
+  const int gt_total = (int)__reduce_add_sync(kFullMask, (unsigned)n_gt);
+  const int need = k - gt_total;
+  int eq_rank = eq_incl - n_eq;  // equal keys before this lane
+  const int take_eq = max(0, min(n_eq, need - eq_rank));
+  int off = n_gt + take_eq;  // -> exclusive scan of kept counts
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(kFullMask, off, o);
+    if (lane >= o) off += t;
+  }
+  off -= n_gt + take_eq;
+  T* vr = vals + row * k;
+  IT* ir = idx + row * k;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    bool take = exact ? key[e] >= lo : key[e] > lo;
+    if (!exact && key[e] == lo && c0 + e < F) {
+      take = eq_rank < need;
+      ++eq_rank;
+    }
+    if (take) {
+      vr[off] = xr[c0 + e];  // the input value itself (keeps -0 and NaN payloads)
+      ir[off] = static_cast<IT>(c0 + e);
+      ++off;
+    }
+  }
+}
+
+template <typename T, typename IT>
+void launch_select(const T* x, int64_t N, int F, int k, T* vals, IT* idx, cudaStream_t stream) {
+  const unsigned blocks = (unsigned)((N + kWarps - 1) / kWarps);
+  const int epl = (F + 31) / 32;
+#define PYG_TC_SELECT(E)                                                                       \
+  if (epl <= E) {                                                                              \
+    maxk_select_kernel<T, IT, E><<<blocks, kWarps * 32, 0, stream>>>(x, N, F, k, vals, idx);   \
+    C10_CUDA_KERNEL_LAUNCH_CHECK();                                                            \
+    return;                                                                                    \
+  }
+  PYG_TC_SELECT(1)
+  PYG_TC_SELECT(2)
+  PYG_TC_SELECT(4)
+  PYG_TC_SELECT(8)
+  PYG_TC_SELECT(16)
+  PYG_TC_SELECT(32)
+#undef PYG_TC_SELECT
+  TORCH_CHECK(false, "pyg_tc: maxk_select supports widths up to 1024");
+}
+
+// ---------------------------------------------------------------------------
+// SpGEMM: out = A x CBSR
+
+constexpr int kUnroll = 4;
+
+template <typename T, typename IT, int KG>
+__global__ void __launch_bounds__(kWarps * 32)
+cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restrict__ rowptr,
+                 const int* __restrict__ col, const float* __restrict__ w,
+                 const T* __restrict__ vals, const IT* __restrict__ idx, int k, int F,
+                 T* __restrict__ out, float* __restrict__ ws, const float* __restrict__ diag,
+                 int64_t ds, bool mean) {
+  extern __shared__ float smem[];
+  constexpr int P = 32 / KG;  // edges per step
+  const int lane = threadIdx.x & 31;
+  float* buf = smem + (threadIdx.x >> 5) * F;
+  const int64_t u = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (u >= U) return;  // warp-uniform; no block-wide barriers below
+  const int4 un = units[u];
+  for (int f = lane; f < F; f += 32) buf[f] = 0.f;
+  __syncwarp();
+  const int sub = lane / KG, t0 = lane % KG;
+  const int len = un.z - un.y;
+  for (int base = 0; base < len; base += 32) {
+    const int n = min(32, len - base);
+    int c = 0;
+    float wv = 1.f;
+    if (lane < n) {
+      c = __ldg(col + un.y + base + lane);
+      if (w != nullptr) wv = __ldg(w + un.y + base + lane);
+    }
+    for (int tb = 0; tb < k; tb += KG) {
+      const int t = tb + t0;
+      for (int j = 0; j < n; j += P * kUnroll) {
+        float v[kUnroll];
+        int ix[kUnroll];
+        bool ok[kUnroll];
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q) {
+          const int e = j + q * P + sub;
+          const int cj = __shfl_sync(kFullMask, c, e & 31);
+          const float wj = __shfl_sync(kFullMask, wv, e & 31);
+          ok[q] = e < n && t < k;
+          v[q] = 0.f;
+          ix[q] = 0;
+          if (ok[q]) {
+            const int64_t p = (int64_t)cj * k + t;
+            v[q] = wj * to_f(vals[p]);
+            ix[q] = col_of(idx[p]);
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q)
+          if (ok[q]) atomicAdd(buf + ix[q], v[q]);
+      }
+    }
+  }
+  const int64_t row = un.x;
+  if (diag != nullptr && un.y == rowptr[row]) {  // first unit of its row adds diag * x[row]
+    const float d = diag[row * ds];
+    for (int t = lane; t < k; t += 32)
+      atomicAdd(buf + col_of(idx[row * k + t]), d * to_f(vals[row * k + t]));
+  }
+  __syncwarp();
+  if (un.w >= 0) {
+    float* dst = ws + (int64_t)un.w * F;
+    for (int f = lane; f < F; f += 32) dst[f] = buf[f];
+    return;
+  }
+  const float scale = (mean && len > 0) ? 1.f / (float)len : 1.f;
+  T* dst = out + row * F;
+  for (int f = lane; f < F; f += 32) dst[f] = from_f<T>(buf[f] * scale);
+}
+
+// SSpMM: out[j, t] += w_ij * s_i * G[i, idx[j, t]] over the forward units.
+template <typename T, typename IT, int KG>
+__global__ void __launch_bounds__(kWarps * 32)
+cbsr_sspmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restrict__ rowptr,
+                  const int* __restrict__ col, const float* __restrict__ w,
+                  const T* __restrict__ G, const IT* __restrict__ idx, int k, int F,
+                  float* __restrict__ out, const float* __restrict__ diag, int64_t ds, bool mean) {
+  extern __shared__ float smem[];
+  constexpr int P = 32 / KG;
+  const int lane = threadIdx.x & 31;
+  float* buf = smem + (threadIdx.x >> 5) * F;
+  const int64_t u = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (u >= U) return;
+  const int4 un = units[u];
+  const int64_t row = un.x;
+  const int len = un.z - un.y;
+  const bool do_diag = diag != nullptr && un.y == rowptr[row];
+  if (len == 0 && !do_diag) return;
+  const int deg = rowptr[row + 1] - rowptr[row];
+  const float scale = (mean && deg > 0) ? 1.f / (float)deg : 1.f;
+  const T* gr = G + row * F;
+  for (int f = lane; f < F; f += 32) buf[f] = to_f(gr[f]) * scale;
+  __syncwarp();
+  const int sub = lane / KG, t0 = lane % KG;
+  for (int base = 0; base < len; base += 32) {
+    const int n = min(32, len - base);
+    int c = 0;
+    float wv = 1.f;
+    if (lane < n) {
+      c = __ldg(col + un.y + base + lane);
+      if (w != nullptr) wv = __ldg(w + un.y + base + lane);
+    }
+    for (int tb = 0; tb < k; tb += KG) {
+      const int t = tb + t0;
+      for (int j = 0; j < n; j += P * kUnroll) {
+        int ix[kUnroll];
+        int64_t p[kUnroll];
+        float wq[kUnroll];
+        bool ok[kUnroll];
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q) {
+          const int e = j + q * P + sub;
+          const int cj = __shfl_sync(kFullMask, c, e & 31);
+          wq[q] = __shfl_sync(kFullMask, wv, e & 31);
+          ok[q] = e < n && t < k;
+          p[q] = (int64_t)cj * k + t;
+          ix[q] = ok[q] ? col_of(idx[p[q]]) : 0;
+        }
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q)
+          if (ok[q]) atomicAdd(out + p[q], wq[q] * buf[ix[q]]);
+      }
+    }
+  }
+  if (do_diag) {
+    const float d = diag[row * ds];
+    for (int t = lane; t < k; t += 32) atomicAdd(out + row * k + t, d * buf[col_of(idx[row * k + t])]);
+  }
+}
+
+constexpr int64_t kMaxWidth = 4096;  // 8 warps x 4096 floats = 128 KiB of shared memory
+
+template <typename Kernel>
+void set_smem(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+struct GraphArgs {
+  const int4* units;
+  int64_t U;
+  const int* rowptr;
+  const int* col;
+  const float* w;
+  const float* diag;
+  int64_t ds;
+  bool mean;
+};
+
+GraphArgs graph_args(const at::Tensor& rowptr, const at::Tensor& col,
+                     const std::optional<at::Tensor>& value, const at::Tensor& units,
+                     const std::optional<at::Tensor>& diag, c10::string_view reduce,
+                     int64_t num_src, at::Tensor& vkeep, at::Tensor& dkeep) {
+  check_index(rowptr, "rowptr");
+  check_index(col, "col");
+  check_index(units, "units");
+  TORCH_CHECK(units.dim() == 2 && units.size(1) == 4, "pyg_tc: units must be [U, 4]");
+  const bool mean = reduce == "mean";
+  TORCH_CHECK(mean || reduce == "sum", "pyg_tc: CBSR kernels support reduce sum and mean");
+  GraphArgs a{reinterpret_cast<const int4*>(units.data_ptr<int>()), units.size(0),
+              rowptr.data_ptr<int>(), col.data_ptr<int>(), nullptr, nullptr, 0, mean};
+  if (value.has_value()) {
+    vkeep = value->contiguous();
+    TORCH_CHECK(vkeep.scalar_type() == at::kFloat && vkeep.is_cuda() && vkeep.numel() == col.numel(),
+                "pyg_tc: value must be a float32 CUDA tensor with one entry per edge");
+    a.w = vkeep.data_ptr<float>();
+  }
+  if (diag.has_value()) {
+    TORCH_CHECK(!mean, "pyg_tc: diag is supported with reduce='sum' only");
+    TORCH_CHECK(num_src == rowptr.size(0) - 1, "pyg_tc: diag needs a square adjacency");
+    dkeep = diag->contiguous();
+    TORCH_CHECK(dkeep.scalar_type() == at::kFloat && dkeep.is_cuda() &&
+                    (dkeep.numel() == num_src || dkeep.numel() == 1),
+                "pyg_tc: diag must be float32 CUDA with N entries or one");
+    a.diag = dkeep.data_ptr<float>();
+    a.ds = dkeep.numel() == 1 ? 0 : 1;
+  }
+  return a;
+}
+
+void check_cbsr(const at::Tensor& indices, int64_t rows, int64_t k, int64_t width) {
+  TORCH_CHECK(indices.is_cuda() && indices.dim() == 2 && indices.size(0) == rows &&
+                  indices.size(1) == k,
+              "pyg_tc: CBSR indices must be a CUDA tensor [N, k] matching the values");
+  TORCH_CHECK(indices.scalar_type() == (width <= 256 ? at::kByte : at::kShort),
+              "pyg_tc: CBSR indices must be uint8 for widths <= 256 and int16 above");
+  TORCH_CHECK(width >= 1 && width <= kMaxWidth, "pyg_tc: CBSR CUDA kernels support widths 1..",
+              kMaxWidth, ", got ", width);
+}
+
+#define PYG_TC_INDEX_DISPATCH(WIDTH, ...)     \
+  if ((WIDTH) <= 256) {                       \
+    using IT = uint8_t;                       \
+    __VA_ARGS__();                            \
+  } else {                                    \
+    using IT = int16_t;                       \
+    __VA_ARGS__();                            \
+  }
+
+std::tuple<at::Tensor, at::Tensor> maxk_select_cuda(const at::Tensor& x, int64_t k) {
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "pyg_tc: maxk input must be a 2-D CUDA tensor");
+  const int64_t N = x.size(0), F = x.size(1);
+  TORCH_CHECK(F >= 2 && F <= 1024, "pyg_tc: the maxk kernel supports widths 2..1024, got ", F);
+  TORCH_CHECK(k >= 1 && k < F, "pyg_tc: maxk kernel needs 1 <= k < width, got k=", k);
+  c10::cuda::CUDAGuard guard(x.device());
+  const auto xc = x.contiguous();
+  auto vals = at::empty({N, k}, xc.options());
+  auto idx = at::empty({N, k}, xc.options().dtype(F <= 256 ? at::kByte : at::kShort));
+  if (N == 0) return {vals, idx};
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  PYG_TC_DISPATCH(xc.scalar_type(), "pyg_tc_maxk", [&] {
+    using T = typename Native<scalar_t>::type;
+    const T* xp = reinterpret_cast<const T*>(xc.data_ptr<scalar_t>());
+    T* vp = reinterpret_cast<T*>(vals.data_ptr<scalar_t>());
+    if (F <= 256)
+      launch_select<T, uint8_t>(xp, N, (int)F, (int)k, vp, idx.data_ptr<uint8_t>(), stream);
+    else
+      launch_select<T, int16_t>(xp, N, (int)F, (int)k, vp, idx.data_ptr<int16_t>(), stream);
+  });
+  return {vals, idx};
+}
+
+at::Tensor cbsr_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
+                          const std::optional<at::Tensor>& value, const at::Tensor& values,
+                          const at::Tensor& indices, int64_t width, const at::Tensor& units,
+                          const at::Tensor& heavy_rows, const at::Tensor& heavy_ptr,
+                          int64_t num_slots, const std::optional<at::Tensor>& diag,
+                          c10::string_view reduce) {
+  TORCH_CHECK(values.is_cuda() && values.dim() == 2, "pyg_tc: CBSR values must be 2-D CUDA");
+  const int64_t Ns = values.size(0), k = values.size(1), F = width;
+  check_cbsr(indices, Ns, k, F);
+  check_index(heavy_rows, "heavy_rows");
+  check_index(heavy_ptr, "heavy_ptr");
+  c10::cuda::CUDAGuard guard(values.device());
+  at::Tensor vkeep, dkeep;
+  const GraphArgs a = graph_args(rowptr, col, value, units, diag, reduce, Ns, vkeep, dkeep);
+  const auto vc = values.contiguous();
+  const auto ic = indices.contiguous();
+  const int64_t N = rowptr.size(0) - 1;
+  auto out = at::empty({N, F}, vc.options());
+  if (N == 0) return out;
+  at::Tensor ws;
+  float* wsp = nullptr;
+  if (num_slots > 0) {
+    ws = at::empty({num_slots, F}, vc.options().dtype(at::kFloat));
+    wsp = ws.data_ptr<float>();
+  }
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const size_t smem = (size_t)kWarps * F * sizeof(float);
+  const unsigned blocks = (unsigned)((a.U + kWarps - 1) / kWarps);
+  PYG_TC_DISPATCH(vc.scalar_type(), "pyg_tc_cbsr_spmm", [&] {
+    using T = typename Native<scalar_t>::type;
+    const T* vp = reinterpret_cast<const T*>(vc.data_ptr<scalar_t>());
+    T* op = reinterpret_cast<T*>(out.data_ptr<scalar_t>());
+    PYG_TC_INDEX_DISPATCH(F, [&] {
+      const IT* ip = reinterpret_cast<const IT*>(ic.data_ptr());
+      auto launch = [&](auto kernel) {
+        set_smem(kernel, smem);
+        if (a.U > 0)
+          kernel<<<blocks, kWarps * 32, smem, stream>>>(a.units, a.U, a.rowptr, a.col, a.w, vp, ip,
+                                                       (int)k, (int)F, op, wsp, a.diag, a.ds, a.mean);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (k <= 1) launch(cbsr_spmm_kernel<T, IT, 1>);
+      else if (k <= 2) launch(cbsr_spmm_kernel<T, IT, 2>);
+      else if (k <= 4) launch(cbsr_spmm_kernel<T, IT, 4>);
+      else if (k <= 8) launch(cbsr_spmm_kernel<T, IT, 8>);
+      else if (k <= 16) launch(cbsr_spmm_kernel<T, IT, 16>);
+      else launch(cbsr_spmm_kernel<T, IT, 32>);
+      const int64_t H = heavy_rows.numel();
+      if (H > 0) {
+        dim3 grid((unsigned)H, (unsigned)((F + 31) / 32));
+        heavy_reduce_kernel<T, false><<<grid, kReduceWarps * 32, 0, stream>>>(
+            heavy_rows.data_ptr<int>(), heavy_ptr.data_ptr<int>(), wsp, a.rowptr, nullptr, op,
+            nullptr, 0, (int)F, a.mean);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
+    });
+  });
+  return out;
+}
+
+at::Tensor cbsr_sspmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
+                           const std::optional<at::Tensor>& value, const at::Tensor& grad,
+                           const at::Tensor& indices, const at::Tensor& units,
+                           const at::Tensor& heavy_rows, const at::Tensor& heavy_ptr,
+                           int64_t num_slots, const std::optional<at::Tensor>& diag,
+                           c10::string_view reduce) {
+  TORCH_CHECK(grad.is_cuda() && grad.dim() == 2, "pyg_tc: grad must be 2-D CUDA");
+  const int64_t N = rowptr.size(0) - 1, F = grad.size(1);
+  TORCH_CHECK(grad.size(0) == N, "pyg_tc: grad must have one row per target node");
+  TORCH_CHECK(indices.dim() == 2, "pyg_tc: CBSR indices must be [N, k]");
+  const int64_t Ns = indices.size(0), k = indices.size(1);
+  check_cbsr(indices, Ns, k, F);
+  c10::cuda::CUDAGuard guard(grad.device());
+  at::Tensor vkeep, dkeep;
+  const GraphArgs a = graph_args(rowptr, col, value, units, diag, reduce, Ns, vkeep, dkeep);
+  const auto gc = grad.contiguous();
+  const auto ic = indices.contiguous();
+  auto out = at::zeros({Ns, k}, gc.options().dtype(at::kFloat));
+  if (a.U == 0 || Ns == 0) return out.to(gc.scalar_type());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const size_t smem = (size_t)kWarps * F * sizeof(float);
+  const unsigned blocks = (unsigned)((a.U + kWarps - 1) / kWarps);
+  PYG_TC_DISPATCH(gc.scalar_type(), "pyg_tc_cbsr_sspmm", [&] {
+    using T = typename Native<scalar_t>::type;
+    const T* gp = reinterpret_cast<const T*>(gc.data_ptr<scalar_t>());
+    PYG_TC_INDEX_DISPATCH(F, [&] {
+      const IT* ip = reinterpret_cast<const IT*>(ic.data_ptr());
+      auto launch = [&](auto kernel) {
+        set_smem(kernel, smem);
+        kernel<<<blocks, kWarps * 32, smem, stream>>>(a.units, a.U, a.rowptr, a.col, a.w, gp, ip,
+                                                     (int)k, (int)F, out.data_ptr<float>(), a.diag,
+                                                     a.ds, a.mean);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (k <= 1) launch(cbsr_sspmm_kernel<T, IT, 1>);
+      else if (k <= 2) launch(cbsr_sspmm_kernel<T, IT, 2>);
+      else if (k <= 4) launch(cbsr_sspmm_kernel<T, IT, 4>);
+      else if (k <= 8) launch(cbsr_sspmm_kernel<T, IT, 8>);
+      else if (k <= 16) launch(cbsr_sspmm_kernel<T, IT, 16>);
+      else launch(cbsr_sspmm_kernel<T, IT, 32>);
+    });
+  });
+  return gc.scalar_type() == at::kFloat ? out : out.to(gc.scalar_type());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_tc, CUDA, m) {
+  m.impl("maxk_select", &maxk_select_cuda);
+  m.impl("cbsr_spmm", &cbsr_spmm_cuda);
+  m.impl("cbsr_sspmm", &cbsr_sspmm_cuda);
+}
+
+}  // namespace pyg_tc

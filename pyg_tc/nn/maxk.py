@@ -1,0 +1,35 @@
+"""The MaxK nonlinearity of MaxK-GNN."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..formats.cbsr import CBSR
+from ..ops import maxk
+
+
+class MaxK(torch.nn.Module):
+    r"""Keeps the ``k`` largest entries of every row and zeroes the rest:
+    :math:`\mathrm{MaxK}(x)_{ij} = x_{ij}` if :math:`x_{ij}` is among the
+    ``k`` largest of row ``i``, else 0. The backward pass sends gradient
+    only through the kept entries.
+
+    Returns a :class:`~pyg_tc.formats.CBSR` (values ``[N, k]``, uint8/int16
+    column indices) that pyg_tc's GCNConv / SAGEConv / GINConv aggregate with
+    the SpGEMM kernel; call ``.to_dense()`` for anything else. Ties at the
+    k-th value keep the lowest columns; ``k >= width`` keeps every entry.
+    """
+
+    def __init__(self, k: int):
+        super().__init__()
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f'MaxK: k must be an int, got {type(k).__name__}')
+        if k < 1:
+            raise ValueError(f'MaxK: k must be >= 1, got {k}')
+        self.k = k
+
+    def forward(self, x: Tensor) -> CBSR:
+        return maxk(x, self.k)
+
+    def extra_repr(self) -> str:
+        return f'k={self.k}'
