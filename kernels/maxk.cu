@@ -38,6 +38,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <type_traits>
 
@@ -68,29 +70,136 @@ __device__ __forceinline__ int col_of(IT raw) {
   return static_cast<int>(static_cast<std::make_unsigned_t<IT>>(raw));
 }
 
+// Fast path for rows without NaN: the same search on the float values
+// themselves (float order is the key order there, -0 == +0 included), with
+// no per-element key conversions; key bisection only as the last resort.
+template <typename T, typename IT, int EPL>
+__device__ __forceinline__ void select_floats(const float (&v)[EPL], int c0, int F, int k, float z,
+                                              float phi, T* __restrict__ vr, IT* __restrict__ ir) {
+  const int lane = threadIdx.x & 31;
+  float mn = INFINITY, mx = -INFINITY, s1 = 0.f, s2 = 0.f;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    if (c0 + e < F) {
+      mn = fminf(mn, v[e]);
+      mx = fmaxf(mx, v[e]);
+      s1 += v[e];
+      s2 += v[e] * v[e];
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    mn = fminf(mn, __shfl_xor_sync(kFullMask, mn, o));
+    mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, o));
+    s1 += __shfl_xor_sync(kFullMask, s1, o);
+    s2 += __shfl_xor_sync(kFullMask, s2, o);
+  }
+  const float mean = s1 / F;
+  const float sd = sqrtf(fmaxf(s2 / F - mean * mean, 0.f));
+  const float target = k + 0.5f;
+  // Invariant: count(v >= lo) >= k and count(v > hi) < k.
+  float lo = mn, hi = mx;
+  float t_prev = 0.f, c_prev = 0.f, t_cur = 0.f, c_cur = 0.f;
+  bool exact = false;
+  for (int it = 0; lo < hi; ++it) {
+    float t;
+    if (it == 0) t = mean + z * sd;
+    else if (it == 1) t = t_cur + (c_cur - target) * sd / (F * phi);
+    else if (it < 8 && c_cur != c_prev) t = t_cur + (t_prev - t_cur) * (c_cur - target) / (c_cur - c_prev);
+    else t = 0.5f * lo + 0.5f * hi;
+    if (!(t > lo && t <= hi) || it >= 12) {  // leave the bracket / too many rounds: bisect keys
+      const unsigned a = key_of(lo), b = key_of(hi);
+      t = value_of(a + ((b - a) >> 1) + 1u);
+    }
+    int cnt = 0;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) cnt += v[e] >= t;  // padding is -inf < t
+    const int c = (int)__reduce_add_sync(kFullMask, (unsigned)cnt);
+    t_prev = t_cur;
+    c_prev = c_cur;
+    t_cur = t;
+    c_cur = (float)c;
+    if (c >= k) {
+      lo = t;
+      if (c == k) { exact = true; break; }
+    } else {
+      unsigned kb = key_of(t) - 1u;  // the next float below t (-0 is merged with +0,
+      if (kb == 0x7fffffffu) kb = 0x7ffffffeu;  // so below +0 comes -denorm_min)
+      hi = value_of(kb);
+    }
+  }
+  // Kept: v > lo (v >= lo when exact), then the first `need` values == lo.
+  int n_gt = 0, n_eq = 0;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    n_gt += exact ? v[e] >= lo : v[e] > lo;
+    n_eq += (!exact && v[e] == lo && c0 + e < F);
+  }
+  int eq_incl = n_eq;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(kFullMask, eq_incl, o);
+    if (lane >= o) eq_incl += t;
+  }
+  const int need = k - (int)__reduce_add_sync(kFullMask, (unsigned)n_gt);
+  int eq_rank = eq_incl - n_eq;
+  const int mine = n_gt + max(0, min(n_eq, need - eq_rank));
+  int off = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(kFullMask, off, o);
+    if (lane >= o) off += t;
+  }
+  off -= mine;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    bool take = exact ? v[e] >= lo : v[e] > lo;
+    if (!exact && v[e] == lo && c0 + e < F) {
+      take = eq_rank < need;
+      ++eq_rank;
+    }
+    if (take) {
+      vr[off] = from_f<T>(v[e]);  // exact: v holds the input value
+      ir[off] = static_cast<IT>(c0 + e);
+      ++off;
+    }
+  }
+}
+
 // EPL elements per lane: lane l owns columns [l * EPL, l * EPL + EPL).
 template <typename T, typename IT, int EPL>
 __global__ void __launch_bounds__(kWarps * 32)
-maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, T* __restrict__ vals,
-                   IT* __restrict__ idx) {
+maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, float z, float phi,
+                   T* __restrict__ vals, IT* __restrict__ idx) {
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (row >= N) return;  // warp-uniform
   const T* xr = x + row * F;
   const int c0 = lane * EPL;
-  unsigned key[EPL];
+  float xv[EPL];
   constexpr int V = (EPL * (int)sizeof(T)) % 16 == 0 ? 16 / (int)sizeof(T) : 1;
   if (V > 1 && F == 32 * EPL && aligned16(x)) {
 #pragma unroll
     for (int e = 0; e < EPL; e += V) {
       const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(xr + c0 + e);
 #pragma unroll
-      for (int v = 0; v < V; ++v) key[e + v] = key_of(to_f(p.v[v]));
+      for (int v = 0; v < V; ++v) xv[e + v] = to_f(p.v[v]);
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) key[e] = c0 + e < F ? key_of(to_f(xr[c0 + e])) : 0u;  // 0: padding
+    for (int e = 0; e < EPL; ++e) xv[e] = c0 + e < F ? to_f(xr[c0 + e]) : -INFINITY;
   }
+  bool nan = false;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) nan |= xv[e] != xv[e];
+  if (!__any_sync(kFullMask, nan)) {
+    select_floats<T, IT, EPL>(xv, c0, F, k, z, phi, vals + row * k, idx + row * k);
+    return;
+  }
+  // Rows with NaN: the search on order-preserving uint32 keys (NaN largest).
+  unsigned key[EPL];
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) key[e] = c0 + e < F ? key_of(xv[e]) : 0u;  // 0: padding
   // Valid keys are never 0 (that would be a NaN bit pattern, mapped to the
   // top), so padding never counts once the pivot is >= 1.
   unsigned mn = 0xffffffffu, mx = 0u;
@@ -100,18 +209,50 @@ maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, T* __restri
     mx = max(mx, key[e]);
   }
   unsigned lo = __reduce_min_sync(kFullMask, mn), hi = __reduce_max_sync(kFullMask, mx);
+  // First pivot from the row's mean and standard deviation (z = the normal
+  // quantile of 1 - (k + 0.5) / F, phi = its density, from the host), then a
+  // Newton step on the count and secant steps; value bisection when a step
+  // leaves the bracket, key bisection after 12 rounds (termination bound).
+  float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    if (c0 + e < F) {
+      const float v = value_of(key[e]);
+      s1 += v;
+      s2 += v * v;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    s1 += __shfl_xor_sync(kFullMask, s1, o);
+    s2 += __shfl_xor_sync(kFullMask, s2, o);
+  }
+  const float mean = s1 / F;
+  const float sd = sqrtf(fmaxf(s2 / F - mean * mean, 0.f));
+  const float target = k + 0.5f;
+  float t_prev = 0.f, c_prev = 0.f, t_cur = mean + z * sd, c_cur = 0.f;
   // Invariant: count(key >= lo) >= k and count(key >= hi + 1) < k.
   bool exact = false;
   for (int it = 0; lo < hi; ++it) {
     const float a = value_of(lo), b = value_of(hi);
+    const bool fin = isfinite(a) && isfinite(b);
+    float t = NAN;
+    if (it == 0) t = t_cur;
+    else if (it == 1) t = t_cur + (c_cur - target) * sd / (F * phi);
+    else if (it < 8 && c_cur != c_prev) t = t_cur + (t_prev - t_cur) * (c_cur - target) / (c_cur - c_prev);
     unsigned mid;
-    if (it < 12 && isfinite(a) && isfinite(b)) mid = key_of(0.5f * a + 0.5f * b);
+    if (it < 12 && fin && t > a && t <= b) mid = key_of(t);
+    else if (it < 12 && fin) mid = key_of(0.5f * a + 0.5f * b);
     else mid = lo + ((hi - lo) >> 1) + 1u;
     mid = min(max(mid, lo + 1u), hi);
     int cnt = 0;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) cnt += key[e] >= mid;
     const int c = (int)__reduce_add_sync(kFullMask, (unsigned)cnt);
+    t_prev = t_cur;
+    c_prev = c_cur;
+    t_cur = value_of(mid);
+    c_cur = (float)c;
     if (c >= k) {
       lo = mid;
       if (c == k) { exact = true; break; }
@@ -160,13 +301,28 @@ maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, T* __restri
   }
 }
 
+// Normal quantile z with P(Z > z) = p (bisection on erfc; host, once per call)
+// and the density at z: the selection kernel's first pivot and Newton step.
+void normal_tail_quantile(double p, float* z, float* phi) {
+  double lo = -10.0, hi = 10.0;
+  for (int i = 0; i < 80; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    if (0.5 * std::erfc(mid / std::sqrt(2.0)) > p) lo = mid; else hi = mid;
+  }
+  const double zz = 0.5 * (lo + hi);
+  *z = (float)zz;
+  *phi = (float)std::max(std::exp(-0.5 * zz * zz) / std::sqrt(2.0 * M_PI), 1e-4);
+}
+
 template <typename T, typename IT>
 void launch_select(const T* x, int64_t N, int F, int k, T* vals, IT* idx, cudaStream_t stream) {
   const unsigned blocks = (unsigned)((N + kWarps - 1) / kWarps);
   const int epl = (F + 31) / 32;
+  float z, phi;
+  normal_tail_quantile((k + 0.5) / F, &z, &phi);
 #define PYG_TC_SELECT(E)                                                                       \
   if (epl <= E) {                                                                              \
-    maxk_select_kernel<T, IT, E><<<blocks, kWarps * 32, 0, stream>>>(x, N, F, k, vals, idx);   \
+    maxk_select_kernel<T, IT, E><<<blocks, kWarps * 32, 0, stream>>>(x, N, F, k, z, phi, vals, idx); \
     C10_CUDA_KERNEL_LAUNCH_CHECK();                                                            \
     return;                                                                                    \
   }
@@ -185,7 +341,12 @@ void launch_select(const T* x, int64_t N, int F, int k, T* vals, IT* idx, cudaSt
 
 constexpr int kUnroll = 4;
 
-template <typename T, typename IT, int KG>
+// NB = 32 / KG: one private buffer per edge slot of a step, so no two lanes
+// of a step touch one address (the k columns of a CBSR row are distinct) and
+// the accumulation needs no atomics; the buffers are summed in a fixed order
+// at the write-back (bitwise reproducible). NB = 1: one buffer per warp with
+// shared-memory atomics, for small k where NB buffers would not fit.
+template <typename T, typename IT, int KG, int NB>
 __global__ void __launch_bounds__(kWarps * 32)
 cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restrict__ rowptr,
                  const int* __restrict__ col, const float* __restrict__ w,
@@ -194,14 +355,17 @@ cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restric
                  int64_t ds, bool mean) {
   extern __shared__ float smem[];
   constexpr int P = 32 / KG;  // edges per step
+  constexpr bool PRIV = NB == P;
+  static_assert(NB == 1 || PRIV, "NB is 1 or one buffer per edge slot");
   const int lane = threadIdx.x & 31;
-  float* buf = smem + (threadIdx.x >> 5) * F;
+  float* wbuf = smem + (threadIdx.x >> 5) * NB * F;
   const int64_t u = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (u >= U) return;  // warp-uniform; no block-wide barriers below
   const int4 un = units[u];
-  for (int f = lane; f < F; f += 32) buf[f] = 0.f;
+  for (int f = lane; f < NB * F; f += 32) wbuf[f] = 0.f;
   __syncwarp();
   const int sub = lane / KG, t0 = lane % KG;
+  float* buf = PRIV ? wbuf + sub * F : wbuf;
   const int len = un.z - un.y;
   for (int base = 0; base < len; base += 32) {
     const int n = min(32, len - base);
@@ -232,26 +396,35 @@ cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restric
           }
         }
 #pragma unroll
-        for (int q = 0; q < kUnroll; ++q)
-          if (ok[q]) atomicAdd(buf + ix[q], v[q]);
+        for (int q = 0; q < kUnroll; ++q) {
+          if (PRIV) {
+            if (ok[q]) buf[ix[q]] += v[q];
+            __syncwarp();  // the next edge of this slot may hit the same column
+          } else if (ok[q]) {
+            atomicAdd(buf + ix[q], v[q]);
+          }
+        }
       }
     }
   }
   const int64_t row = un.x;
   if (diag != nullptr && un.y == rowptr[row]) {  // first unit of its row adds diag * x[row]
     const float d = diag[row * ds];
-    for (int t = lane; t < k; t += 32)
-      atomicAdd(buf + col_of(idx[row * k + t]), d * to_f(vals[row * k + t]));
+    for (int t = lane; t < k; t += 32) {
+      float* a = wbuf + col_of(idx[row * k + t]);
+      const float add = d * to_f(vals[row * k + t]);
+      if (PRIV) *a += add; else atomicAdd(a, add);  // distinct columns per lane
+    }
   }
   __syncwarp();
-  if (un.w >= 0) {
-    float* dst = ws + (int64_t)un.w * F;
-    for (int f = lane; f < F; f += 32) dst[f] = buf[f];
-    return;
-  }
   const float scale = (mean && len > 0) ? 1.f / (float)len : 1.f;
-  T* dst = out + row * F;
-  for (int f = lane; f < F; f += 32) dst[f] = from_f<T>(buf[f] * scale);
+  for (int f = lane; f < F; f += 32) {
+    float r = wbuf[f];
+#pragma unroll
+    for (int b = 1; b < NB; ++b) r += wbuf[b * F + f];
+    if (un.w >= 0) ws[(int64_t)un.w * F + f] = r;
+    else out[row * F + f] = from_f<T>(r * scale);
+  }
 }
 
 // SSpMM: out[j, t] += w_ij * s_i * G[i, idx[j, t]] over the forward units.
@@ -314,7 +487,102 @@ cbsr_sspmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restri
   }
 }
 
+// SSpMM with 16-byte atomics (k % 4 == 0): each lane owns 4 consecutive
+// entries of the result row, gathers their 4 columns from the staged row and
+// issues one vector atomic (red.global.add.v4.f32 on sm_90; four scalar
+// atomics elsewhere): a quarter of the atomic and index-load instructions.
+template <typename IT> struct Idx4;
+template <> struct Idx4<uint8_t> {
+  using type = unsigned;
+  __device__ static int at(type r, int i) { return (r >> (8 * i)) & 0xff; }
+};
+template <> struct Idx4<int16_t> {
+  using type = uint2;
+  __device__ static int at(type r, int i) {
+    const unsigned w = i < 2 ? r.x : r.y;
+    return (w >> (16 * (i & 1))) & 0xffff;
+  }
+};
+
+__device__ __forceinline__ void atomic_add4(float* p, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(p), v);
+#else
+  atomicAdd(p, v.x);
+  atomicAdd(p + 1, v.y);
+  atomicAdd(p + 2, v.z);
+  atomicAdd(p + 3, v.w);
+#endif
+}
+
+template <typename T, typename IT, int KG>
+__global__ void __launch_bounds__(kWarps * 32)
+cbsr_sspmm_v4_kernel(const int4* __restrict__ units, int64_t U, const int* __restrict__ rowptr,
+                     const int* __restrict__ col, const float* __restrict__ w,
+                     const T* __restrict__ G, const IT* __restrict__ idx, int k, int F,
+                     float* __restrict__ out, const float* __restrict__ diag, int64_t ds, bool mean) {
+  extern __shared__ float smem[];
+  using R = typename Idx4<IT>::type;
+  constexpr int P = 32 / KG;
+  const int lane = threadIdx.x & 31;
+  float* buf = smem + (threadIdx.x >> 5) * F;
+  const int64_t u = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (u >= U) return;
+  const int4 un = units[u];
+  const int64_t row = un.x;
+  const int len = un.z - un.y;
+  const bool do_diag = diag != nullptr && un.y == rowptr[row];
+  if (len == 0 && !do_diag) return;
+  const int deg = rowptr[row + 1] - rowptr[row];
+  const float scale = (mean && deg > 0) ? 1.f / (float)deg : 1.f;
+  const T* gr = G + row * F;
+  for (int f = lane; f < F; f += 32) buf[f] = to_f(gr[f]) * scale;
+  __syncwarp();
+  const int k4 = k >> 2;
+  const int sub = lane / KG, t0 = lane % KG;
+  for (int base = 0; base < len; base += 32) {
+    const int n = min(32, len - base);
+    int c = 0;
+    float wv = 1.f;
+    if (lane < n) {
+      c = __ldg(col + un.y + base + lane);
+      if (w != nullptr) wv = __ldg(w + un.y + base + lane);
+    }
+    for (int tb = 0; tb < k4; tb += KG) {
+      const int t = tb + t0;
+      for (int j = 0; j < n; j += P * kUnroll) {
+        R ix[kUnroll];
+        int64_t p[kUnroll];
+        float wq[kUnroll];
+        bool ok[kUnroll];
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q) {
+          const int e = j + q * P + sub;
+          const int cj = __shfl_sync(kFullMask, c, e & 31);
+          wq[q] = __shfl_sync(kFullMask, wv, e & 31);
+          ok[q] = e < n && t < k4;
+          p[q] = (int64_t)cj * k + 4 * t;
+          if (ok[q]) ix[q] = *reinterpret_cast<const R*>(idx + p[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < kUnroll; ++q)
+          if (ok[q]) {
+            using I = Idx4<IT>;
+            const float4 v = make_float4(wq[q] * buf[I::at(ix[q], 0)], wq[q] * buf[I::at(ix[q], 1)],
+                                         wq[q] * buf[I::at(ix[q], 2)], wq[q] * buf[I::at(ix[q], 3)]);
+            atomic_add4(out + p[q], v);
+          }
+      }
+    }
+  }
+  if (do_diag) {
+    const float d = diag[row * ds];
+    for (int t = lane; t < k; t += 32) atomicAdd(out + row * k + t, d * buf[col_of(idx[row * k + t])]);
+  }
+}
+
 constexpr int64_t kMaxWidth = 4096;  // 8 warps x 4096 floats = 128 KiB of shared memory
+constexpr size_t kPrivSmem = 64 * 1024;  // SpGEMM private buffers: at most this much per block
 
 template <typename Kernel>
 void set_smem(Kernel kernel, size_t bytes) {
@@ -432,7 +700,6 @@ at::Tensor cbsr_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
     wsp = ws.data_ptr<float>();
   }
   auto stream = c10::cuda::getCurrentCUDAStream();
-  const size_t smem = (size_t)kWarps * F * sizeof(float);
   const unsigned blocks = (unsigned)((a.U + kWarps - 1) / kWarps);
   PYG_TC_DISPATCH(vc.scalar_type(), "pyg_tc_cbsr_spmm", [&] {
     using T = typename Native<scalar_t>::type;
@@ -440,19 +707,25 @@ at::Tensor cbsr_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
     T* op = reinterpret_cast<T*>(out.data_ptr<scalar_t>());
     PYG_TC_INDEX_DISPATCH(F, [&] {
       const IT* ip = reinterpret_cast<const IT*>(ic.data_ptr());
-      auto launch = [&](auto kernel) {
+      auto launch = [&](auto kernel, int nb) {
+        const size_t smem = (size_t)kWarps * nb * F * sizeof(float);
         set_smem(kernel, smem);
         if (a.U > 0)
           kernel<<<blocks, kWarps * 32, smem, stream>>>(a.units, a.U, a.rowptr, a.col, a.w, vp, ip,
                                                        (int)k, (int)F, op, wsp, a.diag, a.ds, a.mean);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
-      if (k <= 1) launch(cbsr_spmm_kernel<T, IT, 1>);
-      else if (k <= 2) launch(cbsr_spmm_kernel<T, IT, 2>);
-      else if (k <= 4) launch(cbsr_spmm_kernel<T, IT, 4>);
-      else if (k <= 8) launch(cbsr_spmm_kernel<T, IT, 8>);
-      else if (k <= 16) launch(cbsr_spmm_kernel<T, IT, 16>);
-      else launch(cbsr_spmm_kernel<T, IT, 32>);
+      // Private buffers (no atomics) while they fit in kPrivSmem per block.
+      const auto priv = [&](int kg) { return (size_t)kWarps * (32 / kg) * F * 4 <= kPrivSmem; };
+      if (k <= 1) launch(cbsr_spmm_kernel<T, IT, 1, 1>, 1);
+      else if (k <= 2) launch(cbsr_spmm_kernel<T, IT, 2, 1>, 1);
+      else if (k <= 4 && priv(4)) launch(cbsr_spmm_kernel<T, IT, 4, 8>, 8);
+      else if (k <= 4) launch(cbsr_spmm_kernel<T, IT, 4, 1>, 1);
+      else if (k <= 8 && priv(8)) launch(cbsr_spmm_kernel<T, IT, 8, 4>, 4);
+      else if (k <= 8) launch(cbsr_spmm_kernel<T, IT, 8, 1>, 1);
+      else if (k <= 16 && priv(16)) launch(cbsr_spmm_kernel<T, IT, 16, 2>, 2);
+      else if (k <= 16) launch(cbsr_spmm_kernel<T, IT, 16, 1>, 1);
+      else launch(cbsr_spmm_kernel<T, IT, 32, 1>, 1);
       const int64_t H = heavy_rows.numel();
       if (H > 0) {
         dim3 grid((unsigned)H, (unsigned)((F + 31) / 32));
@@ -500,7 +773,17 @@ at::Tensor cbsr_sspmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                                                      a.ds, a.mean);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
-      if (k <= 1) launch(cbsr_sspmm_kernel<T, IT, 1>);
+      const bool v4 = k % 4 == 0 &&
+                      (reinterpret_cast<uintptr_t>(ip) % (4 * sizeof(IT))) == 0;
+      if (v4) {
+        const int k4 = (int)(k / 4);
+        if (k4 <= 1) launch(cbsr_sspmm_v4_kernel<T, IT, 1>);
+        else if (k4 <= 2) launch(cbsr_sspmm_v4_kernel<T, IT, 2>);
+        else if (k4 <= 4) launch(cbsr_sspmm_v4_kernel<T, IT, 4>);
+        else if (k4 <= 8) launch(cbsr_sspmm_v4_kernel<T, IT, 8>);
+        else if (k4 <= 16) launch(cbsr_sspmm_v4_kernel<T, IT, 16>);
+        else launch(cbsr_sspmm_v4_kernel<T, IT, 32>);
+      } else if (k <= 1) launch(cbsr_sspmm_kernel<T, IT, 1>);
       else if (k <= 2) launch(cbsr_sspmm_kernel<T, IT, 2>);
       else if (k <= 4) launch(cbsr_sspmm_kernel<T, IT, 4>);
       else if (k <= 8) launch(cbsr_sspmm_kernel<T, IT, 8>);

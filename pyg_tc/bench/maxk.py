@@ -111,17 +111,33 @@ def _epoch_ms(model, x, y, edge_index, epochs: int) -> dict:
         return loss
 
     with track_memory(x.device) as mem:
-        losses = [float(step()) for _ in range(3)]
+        losses = [float(step().detach()) for _ in range(3)]
         t = bench(step, warmup=0, rep=epochs, device=x.device)
     return dict(status='ok', epoch_ms=t.median_ms, epoch_min_ms=t.min_ms, loss_first=losses[0],
                 **mem)
 
 
+def _profile(model, x, y, edge_index, log) -> None:
+    """Top CUDA kernels of one training step (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        opt.zero_grad(set_to_none=True)
+        Fn.cross_entropy(model(x, edge_index), y).backward()
+        opt.step()
+        torch.cuda.synchronize()
+    log(prof.key_averages().table(sort_by='cuda_time_total', row_limit=18, max_name_column_width=70))
+
+
 def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers: int = 3,
-                   in_channels: int = 256, classes: int = 41, epochs: int = 10, log=print) -> List[dict]:
+                   in_channels: int = 256, classes: int = 41, epochs: int = 10, log=print,
+                   profile: bool = False) -> List[dict]:
     """Full-batch training epoch (forward + backward + Adam step, dropout 0.5)
     of MaxKGNN('sage') with MaxK(k), the same model with ReLU on pyg_tc's CSR
-    kernels, and the ReLU model with PyG's own SAGEConv layers."""
+    kernels, and the ReLU model with PyG's own SAGEConv layers: on the
+    ``edge_index`` first (PyG's default gather/scatter path); if that runs out
+    of memory, on PyG's sparse ``adj_t`` path (torch.sparse CSR, cuSPARSE),
+    PyG's documented memory-efficient input for full-batch training."""
     import torch_geometric.nn as pyg_nn
     from ..nn import MaxKGNN
     bg = load_graph(name, 'cuda')
@@ -131,12 +147,17 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
     y = torch.randint(0, classes, (N,), device='cuda')
     ei = bg.edge_index
     recs = []
-    variants = [('pyg_tc', 'maxk'), ('pyg_tc', 'relu'), ('pyg', 'relu')]
+    variants = [('pyg_tc', 'maxk'), ('pyg_tc', 'relu'), ('pyg', 'relu'), ('pyg_adj_t', 'relu')]
     for impl, nl in variants:
+        if impl == 'pyg_adj_t':
+            if any(r['impl'] == 'pyg' and r.get('status') == 'ok' for r in recs):
+                continue
+            from torch_geometric.utils import to_torch_csr_tensor
+            ei = to_torch_csr_tensor(bg.edge_index.flip(0), size=(N, N))
         torch.manual_seed(0)
         model = MaxKGNN('sage', in_channels, hidden, classes, layers, k, dropout=0.5,
                         nonlinear=nl).cuda()
-        if impl == 'pyg':  # the same model built from PyG's own layers
+        if impl.startswith('pyg') and impl != 'pyg_tc':  # the same model, PyG's own layers
             convs = [pyg_nn.SAGEConv(hidden, hidden, aggr='mean').cuda() for _ in model.convs]
             for a, b in zip(convs, model.convs):
                 a.load_state_dict(b.state_dict())
@@ -145,8 +166,12 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
                    nonlinear=nl, k=k if nl == 'maxk' else None, hidden=hidden, layers=layers)
         try:
             rec.update(_epoch_ms(model, x, y, ei, epochs))
+            if profile and impl == 'pyg_tc':
+                _profile(model, x, y, ei, log)
         except torch.OutOfMemoryError:
             rec['status'] = 'oom'
+        except RuntimeError as e:
+            rec['status'] = f'error: {str(e).splitlines()[0][:200]}'
         del model
         _free()
         log(f'[maxk-train] {name} {impl} {nl}: {rec.get("status")} '
@@ -156,7 +181,8 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
     ok = {(r['impl'], r['nonlinear']): r for r in recs if r.get('status') == 'ok'}
     mk = ok.get(('pyg_tc', 'maxk'))
     if mk:
-        for key, field in ((('pyg_tc', 'relu'), 'speedup_vs_relu_csr'), (('pyg', 'relu'), 'speedup_vs_relu_pyg')):
+        pyg = ('pyg', 'relu') if ('pyg', 'relu') in ok else ('pyg_adj_t', 'relu')
+        for key, field in ((('pyg_tc', 'relu'), 'speedup_vs_relu_csr'), (pyg, 'speedup_vs_relu_pyg')):
             if key in ok:
                 mk[field] = ok[key]['epoch_ms'] / mk['epoch_ms']
         log(f'[maxk-train] MaxK k={k}: x{mk.get("speedup_vs_relu_csr", math.nan):.2f} vs ReLU on '
@@ -189,8 +215,9 @@ def _md(recs: List[dict]) -> str:
         s.append('| graph | model | status | epoch ms | peak MiB | MaxK speedup |')
         s.append('|---|---|---|---|---|---|')
         for r in tr:
-            name = ('MaxK k=%d' % r['k'] if r['nonlinear'] == 'maxk' else 'ReLU') + \
-                (' (PyG SAGEConv)' if r['impl'] == 'pyg' else ' (pyg_tc)')
+            name = ('MaxK k=%d' % r['k'] if r['nonlinear'] == 'maxk' else 'ReLU') + {
+                'pyg': ' (PyG SAGEConv, edge_index)', 'pyg_adj_t': ' (PyG SAGEConv, sparse adj_t)',
+                'pyg_tc': ' (pyg_tc)'}[r['impl']]
             sp = ''
             if 'speedup_vs_relu_csr' in r or 'speedup_vs_relu_pyg' in r:
                 sp = (f'x{r.get("speedup_vs_relu_csr", math.nan):.2f} vs ReLU pyg_tc, '
@@ -237,6 +264,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--ks', default=','.join(map(str, KS)))
     p.add_argument('--no-train', action='store_true')
     p.add_argument('--train-graph', default='reddit')
+    p.add_argument('--profile', action='store_true', help='print a kernel breakdown of the training steps')
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print('pyg_tc.bench.maxk: needs a CUDA GPU (kernel benchmark)')
@@ -251,7 +279,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f.write(json.dumps(r) + '\n')
                 f.flush()
         if not a.no_train:
-            add(bench_training(a.train_graph))
+            add(bench_training(a.train_graph, profile=a.profile))
         ks = [int(v) for v in a.ks.split(',')]
         for name in resolve_names(a.graphs, GRAPHS):
             try:

@@ -47,6 +47,10 @@ def _long_index(indices: Tensor) -> Tensor:
 class CBSR:
     """Sparse rows with ``k`` stored entries each (see the module doc).
 
+    ``check=True`` validates the indices once (range, distinct within a row:
+    the kernels rely on it); :func:`pyg_tc.ops.maxk` builds valid ones and
+    skips the check.
+
     Behaves enough like a ``[N, width]`` tensor for PyG-style code:
     ``size()``, ``shape``, ``dtype``, ``device``, ``dim()``; ``to_dense()``
     (differentiable) gives the dense matrix for everything else. Gradients
@@ -55,7 +59,7 @@ class CBSR:
 
     __slots__ = ('values', 'indices', 'width')
 
-    def __init__(self, values: Tensor, indices: Tensor, width: int):
+    def __init__(self, values: Tensor, indices: Tensor, width: int, check: bool = True):
         if not isinstance(values, Tensor) or not isinstance(indices, Tensor):
             raise TypeError('pyg_tc: CBSR values and indices must be tensors')
         if values.dim() != 2 or indices.shape != values.shape:
@@ -70,6 +74,8 @@ class CBSR:
         if indices.device != values.device:
             raise ValueError('pyg_tc: CBSR values and indices must be on one device')
         self.values, self.indices, self.width = values, indices, width
+        if check:
+            self.validate()
 
     # -- tensor-like surface ------------------------------------------------
     @property
@@ -101,16 +107,28 @@ class CBSR:
     def to(self, *args, **kwargs) -> 'CBSR':
         """Moves / casts the values (indices follow the device only)."""
         values = self.values.to(*args, **kwargs)
-        return CBSR(values, self.indices.to(values.device), self.width)
+        return CBSR(values, self.indices.to(values.device), self.width, check=False)
 
     def with_values(self, values: Tensor) -> 'CBSR':
         """Same sparsity, new values (e.g. after dropout)."""
-        return CBSR(values, self.indices, self.width)
+        return CBSR(values, self.indices, self.width, check=False)
 
     def to_dense(self) -> Tensor:
         """The dense ``[N, width]`` matrix (differentiable in ``values``)."""
         out = self.values.new_zeros(self.values.size(0), self.width)
-        return out.scatter(1, _long_index(self.indices), self.values)
+        return out.scatter_(1, _long_index(self.indices), self.values)  # in place: no copy
+
+    def linear(self, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+        """``to_dense() @ weight.T + bias`` without densifying: each row
+        gathers and sums ``k`` columns of ``weight`` (``embedding_bag``), so
+        it costs ``N * k * out`` instead of ``N * width * out`` multiply-adds.
+        Differentiable in the values, weight and bias."""
+        if weight.dim() != 2 or weight.size(1) != self.width:
+            raise ValueError(f'pyg_tc: weight must be [out, {self.width}], got {tuple(weight.shape)}')
+        out = torch.nn.functional.embedding_bag(
+            self.indices.to(torch.int32), weight.t(), per_sample_weights=self.values.to(weight.dtype),
+            mode='sum')
+        return out + bias if bias is not None else out
 
     def validate(self) -> 'CBSR':
         """Columns in range and distinct within each row; raises ValueError."""

@@ -145,13 +145,13 @@ def maxk(x: Tensor, k: int) -> CBSR:
     idt = index_dtype(F)
     if k >= F:  # keeps everything: the identity, in CBSR form
         cols = torch.arange(F, device=x.device, dtype=idt).expand(x.size(0), F).contiguous()
-        return CBSR(x, cols, F)
+        return CBSR(x, cols, F, check=False)
     ensure()
     if F > MAXK_KERNEL_WIDTH and _kernel_ok(x):
         values, indices = maxk_reference(x, k)
     else:
         values, indices = _call(torch.ops.pyg_tc.maxk_select.default, (x.contiguous(), k), (x,))
-    return CBSR(values, indices, F)
+    return CBSR(values, indices, F, check=False)
 
 
 def cbsr_spmm_graph(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',

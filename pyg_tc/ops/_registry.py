@@ -231,7 +231,7 @@ def _maxk_backward(ctx, grad_values, grad_indices):
     if grad_values is None:
         return None, None
     gx = grad_values.new_zeros(grad_values.size(0), ctx.width)
-    return gx.scatter(1, indices.long(), grad_values), None
+    return gx.scatter_(1, indices.long(), grad_values), None
 
 
 def _cbsr_spmm_setup(ctx, inputs, output):

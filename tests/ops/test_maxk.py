@@ -117,7 +117,7 @@ def _cbsr(n, F, k, dtype, device, seed=0, requires_grad=False):
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
 @pytest.mark.parametrize('kind', GRAPH_KINDS)
-@pytest.mark.parametrize('F,k', [(16, 4), (33, 7), (256, 16), (300, 40)])
+@pytest.mark.parametrize('F,k', [(16, 4), (33, 7), (256, 16), (300, 40), (64, 2), (512, 1), (2048, 4)])
 def test_cbsr_spmm_matches_dense(device, dtype, kind, F, k):
     ei, n = make_graph(kind, device)
     ns, nd = sizes(n)
@@ -208,10 +208,12 @@ def test_cbsr_errors():
         CBSR(torch.randn(3, 2), torch.zeros(3, 3, dtype=torch.uint8), 16)
     with pytest.raises(ValueError, match='up to 32768'):
         index_dtype(40000)
-    bad = CBSR(torch.randn(2, 2), torch.tensor([[1, 1], [0, 20]], dtype=torch.uint8), 16)
     with pytest.raises(ValueError, match='repeated'):
-        CBSR(bad.values, torch.tensor([[1, 1], [0, 2]], dtype=torch.uint8), 16).validate()
+        CBSR(torch.randn(2, 2), torch.tensor([[1, 1], [0, 2]], dtype=torch.uint8), 16)
     with pytest.raises(ValueError, match='out of range'):
+        CBSR(torch.randn(2, 2), torch.tensor([[1, 3], [0, 20]], dtype=torch.uint8), 16)
+    bad = CBSR(torch.randn(2, 2), torch.tensor([[1, 1], [0, 2]], dtype=torch.uint8), 16, check=False)
+    with pytest.raises(ValueError, match='repeated'):
         bad.validate()
 
 
@@ -283,3 +285,19 @@ def test_cuda_cbsr_spmm_is_reproducible():
     x = _cbsr(n, 256, 16, torch.float32, 'cuda')
     a, b = spmm(x, ei), spmm(x, ei)
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
+@pytest.mark.parametrize('F', [5, 64, 256, 700])
+def test_maxk_many_ties(device, dtype, F):
+    """Small-integer rows (ties everywhere) and rows with signed zeros."""
+    g = torch.Generator().manual_seed(F)
+    x = torch.randint(-3, 4, (64, F), generator=g).float()
+    x[::3] = x[::3] * 0.0 * torch.where(torch.rand(x[::3].shape, generator=g) > 0.5, 1.0, -1.0)
+    x = x.to(dtype).to(device)
+    for k in sorted({1, 2, F // 3 or 1, F - 1}):
+        out = maxk(x, k)
+        vals, idx = oracle_topk(x, k)
+        assert torch.equal(out.indices.long().cpu(), idx), k
+        assert torch.equal(out.values, vals)
