@@ -487,100 +487,6 @@ cbsr_sspmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restri
   }
 }
 
-// SSpMM with 16-byte atomics (k % 4 == 0): each lane owns 4 consecutive
-// entries of the result row, gathers their 4 columns from the staged row and
-// issues one vector atomic (red.global.add.v4.f32 on sm_90; four scalar
-// atomics elsewhere): a quarter of the atomic and index-load instructions.
-template <typename IT> struct Idx4;
-template <> struct Idx4<uint8_t> {
-  using type = unsigned;
-  __device__ static int at(type r, int i) { return (r >> (8 * i)) & 0xff; }
-};
-template <> struct Idx4<int16_t> {
-  using type = uint2;
-  __device__ static int at(type r, int i) {
-    const unsigned w = i < 2 ? r.x : r.y;
-    return (w >> (16 * (i & 1))) & 0xffff;
-  }
-};
-
-__device__ __forceinline__ void atomic_add4(float* p, float4 v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float4*>(p), v);
-#else
-  atomicAdd(p, v.x);
-  atomicAdd(p + 1, v.y);
-  atomicAdd(p + 2, v.z);
-  atomicAdd(p + 3, v.w);
-#endif
-}
-
-template <typename T, typename IT, int KG>
-__global__ void __launch_bounds__(kWarps * 32)
-cbsr_sspmm_v4_kernel(const int4* __restrict__ units, int64_t U, const int* __restrict__ rowptr,
-                     const int* __restrict__ col, const float* __restrict__ w,
-                     const T* __restrict__ G, const IT* __restrict__ idx, int k, int F,
-                     float* __restrict__ out, const float* __restrict__ diag, int64_t ds, bool mean) {
-  extern __shared__ float smem[];
-  using R = typename Idx4<IT>::type;
-  constexpr int P = 32 / KG;
-  const int lane = threadIdx.x & 31;
-  float* buf = smem + (threadIdx.x >> 5) * F;
-  const int64_t u = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (u >= U) return;
-  const int4 un = units[u];
-  const int64_t row = un.x;
-  const int len = un.z - un.y;
-  const bool do_diag = diag != nullptr && un.y == rowptr[row];
-  if (len == 0 && !do_diag) return;
-  const int deg = rowptr[row + 1] - rowptr[row];
-  const float scale = (mean && deg > 0) ? 1.f / (float)deg : 1.f;
-  const T* gr = G + row * F;
-  for (int f = lane; f < F; f += 32) buf[f] = to_f(gr[f]) * scale;
-  __syncwarp();
-  const int k4 = k >> 2;
-  const int sub = lane / KG, t0 = lane % KG;
-  for (int base = 0; base < len; base += 32) {
-    const int n = min(32, len - base);
-    int c = 0;
-    float wv = 1.f;
-    if (lane < n) {
-      c = __ldg(col + un.y + base + lane);
-      if (w != nullptr) wv = __ldg(w + un.y + base + lane);
-    }
-    for (int tb = 0; tb < k4; tb += KG) {
-      const int t = tb + t0;
-      for (int j = 0; j < n; j += P * kUnroll) {
-        R ix[kUnroll];
-        int64_t p[kUnroll];
-        float wq[kUnroll];
-        bool ok[kUnroll];
-#pragma unroll
-        for (int q = 0; q < kUnroll; ++q) {
-          const int e = j + q * P + sub;
-          const int cj = __shfl_sync(kFullMask, c, e & 31);
-          wq[q] = __shfl_sync(kFullMask, wv, e & 31);
-          ok[q] = e < n && t < k4;
-          p[q] = (int64_t)cj * k + 4 * t;
-          if (ok[q]) ix[q] = *reinterpret_cast<const R*>(idx + p[q]);
-        }
-#pragma unroll
-        for (int q = 0; q < kUnroll; ++q)
-          if (ok[q]) {
-            using I = Idx4<IT>;
-            const float4 v = make_float4(wq[q] * buf[I::at(ix[q], 0)], wq[q] * buf[I::at(ix[q], 1)],
-                                         wq[q] * buf[I::at(ix[q], 2)], wq[q] * buf[I::at(ix[q], 3)]);
-            atomic_add4(out + p[q], v);
-          }
-      }
-    }
-  }
-  if (do_diag) {
-    const float d = diag[row * ds];
-    for (int t = lane; t < k; t += 32) atomicAdd(out + row * k + t, d * buf[col_of(idx[row * k + t])]);
-  }
-}
-
 constexpr int64_t kMaxWidth = 4096;  // 8 warps x 4096 floats = 128 KiB of shared memory
 constexpr size_t kPrivSmem = 64 * 1024;  // SpGEMM private buffers: at most this much per block
 
@@ -773,17 +679,7 @@ at::Tensor cbsr_sspmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                                                      a.ds, a.mean);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
-      const bool v4 = k % 4 == 0 &&
-                      (reinterpret_cast<uintptr_t>(ip) % (4 * sizeof(IT))) == 0;
-      if (v4) {
-        const int k4 = (int)(k / 4);
-        if (k4 <= 1) launch(cbsr_sspmm_v4_kernel<T, IT, 1>);
-        else if (k4 <= 2) launch(cbsr_sspmm_v4_kernel<T, IT, 2>);
-        else if (k4 <= 4) launch(cbsr_sspmm_v4_kernel<T, IT, 4>);
-        else if (k4 <= 8) launch(cbsr_sspmm_v4_kernel<T, IT, 8>);
-        else if (k4 <= 16) launch(cbsr_sspmm_v4_kernel<T, IT, 16>);
-        else launch(cbsr_sspmm_v4_kernel<T, IT, 32>);
-      } else if (k <= 1) launch(cbsr_sspmm_kernel<T, IT, 1>);
+      if (k <= 1) launch(cbsr_sspmm_kernel<T, IT, 1>);
       else if (k <= 2) launch(cbsr_sspmm_kernel<T, IT, 2>);
       else if (k <= 4) launch(cbsr_sspmm_kernel<T, IT, 4>);
       else if (k <= 8) launch(cbsr_sspmm_kernel<T, IT, 8>);

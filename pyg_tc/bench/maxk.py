@@ -131,13 +131,24 @@ def _profile(model, x, y, edge_index, log) -> None:
 
 def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers: int = 3,
                    in_channels: int = 256, classes: int = 41, epochs: int = 10, log=print,
-                   profile: bool = False) -> List[dict]:
+                   profile: bool = False, tf32: bool = False) -> List[dict]:
     """Full-batch training epoch (forward + backward + Adam step, dropout 0.5)
     of MaxKGNN('sage') with MaxK(k), the same model with ReLU on pyg_tc's CSR
     kernels, and the ReLU model with PyG's own SAGEConv layers: on the
     ``edge_index`` first (PyG's default gather/scatter path); if that runs out
     of memory, on PyG's sparse ``adj_t`` path (torch.sparse CSR, cuSPARSE),
-    PyG's documented memory-efficient input for full-batch training."""
+    PyG's documented memory-efficient input for full-batch training.
+    ``tf32=True`` runs every model's dense layers with TF32 matmuls (all
+    variants alike; the default is PyTorch's fp32)."""
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        return _bench_training(name, k, hidden, layers, in_channels, classes, epochs, log, profile, tf32)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+
+
+def _bench_training(name, k, hidden, layers, in_channels, classes, epochs, log, profile, tf32):
     import torch_geometric.nn as pyg_nn
     from ..nn import MaxKGNN
     bg = load_graph(name, 'cuda')
@@ -163,7 +174,8 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
                 a.load_state_dict(b.state_dict())
             model.convs = torch.nn.ModuleList(convs)
         rec = dict(kind='maxk_train', graph=name, nodes=N, edges=bg.num_edges, impl=impl,
-                   nonlinear=nl, k=k if nl == 'maxk' else None, hidden=hidden, layers=layers)
+                   nonlinear=nl, k=k if nl == 'maxk' else None, hidden=hidden, layers=layers,
+                   matmul='tf32' if tf32 else 'fp32')
         try:
             rec.update(_epoch_ms(model, x, y, ei, epochs))
             if profile and impl == 'pyg_tc':
@@ -174,7 +186,7 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
             rec['status'] = f'error: {str(e).splitlines()[0][:200]}'
         del model
         _free()
-        log(f'[maxk-train] {name} {impl} {nl}: {rec.get("status")} '
+        log(f'[maxk-train] {name} {impl} {nl} ({rec["matmul"]} matmuls): {rec.get("status")} '
             + (f'{rec["epoch_ms"]:.2f} ms/epoch, peak {rec.get("peak_mb") or 0:.0f} MiB'
                if rec.get('status') == 'ok' else ''))
         recs.append(rec)
@@ -212,8 +224,8 @@ def _md(recs: List[dict]) -> str:
     tr = [r for r in recs if r['kind'] == 'maxk_train']
     if tr:
         s.append('\n## Training epoch (3-layer SAGE, hidden 256, full batch, forward + backward + Adam)\n')
-        s.append('| graph | model | status | epoch ms | peak MiB | MaxK speedup |')
-        s.append('|---|---|---|---|---|---|')
+        s.append('| graph | model | dense matmuls | status | epoch ms | peak MiB | MaxK speedup |')
+        s.append('|---|---|---|---|---|---|---|')
         for r in tr:
             name = ('MaxK k=%d' % r['k'] if r['nonlinear'] == 'maxk' else 'ReLU') + {
                 'pyg': ' (PyG SAGEConv, edge_index)', 'pyg_adj_t': ' (PyG SAGEConv, sparse adj_t)',
@@ -222,7 +234,7 @@ def _md(recs: List[dict]) -> str:
             if 'speedup_vs_relu_csr' in r or 'speedup_vs_relu_pyg' in r:
                 sp = (f'x{r.get("speedup_vs_relu_csr", math.nan):.2f} vs ReLU pyg_tc, '
                       f'x{r.get("speedup_vs_relu_pyg", math.nan):.2f} vs ReLU PyG')
-            s.append(f'| {r["graph"]} | {name} | {r.get("status")} | '
+            s.append(f'| {r["graph"]} | {name} | {r.get("matmul")} | {r.get("status")} | '
                      f'{r.get("epoch_ms", math.nan):.2f} | {r.get("peak_mb") or math.nan:.0f} | {sp} |')
     return '\n'.join(s) + '\n'
 
@@ -265,6 +277,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--no-train', action='store_true')
     p.add_argument('--train-graph', default='reddit')
     p.add_argument('--profile', action='store_true', help='print a kernel breakdown of the training steps')
+    p.add_argument('--tf32', action='store_true', help='also run the training with TF32 matmuls')
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print('pyg_tc.bench.maxk: needs a CUDA GPU (kernel benchmark)')
@@ -280,6 +293,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f.flush()
         if not a.no_train:
             add(bench_training(a.train_graph, profile=a.profile))
+            if a.tf32:
+                add(bench_training(a.train_graph, tf32=True))
         ks = [int(v) for v in a.ks.split(',')]
         for name in resolve_names(a.graphs, GRAPHS):
             try:
