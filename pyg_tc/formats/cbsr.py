@@ -118,16 +118,6 @@ class CBSR:
         out = self.values.new_zeros(self.values.size(0), self.width)
         return out.scatter_(1, _long_index(self.indices), self.values)  # in place: no copy
 
-    def linear(self, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
-        """``F.linear(self.to_dense(), weight, bias)`` without densifying in
-        the forward pass: each row sums ``k`` columns of ``weight``
-        (``N * k * out`` multiply-adds instead of ``N * width * out``). The
-        backward pass uses two dense GEMMs, as ``F.linear`` would."""
-        if weight.dim() != 2 or weight.size(1) != self.width:
-            raise ValueError(f'pyg_tc: weight must be [out, {self.width}], got {tuple(weight.shape)}')
-        out = _CBSRLinear.apply(self.values, self.indices, weight)
-        return out + bias if bias is not None else out
-
     def validate(self) -> 'CBSR':
         """Columns in range and distinct within each row; raises ValueError."""
         idx = _long_index(self.indices)
@@ -140,28 +130,6 @@ class CBSR:
     def __repr__(self) -> str:
         return (f'CBSR(shape={tuple(self.shape)}, k={self.k}, dtype={self.dtype}, '
                 f'index_dtype={self.indices.dtype}, device={self.device})')
-
-
-class _CBSRLinear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, values, indices, weight):
-        ctx.save_for_backward(values, indices, weight)
-        idx = indices.to(torch.int32)
-        return torch.nn.functional.embedding_bag(idx, weight.t().contiguous(),
-                                                 per_sample_weights=values.to(weight.dtype),
-                                                 mode='sum').to(torch.result_type(values, weight))
-
-    @staticmethod
-    def backward(ctx, grad):
-        values, indices, weight = ctx.saved_tensors
-        idx = _long_index(indices)
-        g_values = g_weight = None
-        if ctx.needs_input_grad[0]:
-            g_values = (grad @ weight.to(grad.dtype)).gather(1, idx).to(values.dtype)
-        if ctx.needs_input_grad[2]:
-            dense = values.new_zeros(values.size(0), weight.size(1)).scatter_(1, idx, values)
-            g_weight = (grad.t() @ dense.to(grad.dtype)).to(weight.dtype)
-        return g_values, None, g_weight
 
 
 # ---------------------------------------------------------------------------

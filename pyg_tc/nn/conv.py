@@ -278,10 +278,7 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
         else:
             out = lin_l(spmm_graph(g, x_src, value, reduce))
         if self.root_weight and x_r is not None:
-            if isinstance(x_r, CBSR):  # k columns of lin_r's weight per row (forward)
-                out = out + x_r.linear(self.lin_r.weight, self.lin_r.bias)
-            else:
-                out = out + self.lin_r(x_r)
+            out = out + self.lin_r(_dense(x_r))
         if self.normalize:
             out = F.normalize(out, p=2., dim=-1)
         return out

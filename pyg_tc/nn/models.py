@@ -8,7 +8,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..formats.cbsr import CBSR
-from ..ops import linear_maxk
 from .conv import GCNConv, GINConv, SAGEConv
 from .maxk import MaxK
 
@@ -76,10 +75,7 @@ class MaxKGNN(torch.nn.Module):
     def forward(self, x: Tensor, edge_index: Any) -> Tensor:
         x = self.lin_in(x)
         for lin, conv, norm in zip(self.lins, self.convs, self.norms):
-            if self.nonlinear == 'maxk':  # Linear + MaxK fused: sparse backward
-                x = linear_maxk(x, lin.weight, lin.bias, self.k)
-            else:
-                x = self.act(lin(x))
+            x = self.act(lin(x))
             if isinstance(x, CBSR):
                 x = x.with_values(F.dropout(x.values, self.dropout, self.training))
             else:

@@ -17,8 +17,7 @@ from ..formats.csr import CSRGraph, inverse_perm
 from . import _registry
 from ._registry import ensure, maxk_reference, sddmm_reference, spmm_reference
 
-__all__ = ['spmm', 'sddmm', 'spmm_graph', 'sddmm_graph', 'maxk', 'linear_maxk', 'cbsr_spmm_graph',
-           'ensure',
+__all__ = ['spmm', 'sddmm', 'spmm_graph', 'sddmm_graph', 'maxk', 'cbsr_spmm_graph', 'ensure',
            'spmm_reference', 'sddmm_reference', 'maxk_reference']
 
 MAXK_KERNEL_WIDTH = 1024  # widest row the selection kernel holds in registers
@@ -153,54 +152,6 @@ def maxk(x: Tensor, k: int) -> CBSR:
     else:
         values, indices = _call(torch.ops.pyg_tc.maxk_select.default, (x.contiguous(), k), (x,))
     return CBSR(values, indices, F, check=False)
-
-
-class _LinearMaxK(torch.autograd.Function):
-    """``maxk(F.linear(x, weight, bias), k)`` with a sparse backward: the
-    gradient reaching the linear layer has ``k`` nonzeros per row, so the input
-    gradient gathers ``k`` rows of ``weight`` per node (``embedding_bag``:
-    ``N * k * in`` multiply-adds instead of a dense ``N * out * in`` GEMM)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, k):
-        with torch.no_grad():
-            c = maxk(torch.nn.functional.linear(x, weight, bias), k)
-        ctx.save_for_backward(x, weight, c.indices)
-        ctx.mark_non_differentiable(c.indices)
-        ctx.has_bias = bias is not None
-        return c.values, c.indices
-
-    @staticmethod
-    def backward(ctx, g, _g_idx):
-        x, weight, indices = ctx.saved_tensors
-        idx = indices.long()
-        gx = gw = gb = None
-        if ctx.needs_input_grad[0]:
-            gx = torch.nn.functional.embedding_bag(
-                indices.to(torch.int32), weight, per_sample_weights=g.to(weight.dtype),
-                mode='sum').to(x.dtype)
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            dense = g.new_zeros(g.size(0), weight.size(0)).scatter_(1, idx, g)
-            if ctx.needs_input_grad[1]:
-                gw = (dense.t() @ x.to(dense.dtype)).to(weight.dtype)
-            if ctx.needs_input_grad[2] and ctx.has_bias:
-                gb = dense.sum(0).to(weight.dtype)
-        return gx, gw, gb, None
-
-
-def linear_maxk(x: Tensor, weight: Tensor, bias: Optional[Tensor], k: int) -> CBSR:
-    """``maxk(F.linear(x, weight, bias), k)`` (a Linear layer followed by
-    MaxK), with the sparse backward of :class:`_LinearMaxK`. Same values and
-    gradients as the unfused composition."""
-    if not isinstance(x, Tensor) or x.dim() != 2:
-        raise TypeError('pyg_tc: linear_maxk needs a 2-D tensor x')
-    out_f = weight.size(0)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f'pyg_tc: k must be an int >= 1, got {k!r}')
-    if k >= out_f or torch.compiler.is_compiling():
-        return maxk(torch.nn.functional.linear(x, weight, bias), k)
-    values, indices = _LinearMaxK.apply(x, weight, bias, k)
-    return CBSR(values, indices, out_f, check=False)
 
 
 def cbsr_spmm_graph(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',

@@ -92,7 +92,6 @@ def test_maxkgnn_matches_dense_equivalent(conv, device):
         def forward(self, h):
             return MaxK(4)(h).to_dense()
     ref.act = Dense()
-    ref.nonlinear = 'dense maxk'  # the unfused path: act(lin(x))
     torch.testing.assert_close(model(x, ei), ref(x, ei), rtol=1e-4, atol=1e-4)
 
 

@@ -301,34 +301,3 @@ def test_maxk_many_ties(device, dtype, F):
         vals, idx = oracle_topk(x, k)
         assert torch.equal(out.indices.long().cpu(), idx), k
         assert torch.equal(out.values, vals)
-
-
-@pytest.mark.parametrize('device', DEVICES)
-@pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
-def test_linear_maxk_and_cbsr_linear_match_dense(device, dtype):
-    """The fused Linear + MaxK (sparse backward) and CBSR.linear (gathered
-    forward) against the unfused dense composition: values and gradients."""
-    from pyg_tc.ops import linear_maxk
-    torch.manual_seed(0)
-    x0 = features(70, 48, dtype, device)
-    W0 = (torch.randn(40, 48) / 7).to(dtype).to(device)
-    b0 = torch.randn(40).to(dtype).to(device)
-    W20 = (torch.randn(9, 40) / 6).to(dtype).to(device)
-    G = torch.randn(70, 9).to(dtype).to(device)
-    outs = []
-    for fused in (True, False):
-        x, W, b, W2 = (t.clone().requires_grad_(True) for t in (x0, W0, b0, W20))
-        if fused:
-            c = linear_maxk(x, W, b, 6)
-            y = c.linear(W2)
-        else:
-            c = maxk(torch.nn.functional.linear(x, W, b), 6)
-            y = torch.nn.functional.linear(c.to_dense(), W2)
-        y.backward(G)
-        outs.append((c.indices, y, x.grad, W.grad, b.grad, W2.grad))
-    assert torch.equal(outs[0][0], outs[1][0])
-    tol = {torch.float32: 1e-5, torch.float16: 2e-2, torch.bfloat16: 1e-1}[dtype]
-    for a, b_ in zip(outs[0][1:], outs[1][1:]):
-        torch.testing.assert_close(a.float(), b_.float(), rtol=tol, atol=tol)
-    with pytest.raises(ValueError, match='k must be'):
-        linear_maxk(x0, W0, b0, 0)
