@@ -39,6 +39,7 @@
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <tuple>
 #include <type_traits>
@@ -346,7 +347,7 @@ constexpr int kUnroll = 4;
 // the accumulation needs no atomics; the buffers are summed in a fixed order
 // at the write-back (bitwise reproducible). NB = 1: one buffer per warp with
 // shared-memory atomics, for small k where NB buffers would not fit.
-template <typename T, typename IT, int KG, int NB>
+template <typename T, typename IT, int KG, int NB, int VT>
 __global__ void __launch_bounds__(kWarps * 32)
 cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restrict__ rowptr,
                  const int* __restrict__ col, const float* __restrict__ w,
@@ -375,11 +376,11 @@ cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restric
       c = __ldg(col + un.y + base + lane);
       if (w != nullptr) wv = __ldg(w + un.y + base + lane);
     }
-    for (int tb = 0; tb < k; tb += KG) {
-      const int t = tb + t0;
+    for (int tb = 0; tb < k; tb += KG * VT) {
+      const int t = tb + t0 * VT;  // this lane's first entry (VT consecutive ones)
       for (int j = 0; j < n; j += P * kUnroll) {
-        float v[kUnroll];
-        int ix[kUnroll];
+        float v[kUnroll][VT];
+        int ix[kUnroll][VT];
         bool ok[kUnroll];
 #pragma unroll
         for (int q = 0; q < kUnroll; ++q) {
@@ -387,21 +388,33 @@ cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restric
           const int cj = __shfl_sync(kFullMask, c, e & 31);
           const float wj = __shfl_sync(kFullMask, wv, e & 31);
           ok[q] = e < n && t < k;
-          v[q] = 0.f;
-          ix[q] = 0;
+#pragma unroll
+          for (int r = 0; r < VT; ++r) {
+            v[q][r] = 0.f;
+            ix[q][r] = 0;
+          }
           if (ok[q]) {
             const int64_t p = (int64_t)cj * k + t;
-            v[q] = wj * to_f(vals[p]);
-            ix[q] = col_of(idx[p]);
+            const Pack<T, VT> pv = *reinterpret_cast<const Pack<T, VT>*>(vals + p);
+            const Pack<IT, VT> pi = *reinterpret_cast<const Pack<IT, VT>*>(idx + p);
+#pragma unroll
+            for (int r = 0; r < VT; ++r) {
+              v[q][r] = wj * to_f(pv.v[r]);
+              ix[q][r] = col_of(pi.v[r]);
+            }
           }
         }
 #pragma unroll
         for (int q = 0; q < kUnroll; ++q) {
           if (PRIV) {
-            if (ok[q]) buf[ix[q]] += v[q];
+            if (ok[q]) {
+#pragma unroll
+              for (int r = 0; r < VT; ++r) buf[ix[q][r]] += v[q][r];
+            }
             __syncwarp();  // the next edge of this slot may hit the same column
           } else if (ok[q]) {
-            atomicAdd(buf + ix[q], v[q]);
+#pragma unroll
+            for (int r = 0; r < VT; ++r) atomicAdd(buf + ix[q][r], v[q][r]);
           }
         }
       }
@@ -621,17 +634,34 @@ at::Tensor cbsr_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                                                        (int)k, (int)F, op, wsp, a.diag, a.ds, a.mean);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
-      // Private buffers (no atomics) while they fit in kPrivSmem per block.
+      // Two entries per lane (one 2-element load of values and of indices)
+      // when k is even; private buffers (no atomics) while they fit in
+      // kPrivSmem per block.
+      const char* env = std::getenv("PYG_TC_CBSR_PAIR");  // "0" disables (for sweeps)
+      const bool pair = !(env != nullptr && env[0] == '0') && k % 2 == 0 && k >= 4 &&
+                        reinterpret_cast<uintptr_t>(vp) % (2 * sizeof(T)) == 0 &&
+                        reinterpret_cast<uintptr_t>(ip) % (2 * sizeof(IT)) == 0;
+      const int64_t lanes = pair ? k / 2 : k;  // lanes per edge before rounding
       const auto priv = [&](int kg) { return (size_t)kWarps * (32 / kg) * F * 4 <= kPrivSmem; };
-      if (k <= 1) launch(cbsr_spmm_kernel<T, IT, 1, 1>, 1);
-      else if (k <= 2) launch(cbsr_spmm_kernel<T, IT, 2, 1>, 1);
-      else if (k <= 4 && priv(4)) launch(cbsr_spmm_kernel<T, IT, 4, 8>, 8);
-      else if (k <= 4) launch(cbsr_spmm_kernel<T, IT, 4, 1>, 1);
-      else if (k <= 8 && priv(8)) launch(cbsr_spmm_kernel<T, IT, 8, 4>, 4);
-      else if (k <= 8) launch(cbsr_spmm_kernel<T, IT, 8, 1>, 1);
-      else if (k <= 16 && priv(16)) launch(cbsr_spmm_kernel<T, IT, 16, 2>, 2);
-      else if (k <= 16) launch(cbsr_spmm_kernel<T, IT, 16, 1>, 1);
-      else launch(cbsr_spmm_kernel<T, IT, 32, 1>, 1);
+      if (pair) {
+        if (lanes <= 2 && priv(2)) launch(cbsr_spmm_kernel<T, IT, 2, 16, 2>, 16);
+        else if (lanes <= 2) launch(cbsr_spmm_kernel<T, IT, 2, 1, 2>, 1);
+        else if (lanes <= 4 && priv(4)) launch(cbsr_spmm_kernel<T, IT, 4, 8, 2>, 8);
+        else if (lanes <= 4) launch(cbsr_spmm_kernel<T, IT, 4, 1, 2>, 1);
+        else if (lanes <= 8 && priv(8)) launch(cbsr_spmm_kernel<T, IT, 8, 4, 2>, 4);
+        else if (lanes <= 8) launch(cbsr_spmm_kernel<T, IT, 8, 1, 2>, 1);
+        else if (lanes <= 16 && priv(16)) launch(cbsr_spmm_kernel<T, IT, 16, 2, 2>, 2);
+        else if (lanes <= 16) launch(cbsr_spmm_kernel<T, IT, 16, 1, 2>, 1);
+        else launch(cbsr_spmm_kernel<T, IT, 32, 1, 2>, 1);
+      } else if (k <= 1) launch(cbsr_spmm_kernel<T, IT, 1, 1, 1>, 1);
+      else if (k <= 2) launch(cbsr_spmm_kernel<T, IT, 2, 1, 1>, 1);
+      else if (k <= 4 && priv(4)) launch(cbsr_spmm_kernel<T, IT, 4, 8, 1>, 8);
+      else if (k <= 4) launch(cbsr_spmm_kernel<T, IT, 4, 1, 1>, 1);
+      else if (k <= 8 && priv(8)) launch(cbsr_spmm_kernel<T, IT, 8, 4, 1>, 4);
+      else if (k <= 8) launch(cbsr_spmm_kernel<T, IT, 8, 1, 1>, 1);
+      else if (k <= 16 && priv(16)) launch(cbsr_spmm_kernel<T, IT, 16, 2, 1>, 2);
+      else if (k <= 16) launch(cbsr_spmm_kernel<T, IT, 16, 1, 1>, 1);
+      else launch(cbsr_spmm_kernel<T, IT, 32, 1, 1>, 1);
       const int64_t H = heavy_rows.numel();
       if (H > 0) {
         dim3 grid((unsigned)H, (unsigned)((F + 31) / 32));
