@@ -2,14 +2,15 @@
 // forward SpGEMM (CSR adjacency x CBSR features -> dense) and the backward
 // SSpMM (sampled A^T x dense gradient -> CBSR values).
 //
-// Selection: one warp per row, the row in registers as order-preserving
-// uint32 keys. The k-th largest key is found by bisection: value midpoints
-// first (the paper's pivot method, min/max start, usually < 10 rounds on
-// feature rows), key-space midpoints after 12 rounds (at most 32 more), each
-// round one compare per element and one warp reduction. It stops early as
-// soon as exactly k keys lie above a pivot. Ties at the threshold are kept in
-// column order; the kept entries are written in ascending column order.
-// Order: IEEE order with -0 == +0 and NaN largest (torch.sort's order).
+// Selection: one warp per row, held in registers. The k-th largest value is
+// found by counting passes (one compare per element, one warp reduction):
+// first pivot mean + z * std (z: the normal quantile of k / width), then a
+// Newton step on the count, secant steps, bisection when a step leaves the
+// bracket, and bisection of the order-preserving uint32 keys after 12 rounds
+// (so at most 44 rounds). It stops as soon as exactly k values lie above a
+// pivot. Rows with NaN search on the keys (NaN largest). Ties at the
+// threshold are kept in column order; the kept entries are written in
+// ascending column order. Order: torch.sort's (-0 == +0, NaN largest).
 //
 // SpGEMM (Algorithm 1): one warp per schedule unit (an edge group of at most
 // `chunk` edges of one row). KG lanes per edge (KG = k rounded up to a power
@@ -71,13 +72,59 @@ __device__ __forceinline__ int col_of(IT raw) {
   return static_cast<int>(static_cast<std::make_unsigned_t<IT>>(raw));
 }
 
+// Writes the kept entries of one row in ascending column order: every a[e]
+// above the threshold lo (at or above it when `exact`), then, when not exact,
+// the first k - count(above) entries equal to lo. A is float (rows without
+// NaN) or the uint32 key (rows with NaN); padding never qualifies.
+template <typename T, typename IT, int EPL, typename A>
+__device__ __forceinline__ void write_kept(const A (&a)[EPL], A lo, bool exact, int c0, int F,
+                                           int k, const T* __restrict__ xr, T* __restrict__ vr,
+                                           IT* __restrict__ ir) {
+  const int lane = threadIdx.x & 31;
+  int n_gt = 0, n_eq = 0;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    n_gt += exact ? a[e] >= lo : a[e] > lo;
+    n_eq += (!exact && a[e] == lo && c0 + e < F);
+  }
+  int eq_incl = n_eq;  // inclusive scan over lanes
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(kFullMask, eq_incl, o);
+    if (lane >= o) eq_incl += t;
+  }
+  const int need = k - (int)__reduce_add_sync(kFullMask, (unsigned)n_gt);
+  int eq_rank = eq_incl - n_eq;  // equal entries in earlier lanes
+  const int mine = n_gt + max(0, min(n_eq, need - eq_rank));
+  int off = mine;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(kFullMask, off, o);
+    if (lane >= o) off += t;
+  }
+  off -= mine;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    bool take = exact ? a[e] >= lo : a[e] > lo;
+    if (!exact && a[e] == lo && c0 + e < F) {
+      take = eq_rank < need;
+      ++eq_rank;
+    }
+    if (take) {
+      vr[off] = xr[c0 + e];  // the input value itself (keeps -0 and NaN payloads)
+      ir[off] = static_cast<IT>(c0 + e);
+      ++off;
+    }
+  }
+}
+
 // Fast path for rows without NaN: the same search on the float values
 // themselves (float order is the key order there, -0 == +0 included), with
 // no per-element key conversions; key bisection only as the last resort.
 template <typename T, typename IT, int EPL>
 __device__ __forceinline__ void select_floats(const float (&v)[EPL], int c0, int F, int k, float z,
-                                              float phi, T* __restrict__ vr, IT* __restrict__ ir) {
-  const int lane = threadIdx.x & 31;
+                                              float phi, const T* __restrict__ xr,
+                                              T* __restrict__ vr, IT* __restrict__ ir) {
   float mn = INFINITY, mx = -INFINITY, s1 = 0.f, s2 = 0.f;
 #pragma unroll
   for (int e = 0; e < EPL; ++e) {
@@ -129,42 +176,7 @@ __device__ __forceinline__ void select_floats(const float (&v)[EPL], int c0, int
       hi = value_of(kb);
     }
   }
-  // Kept: v > lo (v >= lo when exact), then the first `need` values == lo.
-  int n_gt = 0, n_eq = 0;
-#pragma unroll
-  for (int e = 0; e < EPL; ++e) {
-    n_gt += exact ? v[e] >= lo : v[e] > lo;
-    n_eq += (!exact && v[e] == lo && c0 + e < F);
-  }
-  int eq_incl = n_eq;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int t = __shfl_up_sync(kFullMask, eq_incl, o);
-    if (lane >= o) eq_incl += t;
-  }
-  const int need = k - (int)__reduce_add_sync(kFullMask, (unsigned)n_gt);
-  int eq_rank = eq_incl - n_eq;
-  const int mine = n_gt + max(0, min(n_eq, need - eq_rank));
-  int off = mine;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int t = __shfl_up_sync(kFullMask, off, o);
-    if (lane >= o) off += t;
-  }
-  off -= mine;
-#pragma unroll
-  for (int e = 0; e < EPL; ++e) {
-    bool take = exact ? v[e] >= lo : v[e] > lo;
-    if (!exact && v[e] == lo && c0 + e < F) {
-      take = eq_rank < need;
-      ++eq_rank;
-    }
-    if (take) {
-      vr[off] = from_f<T>(v[e]);  // exact: v holds the input value
-      ir[off] = static_cast<IT>(c0 + e);
-      ++off;
-    }
-  }
+  write_kept<T, IT, EPL, float>(v, lo, exact, c0, F, k, xr, vr, ir);
 }
 
 // EPL elements per lane: lane l owns columns [l * EPL, l * EPL + EPL).
@@ -194,7 +206,7 @@ maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, float z, fl
 #pragma unroll
   for (int e = 0; e < EPL; ++e) nan |= xv[e] != xv[e];
   if (!__any_sync(kFullMask, nan)) {
-    select_floats<T, IT, EPL>(xv, c0, F, k, z, phi, vals + row * k, idx + row * k);
+    select_floats<T, IT, EPL>(xv, c0, F, k, z, phi, xr, vals + row * k, idx + row * k);
     return;
   }
   // Rows with NaN: the search on order-preserving uint32 keys (NaN largest).
@@ -210,50 +222,19 @@ maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, float z, fl
     mx = max(mx, key[e]);
   }
   unsigned lo = __reduce_min_sync(kFullMask, mn), hi = __reduce_max_sync(kFullMask, mx);
-  // First pivot from the row's mean and standard deviation (z = the normal
-  // quantile of 1 - (k + 0.5) / F, phi = its density, from the host), then a
-  // Newton step on the count and secant steps; value bisection when a step
-  // leaves the bracket, key bisection after 12 rounds (termination bound).
-  float s1 = 0.f, s2 = 0.f;
-#pragma unroll
-  for (int e = 0; e < EPL; ++e) {
-    if (c0 + e < F) {
-      const float v = value_of(key[e]);
-      s1 += v;
-      s2 += v * v;
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    s1 += __shfl_xor_sync(kFullMask, s1, o);
-    s2 += __shfl_xor_sync(kFullMask, s2, o);
-  }
-  const float mean = s1 / F;
-  const float sd = sqrtf(fmaxf(s2 / F - mean * mean, 0.f));
-  const float target = k + 0.5f;
-  float t_prev = 0.f, c_prev = 0.f, t_cur = mean + z * sd, c_cur = 0.f;
-  // Invariant: count(key >= lo) >= k and count(key >= hi + 1) < k.
+  // Invariant: count(key >= lo) >= k and count(key >= hi + 1) < k. Value
+  // midpoints while the bracket is finite (12 rounds at most), then key
+  // midpoints (32 more at most).
   bool exact = false;
   for (int it = 0; lo < hi; ++it) {
     const float a = value_of(lo), b = value_of(hi);
-    const bool fin = isfinite(a) && isfinite(b);
-    float t = NAN;
-    if (it == 0) t = t_cur;
-    else if (it == 1) t = t_cur + (c_cur - target) * sd / (F * phi);
-    else if (it < 8 && c_cur != c_prev) t = t_cur + (t_prev - t_cur) * (c_cur - target) / (c_cur - c_prev);
-    unsigned mid;
-    if (it < 12 && fin && t > a && t <= b) mid = key_of(t);
-    else if (it < 12 && fin) mid = key_of(0.5f * a + 0.5f * b);
-    else mid = lo + ((hi - lo) >> 1) + 1u;
+    unsigned mid = (it < 12 && isfinite(a) && isfinite(b)) ? key_of(0.5f * a + 0.5f * b)
+                                                          : lo + ((hi - lo) >> 1) + 1u;
     mid = min(max(mid, lo + 1u), hi);
     int cnt = 0;
 #pragma unroll
     for (int e = 0; e < EPL; ++e) cnt += key[e] >= mid;
     const int c = (int)__reduce_add_sync(kFullMask, (unsigned)cnt);
-    t_prev = t_cur;
-    c_prev = c_cur;
-    t_cur = value_of(mid);
-    c_cur = (float)c;
     if (c >= k) {
       lo = mid;
       if (c == k) { exact = true; break; }
@@ -261,45 +242,7 @@ maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, float z, fl
       hi = mid - 1u;
     }
   }
-  // Kept: key > lo (key >= lo when exact), then the first `need` keys == lo.
-  int n_gt = 0, n_eq = 0;
-#pragma unroll
-  for (int e = 0; e < EPL; ++e) {
-    n_gt += exact ? key[e] >= lo : key[e] > lo;
-    n_eq += (!exact && key[e] == lo && c0 + e < F);
-  }
-  int eq_incl = n_eq;  // inclusive scan of n_eq over lanes
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int t = __shfl_up_sync(kFullMask, eq_incl, o);
-    if (lane >= o) eq_incl += t;
-  }
-  const int gt_total = (int)__reduce_add_sync(kFullMask, (unsigned)n_gt);
-  const int need = k - gt_total;
-  int eq_rank = eq_incl - n_eq;  // equal keys before this lane
-  const int take_eq = max(0, min(n_eq, need - eq_rank));
-  int off = n_gt + take_eq;  // -> exclusive scan of kept counts
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int t = __shfl_up_sync(kFullMask, off, o);
-    if (lane >= o) off += t;
-  }
-  off -= n_gt + take_eq;
-  T* vr = vals + row * k;
-  IT* ir = idx + row * k;
-#pragma unroll
-  for (int e = 0; e < EPL; ++e) {
-    bool take = exact ? key[e] >= lo : key[e] > lo;
-    if (!exact && key[e] == lo && c0 + e < F) {
-      take = eq_rank < need;
-      ++eq_rank;
-    }
-    if (take) {
-      vr[off] = xr[c0 + e];  // the input value itself (keeps -0 and NaN payloads)
-      ir[off] = static_cast<IT>(c0 + e);
-      ++off;
-    }
-  }
+  write_kept<T, IT, EPL, unsigned>(key, lo, exact, c0, F, k, xr, vals + row * k, idx + row * k);
 }
 
 // Normal quantile z with P(Z > z) = p (bisection on erfc; host, once per call)
