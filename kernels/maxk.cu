@@ -584,27 +584,29 @@ at::Tensor cbsr_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
       const bool pair = !(env != nullptr && env[0] == '0') && k % 2 == 0 && k >= 4 &&
                         reinterpret_cast<uintptr_t>(vp) % (2 * sizeof(T)) == 0 &&
                         reinterpret_cast<uintptr_t>(ip) % (2 * sizeof(IT)) == 0;
-      const int64_t lanes = pair ? k / 2 : k;  // lanes per edge before rounding
       const auto priv = [&](int kg) { return (size_t)kWarps * (32 / kg) * F * 4 <= kPrivSmem; };
-      if (pair) {
-        if (lanes <= 2 && priv(2)) launch(cbsr_spmm_kernel<T, IT, 2, 16, 2>, 16);
-        else if (lanes <= 2) launch(cbsr_spmm_kernel<T, IT, 2, 1, 2>, 1);
-        else if (lanes <= 4 && priv(4)) launch(cbsr_spmm_kernel<T, IT, 4, 8, 2>, 8);
-        else if (lanes <= 4) launch(cbsr_spmm_kernel<T, IT, 4, 1, 2>, 1);
-        else if (lanes <= 8 && priv(8)) launch(cbsr_spmm_kernel<T, IT, 8, 4, 2>, 4);
-        else if (lanes <= 8) launch(cbsr_spmm_kernel<T, IT, 8, 1, 2>, 1);
-        else if (lanes <= 16 && priv(16)) launch(cbsr_spmm_kernel<T, IT, 16, 2, 2>, 2);
-        else if (lanes <= 16) launch(cbsr_spmm_kernel<T, IT, 16, 1, 2>, 1);
-        else launch(cbsr_spmm_kernel<T, IT, 32, 1, 2>, 1);
-      } else if (k <= 1) launch(cbsr_spmm_kernel<T, IT, 1, 1, 1>, 1);
-      else if (k <= 2) launch(cbsr_spmm_kernel<T, IT, 2, 1, 1>, 1);
-      else if (k <= 4 && priv(4)) launch(cbsr_spmm_kernel<T, IT, 4, 8, 1>, 8);
-      else if (k <= 4) launch(cbsr_spmm_kernel<T, IT, 4, 1, 1>, 1);
-      else if (k <= 8 && priv(8)) launch(cbsr_spmm_kernel<T, IT, 8, 4, 1>, 4);
-      else if (k <= 8) launch(cbsr_spmm_kernel<T, IT, 8, 1, 1>, 1);
-      else if (k <= 16 && priv(16)) launch(cbsr_spmm_kernel<T, IT, 16, 2, 1>, 2);
-      else if (k <= 16) launch(cbsr_spmm_kernel<T, IT, 16, 1, 1>, 1);
-      else launch(cbsr_spmm_kernel<T, IT, 32, 1, 1>, 1);
+      // KG lanes per edge (k / VT rounded up to a power of two); one private
+      // buffer per edge slot where allowed and small enough, else one shared one.
+      const auto run = [&]<int VT>() {
+        const int64_t lanes = (k + VT - 1) / VT;
+        const auto go = [&]<int KG>() {
+          if constexpr (KG >= 2 && KG < 32) {
+            if ((KG >= 4 || VT == 2) && priv(KG)) {
+              launch(cbsr_spmm_kernel<T, IT, KG, 32 / KG, VT>, 32 / KG);
+              return;
+            }
+          }
+          launch(cbsr_spmm_kernel<T, IT, KG, 1, VT>, 1);
+        };
+        if (lanes <= 1) go.template operator()<1>();
+        else if (lanes <= 2) go.template operator()<2>();
+        else if (lanes <= 4) go.template operator()<4>();
+        else if (lanes <= 8) go.template operator()<8>();
+        else if (lanes <= 16) go.template operator()<16>();
+        else go.template operator()<32>();
+      };
+      if (pair) run.template operator()<2>();
+      else run.template operator()<1>();
       const int64_t H = heavy_rows.numel();
       if (H > 0) {
         dim3 grid((unsigned)H, (unsigned)((F + 31) / 32));

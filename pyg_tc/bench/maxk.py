@@ -23,13 +23,14 @@ import gc
 import json
 import math
 import os
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as Fn
 
 from .graphs import load_graph, resolve_names
-from .timing import bench, bench_graph_replay, track_memory
+from .timing import bench_graph_replay
+from .training import time_training
 
 KS = (2, 4, 8, 16, 32, 64, 96, 128, 192)
 WIDTH = 256
@@ -101,18 +102,7 @@ def bench_kernels(name: str, ks: Sequence[int], log=print) -> List[dict]:
 
 
 def _epoch_ms(model, x, y, edge_index, epochs: int) -> dict:
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = Fn.cross_entropy(model(x, edge_index), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    with track_memory(x.device) as mem:
-        losses = [float(step().detach()) for _ in range(3)]
-        t = bench(step, warmup=0, rep=epochs, device=x.device)
+    losses, t, mem = time_training(model, x, y, edge_index, steps=3, rep=epochs)
     return dict(status='ok', epoch_ms=t.median_ms, epoch_min_ms=t.min_ms, loss_first=losses[0],
                 **mem)
 

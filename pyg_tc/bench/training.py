@@ -50,10 +50,10 @@ class Net(torch.nn.Module):
         return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
 
 
-def _run_impl(impl: str, kind: str, state: dict, x, y, edge_index, dims, steps: int, rep: int,
-              lr: float) -> dict:
-    model = Net(importlib.import_module(IMPLS[impl]), kind, *dims).to(x.device)
-    model.load_state_dict(state)
+def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.01):
+    """Full-batch cross-entropy training steps with Adam: the losses of the
+    first ``steps`` steps (also the warm-up), then ``rep`` timed steps, with
+    peak memory tracked over both. Returns (losses, Timing, memory dict)."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
 
     def step():
@@ -66,6 +66,14 @@ def _run_impl(impl: str, kind: str, state: dict, x, y, edge_index, dims, steps: 
     with track_memory(x.device) as mem:
         losses = [float(step().detach()) for _ in range(steps)]
         t = bench(step, warmup=0, rep=rep, device=x.device)
+    return losses, t, mem
+
+
+def _run_impl(impl: str, kind: str, state: dict, x, y, edge_index, dims, steps: int, rep: int,
+              lr: float) -> dict:
+    model = Net(importlib.import_module(IMPLS[impl]), kind, *dims).to(x.device)
+    model.load_state_dict(state)
+    losses, t, mem = time_training(model, x, y, edge_index, steps, rep, lr)
     return dict(status='ok', step_ms=t.median_ms, step_min_ms=t.min_ms, step_max_ms=t.max_ms,
                 step_reps=t.reps, losses=losses, loss_first=losses[0] if losses else None,
                 loss_last=losses[-1] if losses else None, **mem)

@@ -40,10 +40,6 @@ def index_dtype(width: int) -> torch.dtype:
     raise ValueError(f'pyg_tc: CBSR supports feature widths up to {MAX_WIDTH}, got {width}')
 
 
-def _long_index(indices: Tensor) -> Tensor:
-    return indices.long()
-
-
 class CBSR:
     """Sparse rows with ``k`` stored entries each (see the module doc).
 
@@ -116,11 +112,11 @@ class CBSR:
     def to_dense(self) -> Tensor:
         """The dense ``[N, width]`` matrix (differentiable in ``values``)."""
         out = self.values.new_zeros(self.values.size(0), self.width)
-        return out.scatter_(1, _long_index(self.indices), self.values)  # in place: no copy
+        return out.scatter_(1, self.indices.long(), self.values)  # in place: no copy
 
     def validate(self) -> 'CBSR':
         """Columns in range and distinct within each row; raises ValueError."""
-        idx = _long_index(self.indices)
+        idx = self.indices.long()
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.width):
             raise ValueError(f'pyg_tc: CBSR column index out of range [0, {self.width})')
         if idx.numel() and bool((torch.sort(idx, 1)[0].diff(dim=1) == 0).any()):
@@ -160,14 +156,14 @@ def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, redu
     vals = x.values.float()[src]
     if value is not None:
         vals = vals * value.float()[pos].unsqueeze(1)
-    flat = unit_of_edge.unsqueeze(1) * F + _long_index(x.indices)[src]
+    flat = unit_of_edge.unsqueeze(1) * F + x.indices.long()[src]
     buf = torch.zeros(U * F).index_put_((flat.reshape(-1),), vals.reshape(-1), accumulate=True)
     buf = buf.view(U, F)
     if diag is not None:
         first = start == g.rowptr.long()[row]
         r = row[first]
         d = diag.float().expand(g.num_rows)[r].unsqueeze(1) * x.values.float()[r]
-        flat = first.nonzero().flatten().unsqueeze(1) * F + _long_index(x.indices)[r]
+        flat = first.nonzero().flatten().unsqueeze(1) * F + x.indices.long()[r]
         buf = buf.reshape(-1).index_put_((flat.reshape(-1),), d.reshape(-1), accumulate=True).view(U, F)
     out = torch.full((g.num_rows, F), float('nan'))
     direct = slot < 0
@@ -197,7 +193,7 @@ def emulate_cbsr_sspmm(g: CSRGraph, grad: Tensor, indices: Tensor, value: Option
     if reduce == 'mean':
         deg = (g.rowptr[1:] - g.rowptr[:-1]).clamp(min=1).float()
         G = G / deg.unsqueeze(1)
-    idx = _long_index(indices)
+    idx = indices.long()
     src = g.col.long()[pos]
     tgt = row[unit_of_edge]
     contrib = G[tgt].gather(1, idx[src])
@@ -216,7 +212,7 @@ def cbsr_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], va
                         reduce: str = 'sum') -> Tensor:
     """Oracle: the dense SpMM of ``to_dense()``, fp32 accumulation."""
     from ..ops._registry import spmm_reference
-    dense = values.new_zeros(values.size(0), width).scatter(1, _long_index(indices), values)
+    dense = values.new_zeros(values.size(0), width).scatter(1, indices.long(), values)
     return spmm_reference(rowptr, col, value, dense, diag, reduce)
 
 
@@ -230,7 +226,7 @@ def cbsr_sspmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], g
     if reduce == 'mean':
         deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(acc)
         G = G / deg.unsqueeze(1)
-    idx = _long_index(indices)
+    idx = indices.long()
     tgt = csr_rows(rowptr).long()
     c = col.long()
     contrib = G.index_select(0, tgt).gather(1, idx.index_select(0, c))

@@ -71,7 +71,10 @@ class _TCMixin:
         if size is None:
             size = (x_src.size(0), x_r.size(0) if x_r is not None else x_src.size(0))
         g, value = get_graph(edge_index, size=size, flow=self.flow)
-        return x_src, x_r, g, value, _KERNEL_AGGR[self.aggr]
+        reduce = _KERNEL_AGGR[self.aggr]
+        if isinstance(x_src, CBSR) and reduce == 'max':  # no CBSR max kernel
+            x_src = x_src.to_dense()
+        return x_src, x_r, g, value, reduce
 
     def message_and_aggregate(self, adj_t: Any, x: Any) -> Tensor:
         x_src = x[0] if isinstance(x, (tuple, list)) else x
@@ -264,7 +267,7 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
         if not self._use_kernels():
             return super().forward(_dense(x), edge_index, size)
         x_src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
-        if isinstance(x_src, CBSR) and (reduce == 'max' or self.project):
+        if isinstance(x_src, CBSR) and self.project:
             x_src = x_src.to_dense()
         if self.project and hasattr(self, 'lin'):
             x_src = self.lin(x_src).relu()
@@ -299,8 +302,6 @@ class GINConv(_TCMixin, pyg_nn.GINConv):
         if not self._use_kernels():
             return super().forward(_dense(x), edge_index, size)
         x_src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
-        if isinstance(x_src, CBSR) and reduce == 'max':
-            x_src = x_src.to_dense()
         cbsr = isinstance(x_src, CBSR)
         agg = cbsr_spmm_graph if cbsr else spmm_graph
         if x_r is x_src and reduce != 'max' and not (cbsr and reduce == 'mean'):
