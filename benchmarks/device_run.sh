@@ -6,6 +6,8 @@
 # all = CUDA tests + benchmark suite; probe = kernel config/chunk sweep (kernel_probe.py);
 # maxk = MaxK-GNN kernels (Figure 8) + training epoch (pyg_tc/bench/maxk.py, args in $MAXK_ARGS);
 # maxktrain = MaxK accuracy / epoch time on real datasets (pyg_tc/bench/maxk_train.py, $MAXKTRAIN_ARGS).
+# tcgnn = TC-GNN kernels, auto/warps rules, SGT build, Table 6, GCN/AGNN training + accuracy (pyg_tc/bench/tcgnn.py, $TCGNN_ARGS).
+# sanitize = TC-GNN kernels under compute-sanitizer memcheck (benchmarks/sanitize_sgt.py).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -34,6 +36,12 @@ if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
       python benchmarks/ncu_probe.py > "$OUT/ncu.txt" 2>&1 || rc=1
   tail -5 "$OUT/ncu.txt"
 fi
+if [[ ",$MODE," == *,sgtprobe,* ]]; then
+  python benchmarks/sgt_probe.py ${SGTPROBE_ARGS:-} 2>&1 | tee "$OUT/sgt_probe.log" || rc=1
+fi
+if [[ ",$MODE," == *,sanitize,* ]]; then  # TC-GNN kernels under compute-sanitizer memcheck
+  compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_sgt.py 2>&1 | tail -30 | tee "$OUT/sanitize.log" || rc=1
+fi
 if [[ ",$MODE," == *,tests,* || "$MODE" == all ]]; then
   python -m pytest -q -rf -m cuda --timeout=900 ${TEST_ARGS:-tests} -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1
 fi
@@ -42,6 +50,9 @@ if [[ ",$MODE," == *,maxk,* ]]; then
 fi
 if [[ ",$MODE," == *,maxktrain,* ]]; then
   python benchmarks/maxk_train.py --out "$OUT/maxk_train" ${MAXKTRAIN_ARGS:-} 2>&1 | tee "$OUT/maxk_train.log" || rc=1
+fi
+if [[ ",$MODE," == *,tcgnn,* ]]; then
+  python -m pyg_tc.bench.tcgnn --out "$OUT/tcgnn" ${TCGNN_ARGS:-} 2>&1 | tee "$OUT/tcgnn.log" || rc=1
 fi
 if [[ ",$MODE," == *,bench,* || "$MODE" == all ]]; then
   python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1

@@ -146,6 +146,7 @@ class CSRGraph:
         self.t_rowptr, self.t_col, self.t_perm = t_rowptr, t_col, t_perm
         self.sched, self.t_sched = sched, t_sched
         self.num_rows, self.num_cols, self.chunk = int(num_rows), int(num_cols), int(chunk)
+        self.sgt = None  # TC-GNN SGT metadata (pyg_tc.formats.sgt.SGT), built on demand
         self._memo: dict = {}
 
     def memo(self, key, fn):
@@ -234,9 +235,12 @@ class CSRGraph:
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':
         def mv(t):
             return None if t is None else t.to(device, non_blocking=non_blocking)
-        return CSRGraph(mv(self.rowptr), mv(self.col), mv(self.perm), mv(self.t_rowptr),
-                        mv(self.t_col), mv(self.t_perm), self.sched.to(device),
-                        self.t_sched.to(device), self.num_rows, self.num_cols, self.chunk)
+        g = CSRGraph(mv(self.rowptr), mv(self.col), mv(self.perm), mv(self.t_rowptr),
+                     mv(self.t_col), mv(self.t_perm), self.sched.to(device),
+                     self.t_sched.to(device), self.num_rows, self.num_cols, self.chunk)
+        if self.sgt is not None:
+            g.sgt = self.sgt.to(device, non_blocking=non_blocking)
+        return g
 
     def __repr__(self) -> str:
         return (f'CSRGraph(rows={self.num_rows}, cols={self.num_cols}, edges={self.num_edges}, '

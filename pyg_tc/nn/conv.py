@@ -12,9 +12,12 @@ kernels, not only the ones PyG routes to ``message_and_aggregate``;
 ``message_and_aggregate`` is overridden too, for code that calls
 ``propagate`` on a sparse adjacency itself.
 
-``backend``: ``'auto'`` (default) and ``'csr'`` use the CSR engine (CUDA
-kernels when built, the pure-PyTorch reference otherwise); ``'pyg'`` runs
-PyG's own implementation, for comparisons.
+``backend``: ``'csr'`` uses the CSR engine (CUDA kernels when built, the
+pure-PyTorch reference otherwise); ``'sgt'`` TC-GNN's tensor-core kernels
+over SGT blocks (sum / mean aggregation; max stays on CSR); ``'auto'``
+(default) picks one of the two per graph and width
+(:func:`pyg_tc.ops.choose_backend`); ``'pyg'`` runs PyG's own
+implementation, for comparisons.
 """
 from __future__ import annotations
 
@@ -29,9 +32,10 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from ..formats.carrier import SparseTensor, get_graph
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
-from ..ops import _to_csr_order, cbsr_spmm_graph, ensure, sddmm_graph, spmm, spmm_graph
+from ..ops import (_to_csr_order, cbsr_spmm_graph, choose_backend, ensure, sddmm_graph, sgt_of,
+                   sgt_sddmm_cells, sgt_spmm_cells, sgt_spmm_graph, spmm, spmm_graph)
 
-_BACKENDS = ('auto', 'csr', 'pyg')
+_BACKENDS = ('auto', 'csr', 'sgt', 'pyg')
 _KERNEL_AGGR = {'add': 'sum', 'sum': 'sum', 'mean': 'mean', 'max': 'max'}
 
 
@@ -63,6 +67,20 @@ class _TCMixin:
 
     def _use_kernels(self) -> bool:
         return self.backend != 'pyg' and isinstance(self.aggr, str) and self.aggr in _KERNEL_AGGR
+
+    def _engine(self, g: CSRGraph, x: Tensor, reduce: str = 'sum') -> str:
+        """'sgt' or 'csr' for this call (max aggregation always 'csr')."""
+        if reduce == 'max' or self.backend == 'csr':
+            return 'csr'
+        if self.backend == 'sgt':
+            return 'sgt'
+        return choose_backend(g, x.size(1), x.dtype)
+
+    def _spmm(self, g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str,
+              diag: Any = None) -> Tensor:
+        if self._engine(g, x, reduce) == 'sgt':
+            return sgt_spmm_graph(g, x, value, reduce, diag)
+        return spmm_graph(g, x, value, reduce, diag)
 
     def _prepare(self, x: Any, edge_index: Any, size: Optional[Tuple[int, int]]):
         """(x_src, x_root, graph, edge values or None, reduce), PyG's pairing and
@@ -177,11 +195,13 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
         super().__init__(in_channels, out_channels, improved, cached, add_self_loops, normalize,
                          bias, **kwargs)
         self._tc_cache = None
+        self._tc_cells = None
         self._tc_init(backend)
 
     def reset_parameters(self):
         super().reset_parameters()
         self._tc_cache = None
+        self._tc_cells = None
 
     def _normalized(self, edge_index: Any, edge_weight: Optional[Tensor], N: int):
         if self.cached and self._tc_cache is not None:
@@ -239,7 +259,17 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
         x = self.lin(x)
         if value is not None and value.dtype != torch.float32:
             value = value.float()
-        out = spmm_graph(g, x, value, _KERNEL_AGGR[self.aggr], diag, t_value=t_value)
+        if self._engine(g, x) == 'sgt':
+            memo = self._tc_cells
+            if value is not None and not value.requires_grad and memo is not None and memo[0] is value:
+                cells = memo[1]  # same (cached / structure-only) values: translated once
+            else:
+                cells = sgt_of(g).cell_values(value)
+                if value is not None and not value.requires_grad:
+                    self._tc_cells = (value, cells)  # holds `value`, so identity stays valid
+            out = sgt_spmm_cells(g, x, cells, diag)
+        else:
+            out = spmm_graph(g, x, value, _KERNEL_AGGR[self.aggr], diag, t_value=t_value)
         if self.bias is not None:
             out = out + self.bias
         return out
@@ -275,11 +305,11 @@ class SAGEConv(_TCMixin, pyg_nn.SAGEConv):
         if isinstance(x_src, CBSR):  # MaxK features: the SpGEMM kernel
             out = lin_l(cbsr_spmm_graph(g, x_src, value, reduce))
         elif reduce != 'max' and lin_l.out_channels < lin_l.in_channels:
-            out = spmm_graph(g, F.linear(x_src, lin_l.weight), value, reduce)
+            out = self._spmm(g, F.linear(x_src, lin_l.weight), value, reduce)
             if lin_l.bias is not None:
                 out = out + lin_l.bias
         else:
-            out = lin_l(spmm_graph(g, x_src, value, reduce))
+            out = lin_l(self._spmm(g, x_src, value, reduce))
         if self.root_weight and x_r is not None:
             out = out + self.lin_r(_dense(x_r))
         if self.normalize:
@@ -303,7 +333,7 @@ class GINConv(_TCMixin, pyg_nn.GINConv):
             return super().forward(_dense(x), edge_index, size)
         x_src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
         cbsr = isinstance(x_src, CBSR)
-        agg = cbsr_spmm_graph if cbsr else spmm_graph
+        agg = cbsr_spmm_graph if cbsr else self._spmm
         if x_r is x_src and reduce != 'max' and not (cbsr and reduce == 'mean'):
             out = agg(g, x_src, value, reduce, diag=1 + self.eps)
         else:

@@ -16,9 +16,25 @@ from ..formats.cbsr import CBSR, cbsr_spmm_reference, index_dtype
 from ..formats.csr import CSRGraph, inverse_perm
 from . import _registry
 from ._registry import ensure, maxk_reference, sddmm_reference, spmm_reference
+from .sgt import (choose_backend, sgt_of, sgt_sddmm_cells, sgt_sddmm_graph, sgt_spmm_cells,
+                  sgt_spmm_graph)
 
 __all__ = ['spmm', 'sddmm', 'spmm_graph', 'sddmm_graph', 'maxk', 'cbsr_spmm_graph', 'ensure',
-           'spmm_reference', 'sddmm_reference', 'maxk_reference']
+           'spmm_reference', 'sddmm_reference', 'maxk_reference', 'sgt_spmm_graph',
+           'sgt_sddmm_graph', 'sgt_spmm_cells', 'sgt_sddmm_cells', 'sgt_of', 'choose_backend']
+_BACKENDS = ('auto', 'csr', 'sgt')
+
+
+def _backend(backend: str, g: CSRGraph, x: Any, reduce: str) -> str:
+    if backend not in _BACKENDS:
+        raise ValueError(f'pyg_tc: backend must be one of {_BACKENDS}, got {backend!r}')
+    if backend == 'auto':
+        if isinstance(x, CBSR) or _REDUCE.get(reduce) not in ('sum', 'mean'):
+            return 'csr'
+        return choose_backend(g, x.size(1), x.dtype)
+    if backend == 'sgt' and isinstance(x, CBSR):
+        raise ValueError("pyg_tc: backend='sgt' takes dense features (CBSR input uses the CBSR kernels)")
+    return backend
 
 MAXK_KERNEL_WIDTH = 1024  # widest row the selection kernel holds in registers
 CBSR_KERNEL_WIDTH = 4096  # widest shared-memory row buffer of the CBSR kernels
@@ -195,7 +211,7 @@ def _to_csr_order(v: Optional[Tensor], g: CSRGraph) -> Optional[Tensor]:
 
 def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str = 'sum', *,
          size: Optional[Tuple[Optional[int], Optional[int]]] = None,
-         flow: str = 'source_to_target', diag: Any = None) -> Tensor:
+         flow: str = 'source_to_target', diag: Any = None, backend: str = 'auto') -> Tensor:
     """Neighbour aggregation ``out[i] = reduce_{(j -> i)} w_ji * x[j]``.
 
     Args:
@@ -208,6 +224,9 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
         size: ``(num_src, num_dst)``; defaults to ``x.size(0)`` for both.
         flow: as in PyG's ``MessagePassing``.
         diag: optional per-node (or scalar) self term ``diag[i] * x[i]``.
+        backend: ``'csr'`` (CSR kernel), ``'sgt'`` (TC-GNN tensor-core kernel;
+            'sum' / 'mean'), ``'auto'`` (per graph and width, see
+            :func:`pyg_tc.ops.choose_backend`).
 
     Returns ``[num_dst, F]`` in ``x``'s dtype. Differentiable in ``x``,
     ``edge_weight`` and ``diag``.
@@ -222,19 +241,24 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
             raise ValueError('pyg_tc: pass edge weights either in the sparse tensor or as edge_weight')
         value = _to_csr_order(edge_weight, g)
     if isinstance(x, CBSR):
+        _backend(backend, g, x, reduce)
         return cbsr_spmm_graph(g, x, value, reduce, diag)
+    if _backend(backend, g, x, reduce) == 'sgt':
+        return sgt_spmm_graph(g, x, value, reduce, diag)
     return spmm_graph(g, x, value, reduce, diag)
 
 
 def sddmm(a: Tensor, b: Tensor, adj: Any, *,
           size: Optional[Tuple[Optional[int], Optional[int]]] = None,
-          flow: str = 'source_to_target') -> Tensor:
+          flow: str = 'source_to_target', backend: str = 'auto') -> Tensor:
     """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>``, in the order of
-    ``adj``'s edges (CSR order for sparse inputs). Differentiable in a and b."""
+    ``adj``'s edges (CSR order for sparse inputs). Differentiable in a and b.
+    ``backend`` as in :func:`spmm` ('sgt': TC-GNN's tensor-core SDDMM)."""
     if size is None and isinstance(b, Tensor) and isinstance(a, Tensor):
         size = (b.size(0), a.size(0))
     g, _ = get_graph(adj, size=size, flow=flow)
-    out = sddmm_graph(g, a, b)
+    use_sgt = isinstance(b, Tensor) and _backend(backend, g, b, 'sum') == 'sgt'
+    out = sgt_sddmm_graph(g, a, b) if use_sgt else sddmm_graph(g, a, b)
     if g.perm is None:
         return out
     return out.index_select(0, g.memo('inverse_perm', lambda: inverse_perm(g.perm)))

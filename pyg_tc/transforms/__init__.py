@@ -1,5 +1,8 @@
 """Data transforms that precompute format metadata and attach it to Data."""
 from .cbsr import CBSRTransform
 from .degree_bucket import DegreeBucketTransform
+from .reorder import ReorderTransform, rcm_order
+from .sgt import SGTTransform
 
-__all__ = ['DegreeBucketTransform', 'CBSRTransform']
+__all__ = ['DegreeBucketTransform', 'CBSRTransform', 'ReorderTransform', 'rcm_order',
+           'SGTTransform']

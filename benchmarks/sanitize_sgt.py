@@ -1,0 +1,29 @@
+"""Run the TC-GNN kernels (forward and backward, every dtype, odd widths,
+N not a multiple of 16, split windows) for compute-sanitizer memcheck:
+  compute-sanitizer --tool memcheck python benchmarks/sanitize_sgt.py
+Any out-of-bounds load or store is reported by the tool (exit code != 0)."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pyg_tc import ops  # noqa: E402
+from pyg_tc.formats import CSRGraph  # noqa: E402
+from pyg_tc.formats.sgt import SGT  # noqa: E402
+
+torch.manual_seed(0)
+for N, E, ub in ((17, 120, 1), (33, 900, 2), (1000, 20000, None)):
+    ei = torch.randint(0, N, (2, E), device='cuda')
+    ei[1, :E // 4] = N - 1  # a heavy last row in the partial last window
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        for F in (1, 3, 16, 33, 72):
+            g = CSRGraph.from_coo(ei[0], ei[1], N, N)
+            g.sgt = SGT.build(g, ub)
+            x = torch.randn(N, F, device='cuda', dtype=dt, requires_grad=True)
+            w = torch.rand(E, device='cuda', requires_grad=True)
+            out = ops.sgt_spmm_graph(g, x, w[g.perm.long()], diag=torch.rand(N, device='cuda'))
+            s = ops.sgt_sddmm_graph(g, x, x)
+            (out.float().sum() + s.float().sum()).backward()
+torch.cuda.synchronize()
+print('sanitize_sgt: done')
