@@ -221,23 +221,43 @@ sgt_spmm_f32(const int4* __restrict__ units, const int* __restrict__ cols, const
 #pragma unroll
       for (int k = 0; k < 4; ++k) acc.d[c][j][k] = 0.f;
 
-  for (int b = un.y + warp; b < un.z; b += W) {
-    const int4 m = mask[b];
-    int pre[4];
-    prefix(m, cell_ptr[b], pre);
-    const float a[4] = {cell(m, pre, vals, t, g), cell(m, pre, vals, t, g + 8),
-                        cell(m, pre, vals, t + 4, g), cell(m, pre, vals, t + 4, g + 8)};
-    const int n0 = cols[b * 8 + t], n1 = cols[b * 8 + t + 4];
-    const float* r0 = n0 >= 0 ? x + (int64_t)n0 * F : nullptr;
-    const float* r1 = n1 >= 0 ? x + (int64_t)n1 * F : nullptr;
+  // Two blocks per step (b and b + W): their metadata, cell values and
+  // gathered rows are all in flight before the first MMA.
+  for (int b = un.y + warp; b < un.z; b += 2 * W) {
+    float a[2][4];
+    const float* rows[2][2];
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int bb = b + s * W;
+      if (bb >= un.z) {
+        a[s][0] = a[s][1] = a[s][2] = a[s][3] = 0.f;
+        rows[s][0] = rows[s][1] = nullptr;
+        continue;
+      }
+      const int4 m = mask[bb];
+      int pre[4];
+      prefix(m, cell_ptr[bb], pre);
+      a[s][0] = cell(m, pre, vals, t, g);
+      a[s][1] = cell(m, pre, vals, t, g + 8);
+      a[s][2] = cell(m, pre, vals, t + 4, g);
+      a[s][3] = cell(m, pre, vals, t + 4, g + 8);
+      const int n0 = cols[bb * 8 + t], n1 = cols[bb * 8 + t + 4];
+      rows[s][0] = n0 >= 0 ? x + (int64_t)n0 * F : nullptr;
+      rows[s][1] = n1 >= 0 ? x + (int64_t)n1 * F : nullptr;
+    }
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-      float x0[J], x1[J];
+      float xv[2][2][J];
       const int f = f0 + c * 8 * J + g * J;
-      load_row<float, J, VEC>(x0, r0, f, F);
-      load_row<float, J, VEC>(x1, r1, f, F);
 #pragma unroll
-      for (int j = 0; j < J; ++j) mma_f32<SPLIT>(acc.d[c][j], a, x0[j], x1[j]);
+      for (int s = 0; s < 2; ++s) {
+        load_row<float, J, VEC>(xv[s][0], rows[s][0], f, F);
+        load_row<float, J, VEC>(xv[s][1], rows[s][1], f, F);
+      }
+#pragma unroll
+      for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int j = 0; j < J; ++j) mma_f32<SPLIT>(acc.d[c][j], a[s], xv[s][0][j], xv[s][1][j]);
     }
   }
   if (!reduce_warps<NC * J * 4>(&acc.d[0][0][0], smem, warp, lane, W)) return;
@@ -263,50 +283,51 @@ sgt_spmm_f16(const int4* __restrict__ units, const int* __restrict__ cols, const
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc.d[0][j][k] = 0.f;
 
-  for (int b = un.y + 2 * warp; b < un.z; b += 2 * W) {
-    const bool two = b + 1 < un.z;
-    float a[2][8];  // [block][(row g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)] x 2 blocks
-    const T* rows[4];
+  // Two block pairs per step (b and b + 2W), loads in flight together.
+  for (int b0 = un.y + 2 * warp; b0 < un.z; b0 += 4 * W) {
+    uint32_t ahi[2][4], alo[2][4];
+    T xv[2][4][J];
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      if (s == 1 && !two) {
+    for (int p = 0; p < 2; ++p) {
+      const int b = b0 + p * 2 * W;
+      float a[2][4];
+      const T* rows[4] = {nullptr, nullptr, nullptr, nullptr};
 #pragma unroll
-        for (int k = 0; k < 4; ++k) a[1][k] = 0.f;
-        rows[2] = rows[3] = nullptr;
-        continue;
+      for (int s = 0; s < 2; ++s) {
+        const int bb = b + s;
+        a[s][0] = a[s][1] = a[s][2] = a[s][3] = 0.f;
+        if (bb >= un.z) continue;
+        const int4 m = mask[bb];
+        int pre[4];
+        prefix(m, cell_ptr[bb], pre);
+        a[s][0] = cell(m, pre, vals, 2 * t, g);
+        a[s][1] = cell(m, pre, vals, 2 * t + 1, g);
+        a[s][2] = cell(m, pre, vals, 2 * t, g + 8);
+        a[s][3] = cell(m, pre, vals, 2 * t + 1, g + 8);
+        const int n0 = cols[bb * 8 + 2 * t], n1 = cols[bb * 8 + 2 * t + 1];
+        rows[2 * s] = n0 >= 0 ? x + (int64_t)n0 * F : nullptr;
+        rows[2 * s + 1] = n1 >= 0 ? x + (int64_t)n1 * F : nullptr;
       }
-      const int bb = b + s;
-      const int4 m = mask[bb];
-      int pre[4];
-      prefix(m, cell_ptr[bb], pre);
-      a[s][0] = cell(m, pre, vals, 2 * t, g);
-      a[s][1] = cell(m, pre, vals, 2 * t + 1, g);
-      a[s][2] = cell(m, pre, vals, 2 * t, g + 8);
-      a[s][3] = cell(m, pre, vals, 2 * t + 1, g + 8);
-      const int n0 = cols[bb * 8 + 2 * t], n1 = cols[bb * 8 + 2 * t + 1];
-      rows[2 * s] = n0 >= 0 ? x + (int64_t)n0 * F : nullptr;
-      rows[2 * s + 1] = n1 >= 0 ? x + (int64_t)n1 * F : nullptr;
-    }
-    // A fragments (hi and lo): {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}
-    uint32_t ahi[4], alo[4];
+      // A fragments (hi and lo): {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int s = k >> 1, h = k & 1;  // block, row half
-      const float v0 = a[s][2 * h], v1 = a[s][2 * h + 1];
-      const T h0 = from_f<T>(v0), h1 = from_f<T>(v1);
-      ahi[k] = pack2(h0, h1);
-      alo[k] = pack2(from_f<T>(v0 - to_f(h0)), from_f<T>(v1 - to_f(h1)));
-    }
-    const int f = f0 + g * J;
-    T xv[4][J];
+      for (int k = 0; k < 4; ++k) {
+        const int s = k >> 1, h = k & 1;  // block, row half
+        const float v0 = a[s][2 * h], v1 = a[s][2 * h + 1];
+        const T h0 = from_f<T>(v0), h1 = from_f<T>(v1);
+        ahi[p][k] = pack2(h0, h1);
+        alo[p][k] = pack2(from_f<T>(v0 - to_f(h0)), from_f<T>(v1 - to_f(h1)));
+      }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) load_row<T, J, VEC>(xv[k], rows[k], f, F);
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const uint32_t b0 = pack2(xv[0][j], xv[1][j]), b1 = pack2(xv[2][j], xv[3][j]);
-      mma_k16<T>(acc.d[0][j], alo, b0, b1);
-      mma_k16<T>(acc.d[0][j], ahi, b0, b1);
+      for (int k = 0; k < 4; ++k) load_row<T, J, VEC>(xv[p][k], rows[k], f0 + g * J, F);
     }
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const uint32_t b0r = pack2(xv[p][0][j], xv[p][1][j]), b1r = pack2(xv[p][2][j], xv[p][3][j]);
+        mma_k16<T>(acc.d[0][j], alo[p], b0r, b1r);
+        mma_k16<T>(acc.d[0][j], ahi[p], b0r, b1r);
+      }
   }
   if (!reduce_warps<J * 4>(&acc.d[0][0][0], smem, warp, lane, W)) return;
   store_tile<T, J, 1>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
@@ -509,8 +530,10 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
                                                                                dp, ds, R, F);
     };
     const bool vec = vec_ok<float>(x, 4) && vec_ok<float>(out, 4);
-    if (F > 16 && vec) {
+    if (F > 32 && vec) {
       split ? run(sgt_spmm_f32<4, 2, true, true>, 64, 32) : run(sgt_spmm_f32<4, 2, true, false>, 64, 32);
+    } else if (F > 16 && vec) {
+      split ? run(sgt_spmm_f32<4, 1, true, true>, 32, 16) : run(sgt_spmm_f32<4, 1, true, false>, 32, 16);
     } else if (F > 8 && vec_ok<float>(x, 2) && vec_ok<float>(out, 2)) {
       split ? run(sgt_spmm_f32<2, 1, true, true>, 16, 8) : run(sgt_spmm_f32<2, 1, true, false>, 16, 8);
     } else {

@@ -174,7 +174,7 @@ def bench_kernels(name: str, a, log=print) -> Iterator[dict]:
     from ..ops import sgt_of
     dev = a.device
     bg = load_graph(name, dev)
-    N, E = bg.num_nodes, bg.num_edges
+    N = bg.num_nodes
     for order in ORDERS:
         ei = _relabel(bg.edge_index, N, order)
         g = _graph(ei, N)
@@ -243,7 +243,7 @@ def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
                 _ratios(rec, 'tcu', ('cusparse', 'csr', 'pyg'))
                 _ratios(rec, 'tcu_tf32', ('cusparse', 'csr'))
                 _ratios(rec, 'csr', ('cusparse', 'pyg'))
-                rec['auto'] = choose_backend(g, F, dt)
+                rec['auto'] = choose_backend(g, F, dt, op)  # tuned on first use, memoised on g
                 if rec.get('tcu_ms') and rec.get('csr_ms'):
                     rec['auto_ms'] = rec['tcu_ms'] if rec['auto'] == 'sgt' else rec['csr_ms']
                     rec['auto_vs_best'] = rec['auto_ms'] / min(rec['tcu_ms'], rec['csr_ms'])
@@ -253,16 +253,13 @@ def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
                     for i in ('csr', 'tcu'):
                         if rec.get(f'{i}_ms'):
                             rec[f'{i}_gbps'] = rec[f'{i}_bytes'] / rec[f'{i}_ms'] / 1e6
-                log(f'[tcgnn] {name} {order} {op} F={F} {dname}: {_line(rec, impls)}; TCU '
-                    f'x{rec.get("tcu_vs_cusparse", math.nan):.2f} cuSPARSE, '
-                    f'x{rec.get("tcu_vs_csr", math.nan):.2f} CSR; auto={rec["auto"]} '
-                    f'(x{rec.get("auto_vs_best", math.nan):.2f} of best); TCU err '
-                    f'{rec.get("tcu_err", math.nan):.1e}')
+                vs = ', '.join(f'x{rec[f"tcu_vs_{o}"]:.2f} {NAMES[o]}' for o in ('cusparse', 'csr', 'pyg')
+                               if f'tcu_vs_{o}' in rec)
+                log(f'[tcgnn] {name} {order} {op} F={F} {dname}: {_line(rec, impls)}; TCU {vs}; '
+                    f'auto={rec["auto"]} (x{rec.get("auto_vs_best", math.nan):.2f} of best); '
+                    f'TCU err {rec.get("tcu_err", math.nan):.1e}')
                 yield rec
                 _free(dev)
-            del A, x, b, wd
-        del x32, b32
-        _free(dev)
 
 
 # -- 2. warps and auto rules -------------------------------------------------------
@@ -288,9 +285,8 @@ def bench_auto(name: str, a, log=print) -> Iterator[dict]:
             x = x32.to(dt)
             rule = sgt_ops.warps_for(s, F, dt)
             rec = dict(kind='auto', graph=name, nodes=N, edges=g.num_edges, F=F, dtype=dname,
-                       nnz_per_block=npb, rule_warps=rule, auto=choose_backend(g, F, dt),
-                       min_nnz_per_block=sgt_ops.AUTO_MIN_NNZ_PER_BLOCK,
-                       max_width=sgt_ops.AUTO_MAX_WIDTH)
+                       nnz_per_block=npb, rule_warps=rule, auto=choose_backend(g, F, dt, 'spmm'),
+                       auto_margin=getattr(sgt_ops, 'AUTO_MARGIN', None))
             _timed(rec, 'csr', lambda: spmm_graph(g, x, w), dev, a.rep)
             for W in WARPS:
                 _timed(rec, f'tcu_w{W}', lambda W=W: sgt_spmm_cells(g, x, cells, warps=W), dev, a.rep)
@@ -309,8 +305,6 @@ def bench_auto(name: str, a, log=print) -> Iterator[dict]:
                 + f' ms; rule {rule} warps (best {rec.get("best_warps")}), auto={rec["auto"]} '
                   f'(best {rec.get("best_backend")})')
             yield rec
-        del x32
-        _free(dev)
 
 
 # -- 3. SGT build cost ---------------------------------------------------------------
@@ -342,10 +336,9 @@ def bench_build(name: str, a, log=print) -> Iterator[dict]:
     log(f'[tcgnn] build {name}: SGT {rec["sgt_build_ms"]:.2f} ms on {dev.type} '
         f'(= {rec.get("build_over_tcu_spmm", math.nan):.0f} TCU SpMMs, '
         f'{rec.get("build_over_csr_spmm", math.nan):.0f} CSR SpMMs at F=32), CSRGraph '
-        f'{rec["csr_build_ms"]:.2f} ms, CPU SGT {rec.get("sgt_build_cpu_ms", math.nan):.1f} ms')
+        f'{rec["csr_build_ms"]:.2f} ms' + (f', SGT on the CPU {rec["sgt_build_cpu_ms"]:.1f} ms'
+                                            if 'sgt_build_cpu_ms' in rec else ''))
     yield rec
-    del g, x, w, cells, bg
-    _free(dev)
 
 
 # -- 4. Table 6 -------------------------------------------------------------------------
@@ -384,8 +377,6 @@ def bench_table6(a, log=print) -> Iterator[dict]:
         log(f'[tcgnn] table6 DB/W={dbw} ({rec["sparsity_pct"]:.2f}% sparse): GFLOP/s '
             + ', '.join(f'{NAMES[i]} {rec[i + "_gflops"]:.0f}' for i in impls if i + '_gflops' in rec))
         yield rec
-        del g, s, A, x, ref
-        _free(dev)
 
 
 # -- 5. training epoch and accuracy ---------------------------------------------------------
@@ -616,9 +607,9 @@ def _acc_rows(ac: List[dict]) -> List[dict]:
     """Mean test accuracy per (model, dataset, impl) and its difference to PyG, in points."""
     out = []
     for key in dict.fromkeys((r['model'], r['dataset'], r['impl']) for r in ac):
-        v = [100 * r['test'] for r in ac if (r['model'], r['dataset'], r['impl']) == key and r['status'] == 'ok']
-        ref = [100 * r['test'] for r in ac if (r['model'], r['dataset'], r['impl']) == (*key[:2], 'pyg')
-               and r['status'] == 'ok']
+        runs = lambda k: [100 * r['test'] for r in ac  # noqa: E731
+                          if (r['model'], r['dataset'], r['impl']) == k and r['status'] == 'ok']
+        v, ref = runs(key), runs((*key[:2], 'pyg'))
         d = statistics.mean(v) - statistics.mean(ref) if v and ref and key[2] != 'pyg' else None
         out.append(dict(model=key[0], dataset=key[1], impl=key[2], runs=len(v), diff=d,
                         acc=f'{statistics.mean(v):.2f} ± {statistics.stdev(v) if len(v) > 1 else 0:.2f}'
@@ -630,7 +621,7 @@ def _md(recs: List[dict]) -> str:
     env = next((r for r in recs if r['kind'] == 'env'), {})
     of = lambda k: [r for r in recs if r['kind'] == k]  # noqa: E731
     key = lambda k: (k, lambda r: str(r.get(k, '-')))  # noqa: E731
-    ms = lambda i: (NAMES.get(i, i), lambda r: _ms(r, i))  # noqa: E731
+    ms = lambda i, h=None: (h or NAMES.get(i, i), lambda r: _ms(r, i))  # noqa: E731
     gpu = env.get('gpu') or 'no GPU: reference implementations, code-path check only'
     s = ['# TC-GNN benchmarks\n', f'- device {env.get("device")} ({gpu}); torch {env.get("torch")}, '
          f'PyG {env.get("torch_geometric")}',
@@ -639,9 +630,10 @@ def _md(recs: List[dict]) -> str:
          'pre-translated to SGT cell order; cuSPARSE gets edge values in the feature dtype. Errors: '
          'max |out - ref| / max |ref| vs float64.\n']
     _section(s, '## SGT statistics (TC-GNN Figure 7) per node order', of('sgt_stats'), [
-        key('graph'), key('order'), key('windows'), key('blocks'), ('blocks w/o SGT', _k('blocks_without_sgt', 'd')),
+        key('graph'), key('order'), ('windows', _k('windows', ',d')), ('blocks', _k('blocks', ',d')),
+        ('blocks w/o SGT', _k('blocks_without_sgt', ',d')),
         ('reduction', _k('block_reduction', '.2f', True)), ('nnz/block', _k('nnz_per_block', '.2f', True)),
-        ('16x16 tiles', _k('tiles16', 'd')), ('tiles w/o SGT', _k('tiles16_without_sgt', 'd'))])
+        ('16x16 tiles', _k('tiles16', ',d')), ('tiles w/o SGT', _k('tiles16_without_sgt', ',d'))])
     g = [key('graph'), key('order'), key('F'), key('dtype'), ('nnz/blk', _k('nnz_per_block', '.1f'))]
     sp = of('spmm')
     _section(s, '## SpMM', sp, g + [ms(i) for i in ('cusparse', 'csr', 'tcu', 'tcu_tf32', 'pyg')] + [
@@ -655,21 +647,26 @@ def _md(recs: List[dict]) -> str:
         key('auto'), ('err TCU / TF32 / CSR', _errs('tcu', 'tcu_tf32', 'csr'))])
     au = of('auto')
     ok = [r for r in au if 'best_backend' in r]
-    _section(s, "## Warps per CTA and backend='auto'", au, g[:1] + g[2:] + [ms('csr')] + [
-        ms(f'tcu_w{W}') for W in WARPS] + [key('rule_warps'), key('best_warps'),
-        ('rule/best', _k('rule_vs_best_warps', bold=True)), key('auto'), key('best_backend'),
-        ('auto/best', _k('auto_vs_best', bold=True))],
-        note=au and f'Rule: sgt when nnz/block >= {au[0]["min_nnz_per_block"]} and F <= {au[0]["max_width"]}; '
-        f'auto picked the faster backend in **{sum(r["auto"] == r["best_backend"] for r in ok)} of '
-        f'{len(ok)}** cases' + (f', worst auto/best **{max(r["auto_vs_best"] for r in ok):.2f}**.' if ok else '.'))
+    note = au and (f'auto = pyg_tc.ops.choose_backend (measured on first use per graph, width and '
+                   f'dtype; sgt only when faster by the margin {au[0].get("auto_margin")}); it picked '
+                   f'the faster backend of this run in '
+                   f'**{sum(r["auto"] == r["best_backend"] for r in ok)} of {len(ok)}** cases'
+                   + (f', worst auto/best **{max(r["auto_vs_best"] for r in ok):.2f}**.' if ok else '.'))
+    _section(s, "## Warps per CTA and backend='auto'", au, g[:1] + g[2:] + [ms('csr')]
+             + [ms(f'tcu_w{W}', f'TCU w={W}') for W in WARPS]
+             + [('rule warps', _k('rule_warps', 'd')), ('best warps', _k('best_warps', 'd')),
+                ('rule/best', _k('rule_vs_best_warps', bold=True)), key('auto'),
+                ('best', lambda r: r.get('best_backend', '-')), ('auto/best', _k('auto_vs_best', bold=True))],
+             note=note)
     _section(s, '## SGT build cost (SGT.build, median of 5 after a warm-up)', of('build'), [
-        key('graph'), key('nodes'), key('edges'), ('CSRGraph ms', _k('csr_build_ms')),
-        ('SGT build ms', _k('sgt_build_ms')), ms('tcu_spmm'), ms('csr_spmm'),
-        ('build / TCU SpMM F=32', _k('build_over_tcu_spmm', '.0f', True)),
-        ('build / CSR SpMM F=32', _k('build_over_csr_spmm', '.0f')), ('SGT build on CPU ms', _k('sgt_build_cpu_ms', '.1f'))])
+        key('graph'), ('N', _k('nodes', ',d')), ('E', _k('edges', ',d')), ('CSRGraph ms', _k('csr_build_ms')),
+        ('SGT build ms', _k('sgt_build_ms')), ms('tcu_spmm', 'TCU SpMM F=32 ms'),
+        ms('csr_spmm', 'CSR SpMM ms'), ('build / TCU SpMM', _k('build_over_tcu_spmm', '.0f', True)),
+        ('build / CSR SpMM', _k('build_over_csr_spmm', '.0f')),
+        ('SGT build on CPU ms', _k('sgt_build_cpu_ms', '.1f'))])
     t6 = of('table6')
     _section(s, f'## TC-GNN Table 6 ({t6[0]["n"] if t6 else 0}^2, F=16, fp32): GFLOP/s', t6, [
-        ('DB/W', _k('dbw', 'd')), key('nnz'), ('sparsity %', _k('sparsity_pct')),
+        ('DB/W', _k('dbw', 'd')), ('nnz', _k('nnz', ',d')), ('sparsity %', _k('sparsity_pct')),
         ('nnz/blk', _k('nnz_per_block', '.1f'))] + [(NAMES[i], _k(f'{i}_gflops', '.1f')) for i in (
             'tcu', 'tcu_tf32', 'csr', 'cusparse')] + [('TCU vs cuSPARSE', _k('tcu_vs_cusparse', bold=True)),
         ('TF32 vs cuSPARSE', _k('tcu_tf32_vs_cusparse', bold=True)), ('TCU err', _k('tcu_err', '.0e'))])
@@ -787,9 +784,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     env = dict(kind='env', device=str(a.device), gpu=torch.cuda.get_device_name() if cuda else None,
                torch=torch.__version__, torch_geometric=torch_geometric.__version__,
                args={k: str(v) for k, v in vars(a).items()})
-    gens = {'kernels': lambda n: bench_kernels(n, a), 'auto': lambda n: bench_auto(n, a),
-            'build': lambda n: bench_build(n, a), 'train': lambda n: bench_train(n, a),
-            'accuracy': lambda n: bench_accuracy(n, a)}
+    gens = {'kernels': bench_kernels, 'auto': bench_auto, 'build': bench_build,
+            'table6': lambda _, a: bench_table6(a), 'train': bench_train, 'accuracy': bench_accuracy}
     items = {'table6': [None], 'train': resolve_names(a.train_graphs, TRAIN_GRAPHS),
              'accuracy': a.datasets.split(',')}
     with open(os.path.join(a.out, 'tcgnn.jsonl'), 'w') as f:
@@ -800,23 +796,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         add(env)
         for sec in a.sections:
             for item in items.get(sec, resolve_names(a.graphs, GRAPHS)):
-                try:
-                    if sec in ('train', 'accuracy'):
-                        with _precision(a.precision):
-                            for r in gens[sec](item):
-                                add(r)
-                    else:
-                        for r in (bench_table6(a) if sec == 'table6' else gens[sec](item)):
+                try:  # the kernel sections set the precision per implementation
+                    with _precision(a.precision if sec in ('train', 'accuracy') else 'highest'):
+                        for r in gens[sec](item, a):
                             add(r)
                 except Exception as e:  # missing dataset, OOM outside a timed item, ...
                     print(f'[tcgnn] {sec} {item}: skipped ({_short(e)})', flush=True)
                     if not isinstance(e, (FileNotFoundError, torch.OutOfMemoryError)):
                         traceback.print_exc()
                     add(dict(kind='skipped', section=sec, item=item, status=_short(e)))
-                    _free(a.device)
+                _free(a.device)
             with open(os.path.join(a.out, 'tcgnn.md'), 'w') as fm:
                 fm.write(_md(recs))
-            _plot(recs, os.path.join(a.out, 'tcgnn.png'))
+            try:
+                _plot(recs, os.path.join(a.out, 'tcgnn.png'))
+            except Exception as e:  # a plot problem must not cost the measurements
+                print(f'[tcgnn] plot failed: {_short(e)}', flush=True)
     print(_md(recs))
     return 0
 

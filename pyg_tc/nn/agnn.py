@@ -82,8 +82,7 @@ class AGNNConv(_TCMixin, pyg_nn.AGNNConv):
         if self.add_self_loops:
             g = _without_loops(g)
         xn = F.normalize(x, p=2., dim=-1)
-        sgt = self._engine(g, x) == 'sgt'
-        if sgt:
+        if self._engine(g, xn, op='sddmm') == 'sgt':
             score = sgt_of(g).edge_values(sgt_sddmm_cells(g, xn, xn))
         else:
             score = sddmm_graph(g, xn, xn)
@@ -91,6 +90,6 @@ class AGNNConv(_TCMixin, pyg_nn.AGNNConv):
         beta = self.beta.to(acc)
         loop = beta * xn.to(acc).square().sum(-1) if self.add_self_loops else None
         alpha, alpha_loop = edge_softmax(g, beta * score.to(acc), loop)
-        if sgt:
+        if self._engine(g, x) == 'sgt':
             return sgt_spmm_cells(g, x, sgt_of(g).cell_values(alpha), alpha_loop)
         return spmm_graph(g, x, alpha, 'sum', alpha_loop)

@@ -68,13 +68,13 @@ class _TCMixin:
     def _use_kernels(self) -> bool:
         return self.backend != 'pyg' and isinstance(self.aggr, str) and self.aggr in _KERNEL_AGGR
 
-    def _engine(self, g: CSRGraph, x: Tensor, reduce: str = 'sum') -> str:
+    def _engine(self, g: CSRGraph, x: Tensor, reduce: str = 'sum', op: str = 'spmm') -> str:
         """'sgt' or 'csr' for this call (max aggregation always 'csr')."""
         if reduce == 'max' or self.backend == 'csr':
             return 'csr'
         if self.backend == 'sgt':
             return 'sgt'
-        return choose_backend(g, x.size(1), x.dtype)
+        return choose_backend(g, x.size(1), x.dtype, op)
 
     def _spmm(self, g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str,
               diag: Any = None) -> Tensor:
@@ -195,13 +195,11 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
         super().__init__(in_channels, out_channels, improved, cached, add_self_loops, normalize,
                          bias, **kwargs)
         self._tc_cache = None
-        self._tc_cells = None
         self._tc_init(backend)
 
     def reset_parameters(self):
         super().reset_parameters()
         self._tc_cache = None
-        self._tc_cells = None
 
     def _normalized(self, edge_index: Any, edge_weight: Optional[Tensor], N: int):
         if self.cached and self._tc_cache is not None:
@@ -260,14 +258,7 @@ class GCNConv(_TCMixin, pyg_nn.GCNConv):
         if value is not None and value.dtype != torch.float32:
             value = value.float()
         if self._engine(g, x) == 'sgt':
-            memo = self._tc_cells
-            if value is not None and not value.requires_grad and memo is not None and memo[0] is value:
-                cells = memo[1]  # same (cached / structure-only) values: translated once
-            else:
-                cells = sgt_of(g).cell_values(value)
-                if value is not None and not value.requires_grad:
-                    self._tc_cells = (value, cells)  # holds `value`, so identity stays valid
-            out = sgt_spmm_cells(g, x, cells, diag)
+            out = sgt_spmm_graph(g, x, value, 'sum', diag)
         else:
             out = spmm_graph(g, x, value, _KERNEL_AGGR[self.aggr], diag, t_value=t_value)
         if self.bias is not None:

@@ -25,13 +25,14 @@ __all__ = ['spmm', 'sddmm', 'spmm_graph', 'sddmm_graph', 'maxk', 'cbsr_spmm_grap
 _BACKENDS = ('auto', 'csr', 'sgt')
 
 
-def _backend(backend: str, g: CSRGraph, x: Any, reduce: str) -> str:
+def _backend(backend: str, g: CSRGraph, x: Any, reduce: str, op: str = 'spmm') -> str:
     if backend not in _BACKENDS:
         raise ValueError(f'pyg_tc: backend must be one of {_BACKENDS}, got {backend!r}')
     if backend == 'auto':
-        if isinstance(x, CBSR) or _REDUCE.get(reduce) not in ('sum', 'mean'):
-            return 'csr'
-        return choose_backend(g, x.size(1), x.dtype)
+        if (isinstance(x, CBSR) or _REDUCE.get(reduce) not in ('sum', 'mean')
+                or not isinstance(x, Tensor) or x.dim() != 2):
+            return 'csr'  # the CSR path raises the argument errors
+        return choose_backend(g, x.size(1), x.dtype, op)
     if backend == 'sgt' and isinstance(x, CBSR):
         raise ValueError("pyg_tc: backend='sgt' takes dense features (CBSR input uses the CBSR kernels)")
     return backend
@@ -257,7 +258,7 @@ def sddmm(a: Tensor, b: Tensor, adj: Any, *,
     if size is None and isinstance(b, Tensor) and isinstance(a, Tensor):
         size = (b.size(0), a.size(0))
     g, _ = get_graph(adj, size=size, flow=flow)
-    use_sgt = isinstance(b, Tensor) and _backend(backend, g, b, 'sum') == 'sgt'
+    use_sgt = isinstance(b, Tensor) and _backend(backend, g, b, 'sum', 'sddmm') == 'sgt'
     out = sgt_sddmm_graph(g, a, b) if use_sgt else sddmm_graph(g, a, b)
     if g.perm is None:
         return out

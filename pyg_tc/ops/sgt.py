@@ -42,18 +42,19 @@ def precision_of(dtype: torch.dtype) -> int:
 
 
 def warps_for(s: SGT, width: int, dtype: torch.dtype) -> int:
-    """Warps per CTA. TC-GNN's rule is ``avg edges per row window / 32``; ours
-    counts what a warp actually walks: blocks per unit (pairs for the k16
-    half MMA), at least two steps per warp, at most 8 warps (measured sweep in
-    docs/tcgnn.md)."""
+    """Warps per CTA (all taking blocks of one unit, combined in shared
+    memory). TC-GNN's rule is ``avg edges per row window / 32``; on the H200
+    the sweep (docs/tcgnn.md) finds one warp best for fp32 and two for half
+    inputs wider than 32 (the k16 MMA walks block pairs, so units have half as
+    many steps), except on graphs too small to fill the GPU, where more warps
+    per unit add parallelism."""
     u = s.fwd.sched.units
     if u.numel() == 0:
         return 1
-    steps = s.fwd.num_blocks / u.size(0) / (1 if dtype == torch.float32 else 2)
-    w = 1
-    while w < 8 and steps >= 4 * w:
-        w *= 2
-    return w
+    ctas = u.size(0) * max(1, (width + 63) // 64)
+    if ctas < 4 * 132:
+        return 4
+    return 2 if (dtype != torch.float32 and width > 32) else 1
 
 
 def _dir(d: SGTDir):
@@ -102,22 +103,58 @@ def sgt_sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int] = No
 # ---------------------------------------------------------------------------
 # backend='auto'
 
-def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype) -> str:
-    """'sgt' or 'csr' for one graph and feature width (module doc of
-    docs/tcgnn.md has the measurements behind it). Tensor cores win when a
-    16 x 8 block gathers fewer feature rows than the CSR kernel would, i.e.
-    when SGT packs many nonzeros per block; only with kernels on a GPU."""
+AUTO_MARGIN = 0.95  # tensor cores must be at least 5% faster to be chosen
+
+
+def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm') -> str:
+    """'sgt' or 'csr' for one graph, feature width, dtype and op ('spmm' or
+    'sddmm').
+
+    Rule (measured, docs/tcgnn.md): no static threshold on the SGT statistics
+    separated the graphs where tensor cores win from those where they lose
+    (nonzeros per block decides the bytes, but the CSR kernel's schedule and
+    L2 reuse move the break-even by graph), so ``auto`` measures: the first
+    call per (graph, op, width, dtype) times both kernels on the graph (a few
+    launches, like ``cudnn.benchmark``) and keeps the faster, 'sgt' only when
+    it is at least 5% faster. Only graphs that carry SGT metadata (from
+    :class:`~pyg_tc.transforms.SGTTransform` or an earlier ``'sgt'`` call) are
+    considered; without kernels, on the CPU, for float64 or while a CUDA graph
+    is being captured or compiled before tuning, the answer is 'csr'."""
     if not (g.device.type == 'cuda' and _registry.CUDA_KERNELS and dtype != torch.float64):
         return 'csr'
-    s = g.sgt
-    if s is None:  # no SGT attached: deciding would cost a build; stay on CSR
+    if g.sgt is None:
         return 'csr'
-    st = s.stats()
-    return 'sgt' if st['nnz_per_block'] >= AUTO_MIN_NNZ_PER_BLOCK and width <= AUTO_MAX_WIDTH else 'csr'
+    key = ('auto', op, int(width), dtype)
+    if key in g._memo:
+        return g._memo[key]
+    if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+        return 'csr'
+    return g.memo(key, lambda: _tune(g, int(width), dtype, op))
 
 
-AUTO_MIN_NNZ_PER_BLOCK = 12.0
-AUTO_MAX_WIDTH = 256
+def _tune(g: CSRGraph, width: int, dtype: torch.dtype, op: str) -> str:
+    from . import sddmm_graph, spmm_graph
+    gen = torch.Generator(device=g.device).manual_seed(0)
+    b = torch.randn(g.num_cols, max(width, 1), device=g.device, dtype=dtype, generator=gen)
+    with torch.no_grad():
+        if op == 'sddmm':
+            a = torch.randn(g.num_rows, b.size(1), device=g.device, dtype=dtype, generator=gen)
+            fns = {'csr': lambda: sddmm_graph(g, a, b), 'sgt': lambda: sgt_sddmm_cells(g, a, b)}
+        else:
+            w = torch.rand(g.num_edges, device=g.device, generator=gen)
+            cells = sgt_of(g).cell_values(w)
+            fns = {'csr': lambda: spmm_graph(g, b, w), 'sgt': lambda: sgt_spmm_cells(g, b, cells)}
+        times = {}
+        for name, fn in fns.items():
+            fn()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                fn()
+            end.record()
+            end.synchronize()
+            times[name] = start.elapsed_time(end)
+    return 'sgt' if times['sgt'] < AUTO_MARGIN * times['csr'] else 'csr'
 
 
 def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',

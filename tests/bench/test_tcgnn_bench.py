@@ -8,10 +8,20 @@ import json
 import math
 
 import pytest
+import torch
 
 from pyg_tc.bench import tcgnn
 
 from ..conftest import shared_dir
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small tensors: one intra-op thread avoids OpenMP spin-waits on a loaded machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _records(out):
