@@ -121,13 +121,17 @@ def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: s
     return _call(torch.ops.pyg_tc.spmm_csr.default, args, (x, value, diag))
 
 
-def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
-    """``out[e] = <a[target(e)], b[source(e)]>`` for every edge, in CSR order."""
+def _check_sddmm(g: CSRGraph, a: Tensor, b: Tensor) -> None:
     if not isinstance(a, Tensor) or a.dim() != 2 or a.size(0) != g.num_rows:
         raise ValueError(f'pyg_tc: a must be [{g.num_rows}, F] (one row per target node)')
     _check_features(b, g, 'b')
     if a.dtype != b.dtype or a.size(1) != b.size(1) or a.device != b.device:
         raise ValueError('pyg_tc: a and b must share dtype, device and width')
+
+
+def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
+    """``out[e] = <a[target(e)], b[source(e)]>`` for every edge, in CSR order."""
+    _check_sddmm(g, a, b)
     ensure()
     if a.dtype == torch.float64 and a.is_cuda and _registry.CUDA_KERNELS:
         return sddmm_reference(g.rowptr, g.col, a, b)

@@ -179,11 +179,7 @@ def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduc
 
 def sgt_sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
     """:func:`pyg_tc.ops.sddmm_graph` on tensor cores (per edge, CSR order)."""
-    from . import _check_features
-    if not isinstance(a, Tensor) or a.dim() != 2 or a.size(0) != g.num_rows:
-        raise ValueError(f'pyg_tc: a must be [{g.num_rows}, F] (one row per target node)')
-    _check_features(b, g, 'b')
-    if a.dtype != b.dtype or a.size(1) != b.size(1) or a.device != b.device:
-        raise ValueError('pyg_tc: a and b must share dtype, device and width')
+    from . import _check_sddmm
+    _check_sddmm(g, a, b)
     _registry.ensure()
     return sgt_of(g).edge_values(sgt_sddmm_cells(g, a, b))
