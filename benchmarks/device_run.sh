@@ -41,6 +41,8 @@ if [[ ",$MODE," == *,sgtprobe,* ]]; then
 fi
 if [[ ",$MODE," == *,sanitize,* ]]; then  # TC-GNN kernels under compute-sanitizer memcheck
   compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_sgt.py 2>&1 | tail -30 | tee "$OUT/sanitize.log" || rc=1
+  # shared-memory hazards of the staged (cp.async) SpMM pipeline
+  compute-sanitizer --tool racecheck --error-exitcode 9 python benchmarks/sanitize_sgt.py 2>&1 | tail -30 | tee -a "$OUT/sanitize.log" || rc=1
 fi
 if [[ ",$MODE," == *,tests,* || "$MODE" == all ]]; then
   python -m pytest -q -rf -m cuda --timeout=900 ${TEST_ARGS:-tests} -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1

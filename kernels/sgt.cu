@@ -1,18 +1,20 @@
 // TC-GNN tensor-core kernels: SpMM and SDDMM over SGT blocks (16 rows x 8
 // condensed columns, pyg_tc/formats/sgt.py), with mma.sync on sm_80+.
 //
-// Work: one CTA per unit (window, block range, slot) and feature slice; its
-// warps take the unit's blocks (SpMM: 16x8 blocks for TF32, block pairs for
-// the k16 half MMA; SDDMM: 16x16 tiles = block pairs, Algorithm 3) in turn.
+// Work: SpMM: one warp per unit (window, block range, slot) and feature
+// slice, four units per CTA, or the CTA's warps sharing one unit on small
+// graphs; SDDMM: one CTA per unit, its warps taking the unit's 16x16 tiles
+// (block pairs, Algorithm 3) in turn.
 //
 // Differences from the published TC-GNN code, by design:
 // * No rescans: a block's A tile comes from its 128-bit mask and the cells of
-//   that block only (rank of a set bit = offset of its value), read straight
-//   into MMA fragments; no shared-memory tile, no per-block edge scan.
-// * Fragments are loaded from global memory with 16-byte vector loads: the
-//   MMA's n (SpMM) or k (SDDMM) index is mapped to features so that each
-//   thread's elements are contiguous (out[., n*J + j] for n-tile j), so the
-//   gathered rows are read once, coalesced, with no shared-memory staging.
+//   that block only (rank of a set bit = offset of its value); no per-block
+//   edge scan.
+// * SpMM stages blocks in shared memory (the paper's Figure 5a) through a
+//   cp.async pipeline, several blocks per stage and several stages in flight
+//   (see sgt_spmm_kernel). SDDMM loads its fragments from global memory with
+//   16-byte vector loads: the MMA's k index is mapped to features so that each
+//   thread's elements are contiguous.
 // * Any width (guarded tail, scalar path for odd widths), any row count
 //   (stores past the last row are skipped), padding columns read as zero.
 // * Precision: fp32 inputs use TF32 MMAs, or 3xTF32 (big/small split,
@@ -117,16 +119,6 @@ __device__ __forceinline__ unsigned word(const int4& m, int i) {
   return (unsigned)(i == 0 ? m.x : i == 1 ? m.y : i == 2 ? m.z : m.w);
 }
 
-// Value of tile cell (row r, column c): bit c * 16 + r of the mask; its rank
-// among the set bits is its offset in the block's cells.
-__device__ __forceinline__ float cell(const int4& m, const int (&pre)[4], const float* __restrict__ vals,
-                                      int c, int r) {
-  const unsigned w = word(m, c >> 1);
-  const int bit = (c & 1) * 16 + r;
-  if (!((w >> bit) & 1u)) return 0.f;
-  return vals[pre[c >> 1] + __popc(w & ((1u << bit) - 1u))];
-}
-
 __device__ __forceinline__ void prefix(const int4& m, int base, int (&pre)[4]) {
   pre[0] = base;
   pre[1] = base + __popc((unsigned)m.x);
@@ -143,18 +135,59 @@ __device__ __forceinline__ int cell_index(const int4& m, const int (&pre)[4], in
 }
 
 // ------------------------------------------------------------------ SpMM
-// Thread (g = lane / 4, t = lane % 4) owns, per chunk c and n-tile j, the
-// accumulators of rows g and g + 8 at features
-//   f0 + c * 8J + (2t) * J + j   and   f0 + c * 8J + (2t + 1) * J + j,
-// i.e. 2J contiguous features per row and chunk.
-template <typename T, int J, int NC>
+// Shared-memory staging (TC-GNN Figure 5a) as a per-warp cp.async pipeline:
+// a stage holds kS consecutive blocks of the warp's unit: their masks, up to
+// kCells cell values each, and the 8 gathered feature rows of each block
+// (one feature slice of FS elements). kStages stages are in flight, so a warp
+// keeps (kStages - 1) * kS blocks of loads outstanding without holding them
+// in registers; the metadata of the next stage (8 columns per block, cell
+// offsets) is one register per lane, loaded a stage ahead.
+constexpr int kS = 4;        // blocks per stage (32 columns: one per lane)
+constexpr int kStages = 3;   // pipeline depth
+constexpr int kCells = 32;   // cell values staged per block (the rest read from global)
+
+template <typename T, int FS>
+__host__ __device__ constexpr int stage_bytes() {
+  return 16 * kS + kS * 8 * FS * (int)sizeof(T) + 4 * kS * kCells + 16;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+// 16 bytes global -> shared; zero-filled when !ok (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(ok ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
+#endif
+}
+__device__ __forceinline__ void cp_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Thread (g = lane / 4, t = lane % 4) owns, per n-tile j, the accumulators of
+// rows g and g + 8 at features f0 + (2t) * J + j and f0 + (2t + 1) * J + j.
+template <int J>
 struct SpmmAcc {
-  float d[NC][J][4];
+  float d[J][4];
 };
 
-template <typename T, int J, int NC>
-__device__ __forceinline__ void store_tile(const SpmmAcc<T, J, NC>& acc, int win, int slot, int f0,
-                                           int R, int F, T* __restrict__ out, float* __restrict__ ws,
+template <typename T, int J>
+__device__ __forceinline__ void store_tile(const SpmmAcc<J>& acc, int win, int slot, int f0, int R, int F,
+                                           T* __restrict__ out, float* __restrict__ ws,
                                            const float* __restrict__ diag, int64_t diag_stride,
                                            const T* __restrict__ x, int g, int t) {
 #pragma unroll
@@ -163,31 +196,29 @@ __device__ __forceinline__ void store_tile(const SpmmAcc<T, J, NC>& acc, int win
     const int64_t row = (int64_t)win * 16 + r;
     if (slot < 0 && row >= R) continue;
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
+    for (int q = 0; q < 2; ++q) {
 #pragma unroll
-      for (int q = 0; q < 2; ++q) {
-#pragma unroll
-        for (int j = 0; j < J; ++j) {
-          const int f = f0 + c * 8 * J + (2 * t + q) * J + j;
-          if (f >= F) continue;
-          float v = acc.d[c][j][2 * h + q];
-          if (slot >= 0) {
-            ws[((int64_t)slot * 16 + r) * F + f] = v;
-          } else {
-            if (diag != nullptr) v += diag[row * diag_stride] * to_f(x[row * F + f]);
-            out[row * F + f] = from_f<T>(v);
-          }
+      for (int j = 0; j < J; ++j) {
+        const int f = f0 + (2 * t + q) * J + j;
+        if (f >= F) continue;
+        float v = acc.d[j][2 * h + q];
+        if (slot >= 0) {
+          ws[((int64_t)slot * 16 + r) * F + f] = v;
+        } else {
+          if (diag != nullptr) v += diag[row * diag_stride] * to_f(x[row * F + f]);
+          out[row * F + f] = from_f<T>(v);
         }
       }
     }
   }
 }
 
-// Combine the warps' accumulators in warp order (shared memory), so warp 0
-// holds the CTA's sum.
+// Combine the warps' accumulators in warp order (shared memory, after every
+// warp is done with its stages), so warp 0 holds the CTA's sum.
 template <int NREG>
 __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp, int lane, int W) {
   if (W == 1) return true;
+  __syncthreads();
   if (warp > 0) {
 #pragma unroll
     for (int k = 0; k < NREG; ++k) smem[((warp - 1) * NREG + k) * 32 + lane] = regs[k];
@@ -201,136 +232,171 @@ __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp,
   return true;
 }
 
-// fp32 features, TF32 / 3xTF32 MMA m16n8k8: one block (16 x 8) per step.
-template <int J, int NC, bool VEC, bool SPLIT>
+// One kernel for all dtypes. fp32: TF32 / 3xTF32 m16n8k8, one 16 x 8 block
+// per MMA. fp16 / bf16: m16n8k16 on block pairs (K = 16 condensed columns),
+// edge values split into hi + lo halves. The MMA's n index is mapped to
+// features (n * J + j for n-tile j), so each thread reads J contiguous
+// features of a staged row. coop = 0: every warp of the CTA owns a unit;
+// coop = 1: the CTA's warps share unit blockIdx.x (graphs with few units).
+template <typename T, int FS, bool VEC, bool SPLIT>
 __global__ void __launch_bounds__(256)
-sgt_spmm_f32(const int4* __restrict__ units, const int* __restrict__ cols, const int4* __restrict__ mask,
-             const int* __restrict__ cell_ptr, const float* __restrict__ vals,
-             const float* __restrict__ x, float* __restrict__ out, float* __restrict__ ws,
-             const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
-  extern __shared__ float smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5;
+sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __restrict__ cols,
+                const int4* __restrict__ mask, const int* __restrict__ cell_ptr, const float* __restrict__ vals,
+                const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
+                const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
+  constexpr bool K16 = !std::is_same<T, float>::value;
+  constexpr int J = FS / 8;
+  constexpr int E16 = 16 / (int)sizeof(T);  // elements per 16-byte chunk
+  constexpr int QC = FS / E16;              // chunks per staged row
+  constexpr int XB = kS * 8 * FS * (int)sizeof(T);
+  constexpr int SB = stage_bytes<T, FS>();
+  static_assert(QC >= 1 && FS % 8 == 0, "feature slice");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int4 un = units[blockIdx.x];
-  const int f0 = blockIdx.y * (NC * 8 * J);
-  SpmmAcc<float, J, NC> acc;
-#pragma unroll
-  for (int c = 0; c < NC; ++c)
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) acc.d[c][j][k] = 0.f;
+  const int W = coop ? nw : 1, wi = coop ? warp : 0;
+  const int uid = coop ? (int)blockIdx.x : (int)blockIdx.x * nw + warp;
+  if (uid >= U) return;  // coop grids have exactly U CTAs: never taken there
+  const int4 un = units[uid];
+  const int f0 = blockIdx.y * FS;
+  unsigned char* const my = smem_raw + (size_t)warp * kStages * SB;
 
-  // Two blocks per step (b and b + W): their metadata, cell values and
-  // gathered rows are all in flight before the first MMA.
-  for (int b = un.y + warp; b < un.z; b += 2 * W) {
-    float a[2][4];
-    const float* rows[2][2];
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const int bb = b + s * W;
-      if (bb >= un.z) {
-        a[s][0] = a[s][1] = a[s][2] = a[s][3] = 0.f;
-        rows[s][0] = rows[s][1] = nullptr;
-        continue;
-      }
-      const int4 m = mask[bb];
-      int pre[4];
-      prefix(m, cell_ptr[bb], pre);
-      a[s][0] = cell(m, pre, vals, t, g);
-      a[s][1] = cell(m, pre, vals, t, g + 8);
-      a[s][2] = cell(m, pre, vals, t + 4, g);
-      a[s][3] = cell(m, pre, vals, t + 4, g + 8);
-      const int n0 = cols[bb * 8 + t], n1 = cols[bb * 8 + t + 4];
-      rows[s][0] = n0 >= 0 ? x + (int64_t)n0 * F : nullptr;
-      rows[s][1] = n1 >= 0 ? x + (int64_t)n1 * F : nullptr;
-    }
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      float xv[2][2][J];
-      const int f = f0 + c * 8 * J + g * J;
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        load_row<float, J, VEC>(xv[s][0], rows[s][0], f, F);
-        load_row<float, J, VEC>(xv[s][1], rows[s][1], f, F);
-      }
-#pragma unroll
-      for (int s = 0; s < 2; ++s)
-#pragma unroll
-        for (int j = 0; j < J; ++j) mma_f32<SPLIT>(acc.d[c][j], a[s], xv[s][0][j], xv[s][1][j]);
-    }
-  }
-  if (!reduce_warps<NC * J * 4>(&acc.d[0][0][0], smem, warp, lane, W)) return;
-  store_tile<float, J, NC>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
-}
-
-// fp16 / bf16 features, k16 MMA: two consecutive blocks of the unit per step
-// (K = 16 condensed columns); edge values split into hi + lo halves.
-template <typename T, int J, bool VEC>
-__global__ void __launch_bounds__(256)
-sgt_spmm_f16(const int4* __restrict__ units, const int* __restrict__ cols, const int4* __restrict__ mask,
-             const int* __restrict__ cell_ptr, const float* __restrict__ vals,
-             const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
-             const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
-  extern __shared__ float smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int4 un = units[blockIdx.x];
-  const int f0 = blockIdx.y * (8 * J);
-  SpmmAcc<T, J, 1> acc;
+  SpmmAcc<J> acc;
 #pragma unroll
   for (int j = 0; j < J; ++j)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) acc.d[0][j][k] = 0.f;
+    for (int k = 0; k < 4; ++k) acc.d[j][k] = 0.f;
 
-  // Two block pairs per step (b and b + 2W), loads in flight together.
-  for (int b0 = un.y + 2 * warp; b0 < un.z; b0 += 4 * W) {
-    uint32_t ahi[2][4], alo[2][4];
-    T xv[2][4][J];
+  // Steps of kS blocks; the warp takes steps wi, wi + W, ...
+  const int nst = (un.z - un.y + kS - 1) / kS;
+  const int ns = nst > wi ? (nst - wi + W - 1) / W : 0;
+  auto first = [&](int k) { return un.y + (wi + k * W) * kS; };
+  // Lane l: column l of the step (block l / 8, slot l % 8), and for l <= kS
+  // the cell offset of block l (clamped to the unit's end).
+  int colr = -1, cpr = 0;
+  auto load_meta = [&](int b0) {
+    const int e = b0 * 8 + lane;
+    colr = e < un.z * 8 ? __ldg(cols + e) : -1;
+    cpr = lane <= kS ? __ldg(cell_ptr + min(b0 + lane, un.z)) : 0;
+  };
+  auto issue = [&](int k) {
+    unsigned char* st = my + (k % kStages) * SB;
+    const int b0 = first(k);
+    int4* smk = reinterpret_cast<int4*>(st);
+    T* sx = reinterpret_cast<T*>(st + 16 * kS);
+    float* sc = reinterpret_cast<float*>(st + 16 * kS + XB);
+    int* scp = reinterpret_cast<int*>(sc + kS * kCells);
+    if (lane < kS) {
+      const bool ok = b0 + lane < un.z;
+      cp_async16(smk + lane, ok ? mask + b0 + lane : mask, ok);
+      scp[lane] = cpr;
+    }
+    if (VEC) {
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const int b = b0 + p * 2 * W;
-      float a[2][4];
-      const T* rows[4] = {nullptr, nullptr, nullptr, nullptr};
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const int bb = b + s;
-        a[s][0] = a[s][1] = a[s][2] = a[s][3] = 0.f;
-        if (bb >= un.z) continue;
-        const int4 m = mask[bb];
-        int pre[4];
-        prefix(m, cell_ptr[bb], pre);
-        a[s][0] = cell(m, pre, vals, 2 * t, g);
-        a[s][1] = cell(m, pre, vals, 2 * t + 1, g);
-        a[s][2] = cell(m, pre, vals, 2 * t, g + 8);
-        a[s][3] = cell(m, pre, vals, 2 * t + 1, g + 8);
-        const int n0 = cols[bb * 8 + 2 * t], n1 = cols[bb * 8 + 2 * t + 1];
-        rows[2 * s] = n0 >= 0 ? x + (int64_t)n0 * F : nullptr;
-        rows[2 * s + 1] = n1 >= 0 ? x + (int64_t)n1 * F : nullptr;
+      for (int c = lane; c < kS * 8 * QC; c += 32) {
+        const int row = c / QC, f = f0 + (c % QC) * E16;
+        const int col = __shfl_sync(kFullMask, colr, row);
+        const bool ok = col >= 0 && f < F;
+        cp_async16(sx + row * FS + (c % QC) * E16, ok ? x + (int64_t)col * F + f : x, ok);
       }
-      // A fragments (hi and lo): {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int s = k >> 1, h = k & 1;  // block, row half
-        const float v0 = a[s][2 * h], v1 = a[s][2 * h + 1];
-        const T h0 = from_f<T>(v0), h1 = from_f<T>(v1);
-        ahi[p][k] = pack2(h0, h1);
-        alo[p][k] = pack2(from_f<T>(v0 - to_f(h0)), from_f<T>(v1 - to_f(h1)));
+    } else {
+      for (int e = lane; e < kS * 8 * FS; e += 32) {
+        const int row = e / FS, f = f0 + e % FS;
+        const int col = __shfl_sync(kFullMask, colr, row);
+        sx[e] = (col >= 0 && f < F) ? x[(int64_t)col * F + f] : from_f<T>(0.f);
       }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) load_row<T, J, VEC>(xv[p][k], rows[k], f0 + g * J, F);
     }
 #pragma unroll
-    for (int p = 0; p < 2; ++p)
+    for (int s = 0; s < kS; ++s) {
+      const int c0 = __shfl_sync(kFullMask, cpr, s), c1 = __shfl_sync(kFullMask, cpr, s + 1);
+      if (lane < c1 - c0) cp_async4(sc + s * kCells + lane, vals + c0 + lane);
+    }
+  };
+  auto compute = [&](int k) {
+    const unsigned char* st = my + (k % kStages) * SB;
+    const int b0 = first(k);
+    const int4* smk = reinterpret_cast<const int4*>(st);
+    const T* sx = reinterpret_cast<const T*>(st + 16 * kS);
+    const float* sc = reinterpret_cast<const float*>(st + 16 * kS + XB);
+    const int* scp = reinterpret_cast<const int*>(sc + kS * kCells);
+    // Value of cell (column c, row r) of staged block s.
+    auto cellv = [&](const int4& m, const int (&pre)[4], int s, int c, int r) -> float {
+      const int i = cell_index(m, pre, c, r);
+      if (i < 0) return 0.f;
+      return i < kCells ? sc[s * kCells + i] : __ldg(vals + scp[s] + i);
+    };
+    using P = Pack<T, J>;
+    if constexpr (!K16) {
 #pragma unroll
-      for (int j = 0; j < J; ++j) {
-        const uint32_t b0r = pack2(xv[p][0][j], xv[p][1][j]), b1r = pack2(xv[p][2][j], xv[p][3][j]);
-        mma_k16<T>(acc.d[0][j], alo[p], b0r, b1r);
-        mma_k16<T>(acc.d[0][j], ahi[p], b0r, b1r);
+      for (int s = 0; s < kS; ++s) {
+        if (b0 + s >= un.z) break;
+        const int4 m = smk[s];
+        int pre[4];
+        prefix(m, 0, pre);
+        const float a[4] = {cellv(m, pre, s, t, g), cellv(m, pre, s, t, g + 8), cellv(m, pre, s, t + 4, g),
+                            cellv(m, pre, s, t + 4, g + 8)};
+        const P x0 = *reinterpret_cast<const P*>(sx + (s * 8 + t) * FS + g * J);
+        const P x1 = *reinterpret_cast<const P*>(sx + (s * 8 + t + 4) * FS + g * J);
+#pragma unroll
+        for (int j = 0; j < J; ++j) mma_f32<SPLIT>(acc.d[j], a, x0.v[j], x1.v[j]);
       }
+    } else {
+#pragma unroll
+      for (int p = 0; p < kS / 2; ++p) {
+        if (b0 + 2 * p >= un.z) break;
+        uint32_t ahi[4], alo[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // block 2p + h: condensed columns 8h .. 8h + 7
+          const int s = 2 * p + h;
+          const int4 m = smk[s];
+          int pre[4];
+          prefix(m, 0, pre);
+#pragma unroll
+          for (int rh = 0; rh < 2; ++rh) {  // rows g, g + 8
+            const float v0 = cellv(m, pre, s, 2 * t, g + 8 * rh), v1 = cellv(m, pre, s, 2 * t + 1, g + 8 * rh);
+            const T h0 = from_f<T>(v0), h1 = from_f<T>(v1);
+            ahi[2 * h + rh] = pack2(h0, h1);
+            alo[2 * h + rh] = pack2(from_f<T>(v0 - to_f(h0)), from_f<T>(v1 - to_f(h1)));
+          }
+        }
+        const T* rp = sx + (2 * p * 8 + 2 * t) * FS + g * J;
+        const P x0 = *reinterpret_cast<const P*>(rp);
+        const P x1 = *reinterpret_cast<const P*>(rp + FS);
+        const P x2 = *reinterpret_cast<const P*>(rp + 8 * FS);
+        const P x3 = *reinterpret_cast<const P*>(rp + 9 * FS);
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          const uint32_t b0r = pack2(x0.v[j], x1.v[j]), b1r = pack2(x2.v[j], x3.v[j]);
+          mma_k16<T>(acc.d[j], alo, b0r, b1r);
+          mma_k16<T>(acc.d[j], ahi, b0r, b1r);
+        }
+      }
+    }
+  };
+
+  // Pipeline: stages k + 1 .. k + kStages - 1 are in flight while stage k
+  // is multiplied; __syncwarp orders the lanes' copies before the reads and
+  // the reads before the stage is refilled.
+  if (ns > 0) load_meta(first(0));
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < ns) issue(k);
+    cp_commit();
+    if (k + 1 < ns) load_meta(first(k + 1));
   }
-  if (!reduce_warps<J * 4>(&acc.d[0][0][0], smem, warp, lane, W)) return;
-  store_tile<T, J, 1>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
+  for (int k = 0; k < ns; ++k) {
+    const int kn = k + kStages - 1;
+    if (kn < ns) issue(kn);
+    cp_commit();
+    if (kn + 1 < ns) load_meta(first(kn + 1));
+    cp_wait<kStages - 1>();
+    __syncwarp();
+    compute(k);
+    __syncwarp();
+  }
+  cp_wait<0>();
+  if (!reduce_warps<J * 4>(&acc.d[0][0], reinterpret_cast<float*>(smem_raw), warp, lane, W)) return;
+  store_tile<T, J>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
 }
 
 // Split windows: out[w*16 + r, f] = sum of the window's slots in slot order (+ diag).
@@ -510,7 +576,11 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
     ds = dg.numel() == 1 ? 0 : 1;
   }
   at::Tensor ws = at::empty({num_slots * 16, F}, x.options().dtype(at::kFloat));
+  // warps > 1: that many warps share each unit (coop); 1: four warps per
+  // CTA, each with its own unit.
   const int W = warps_of(warps);
+  const bool coop = W > 1;
+  const int nw = coop ? W : 4;
   const int U = (int)units.size(0);
   auto stream = c10::cuda::getCurrentCUDAStream();
   const auto* un = reinterpret_cast<const int4*>(units.data_ptr<int>());
@@ -519,54 +589,49 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   const int* cp = cell_ptr.data_ptr<int>();
   const float* vp = vals.data_ptr<float>();
   float* wp = ws.data_ptr<float>();
-  auto smem = [&](int nreg) { return (size_t)(W - 1) * nreg * 32 * sizeof(float); };
-  if (x.scalar_type() == at::kFloat) {
-    const float* xp = x.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    const bool split = precision != 0;
-    auto run = [&](auto kern, int slice, int nreg) {
-      if (U > 0)
-        kern<<<dim3(U, (F + slice - 1) / slice), 32 * W, smem(nreg), stream>>>(un, cl, mk, cp, vp, xp, op, wp,
-                                                                               dp, ds, R, F);
-    };
-    const bool vec = vec_ok<float>(x, 4) && vec_ok<float>(out, 4);
-    if (F > 32 && vec) {
-      split ? run(sgt_spmm_f32<4, 2, true, true>, 64, 32) : run(sgt_spmm_f32<4, 2, true, false>, 64, 32);
-    } else if (F > 16 && vec) {
-      split ? run(sgt_spmm_f32<4, 1, true, true>, 32, 16) : run(sgt_spmm_f32<4, 1, true, false>, 32, 16);
-    } else if (F > 8 && vec_ok<float>(x, 2) && vec_ok<float>(out, 2)) {
-      split ? run(sgt_spmm_f32<2, 1, true, true>, 16, 8) : run(sgt_spmm_f32<2, 1, true, false>, 16, 8);
-    } else {
-      split ? run(sgt_spmm_f32<1, 1, false, true>, 8, 4) : run(sgt_spmm_f32<1, 1, false, false>, 8, 4);
-    }
+  auto launch = [&](auto tag, auto kern, int FS, int SB) {
+    using T = decltype(tag);
+    if (U == 0) return;
+    const size_t bytes = (size_t)nw * kStages * SB;
+    if (bytes > 48 * 1024)
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    const dim3 grid(coop ? U : (U + nw - 1) / nw, (F + FS - 1) / FS);
+    kern<<<grid, 32 * nw, bytes, stream>>>(un, U, coop ? 1 : 0, cl, mk, cp, vp,
+                                           reinterpret_cast<const T*>(x.data_ptr()),
+                                           reinterpret_cast<T*>(out.data_ptr()), wp, dp, ds, R, F);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (heavy.numel() > 0) {
-      sgt_reduce<float><<<dim3(heavy.numel(), (F + 31) / 32), dim3(32, 16), 0, stream>>>(
-          heavy.data_ptr<int>(), heavy_ptr.data_ptr<int>(), wp, op, dp, ds, xp, R, F);
+      sgt_reduce<T><<<dim3(heavy.numel(), (F + 31) / 32), dim3(32, 16), 0, stream>>>(
+          heavy.data_ptr<int>(), heavy_ptr.data_ptr<int>(), wp, reinterpret_cast<T*>(out.data_ptr()), dp, ds,
+          reinterpret_cast<const T*>(x.data_ptr()), R, F);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
+  };
+  // Feature slices: the width rounded up to 8 / 16 / 32 fp32 or 16 / 32 half
+  // elements, wider inputs in slices of 32 (measured: 16-element fp32 slices
+  // re-read the metadata per slice and ran 1.5-2x slower at F = 32). The
+  // vector path needs 16-byte aligned rows, else elementwise staging.
+  if (x.scalar_type() == at::kFloat) {
+    const bool vec = vec_ok<float>(x, 4) && vec_ok<float>(out, 4);
+    auto go = [&](auto fs, auto vc) {
+      constexpr int FS = decltype(fs)::value;
+      constexpr bool V = decltype(vc)::value;
+      if (precision != 0) launch(float(), sgt_spmm_kernel<float, FS, V, true>, FS, stage_bytes<float, FS>());
+      else launch(float(), sgt_spmm_kernel<float, FS, V, false>, FS, stage_bytes<float, FS>());
+    };
+    if (!vec) go(std::integral_constant<int, 8>(), std::false_type());
+    else if (F <= 8) go(std::integral_constant<int, 8>(), std::true_type());
+    else if (F <= 16) go(std::integral_constant<int, 16>(), std::true_type());
+    else go(std::integral_constant<int, 32>(), std::true_type());
     return out;
   }
   TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
               "pyg_tc: sgt_spmm supports float32, float16 and bfloat16");
   auto half_path = [&](auto tag) {
     using T = decltype(tag);
-    const T* xp = reinterpret_cast<const T*>(x.data_ptr());
-    T* op = reinterpret_cast<T*>(out.data_ptr());
-    auto run = [&](auto kern, int slice, int nreg) {
-      if (U > 0)
-        kern<<<dim3(U, (F + slice - 1) / slice), 32 * W, smem(nreg), stream>>>(un, cl, mk, cp, vp, xp, op, wp,
-                                                                               dp, ds, R, F);
-    };
-    if (F > 32 && vec_ok<T>(x, 8) && vec_ok<T>(out, 8)) run(sgt_spmm_f16<T, 8, true>, 64, 32);
-    else if (F > 16 && vec_ok<T>(x, 4) && vec_ok<T>(out, 4)) run(sgt_spmm_f16<T, 4, true>, 32, 16);
-    else run(sgt_spmm_f16<T, 2, false>, 16, 8);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (heavy.numel() > 0) {
-      sgt_reduce<T><<<dim3(heavy.numel(), (F + 31) / 32), dim3(32, 16), 0, stream>>>(
-          heavy.data_ptr<int>(), heavy_ptr.data_ptr<int>(), wp, op, dp, ds, xp, R, F);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
+    if (!(vec_ok<T>(x, 8) && vec_ok<T>(out, 8))) launch(tag, sgt_spmm_kernel<T, 16, false, true>, 16, stage_bytes<T, 16>());
+    else if (F <= 16) launch(tag, sgt_spmm_kernel<T, 16, true, true>, 16, stage_bytes<T, 16>());
+    else launch(tag, sgt_spmm_kernel<T, 32, true, true>, 32, stage_bytes<T, 32>());
   };
   if (x.scalar_type() == at::kHalf) half_path(__half());
   else half_path(__nv_bfloat16());

@@ -41,20 +41,28 @@ def precision_of(dtype: torch.dtype) -> int:
     return 1
 
 
-def warps_for(s: SGT, width: int, dtype: torch.dtype) -> int:
-    """Warps per CTA (all taking blocks of one unit, combined in shared
-    memory). TC-GNN's rule is ``avg edges per row window / 32``; on the H200
-    the sweep (docs/tcgnn.md) finds one warp best for fp32 and two for half
-    inputs wider than 32 (the k16 MMA walks block pairs, so units have half as
-    many steps), except on graphs too small to fill the GPU, where more warps
-    per unit add parallelism."""
+def warps_for(s: SGT, width: int, dtype: torch.dtype, op: str = 'spmm') -> int:
+    """Warps per unit. TC-GNN's rule is ``avg edges per row window / 32``; on
+    the H200 the sweep (docs/tcgnn.md, benchmarks/sgt_probe.py) finds one warp
+    per unit best except on graphs too small to fill the GPU, where warps
+    sharing a unit add parallelism. SpMM: with one warp per unit the CTA holds
+    four units, each over feature slices of up to 32 elements. SDDMM: one CTA
+    per unit, two warps for half inputs wider than 32 (the k16 MMA walks block
+    pairs)."""
     u = s.fwd.sched.units
     if u.numel() == 0:
         return 1
+    if op == 'spmm':
+        return 4 if u.size(0) * max(1, -(-width // 32)) < SPMM_COOP_WARPS else 1
     ctas = u.size(0) * max(1, (width + 63) // 64)
     if ctas < 4 * 132:
         return 4
     return 2 if (dtype != torch.float32 and width > 32) else 1
+
+
+# Below this many (unit, feature slice) pairs the SpMM lets 4 warps share a
+# unit (about 8 warps per SM of an H200 otherwise).
+SPMM_COOP_WARPS = 1024
 
 
 def _dir(d: SGTDir):
@@ -94,7 +102,7 @@ def sgt_sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int] = No
     if _reference_only(a):
         d = s.fwd
         return sgt_sddmm_reference(d.sched.units, d.cols, d.mask, a, b)
-    w = warps if warps is not None else warps_for(s, a.size(1), a.dtype)
+    w = warps if warps is not None else warps_for(s, a.size(1), a.dtype, 'sddmm')
     args = (*_dir(s.fwd), a.contiguous(), b.contiguous(), s.num_cells, precision_of(a.dtype), w,
             *_dir(s.bwd), s.t_cell)
     return _call(torch.ops.pyg_tc.sgt_sddmm.default, args, (a, b))
