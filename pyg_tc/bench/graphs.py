@@ -174,7 +174,7 @@ def resolve_names(spec: Optional[str], default: List[str]) -> List[str]:
             continue
         new = groups.get(tok, [tok])
         for n in new:
-            if n not in SYNTHETIC and n not in REAL:
+            if _split_frac(n)[0] not in SYNTHETIC and n not in REAL:
                 raise ValueError(f'unknown graph {n!r}; known: {", ".join(ALL_NAMES)} '
                                  f'or groups {", ".join(groups)}')
             if n not in names:
@@ -182,14 +182,28 @@ def resolve_names(spec: Optional[str], default: List[str]) -> List[str]:
     return names
 
 
+def _split_frac(name: str) -> Tuple[str, float]:
+    """``'reddit@0.25'``: the synthetic graph's nodes with a quarter of its
+    edges (for baselines that run out of memory on the whole graph)."""
+    base, _, frac = name.partition('@')
+    if not frac or base not in SYNTHETIC:
+        return name, 1.0
+    f = float(frac)
+    if not 0 < f <= 1:
+        raise ValueError(f'edge fraction must be in (0, 1], got {name!r}')
+    return base, f
+
+
 def load_graph(name: str, device=None, seed: int = 0) -> BenchGraph:
     """One suite graph with ``edge_index`` on ``device`` (default: the GPU when
     available). Synthetic graphs are generated on that device."""
     device = torch.device(device) if device is not None else default_device()
-    if name in SYNTHETIC:
-        n, e, large = SYNTHETIC[name]
-        return BenchGraph(name, rmat(n, e, seed=seed, device=device), n, large, True,
-                          f'R-MAT a=0.57 b=0.19 c=0.19, random ids, seed {seed}')
+    base, frac = _split_frac(name)
+    if base in SYNTHETIC:
+        n, e, large = SYNTHETIC[base]
+        return BenchGraph(name, rmat(n, int(e * frac), seed=seed, device=device), n, large, True,
+                          f'R-MAT a=0.57 b=0.19 c=0.19, random ids, seed {seed}'
+                          + (f', {frac:g} of the edges' if frac != 1 else ''))
     if name in REAL:
         loader, large, desc = REAL[name]
         ei, n = loader()

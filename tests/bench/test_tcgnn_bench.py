@@ -108,3 +108,15 @@ def test_accuracy_section_on_cora(tmp_path):
     md = (out / 'tcgnn.md').read_text()
     assert '## Test accuracy' in md and md.count('| cora |') == len(recs)
     assert not (data_root / 'planetoid' / 'Cora' / 'processed').exists()
+
+
+def test_edge_fraction_graph_names():
+    from pyg_tc.bench.graphs import load_graph, resolve_names
+    assert resolve_names('tiny@0.5,tiny', []) == ['tiny@0.5', 'tiny']
+    full, half = load_graph('tiny', 'cpu'), load_graph('tiny@0.5', 'cpu')
+    assert half.num_nodes == full.num_nodes and half.num_edges == full.num_edges // 2
+    assert half.name == 'tiny@0.5' and '0.5 of the edges' in half.source
+    with pytest.raises(ValueError):
+        load_graph('tiny@1.5', 'cpu')
+    with pytest.raises(ValueError):
+        resolve_names('nosuch@0.5', [])
