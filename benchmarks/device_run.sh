@@ -31,9 +31,9 @@ if [[ ",$MODE," == *,probe,* ]]; then
   python benchmarks/memory_probe.py 2>&1 | tee -a "$OUT/probe.log" || rc=1
 fi
 if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
-  ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM" --section SpeedOfLight \
+  ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM|sgt_spmm" --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
-      python benchmarks/ncu_probe.py > "$OUT/ncu.txt" 2>&1 || rc=1
+      python benchmarks/ncu_probe.py ${NCU_ARGS:-} > "$OUT/ncu.txt" 2>&1 || rc=1
   tail -5 "$OUT/ncu.txt"
 fi
 if [[ ",$MODE," == *,sgtprobe,* ]]; then

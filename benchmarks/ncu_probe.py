@@ -1,10 +1,16 @@
 """Workload for Nsight Compute: one call of pyg_tc's SpMM per case and one of
 cuSPARSE, on the Reddit-shaped graph, so `ncu` can tell what bounds them.
 
-    ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse" \\
+    ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|sgt_spmm" \\
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \\
-        --section WarpStateStats python benchmarks/ncu_probe.py
+        --section WarpStateStats python benchmarks/ncu_probe.py [--sgt]
+
+--sgt: the tensor-core SpMM against the CSR kernel instead, on the graph in
+RCM order (F = 16 fp32 / fp16, F = 32 fp32), i.e. `NCU_ARGS=--sgt bash
+benchmarks/device_run.sh ncu`.
 """
+import sys
+
 import torch
 
 from pyg_tc.bench.graphs import load_graph
@@ -12,7 +18,26 @@ from pyg_tc.formats import CSRGraph
 from pyg_tc.ops import spmm_graph
 
 
+def sgt_cases():
+    from pyg_tc.ops import sgt_of, sgt_spmm_cells
+    from pyg_tc.transforms import rcm_order
+    bg = load_graph('reddit', device='cuda')
+    n = bg.num_nodes
+    ei = torch.argsort(rcm_order(bg.edge_index, n))[bg.edge_index]
+    g = CSRGraph.from_coo(ei[0], ei[1], n, n)
+    w = torch.rand(g.num_edges, device='cuda')
+    cells = sgt_of(g).cell_values(w)
+    for dt, F in ((torch.float32, 16), (torch.float16, 16), (torch.float32, 32)):
+        x = torch.randn(n, F, device='cuda', dtype=dt)
+        spmm_graph(g, x, w)
+        sgt_spmm_cells(g, x, cells)
+        torch.cuda.synchronize()
+        print(f'sgt case {dt} F={F}', flush=True)
+
+
 def main():
+    if '--sgt' in sys.argv[1:]:
+        return sgt_cases()
     bg = load_graph('reddit', device='cuda')
     n = bg.num_nodes
     g = CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], n, n)
