@@ -31,8 +31,9 @@ if [[ ",$MODE," == *,probe,* ]]; then
   python benchmarks/memory_probe.py 2>&1 | tee -a "$OUT/probe.log" || rc=1
 fi
 if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
-  ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM|sgt_spmm" --section SpeedOfLight \
-      --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+  ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM|sgt_spmm|sgt_reduce" --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section InstructionStats \
+      --section LaunchStats \
       python benchmarks/ncu_probe.py ${NCU_ARGS:-} > "$OUT/ncu.txt" 2>&1 || rc=1
   tail -5 "$OUT/ncu.txt"
 fi
@@ -42,7 +43,7 @@ fi
 if [[ ",$MODE," == *,sanitize,* ]]; then  # TC-GNN kernels under compute-sanitizer memcheck
   compute-sanitizer --tool memcheck --error-exitcode 9 python benchmarks/sanitize_sgt.py 2>&1 | tail -30 | tee "$OUT/sanitize.log" || rc=1
   # shared-memory hazards of the staged (cp.async) SpMM pipeline
-  compute-sanitizer --tool racecheck --error-exitcode 9 python benchmarks/sanitize_sgt.py 2>&1 | tail -30 | tee -a "$OUT/sanitize.log" || rc=1
+  compute-sanitizer --tool racecheck --error-exitcode 9 python benchmarks/sanitize_sgt.py quick 2>&1 | tail -30 | tee -a "$OUT/sanitize.log" || rc=1
 fi
 if [[ ",$MODE," == *,tests,* || "$MODE" == all ]]; then
   python -m pytest -q -rf -m cuda --timeout=900 ${TEST_ARGS:-tests} -p no:cacheprovider 2>&1 | tee "$OUT/cuda_tests.log" || rc=1

@@ -3,7 +3,8 @@
 //
 // Work: SpMM: one warp per unit (window, block range, slot) and feature
 // slice, four units per CTA, or the CTA's warps sharing one unit on small
-// graphs; SDDMM: one CTA per unit, its warps taking the unit's 16x16 tiles
+// graphs; SDDMM: one CTA per unit (or per part of one on graphs with few
+// units), its warps taking the unit's 16x16 tiles
 // (block pairs, Algorithm 3) in turn.
 //
 // Differences from the published TC-GNN code, by design:
@@ -114,56 +115,108 @@ __device__ __forceinline__ void load_row(T (&v)[V], const T* __restrict__ row, i
   }
 }
 
-// Mask word i of a block (runtime i without local memory).
-__device__ __forceinline__ unsigned word(const int4& m, int i) {
-  return (unsigned)(i == 0 ? m.x : i == 1 ? m.y : i == 2 ? m.z : m.w);
+// Cells of one block in an MMA fragment layout, from the block's 128-bit mask
+// (bit c * 16 + r for row r, column c) and the offset of its first cell: a
+// set bit's rank is its cell's offset. idx[k] = cell index or -1 (empty).
+// Straight-line code on named words: no runtime-indexed array (those went to
+// local memory: 16 bytes of stack per thread and block in the profile).
+//
+// k8 layout (TF32 m16n8k8 A operand) of lane (g, t): k = 0..3 is row
+// g + 8 * (k & 1), column t + 4 * (k >> 1): words t / 2 and t / 2 + 2.
+__device__ __forceinline__ void cells_k8(const int4& m, int base, int g, int t, int (&idx)[4]) {
+  const int p0 = __popc((unsigned)m.x), p1 = __popc((unsigned)m.y), p2 = __popc((unsigned)m.z);
+  const bool hi = t >= 2;
+  const unsigned wl = (unsigned)(hi ? m.y : m.x), wh = (unsigned)(hi ? m.w : m.z);
+  const int bl = base + (hi ? p0 : 0), bh = base + p0 + p1 + (hi ? p2 : 0);
+  const int b0 = (t & 1) * 16 + g;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const unsigned w = (k >> 1) ? wh : wl;
+    const int bit = b0 + 8 * (k & 1);
+    idx[k] = ((w >> bit) & 1u) ? ((k >> 1) ? bh : bl) + __popc(w & ((1u << bit) - 1u)) : -1;
+  }
 }
 
-__device__ __forceinline__ void prefix(const int4& m, int base, int (&pre)[4]) {
-  pre[0] = base;
-  pre[1] = base + __popc((unsigned)m.x);
-  pre[2] = pre[1] + __popc((unsigned)m.y);
-  pre[3] = pre[2] + __popc((unsigned)m.z);
+// k16 layout (fp16/bf16 m16n8k16 A operand per 8-column half, and the
+// m16n8 accumulator): k = 0..3 is row g + 8 * (k >> 1), column 2t + (k & 1):
+// all in word t.
+__device__ __forceinline__ void cells_k16(const int4& m, int base, int g, int t, int (&idx)[4]) {
+  const int p0 = __popc((unsigned)m.x), p1 = __popc((unsigned)m.y), p2 = __popc((unsigned)m.z);
+  const unsigned w = (unsigned)(t == 0 ? m.x : t == 1 ? m.y : t == 2 ? m.z : m.w);
+  base += (t > 0 ? p0 : 0) + (t > 1 ? p1 : 0) + (t > 2 ? p2 : 0);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int bit = (k & 1) * 16 + 8 * (k >> 1) + g;
+    idx[k] = ((w >> bit) & 1u) ? base + __popc(w & ((1u << bit) - 1u)) : -1;
+  }
 }
 
-// Output index of cell (r, c) of a block or -1.
-__device__ __forceinline__ int cell_index(const int4& m, const int (&pre)[4], int c, int r) {
-  const unsigned w = word(m, c >> 1);
-  const int bit = (c & 1) * 16 + r;
-  if (!((w >> bit) & 1u)) return -1;
-  return pre[c >> 1] + __popc(w & ((1u << bit) - 1u));
+// fp32 -> hi + lo halves of two values, packed (first value in the low bits).
+template <typename T>
+__device__ __forceinline__ void split2(float v0, float v1, uint32_t& hi, uint32_t& lo) {
+  if constexpr (std::is_same<T, __half>::value) {
+    const __half2 h = __floats2half2_rn(v0, v1);
+    const float2 f = __half22float2(h);
+    const __half2 l = __floats2half2_rn(v0 - f.x, v1 - f.y);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+    const float2 f = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(v0 - f.x, v1 - f.y);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+  }
 }
 
 // ------------------------------------------------------------------ SpMM
-// Shared-memory staging (TC-GNN Figure 5a) as a per-warp cp.async pipeline:
-// a stage holds kS consecutive blocks of the warp's unit: their masks, up to
-// kCells cell values each, and the 8 gathered feature rows of each block
-// (one feature slice of FS elements). kStages stages are in flight, so a warp
-// keeps (kStages - 1) * kS blocks of loads outstanding without holding them
-// in registers; the metadata of the next stage (8 columns per block, cell
-// offsets) is one register per lane, loaded a stage ahead.
-constexpr int kS = 4;        // blocks per stage (32 columns: one per lane)
-constexpr int kStages = 3;   // pipeline depth
-constexpr int kCells = 32;   // cell values staged per block (the rest read from global)
+// Shared-memory staging (TC-GNN Figure 5a) as a per-warp cp.async pipeline.
+// A stage holds KS consecutive blocks of the warp's unit: the 8 gathered
+// feature rows of each block (one feature slice of FS elements, 16-byte
+// chunks XOR-swizzled so the fragment reads are free of bank conflicts), the
+// cell values of the KS blocks as one contiguous copy (one 16-byte chunk per
+// lane, up to kStageCells values; stages with more cells read them from
+// global memory, a warp-uniform branch), their masks and cell offsets.
+// kStages stages are in flight; a stage's metadata (8 columns per block,
+// cell offsets) is one register per lane, loaded two stages ahead. Results
+// leave through vector stores (J contiguous features per thread), partial
+// tiles of split windows in fragment order (coalesced float4s).
+constexpr int kStages = 3;        // pipeline depth
+constexpr int kStageCells = 128;  // staged cell values per stage
 
 template <typename T, int FS>
-__host__ __device__ constexpr int stage_bytes() {
-  return 16 * kS + kS * 8 * FS * (int)sizeof(T) + 4 * kS * kCells + 16;
+struct SpmmStage {
+  static constexpr int ROW = FS * (int)sizeof(T);  // bytes of a staged row slice
+  static constexpr int KS = ROW <= 64 ? 4 : 2;     // blocks per stage (<= 2 KB of rows)
+  static constexpr int QC = ROW / 16;              // 16-byte chunks per row
+  static constexpr int OFF_C = KS * 8 * ROW;       // cell values
+  static constexpr int OFF_M = OFF_C + 4 * kStageCells;  // KS masks
+  static constexpr int OFF_P = OFF_M + 16 * KS;    // KS + 1 cell offsets, then the fast flag
+  static constexpr int BYTES = OFF_P + 16 * ((4 * (KS + 2) + 15) / 16);
+  static_assert(QC >= 1 && (KS * 8 * QC) % 32 == 0, "stage layout");
+};
+
+// Swizzled position of 16-byte chunk P of the staged rows: bits 1-2 XOR
+// bits 3-4, so the 4 rows t (or 2t) that the lanes of one fragment read
+// at the same offset land in different banks.
+__device__ __forceinline__ int swz(int P) { return P ^ (((P >> 3) & 3) << 1); }
+
+// Element offset of element e of staged row `row`.
+template <typename T, int FS>
+__device__ __forceinline__ int xoff(int row, int e) {
+  constexpr int E16 = 16 / (int)sizeof(T);
+  return swz(row * SpmmStage<T, FS>::QC + e / E16) * E16 + e % E16;
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
-// 16 bytes global -> shared; zero-filled when !ok (src is then not read).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+// 16 bytes global -> shared, of which the first `bytes` are read (the rest
+// zero-filled; src is not read when bytes == 0).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(ok ? 16 : 0));
-#endif
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
+               "r"(bytes));
 #endif
 }
 __device__ __forceinline__ void cp_commit() {
@@ -179,34 +232,58 @@ __device__ __forceinline__ void cp_wait() {
 }
 
 // Thread (g = lane / 4, t = lane % 4) owns, per n-tile j, the accumulators of
-// rows g and g + 8 at features f0 + (2t) * J + j and f0 + (2t + 1) * J + j.
+// rows g and g + 8 at features f0 + (2t) * J + j and f0 + (2t + 1) * J + j:
+// acc.d[j][2h + q] is row g + 8h, feature f0 + (2t + q) * J + j, so for each
+// (h, q) the thread holds J contiguous features (one vector store).
 template <int J>
 struct SpmmAcc {
   float d[J][4];
 };
 
-template <typename T, int J>
+// Workspace of split windows, in fragment order: slot k, feature slice y,
+// n-tile j holds one float4 per lane (acc.d[j][0..3]), so the partial tiles
+// are written and read with coalesced 16-byte accesses.
+__device__ __forceinline__ int64_t ws_index(int slot, int slice, int nslices, int J, int j, int lane) {
+  return (((int64_t)slot * nslices + slice) * J + j) * 32 + lane;
+}
+
+template <typename T, int J, bool VEC>
 __device__ __forceinline__ void store_tile(const SpmmAcc<J>& acc, int win, int slot, int f0, int R, int F,
                                            T* __restrict__ out, float* __restrict__ ws,
                                            const float* __restrict__ diag, int64_t diag_stride,
                                            const T* __restrict__ x, int g, int t) {
+  if (slot >= 0) {
+    float4* w = reinterpret_cast<float4*>(ws);
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+      w[ws_index(slot, blockIdx.y, gridDim.y, J, j, 4 * g + t)] =
+          make_float4(acc.d[j][0], acc.d[j][1], acc.d[j][2], acc.d[j][3]);
+    return;
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = g + 8 * h;
-    const int64_t row = (int64_t)win * 16 + r;
-    if (slot < 0 && row >= R) continue;
+    const int64_t row = (int64_t)win * 16 + g + 8 * h;
+    if (row >= R) continue;
+    const float dg = diag != nullptr ? diag[row * diag_stride] : 0.f;
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
+      const int f = f0 + (2 * t + q) * J;
+      if (f >= F) continue;
+      if (VEC) {  // F is a multiple of the 16-byte vector and f of J: all J in range
+        Pack<T, J> p;
+        Pack<T, J> xv;
+        if (diag != nullptr) xv = *reinterpret_cast<const Pack<T, J>*>(x + row * F + f);
 #pragma unroll
-      for (int j = 0; j < J; ++j) {
-        const int f = f0 + (2 * t + q) * J + j;
-        if (f >= F) continue;
-        float v = acc.d[j][2 * h + q];
-        if (slot >= 0) {
-          ws[((int64_t)slot * 16 + r) * F + f] = v;
-        } else {
-          if (diag != nullptr) v += diag[row * diag_stride] * to_f(x[row * F + f]);
-          out[row * F + f] = from_f<T>(v);
+        for (int j = 0; j < J; ++j)
+          p.v[j] = from_f<T>(acc.d[j][2 * h + q] + (diag != nullptr ? dg * to_f(xv.v[j]) : 0.f));
+        *reinterpret_cast<Pack<T, J>*>(out + row * F + f) = p;
+      } else {
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          if (f + j >= F) break;
+          float v = acc.d[j][2 * h + q];
+          if (diag != nullptr) v += dg * to_f(x[row * F + f + j]);
+          out[row * F + f + j] = from_f<T>(v);
         }
       }
     }
@@ -232,6 +309,15 @@ __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp,
   return true;
 }
 
+// TF32 operand bits: v rounded to TF32 (big), and for 3xTF32 the exact
+// remainder (small) passed as fp32 bits: the MMA drops its low 13 bits, an
+// error of at most 2^-21 |v| of either sign, so no second conversion.
+template <bool SPLIT>
+__device__ __forceinline__ void tf32_split(float v, uint32_t& big, uint32_t& small) {
+  big = tf32(v);
+  small = SPLIT ? __float_as_uint(v - __uint_as_float(big)) : 0u;
+}
+
 // One kernel for all dtypes. fp32: TF32 / 3xTF32 m16n8k8, one 16 x 8 block
 // per MMA. fp16 / bf16: m16n8k16 on block pairs (K = 16 condensed columns),
 // edge values split into hi + lo halves. The MMA's n index is mapped to
@@ -239,18 +325,16 @@ __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp,
 // features of a staged row. coop = 0: every warp of the CTA owns a unit;
 // coop = 1: the CTA's warps share unit blockIdx.x (graphs with few units).
 template <typename T, int FS, bool VEC, bool SPLIT>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, 4)
 sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __restrict__ cols,
                 const int4* __restrict__ mask, const int* __restrict__ cell_ptr, const float* __restrict__ vals,
-                const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
+                int C, const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
                 const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
+  using S = SpmmStage<T, FS>;
   constexpr bool K16 = !std::is_same<T, float>::value;
-  constexpr int J = FS / 8;
+  constexpr int KS = S::KS, QC = S::QC, J = FS / 8;
   constexpr int E16 = 16 / (int)sizeof(T);  // elements per 16-byte chunk
-  constexpr int QC = FS / E16;              // chunks per staged row
-  constexpr int XB = kS * 8 * FS * (int)sizeof(T);
-  constexpr int SB = stage_bytes<T, FS>();
-  static_assert(QC >= 1 && FS % 8 == 0, "feature slice");
+  static_assert(FS % 8 == 0 && (!K16 || KS % 2 == 0), "feature slice");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -259,7 +343,7 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
   if (uid >= U) return;  // coop grids have exactly U CTAs: never taken there
   const int4 un = units[uid];
   const int f0 = blockIdx.y * FS;
-  unsigned char* const my = smem_raw + (size_t)warp * kStages * SB;
+  unsigned char* const my = smem_raw + (size_t)warp * kStages * S::BYTES;
 
   SpmmAcc<J> acc;
 #pragma unroll
@@ -267,103 +351,111 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc.d[j][k] = 0.f;
 
-  // Steps of kS blocks; the warp takes steps wi, wi + W, ...
-  const int nst = (un.z - un.y + kS - 1) / kS;
+  // Steps of KS blocks; the warp takes steps wi, wi + W, ...
+  const int nst = (un.z - un.y + KS - 1) / KS;
   const int ns = nst > wi ? (nst - wi + W - 1) / W : 0;
-  auto first = [&](int k) { return un.y + (wi + k * W) * kS; };
-  // Lane l: column l of the step (block l / 8, slot l % 8), and for l <= kS
-  // the cell offset of block l (clamped to the unit's end).
-  int colr = -1, cpr = 0;
-  auto load_meta = [&](int b0) {
-    const int e = b0 * 8 + lane;
-    colr = e < un.z * 8 ? __ldg(cols + e) : -1;
-    cpr = lane <= kS ? __ldg(cell_ptr + min(b0 + lane, un.z)) : 0;
+  auto first = [&](int k) { return un.y + (wi + k * W) * KS; };
+  // Lane l < 8 KS: column l of the step (block l / 8, slot l % 8); lane
+  // l <= KS: the first cell of block l (the unit's end for l = KS or past it).
+  // (colr, cpr): the next stage to issue; (colr2, cpr2): the one after, so
+  // the first two stages' metadata loads are in flight together.
+  int colr = -1, cpr = 0, colr2 = -1, cpr2 = 0;
+  auto load_meta = [&](int k) {  // metadata of step k into (colr2, cpr2)
+    if (k >= ns) return;
+    const int b0 = first(k), e = b0 * 8 + lane;
+    colr2 = (lane < 8 * KS && e < un.z * 8) ? __ldg(cols + e) : -1;
+    cpr2 = lane <= KS ? __ldg(cell_ptr + min(b0 + lane, un.z)) : 0;
+  };
+  auto advance = [&]() {
+    colr = colr2;
+    cpr = cpr2;
   };
   auto issue = [&](int k) {
-    unsigned char* st = my + (k % kStages) * SB;
+    unsigned char* st = my + (k % kStages) * S::BYTES;
     const int b0 = first(k);
-    int4* smk = reinterpret_cast<int4*>(st);
-    T* sx = reinterpret_cast<T*>(st + 16 * kS);
-    float* sc = reinterpret_cast<float*>(st + 16 * kS + XB);
-    int* scp = reinterpret_cast<int*>(sc + kS * kCells);
-    if (lane < kS) {
+    T* sx = reinterpret_cast<T*>(st);
+    float* sc = reinterpret_cast<float*>(st + S::OFF_C);
+    int4* smk = reinterpret_cast<int4*>(st + S::OFF_M);
+    int* sp = reinterpret_cast<int*>(st + S::OFF_P);
+    const int c0 = __shfl_sync(kFullMask, cpr, 0), c1 = __shfl_sync(kFullMask, cpr, KS);
+    const int cb = c0 & ~3;  // 16-byte aligned start of the stage's cells
+    const bool fast = c1 - cb <= kStageCells;
+    if (lane < KS) {
       const bool ok = b0 + lane < un.z;
-      cp_async16(smk + lane, ok ? mask + b0 + lane : mask, ok);
-      scp[lane] = cpr;
+      cp_async16(smk + lane, ok ? mask + b0 + lane : mask, ok ? 16 : 0);
+    }
+    if (lane <= KS) sp[lane] = fast ? cpr - cb : cpr;
+    if (lane == KS + 1) sp[lane] = fast;
+    if (fast) {
+      const int i = cb + 4 * lane;
+      if (i < c1) cp_async16(sc + 4 * lane, vals + i, 4 * min(4, C - i));
     }
     if (VEC) {
 #pragma unroll
-      for (int c = lane; c < kS * 8 * QC; c += 32) {
+      for (int c = lane; c < KS * 8 * QC; c += 32) {
         const int row = c / QC, f = f0 + (c % QC) * E16;
         const int col = __shfl_sync(kFullMask, colr, row);
         const bool ok = col >= 0 && f < F;
-        cp_async16(sx + row * FS + (c % QC) * E16, ok ? x + (int64_t)col * F + f : x, ok);
+        cp_async16(sx + swz(c) * E16, ok ? x + (int64_t)col * F + f : x, ok ? 16 : 0);
       }
     } else {
-      for (int e = lane; e < kS * 8 * FS; e += 32) {
-        const int row = e / FS, f = f0 + e % FS;
+      for (int e = lane; e < KS * 8 * FS; e += 32) {
+        const int row = e / FS, f = e % FS;
         const int col = __shfl_sync(kFullMask, colr, row);
-        sx[e] = (col >= 0 && f < F) ? x[(int64_t)col * F + f] : from_f<T>(0.f);
+        sx[xoff<T, FS>(row, f)] = (col >= 0 && f0 + f < F) ? x[(int64_t)col * F + f0 + f] : from_f<T>(0.f);
       }
     }
-#pragma unroll
-    for (int s = 0; s < kS; ++s) {
-      const int c0 = __shfl_sync(kFullMask, cpr, s), c1 = __shfl_sync(kFullMask, cpr, s + 1);
-      if (lane < c1 - c0) cp_async4(sc + s * kCells + lane, vals + c0 + lane);
-    }
   };
-  auto compute = [&](int k) {
-    const unsigned char* st = my + (k % kStages) * SB;
-    const int b0 = first(k);
-    const int4* smk = reinterpret_cast<const int4*>(st);
-    const T* sx = reinterpret_cast<const T*>(st + 16 * kS);
-    const float* sc = reinterpret_cast<const float*>(st + 16 * kS + XB);
-    const int* scp = reinterpret_cast<const int*>(sc + kS * kCells);
-    // Value of cell (column c, row r) of staged block s.
-    auto cellv = [&](const int4& m, const int (&pre)[4], int s, int c, int r) -> float {
-      const int i = cell_index(m, pre, c, r);
-      if (i < 0) return 0.f;
-      return i < kCells ? sc[s * kCells + i] : __ldg(vals + scp[s] + i);
-    };
+  // Multiply one staged step; V(i) is cell value i (staged or global).
+  auto multiply = [&](const unsigned char* st, int nb, auto V) {
+    const T* sx = reinterpret_cast<const T*>(st);
+    const int4* smk = reinterpret_cast<const int4*>(st + S::OFF_M);
+    const int* sp = reinterpret_cast<const int*>(st + S::OFF_P);
     using P = Pack<T, J>;
     if constexpr (!K16) {
 #pragma unroll
-      for (int s = 0; s < kS; ++s) {
-        if (b0 + s >= un.z) break;
-        const int4 m = smk[s];
-        int pre[4];
-        prefix(m, 0, pre);
-        const float a[4] = {cellv(m, pre, s, t, g), cellv(m, pre, s, t, g + 8), cellv(m, pre, s, t + 4, g),
-                            cellv(m, pre, s, t + 4, g + 8)};
-        const P x0 = *reinterpret_cast<const P*>(sx + (s * 8 + t) * FS + g * J);
-        const P x1 = *reinterpret_cast<const P*>(sx + (s * 8 + t + 4) * FS + g * J);
+      for (int s = 0; s < KS; ++s) {
+        if (s >= nb) break;
+        int idx[4];
+        cells_k8(smk[s], sp[s], g, t, idx);
+        uint32_t ab[4], as[4];
 #pragma unroll
-        for (int j = 0; j < J; ++j) mma_f32<SPLIT>(acc.d[j], a, x0.v[j], x1.v[j]);
+        for (int k = 0; k < 4; ++k) tf32_split<SPLIT>(idx[k] >= 0 ? V(idx[k]) : 0.f, ab[k], as[k]);
+        const P x0 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(s * 8 + t, g * J));
+        const P x1 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(s * 8 + t + 4, g * J));
+#pragma unroll
+        for (int j = 0; j < J; ++j) {
+          uint32_t bb0, bs0, bb1, bs1;
+          tf32_split<SPLIT>(x0.v[j], bb0, bs0);
+          tf32_split<SPLIT>(x1.v[j], bb1, bs1);
+          if (SPLIT) {
+            mma_tf32(acc.d[j], as[0], as[1], as[2], as[3], bb0, bb1);
+            mma_tf32(acc.d[j], ab[0], ab[1], ab[2], ab[3], bs0, bs1);
+          }
+          mma_tf32(acc.d[j], ab[0], ab[1], ab[2], ab[3], bb0, bb1);
+        }
       }
     } else {
 #pragma unroll
-      for (int p = 0; p < kS / 2; ++p) {
-        if (b0 + 2 * p >= un.z) break;
+      for (int p = 0; p < KS / 2; ++p) {
+        if (2 * p >= nb) break;
         uint32_t ahi[4], alo[4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // block 2p + h: condensed columns 8h .. 8h + 7
-          const int s = 2 * p + h;
-          const int4 m = smk[s];
-          int pre[4];
-          prefix(m, 0, pre);
+          // (a missing second block has a zero-filled mask: all cells empty)
+          int idx[4];
+          cells_k16(smk[2 * p + h], sp[2 * p + h], g, t, idx);
+          float v[4];
 #pragma unroll
-          for (int rh = 0; rh < 2; ++rh) {  // rows g, g + 8
-            const float v0 = cellv(m, pre, s, 2 * t, g + 8 * rh), v1 = cellv(m, pre, s, 2 * t + 1, g + 8 * rh);
-            const T h0 = from_f<T>(v0), h1 = from_f<T>(v1);
-            ahi[2 * h + rh] = pack2(h0, h1);
-            alo[2 * h + rh] = pack2(from_f<T>(v0 - to_f(h0)), from_f<T>(v1 - to_f(h1)));
-          }
+          for (int k = 0; k < 4; ++k) v[k] = idx[k] >= 0 ? V(idx[k]) : 0.f;
+          split2<T>(v[0], v[1], ahi[2 * h], alo[2 * h]);          // row g
+          split2<T>(v[2], v[3], ahi[2 * h + 1], alo[2 * h + 1]);  // row g + 8
         }
-        const T* rp = sx + (2 * p * 8 + 2 * t) * FS + g * J;
-        const P x0 = *reinterpret_cast<const P*>(rp);
-        const P x1 = *reinterpret_cast<const P*>(rp + FS);
-        const P x2 = *reinterpret_cast<const P*>(rp + 8 * FS);
-        const P x3 = *reinterpret_cast<const P*>(rp + 9 * FS);
+        const int r0 = 2 * p * 8 + 2 * t;
+        const P x0 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(r0, g * J));
+        const P x1 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(r0 + 1, g * J));
+        const P x2 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(r0 + 8, g * J));
+        const P x3 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(r0 + 9, g * J));
 #pragma unroll
         for (int j = 0; j < J; ++j) {
           const uint32_t b0r = pack2(x0.v[j], x1.v[j]), b1r = pack2(x2.v[j], x3.v[j]);
@@ -373,22 +465,35 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
       }
     }
   };
+  auto compute = [&](int k) {
+    const unsigned char* st = my + (k % kStages) * S::BYTES;
+    const int nb = min(KS, un.z - first(k));
+    const float* sc = reinterpret_cast<const float*>(st + S::OFF_C);
+    if (reinterpret_cast<const int*>(st + S::OFF_P)[KS + 1])
+      multiply(st, nb, [&](int i) { return sc[i]; });
+    else
+      multiply(st, nb, [&](int i) { return __ldg(vals + i); });
+  };
 
   // Pipeline: stages k + 1 .. k + kStages - 1 are in flight while stage k
-  // is multiplied; __syncwarp orders the lanes' copies before the reads and
-  // the reads before the stage is refilled.
-  if (ns > 0) load_meta(first(0));
+  // is multiplied; __syncwarp orders the lanes' copies and stores before the
+  // reads and the reads before the stage is refilled.
+  load_meta(0);
+  advance();
+  load_meta(1);
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
     if (k < ns) issue(k);
     cp_commit();
-    if (k + 1 < ns) load_meta(first(k + 1));
+    advance();
+    load_meta(k + 2);
   }
   for (int k = 0; k < ns; ++k) {
     const int kn = k + kStages - 1;
     if (kn < ns) issue(kn);
     cp_commit();
-    if (kn + 1 < ns) load_meta(first(kn + 1));
+    advance();
+    load_meta(kn + 2);
     cp_wait<kStages - 1>();
     __syncwarp();
     compute(k);
@@ -396,24 +501,57 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
   }
   cp_wait<0>();
   if (!reduce_warps<J * 4>(&acc.d[0][0], reinterpret_cast<float*>(smem_raw), warp, lane, W)) return;
-  store_tile<T, J>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
+  store_tile<T, J, VEC>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
 }
 
-// Split windows: out[w*16 + r, f] = sum of the window's slots in slot order (+ diag).
-template <typename T>
-__global__ void sgt_reduce(const int* __restrict__ heavy, const int* __restrict__ heavy_ptr,
-                           const float* __restrict__ ws, T* __restrict__ out, const float* __restrict__ diag,
-                           int64_t diag_stride, const T* __restrict__ x, int R, int F) {
-  const int h = blockIdx.x, r = threadIdx.y, f = blockIdx.y * 32 + threadIdx.x;
-  const int64_t row = (int64_t)heavy[h] * 16 + r;
-  if (row >= R || f >= F) return;
-  float s = 0.f;
-  for (int k = heavy_ptr[h]; k < heavy_ptr[h + 1]; ++k) s += ws[((int64_t)k * 16 + r) * F + f];
-  if (diag != nullptr) s += diag[row * diag_stride] * to_f(x[row * F + f]);
-  out[row * F + f] = from_f<T>(s);
+// Split windows (measured faster than completing them inside the SpMM by the
+// last unit through an atomic counter: that added a counter reset per call and
+// serial slot reads at the end of the units): the window's slots summed in
+// slot order in the workspace's fragment order (thread (j, lane) of slice
+// blockIdx.y reads one float4 per slot), then stored to the window's rows
+// (+ diag).
+template <typename T, int J>
+__global__ void __launch_bounds__(128)
+sgt_reduce(const int* __restrict__ heavy, const int* __restrict__ heavy_ptr, const float* __restrict__ ws,
+           T* __restrict__ out, const float* __restrict__ diag, int64_t diag_stride, const T* __restrict__ x,
+           int R, int F) {
+  const int j = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const float4* w = reinterpret_cast<const float4*>(ws);
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int k = heavy_ptr[blockIdx.x]; k < heavy_ptr[blockIdx.x + 1]; ++k) {
+    const float4 v = w[ws_index(k, blockIdx.y, gridDim.y, J, j, lane)];
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+  }
+  const float e[4] = {s.x, s.y, s.z, s.w};
+  const int f0 = blockIdx.y * 8 * J;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // i = 2h + q
+    const int64_t row = (int64_t)heavy[blockIdx.x] * 16 + g + 8 * (i >> 1);
+    const int f = f0 + (2 * t + (i & 1)) * J + j;
+    if (row >= R || f >= F) continue;
+    float v = e[i];
+    if (diag != nullptr) v += diag[row * diag_stride] * to_f(x[row * F + f]);
+    out[row * F + f] = from_f<T>(v);
+  }
 }
 
 // ------------------------------------------------------------------ SDDMM
+// A block's 16 x 8 accumulator (d[k]: row g + 8 * (k >> 1), column
+// 2t + (k & 1): the k16 layout) stored into its cells.
+template <typename T>
+__device__ __forceinline__ void store_cells(const float (&d)[4], const int4& m, int base, int g, int t,
+                                            T* __restrict__ out) {
+  int idx[4];
+  cells_k16(m, base, g, t, idx);
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    if (idx[k] >= 0) out[idx[k]] = from_f<T>(d[k]);
+}
+
 // One 16 x 16 output tile (blocks b, b + 1) per warp step; K runs over the
 // features. fp32: k index kk of step j is feature fc + kk * J + j, so the
 // thread's A (rows g, g + 8) and B (column node g) elements at kk = t and
@@ -429,7 +567,7 @@ sgt_sddmm_f32(const int4* __restrict__ units, const int* __restrict__ cols, cons
   const int64_t ra = (int64_t)un.x * 16 + g, rb = ra + 8;
   const float* pa0 = ra < R ? A + ra * F : nullptr;
   const float* pa1 = rb < R ? A + rb * F : nullptr;
-  for (int b = un.y + 2 * warp; b < un.z; b += 2 * W) {
+  for (int b = un.y + 2 * (warp + W * (int)blockIdx.y); b < un.z; b += 2 * W * (int)gridDim.y) {
     const bool two = b + 1 < un.z;
     const int n0 = cols[b * 8 + g], n1 = two ? cols[(b + 1) * 8 + g] : -1;
     const float* pb0 = n0 >= 0 ? Bm + (int64_t)n0 * F : nullptr;
@@ -452,21 +590,8 @@ sgt_sddmm_f32(const int4* __restrict__ units, const int* __restrict__ cols, cons
         mma_f32<SPLIT>(d1, af, c0[j], c1[j]);
       }
     }
-    // d[k]: row g + 8 * (k >> 1), column 2t + (k & 1) of the block
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      if (s == 1 && !two) break;
-      const int bb = b + s;
-      const int4 m = mask[bb];
-      int pre[4];
-      prefix(m, cell_ptr[bb], pre);
-      const float* d = s ? d1 : d0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int idx = cell_index(m, pre, 2 * t + (k & 1), g + 8 * (k >> 1));
-        if (idx >= 0) out[idx] = d[k];
-      }
-    }
+    store_cells(d0, mask[b], cell_ptr[b], g, t, out);
+    if (two) store_cells(d1, mask[b + 1], cell_ptr[b + 1], g, t, out);
   }
 }
 
@@ -485,7 +610,7 @@ sgt_sddmm_f16(const int4* __restrict__ units, const int* __restrict__ cols, cons
   const int64_t ra = (int64_t)un.x * 16 + g, rb = ra + 8;
   const T* pa0 = ra < R ? A + ra * F : nullptr;
   const T* pa1 = rb < R ? A + rb * F : nullptr;
-  for (int b = un.y + 2 * warp; b < un.z; b += 2 * W) {
+  for (int b = un.y + 2 * (warp + W * (int)blockIdx.y); b < un.z; b += 2 * W * (int)gridDim.y) {
     const bool two = b + 1 < un.z;
     const int n0 = cols[b * 8 + g], n1 = two ? cols[(b + 1) * 8 + g] : -1;
     const T* pb0 = n0 >= 0 ? Bm + (int64_t)n0 * F : nullptr;
@@ -509,20 +634,8 @@ sgt_sddmm_f16(const int4* __restrict__ units, const int* __restrict__ cols, cons
         mma_k16<T>(d1, af, pack2(c0[2 * j], c0[2 * j + 1]), pack2(c1[2 * j], c1[2 * j + 1]));
       }
     }
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      if (s == 1 && !two) break;
-      const int bb = b + s;
-      const int4 m = mask[bb];
-      int pre[4];
-      prefix(m, cell_ptr[bb], pre);
-      const float* d = s ? d1 : d0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int idx = cell_index(m, pre, 2 * t + (k & 1), g + 8 * (k >> 1));
-        if (idx >= 0) out[idx] = from_f<T>(d[k]);
-      }
-    }
+    store_cells(d0, mask[b], cell_ptr[b], g, t, out);
+    if (two) store_cells(d1, mask[b + 1], cell_ptr[b + 1], g, t, out);
   }
 }
 
@@ -537,6 +650,8 @@ void check_sgt(const at::Tensor& units, const at::Tensor& cols, const at::Tensor
   TORCH_CHECK(mask.numel() == cols.numel() / 2 && cell_ptr.numel() == cols.numel() / 8 + 1,
               "pyg_tc: SGT cols / mask / cell_ptr sizes disagree");
 }
+
+constexpr int kSddmmWarps = 8192;
 
 int warps_of(int64_t warps) { return warps == 1 || warps == 2 || warps == 4 || warps == 8 ? (int)warps : 4; }
 
@@ -560,7 +675,11 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
               "pyg_tc: cell values must be a 1-D float32 CUDA tensor");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
-  const at::Tensor vals = cell_val.contiguous();
+  // the stage copies cell values in 16-byte chunks: a 16-byte aligned base
+  at::Tensor vals = cell_val.contiguous();
+  if (!aligned16(vals.data_ptr())) vals = vals.clone();
+  TORCH_CHECK(vals.numel() < (int64_t)1 << 31, "pyg_tc: too many SGT cells for the int32 kernels");
+  const int C = (int)vals.numel();
   const int R = (int)num_rows, F = (int)x.size(1);
   at::Tensor out = at::empty({R, F}, x.options());
   if (R == 0 || F == 0) return out;
@@ -575,7 +694,6 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
     dp = dg.data_ptr<float>();
     ds = dg.numel() == 1 ? 0 : 1;
   }
-  at::Tensor ws = at::empty({num_slots * 16, F}, x.options().dtype(at::kFloat));
   // warps > 1: that many warps share each unit (coop); 1: four warps per
   // CTA, each with its own unit.
   const int W = warps_of(warps);
@@ -588,20 +706,24 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   const int* cl = cols.data_ptr<int>();
   const int* cp = cell_ptr.data_ptr<int>();
   const float* vp = vals.data_ptr<float>();
-  float* wp = ws.data_ptr<float>();
-  auto launch = [&](auto tag, auto kern, int FS, int SB) {
+  auto launch = [&](auto tag, auto kern, auto fs, int SB) {
     using T = decltype(tag);
+    constexpr int FS = decltype(fs)::value;
     if (U == 0) return;
+    const int slices = (F + FS - 1) / FS;
+    // partial tiles of split windows: 16 x FS fp32 per slot and slice
+    at::Tensor ws = at::empty({num_slots * slices * 16 * FS}, x.options().dtype(at::kFloat));
+    float* wp = ws.data_ptr<float>();
     const size_t bytes = (size_t)nw * kStages * SB;
     if (bytes > 48 * 1024)
       C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    const dim3 grid(coop ? U : (U + nw - 1) / nw, (F + FS - 1) / FS);
-    kern<<<grid, 32 * nw, bytes, stream>>>(un, U, coop ? 1 : 0, cl, mk, cp, vp,
+    const dim3 grid(coop ? U : (U + nw - 1) / nw, slices);
+    kern<<<grid, 32 * nw, bytes, stream>>>(un, U, coop ? 1 : 0, cl, mk, cp, vp, C,
                                            reinterpret_cast<const T*>(x.data_ptr()),
                                            reinterpret_cast<T*>(out.data_ptr()), wp, dp, ds, R, F);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (heavy.numel() > 0) {
-      sgt_reduce<T><<<dim3(heavy.numel(), (F + 31) / 32), dim3(32, 16), 0, stream>>>(
+      sgt_reduce<T, FS / 8><<<dim3(heavy.numel(), slices), 32 * (FS / 8), 0, stream>>>(
           heavy.data_ptr<int>(), heavy_ptr.data_ptr<int>(), wp, reinterpret_cast<T*>(out.data_ptr()), dp, ds,
           reinterpret_cast<const T*>(x.data_ptr()), R, F);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -609,15 +731,17 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   };
   // Feature slices: the width rounded up to 8 / 16 / 32 fp32 or 16 / 32 half
   // elements, wider inputs in slices of 32 (measured: 16-element fp32 slices
-  // re-read the metadata per slice and ran 1.5-2x slower at F = 32). The
-  // vector path needs 16-byte aligned rows, else elementwise staging.
+  // re-read the metadata per slice and ran 1.5-2x slower at F = 32); 32-float
+  // slices stage 2 blocks per stage, the others 4 (2 KB of rows per stage).
+  // The vector path needs 16-byte aligned rows, else elementwise staging.
   if (x.scalar_type() == at::kFloat) {
     const bool vec = vec_ok<float>(x, 4) && vec_ok<float>(out, 4);
     auto go = [&](auto fs, auto vc) {
       constexpr int FS = decltype(fs)::value;
       constexpr bool V = decltype(vc)::value;
-      if (precision != 0) launch(float(), sgt_spmm_kernel<float, FS, V, true>, FS, stage_bytes<float, FS>());
-      else launch(float(), sgt_spmm_kernel<float, FS, V, false>, FS, stage_bytes<float, FS>());
+      constexpr int SB = SpmmStage<float, FS>::BYTES;
+      if (precision != 0) launch(float(), sgt_spmm_kernel<float, FS, V, true>, fs, SB);
+      else launch(float(), sgt_spmm_kernel<float, FS, V, false>, fs, SB);
     };
     if (!vec) go(std::integral_constant<int, 8>(), std::false_type());
     else if (F <= 8) go(std::integral_constant<int, 8>(), std::true_type());
@@ -629,9 +753,12 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
               "pyg_tc: sgt_spmm supports float32, float16 and bfloat16");
   auto half_path = [&](auto tag) {
     using T = decltype(tag);
-    if (!(vec_ok<T>(x, 8) && vec_ok<T>(out, 8))) launch(tag, sgt_spmm_kernel<T, 16, false, true>, 16, stage_bytes<T, 16>());
-    else if (F <= 16) launch(tag, sgt_spmm_kernel<T, 16, true, true>, 16, stage_bytes<T, 16>());
-    else launch(tag, sgt_spmm_kernel<T, 32, true, true>, 32, stage_bytes<T, 32>());
+    constexpr int SB16 = SpmmStage<T, 16>::BYTES, SB32 = SpmmStage<T, 32>::BYTES;
+    const std::integral_constant<int, 16> fs16;
+    const std::integral_constant<int, 32> fs32;
+    if (!(vec_ok<T>(x, 8) && vec_ok<T>(out, 8))) launch(tag, sgt_spmm_kernel<T, 16, false, true>, fs16, SB16);
+    else if (F <= 16) launch(tag, sgt_spmm_kernel<T, 16, true, true>, fs16, SB16);
+    else launch(tag, sgt_spmm_kernel<T, 32, true, true>, fs32, SB32);
   };
   if (x.scalar_type() == at::kHalf) half_path(__half());
   else half_path(__nv_bfloat16());
@@ -656,6 +783,11 @@ at::Tensor sgt_sddmm_cuda(const at::Tensor& units, const at::Tensor& cols, const
   if (F == 0) return out.zero_();
   const int W = warps_of(warps);
   const int U = (int)units.size(0);
+  // Tiles are independent (no reduction), so on graphs with few units the
+  // grid's y splits each unit's tiles over up to 8 CTAs (extra CTAs of short
+  // units exit at once): about kSddmmWarps warps, and long units (whole
+  // windows on small graphs) do not set the critical path.
+  const int Y = U == 0 ? 1 : std::min(8, std::max(1, (kSddmmWarps + U * W - 1) / (U * W)));
   auto stream = c10::cuda::getCurrentCUDAStream();
   const auto* un = reinterpret_cast<const int4*>(units.data_ptr<int>());
   const auto* mk = reinterpret_cast<const int4*>(mask.data_ptr<int>());
@@ -666,7 +798,7 @@ at::Tensor sgt_sddmm_cuda(const at::Tensor& units, const at::Tensor& cols, const
     const float* bp = b.data_ptr<float>();
     float* op = out.data_ptr<float>();
     const bool split = precision != 0;
-    auto run = [&](auto kern) { kern<<<U, 32 * W, 0, stream>>>(un, cl, mk, cp, ap, bp, op, R, F); };
+    auto run = [&](auto kern) { kern<<<dim3(U, Y), 32 * W, 0, stream>>>(un, cl, mk, cp, ap, bp, op, R, F); };
     const bool v4 = vec_ok<float>(a, 4) && vec_ok<float>(b, 4);
     const bool v2 = vec_ok<float>(a, 2) && vec_ok<float>(b, 2);
     if (F >= 32 && v4) split ? run(sgt_sddmm_f32<4, true, true>) : run(sgt_sddmm_f32<4, true, false>);
@@ -682,7 +814,7 @@ at::Tensor sgt_sddmm_cuda(const at::Tensor& units, const at::Tensor& cols, const
     const T* ap = reinterpret_cast<const T*>(a.data_ptr());
     const T* bp = reinterpret_cast<const T*>(b.data_ptr());
     T* op = reinterpret_cast<T*>(out.data_ptr());
-    auto run = [&](auto kern) { kern<<<U, 32 * W, 0, stream>>>(un, cl, mk, cp, ap, bp, op, R, F); };
+    auto run = [&](auto kern) { kern<<<dim3(U, Y), 32 * W, 0, stream>>>(un, cl, mk, cp, ap, bp, op, R, F); };
     if (F >= 64 && vec_ok<T>(a, 8) && vec_ok<T>(b, 8)) run(sgt_sddmm_f16<T, 4, true>);
     else if (F >= 32 && vec_ok<T>(a, 4) && vec_ok<T>(b, 4)) run(sgt_sddmm_f16<T, 2, true>);
     else run(sgt_sddmm_f16<T, 1, false>);

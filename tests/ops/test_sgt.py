@@ -144,6 +144,33 @@ def test_split_windows_and_warps(unit_blocks, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
+@pytest.mark.parametrize('F', [16, 33, 64])
+def test_spmm_dense_and_sparse_stages(dtype, F):
+    """The staged SpMM copies a stage's cell values to shared memory when
+    they fit (128), else reads them from global memory. Here windows of full
+    16 x 8 blocks (128 cells each: the global path) sit beside sparse ones
+    (staged) in one launch, and the cell count is odd so the last 16-byte
+    copy is partial."""
+    g_ = torch.Generator().manual_seed(11)
+    N = 75
+    dense = torch.cartesian_prod(torch.arange(0, 32), torch.arange(0, 48)).t()  # (src, dst)
+    sparse = torch.stack([torch.randint(0, N, (301,), generator=g_), torch.randint(32, N, (301,), generator=g_)])
+    half = torch.stack([torch.randint(0, N, (200,), generator=g_), torch.randint(0, 32, (200,), generator=g_)])
+    ei = torch.cat([dense, sparse, half], 1).cuda()
+    g = CSRGraph.from_coo(ei[0], ei[1], N, N)
+    s = sgt_of(g)
+    assert s.num_cells % 4 != 0  # the last stage's last 16-byte copy is partial
+    cpb = (s.fwd.cell_ptr[1:] - s.fwd.cell_ptr[:-1]).cpu()
+    assert int(cpb.max()) == 128 and int(cpb.min()) < 32  # both stage kinds occur
+    x = features(N, F, dtype, 'cuda', seed=1)
+    w = edge_weights(ei.size(1), device='cuda', seed=2)
+    for warps in (1, 4):
+        out = sgt_spmm_cells(g, x, s.cell_values(w[g.perm.long()]), warps=warps)
+        assert_close_ref(out, spmm_oracle(x, ei, N, w), spmm_magnitude(x, ei, N, w), dtype, f'warps={warps}')
+
+
+@pytest.mark.cuda
 def test_tf32_precision_mode():
     """'high' matmul precision runs plain TF32 (documented error ~1e-3);
     'highest' (default) runs 3xTF32 at fp32 accuracy."""
