@@ -5,9 +5,9 @@ cuSPARSE, on the Reddit-shaped graph, so `ncu` can tell what bounds them.
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \\
         --section WarpStateStats python benchmarks/ncu_probe.py [--sgt]
 
---sgt: the tensor-core SpMM against the CSR kernel instead, on the graph in
-RCM order (F = 16 fp32 / fp16, F = 32 fp32), i.e. `NCU_ARGS=--sgt bash
-benchmarks/device_run.sh ncu`.
+--sgt[=GRAPH]: the tensor-core SpMM against the CSR kernel instead, on the
+graph (default the Reddit-shaped one) in RCM order (F = 16 fp32 / fp16,
+F = 32 fp32 / fp16), i.e. `NCU_ARGS=--sgt=tolokers bash benchmarks/device_run.sh ncu`.
 """
 import sys
 
@@ -18,16 +18,16 @@ from pyg_tc.formats import CSRGraph
 from pyg_tc.ops import spmm_graph
 
 
-def sgt_cases():
+def sgt_cases(name: str):
     from pyg_tc.ops import sgt_of, sgt_spmm_cells
     from pyg_tc.transforms import rcm_order
-    bg = load_graph('reddit', device='cuda')
+    bg = load_graph(name, device='cuda')
     n = bg.num_nodes
     ei = torch.argsort(rcm_order(bg.edge_index, n))[bg.edge_index]
     g = CSRGraph.from_coo(ei[0], ei[1], n, n)
     w = torch.rand(g.num_edges, device='cuda')
     cells = sgt_of(g).cell_values(w)
-    for dt, F in ((torch.float32, 16), (torch.float16, 16), (torch.float32, 32)):
+    for dt, F in ((torch.float32, 16), (torch.float16, 16), (torch.float32, 32), (torch.float16, 32)):
         x = torch.randn(n, F, device='cuda', dtype=dt)
         spmm_graph(g, x, w)
         sgt_spmm_cells(g, x, cells)
@@ -36,8 +36,9 @@ def sgt_cases():
 
 
 def main():
-    if '--sgt' in sys.argv[1:]:
-        return sgt_cases()
+    for a in sys.argv[1:]:
+        if a == '--sgt' or a.startswith('--sgt='):
+            return sgt_cases(a.partition('=')[2] or 'reddit')
     bg = load_graph('reddit', device='cuda')
     n = bg.num_nodes
     g = CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], n, n)

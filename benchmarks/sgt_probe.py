@@ -1,5 +1,6 @@
 """Quick TC-GNN kernel probe: TCU vs CSR kernel vs cuSPARSE SpMM/SDDMM per
-graph, order (native / RCM) and width, plus the warps sweep.
+graph, order (native / RCM) and width, plus the warps and unit-size sweeps
+(SGT rebuilt with unit_blocks = 8 .. 64; the default is marked *).
   python benchmarks/sgt_probe.py [graphs] [widths]"""
 import os
 import sys
@@ -11,6 +12,7 @@ from pyg_tc import ops  # noqa: E402
 from pyg_tc.bench.graphs import load_graph  # noqa: E402
 from pyg_tc.bench.timing import bench_graph_replay  # noqa: E402
 from pyg_tc.formats import CSRGraph  # noqa: E402
+from pyg_tc.formats.sgt import SGT, default_unit_blocks  # noqa: E402
 from pyg_tc.ops.sgt import warps_for  # noqa: E402
 from pyg_tc.transforms import rcm_order  # noqa: E402
 
@@ -19,9 +21,11 @@ widths = [int(w) for w in (sys.argv[2] if len(sys.argv) > 2 else '16,32,64').spl
 ops.ensure()
 
 
-def t(fn):  # kernel-only: 8 calls captured in a CUDA graph, per-call time
-    return bench_graph_replay([fn] * 8, warmup=2, rep=10, device='cuda').median_ms
+def t(fn):  # kernel-only: 10 calls captured in a CUDA graph, per-call time
+    return bench_graph_replay([fn] * 10, warmup=2, rep=10, device='cuda').median_ms
 
+
+UNIT_BLOCKS = (8, 16, 32, 64)
 
 for name in graphs:
     bg = load_graph(name, 'cuda')
@@ -38,6 +42,8 @@ for name in graphs:
         torch.cuda.synchronize()
         tb = (time.perf_counter() - t0) * 1e3
         st = s.stats(g)
+        ub_default = default_unit_blocks(s.fwd.num_blocks)  # as SGT.build
+        variants = {u: (s if u == ub_default else SGT.build(g, unit_blocks=u)) for u in UNIT_BLOCKS}
         w = torch.rand(g.num_edges, device='cuda')
         A = torch.sparse_csr_tensor(g.rowptr, g.col, w, (N, N))
         cells = s.cell_values(w)
@@ -56,11 +62,18 @@ for name in graphs:
                     tcs = t(lambda: torch.sparse.mm(A.to(dt) if dt != torch.float32 else A, x))
                 except Exception:
                     tcs = float('nan')
-                sw = {wp: t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)) for wp in (1, 2, 4, 8)}
+                sw = {wp: t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)) for wp in (1, 4)}
+                su = {}
+                for u, v in variants.items():
+                    g.sgt = v
+                    su[u] = t(lambda: ops.sgt_spmm_cells(g, x, cells))
+                g.sgt = s
                 sd_c = t(lambda: ops.sddmm_graph(g, x, x))
                 sd_t = t(lambda: ops.sgt_sddmm_cells(g, x, x))
                 print(f'  F={F} {str(dt)[6:]}: csr {tc:.4f} tcu {tcu:.4f} tcu_tf32 {tcu32:.4f} cusparse {tcs:.4f} | '
                       f'tcu/cusp x{tcs / tcu:.2f} csr/tcu x{tc / tcu:.2f} | warps {" ".join(f"{k}:{v:.4f}" for k, v in sw.items())} '
-                      f'rule={warps_for(s, F, dt)} | sddmm csr {sd_c:.4f} tcu {sd_t:.4f}', flush=True)
-        del g, s, A
+                      f'rule={warps_for(s, F, dt)} | unit_blocks '
+                      f'{" ".join(f"{k}{chr(42) * (k == ub_default)}:{v:.4f}" for k, v in su.items())} '
+                      f'| sddmm csr {sd_c:.4f} tcu {sd_t:.4f}', flush=True)
+        del g, s, A, variants
         torch.cuda.empty_cache()

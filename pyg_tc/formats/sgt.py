@@ -54,10 +54,25 @@ BLOCK_W = 8  # condensed columns per block (TF32 MMA K)
 
 
 def default_unit_blocks(num_blocks: int) -> int:
-    """Blocks per work unit: a power of two growing with the block count so
-    large graphs have fewer partial tiles, small ones enough units to fill
-    the GPU (measured in docs/tcgnn.md)."""
-    return int(min(64, max(8, 1 << max(0, num_blocks >> 15).bit_length())))
+    """Blocks per work unit for a direction with ``num_blocks`` blocks
+    (measured on the H200 with ``benchmarks/sgt_probe.py``, docs/tcgnn.md):
+
+    * up to ``SMALL_GRAPH_BLOCKS`` blocks: 64. Units are then whole windows,
+      so no window is split and the split-window reduction (a second launch)
+      never runs; on graphs with few units the CTA's warps share each unit.
+      Against 8: 1.3-1.5x faster on Cora and CiteSeer, 1.1-1.3x on PROTEINS.
+    * larger: the power of two <= ``num_blocks / 2048``, clamped to 8 .. 64,
+      about 2048-4096 units, enough warps for an H200 (Tolokers 16-32,
+      ogbn-arxiv and the Reddit-shaped graph 64). Larger units leave too few
+      warps (Tolokers with 64: 1.3-1.5x slower), smaller ones write more
+      partial tiles (arxiv with 8: 1.5-2x slower).
+    """
+    if num_blocks <= SMALL_GRAPH_BLOCKS:
+        return 64
+    return int(min(64, max(8, 1 << ((num_blocks // 2048).bit_length() - 1))))
+
+
+SMALL_GRAPH_BLOCKS = 16384
 
 
 class SGTDir(NamedTuple):
@@ -83,7 +98,7 @@ def _to_int32_bits(w: Tensor) -> Tensor:
     return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32)
 
 
-def _build_dir(rowptr: Tensor, col: Tensor, num_rows: int, num_cols: int, unit_blocks: int):
+def _build_dir(rowptr: Tensor, col: Tensor, num_rows: int, num_cols: int, unit_blocks: Optional[int]):
     """One direction; returns (SGTDir, sort order of the CSR edges = cell
     order, sorted position of every cell's first edge, cell id per sorted edge)."""
     dev = col.device
@@ -128,7 +143,7 @@ def _build_dir(rowptr: Tensor, col: Tensor, num_rows: int, num_cols: int, unit_b
     cell_ptr = torch.zeros(B + 1, dtype=torch.long, device=dev)
     if B:
         torch.cumsum(torch.bincount(cell_block, minlength=B), 0, out=cell_ptr[1:])
-    sched = build_schedule(block_ptr.to(torch.int32), unit_blocks)
+    sched = build_schedule(block_ptr.to(torch.int32), unit_blocks or default_unit_blocks(B))
     d = SGTDir(block_ptr.to(torch.int32), cols, _to_int32_bits(words).view(B, 4),
                cell_ptr.to(torch.int32), sched, int(num_rows), int(num_cols))
     return d, order, cpos, cell_id
@@ -170,9 +185,6 @@ class SGT:
     def build(cls, g: CSRGraph, unit_blocks: Optional[int] = None) -> 'SGT':
         """Build on ``g``'s device (vectorised torch; identical on CPU and GPU)."""
         E = g.num_edges
-        if unit_blocks is None:
-            # an upper bound of the block count: one block per 8 distinct pairs + one per window
-            unit_blocks = default_unit_blocks(E // BLOCK_W + (g.num_rows + WINDOW - 1) // WINDOW)
         fwd, order, cpos, cell_id = _build_dir(g.rowptr, g.col, g.num_rows, g.num_cols, unit_blocks)
         C = cpos.numel()
         edge_cell = torch.empty(E, dtype=torch.int32, device=g.device)
