@@ -62,7 +62,7 @@ for name in graphs:
                     tcs = t(lambda: torch.sparse.mm(A.to(dt) if dt != torch.float32 else A, x))
                 except Exception:
                     tcs = float('nan')
-                sw = {wp: t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)) for wp in (1, 4)}
+                sw = {wp: t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)) for wp in (1, 4, 8)}
                 su = {}
                 for u, v in variants.items():
                     g.sgt = v

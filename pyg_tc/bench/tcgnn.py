@@ -649,9 +649,9 @@ def _md(recs: List[dict]) -> str:
     s = ['# TC-GNN benchmarks\n', f'- device {env.get("device")} ({gpu}); torch {env.get("torch")}, '
          f'PyG {env.get("torch_geometric")}',
          '- kernels: kernel-only times (CUDA-graph replay; calls under 0.5 ms captured 10x back to back) in '
-         'ms, median; speedups = other time / TCU time (> 1: TCU faster). TCU = 3xTF32 for fp32 (fp32-accurate), TCU-TF32 = plain TF32, values '
-         'pre-translated to SGT cell order; cuSPARSE gets edge values in the feature dtype. Errors: '
-         'max |out - ref| / max |ref| vs float64.\n']
+         'ms, median; speedups = other time / TCU time (> 1: TCU faster). TCU = 3xTF32 for fp32 '
+         '(fp32-accurate), TCU-TF32 = plain TF32, values pre-translated to SGT cell order; cuSPARSE '
+         'gets edge values in the feature dtype. Errors: max |out - ref| / max |ref| vs float64.\n']
     _section(s, '## SGT statistics (TC-GNN Figure 7) per node order', of('sgt_stats'), [
         key('graph'), key('order'), ('windows', _k('windows', ',d')), ('blocks', _k('blocks', ',d')),
         ('blocks w/o SGT', _k('blocks_without_sgt', ',d')),

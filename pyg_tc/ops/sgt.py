@@ -131,8 +131,9 @@ def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm'
     calls in a CUDA graph, best of five alternating runs each, like
     ``cudnn.benchmark``) and keeps the faster (``AUTO_MARGIN``). Only graphs
     that carry SGT metadata (from :class:`~pyg_tc.transforms.SGTTransform` or
-    an earlier ``'sgt'`` call) are considered; without kernels, on the CPU, for float64 or while a CUDA graph
-    is being captured or compiled before tuning, the answer is 'csr'."""
+    an earlier ``'sgt'`` call) are considered; without kernels, on the CPU,
+    for float64 or while a CUDA graph is being captured or compiled before
+    tuning, the answer is 'csr'."""
     if not (g.device.type == 'cuda' and _registry.CUDA_KERNELS and dtype != torch.float64):
         return 'csr'
     if g.sgt is None:
