@@ -1,5 +1,5 @@
 """Run the TC-GNN kernels (forward and backward, every dtype, odd widths,
-N not a multiple of 16, split windows, dense blocks) for compute-sanitizer:
+N not a multiple of 16, split windows, dense blocks, 1 / 4 / 8 warps per unit) for compute-sanitizer:
   compute-sanitizer --tool memcheck python benchmarks/sanitize_sgt.py [quick]
 Any out-of-bounds load or store is reported by the tool (exit code != 0).
 ``quick``: widths 16 and 33, fp32 and fp16 only (for racecheck, which is slow)."""
@@ -27,5 +27,8 @@ for N, E, ub in ((17, 120, 1), (33, 900, 2), (1000, 20000, None), (64, 4000, Non
             out = ops.sgt_spmm_graph(g, x, w[g.perm.long()], diag=torch.rand(N, device='cuda'))
             s = ops.sgt_sddmm_graph(g, x, x)
             (out.float().sum() + s.float().sum()).backward()
+            cells = g.sgt.cell_values(w.detach()[g.perm.long()])
+            for wp in (1, 4):  # the rule picks 8 on these small graphs: one warp per unit, and 4 sharing one
+                ops.sgt_spmm_cells(g, x.detach(), cells, warps=wp)
 torch.cuda.synchronize()
 print('sanitize_sgt: done')

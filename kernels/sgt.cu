@@ -41,10 +41,36 @@ namespace pyg_tc {
 namespace {
 
 // ---------------------------------------------------------------- MMA helpers
-__device__ __forceinline__ uint32_t tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-  return r;
+// TF32 operand bits of v (the MMA reads the top 19 bits of an fp32 register).
+// SPLIT (3xTF32): big = v rounded to nearest TF32, ties away (cvt.rna) by an
+// integer add on the bits, and small = v - big, exact (|small| <= 2^-11 |v|),
+// passed as fp32 bits: the MMA drops its low 13 bits, an error of at most
+// 2^-21 |v| of either sign. Three instructions; cvt.rna.tf32 alone is four
+// SASS instructions on sm_90 (measured in the SpMM's instruction profile).
+// A NaN or Inf input can round to garbage in `big`, but `small` = v - big is
+// then NaN and carries it into the product. Plain TF32 (SPLIT = false) passes
+// the bits unchanged: the MMA truncates (round toward zero).
+template <bool SPLIT>
+__device__ __forceinline__ void tf32_split(float v, uint32_t& big, uint32_t& small) {
+  if (SPLIT) {
+    big = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+    small = __float_as_uint(v - __uint_as_float(big));
+  } else {
+    big = __float_as_uint(v);
+    small = 0u;
+  }
+}
+
+// The same split with big = v truncated to TF32, passed as v's own bits (the
+// MMA truncates them): two instructions. small = v - trunc(v) has v's sign
+// and |small| < 2^-10 |v|; the MMA's truncation of it errs by < 2^-20 |v|,
+// toward zero (about 2^-22 |v| on average). Used for the feature operand of
+// the SpMM, whose cell operand is split with rounding: its small part has
+// either sign, so the dropped small x small term stays unbiased.
+template <bool SPLIT>
+__device__ __forceinline__ void tf32_split_trunc(float v, uint32_t& big, uint32_t& small) {
+  big = __float_as_uint(v);
+  small = SPLIT ? __float_as_uint(v - __uint_as_float(big & 0xffffe000u)) : 0u;
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -80,14 +106,16 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const uint32_t (&a)[4], u
 // fp32 product accumulated as TF32 (SPLIT = false) or 3xTF32: a*b ~ ab*bb + ab*bs + as*bb.
 template <bool SPLIT>
 __device__ __forceinline__ void mma_f32(float (&d)[4], const float (&a)[4], float b0, float b1) {
-  const uint32_t A0 = tf32(a[0]), A1 = tf32(a[1]), A2 = tf32(a[2]), A3 = tf32(a[3]);
-  const uint32_t B0 = tf32(b0), B1 = tf32(b1);
+  uint32_t A[4], As[4], B0, B0s, B1, B1s;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) tf32_split<SPLIT>(a[k], A[k], As[k]);
+  tf32_split<SPLIT>(b0, B0, B0s);
+  tf32_split<SPLIT>(b1, B1, B1s);
   if (SPLIT) {
-    mma_tf32(d, tf32(a[0] - __uint_as_float(A0)), tf32(a[1] - __uint_as_float(A1)),
-             tf32(a[2] - __uint_as_float(A2)), tf32(a[3] - __uint_as_float(A3)), B0, B1);
-    mma_tf32(d, A0, A1, A2, A3, tf32(b0 - __uint_as_float(B0)), tf32(b1 - __uint_as_float(B1)));
+    mma_tf32(d, As[0], As[1], As[2], As[3], B0, B1);
+    mma_tf32(d, A[0], A[1], A[2], A[3], B0s, B1s);
   }
-  mma_tf32(d, A0, A1, A2, A3, B0, B1);
+  mma_tf32(d, A[0], A[1], A[2], A[3], B0, B1);
 }
 
 __device__ __forceinline__ uint32_t bits16(__half h) { return __half_as_ushort(h); }
@@ -115,37 +143,35 @@ __device__ __forceinline__ void load_row(T (&v)[V], const T* __restrict__ row, i
   }
 }
 
-// Cells of one block in an MMA fragment layout, from the block's 128-bit mask
-// (bit c * 16 + r for row r, column c) and the offset of its first cell: a
-// set bit's rank is its cell's offset. idx[k] = cell index or -1 (empty).
-// Straight-line code on named words: no runtime-indexed array (those went to
-// local memory: 16 bytes of stack per thread and block in the profile).
+// Cells of one block in the k16 fragment layout, from the block's 128-bit
+// mask (bit c * 16 + r for row r, column c) and the offset of its first cell:
+// a set bit's rank is its cell's offset. Lane (g, t) holds rows g and g + 8 of
+// columns 2t and 2t + 1: bits g + 8j of word t (row g + 8 (j & 1), column
+// 2t + (j >> 1)), which is the m16n8 accumulator layout, the fp16/bf16
+// m16n8k16 A operand of one 8-column half, and the TF32 m16n8k8 A operand
+// with its k index permuted (hardware k = t, t + 4 <-> columns 2t, 2t + 1,
+// the B rows permuted alike). Straight-line code on named words: no
+// runtime-indexed array (those went to local memory).
 //
-// k8 layout (TF32 m16n8k8 A operand) of lane (g, t): k = 0..3 is row
-// g + 8 * (k & 1), column t + 4 * (k >> 1): words t / 2 and t / 2 + 2.
-__device__ __forceinline__ void cells_k8(const int4& m, int base, int g, int t, int (&idx)[4]) {
-  const int p0 = __popc((unsigned)m.x), p1 = __popc((unsigned)m.y), p2 = __popc((unsigned)m.z);
-  const bool hi = t >= 2;
-  const unsigned wl = (unsigned)(hi ? m.y : m.x), wh = (unsigned)(hi ? m.w : m.z);
-  const int bl = base + (hi ? p0 : 0), bh = base + p0 + p1 + (hi ? p2 : 0);
-  const int b0 = (t & 1) * 16 + g;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const unsigned w = (k >> 1) ? wh : wl;
-    const int bit = b0 + 8 * (k & 1);
-    idx[k] = ((w >> bit) & 1u) ? ((k >> 1) ? bh : bl) + __popc(w & ((1u << bit) - 1u)) : -1;
-  }
+// lane_cells: the lane's four values, v[j] = V(rank) or 0 for an empty cell,
+// from word t and the offset of its first cell; lm = (1 << g) - 1.
+template <typename VF>
+__device__ __forceinline__ void lane_cells(unsigned w, int first, int g, unsigned lm, VF V, float (&v)[4]) {
+  const unsigned y = w >> g;  // bit 8j: cell j present
+  const int r = first + __popc(w & lm);
+  v[0] = (y & 1u) ? V(r) : 0.f;
+  v[1] = (y & 0x100u) ? V(r + __popc(y & 0xffu)) : 0.f;
+  v[2] = (y & 0x10000u) ? V(r + __popc(y & 0xffffu)) : 0.f;
+  v[3] = (y & 0x1000000u) ? V(r + __popc(y & 0xffffffu)) : 0.f;
 }
 
-// k16 layout (fp16/bf16 m16n8k16 A operand per 8-column half, and the
-// m16n8 accumulator): k = 0..3 is row g + 8 * (k >> 1), column 2t + (k & 1):
-// all in word t.
+// The same cells as indices (-1 = empty), from the whole mask (SDDMM).
 __device__ __forceinline__ void cells_k16(const int4& m, int base, int g, int t, int (&idx)[4]) {
   const int p0 = __popc((unsigned)m.x), p1 = __popc((unsigned)m.y), p2 = __popc((unsigned)m.z);
   const unsigned w = (unsigned)(t == 0 ? m.x : t == 1 ? m.y : t == 2 ? m.z : m.w);
   base += (t > 0 ? p0 : 0) + (t > 1 ? p1 : 0) + (t > 2 ? p2 : 0);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 4; ++k) {  // k: row g + 8 (k >> 1), column 2t + (k & 1)
     const int bit = (k & 1) * 16 + 8 * (k >> 1) + g;
     idx[k] = ((w >> bit) & 1u) ? base + __popc(w & ((1u << bit) - 1u)) : -1;
   }
@@ -176,11 +202,13 @@ __device__ __forceinline__ void split2(float v0, float v1, uint32_t& hi, uint32_
 // chunks XOR-swizzled so the fragment reads are free of bank conflicts), the
 // cell values of the KS blocks as one contiguous copy (one 16-byte chunk per
 // lane, up to kStageCells values; stages with more cells read them from
-// global memory, a warp-uniform branch), their masks and cell offsets.
-// kStages stages are in flight; a stage's metadata (8 columns per block,
-// cell offsets) is one register per lane, loaded two stages ahead. Results
-// leave through vector stores (J contiguous features per thread), partial
-// tiles of split windows in fragment order (coalesced float4s).
+// global memory, a warp-uniform branch), and per mask word of each block the
+// word and the offset of its first cell (so a lane decodes its cells from one
+// 8-byte read). kStages stages are in flight; a stage's metadata (8 columns
+// per block, the mask words, cell offsets) is one register each per lane,
+// loaded two stages ahead. Results leave through vector stores (J contiguous
+// features per thread), partial tiles of split windows in fragment order
+// (coalesced float4s).
 constexpr int kStages = 3;        // pipeline depth
 constexpr int kStageCells = 128;  // staged cell values per stage
 
@@ -189,11 +217,11 @@ struct SpmmStage {
   static constexpr int ROW = FS * (int)sizeof(T);  // bytes of a staged row slice
   static constexpr int KS = ROW <= 64 ? 4 : 2;     // blocks per stage (<= 2 KB of rows)
   static constexpr int QC = ROW / 16;              // 16-byte chunks per row
+  static constexpr int NCH = KS * 8 * QC / 32;     // row chunks per lane
   static constexpr int OFF_C = KS * 8 * ROW;       // cell values
-  static constexpr int OFF_M = OFF_C + 4 * kStageCells;  // KS masks
-  static constexpr int OFF_P = OFF_M + 16 * KS;    // KS + 1 cell offsets, then the fast flag
-  static constexpr int BYTES = OFF_P + 16 * ((4 * (KS + 2) + 15) / 16);
-  static_assert(QC >= 1 && (KS * 8 * QC) % 32 == 0, "stage layout");
+  static constexpr int OFF_M = OFF_C + 4 * kStageCells;  // int2 (mask word, first cell) x 4 KS
+  static constexpr int BYTES = OFF_M + 8 * 4 * KS;
+  static_assert(QC >= 2 && QC % 2 == 0 && NCH * 32 == KS * 8 * QC, "stage layout");
 };
 
 // Swizzled position of 16-byte chunk P of the staged rows: bits 1-2 XOR
@@ -309,25 +337,18 @@ __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp,
   return true;
 }
 
-// TF32 operand bits: v rounded to TF32 (big), and for 3xTF32 the exact
-// remainder (small) passed as fp32 bits: the MMA drops its low 13 bits, an
-// error of at most 2^-21 |v| of either sign, so no second conversion.
-template <bool SPLIT>
-__device__ __forceinline__ void tf32_split(float v, uint32_t& big, uint32_t& small) {
-  big = tf32(v);
-  small = SPLIT ? __float_as_uint(v - __uint_as_float(big)) : 0u;
-}
-
 // One kernel for all dtypes. fp32: TF32 / 3xTF32 m16n8k8, one 16 x 8 block
 // per MMA. fp16 / bf16: m16n8k16 on block pairs (K = 16 condensed columns),
 // edge values split into hi + lo halves. The MMA's n index is mapped to
 // features (n * J + j for n-tile j), so each thread reads J contiguous
-// features of a staged row. coop = 0: every warp of the CTA owns a unit;
-// coop = 1: the CTA's warps share unit blockIdx.x (graphs with few units).
+// features of a staged row; its k index to columns as in lane_cells, so a
+// thread's B rows are 2t and 2t + 1 of a block. coop = 0: every warp of the
+// CTA owns a unit; coop = 1: the CTA's warps share unit blockIdx.x (graphs
+// with few units).
 template <typename T, int FS, bool VEC, bool SPLIT>
 __global__ void __launch_bounds__(256, 4)
 sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __restrict__ cols,
-                const int4* __restrict__ mask, const int* __restrict__ cell_ptr, const float* __restrict__ vals,
+                const int* __restrict__ maskw, const int* __restrict__ cell_ptr, const float* __restrict__ vals,
                 int C, const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
                 const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
   using S = SpmmStage<T, FS>;
@@ -351,54 +372,75 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc.d[j][k] = 0.f;
 
+  // Lane constants. Staging: row chunk c = lane + 32 i (row c / QC, column
+  // chunk lane % QC) goes to swizzled chunk swz(c) = (lane ^ sw) + 32 i.
+  const int sw = ((lane >> 3) & 3) << 1;
+  const int fl = f0 + (lane % QC) * E16;
+  const bool fok = fl < F;
+  const T* const xl = x + fl;
+  // Fragment reads: rows 2t and 2t + 1 at element g * J, of a stage's even
+  // (ob) and odd (oc) block; two blocks further is 16 * FS elements on (the
+  // swizzle, bits 3-4 of the chunk index, repeats every 32 chunks: 16 QC with
+  // QC even). With QC >= 4 the odd block is 8 * FS elements on, an offset
+  // the compiler folds into the loads (registers are at the 64 limit).
+  const int ob0 = xoff<T, FS>(2 * t, g * J), ob1 = xoff<T, FS>(2 * t + 1, g * J);
+  const int oc0 = QC >= 4 ? ob0 + 8 * FS : xoff<T, FS>(8 + 2 * t, g * J);
+  const int oc1 = QC >= 4 ? ob1 + 8 * FS : xoff<T, FS>(9 + 2 * t, g * J);
+  const unsigned lm = (1u << g) - 1u;
+
   // Steps of KS blocks; the warp takes steps wi, wi + W, ...
   const int nst = (un.z - un.y + KS - 1) / KS;
   const int ns = nst > wi ? (nst - wi + W - 1) / W : 0;
   auto first = [&](int k) { return un.y + (wi + k * W) * KS; };
-  // Lane l < 8 KS: column l of the step (block l / 8, slot l % 8); lane
-  // l <= KS: the first cell of block l (the unit's end for l = KS or past it).
-  // (colr, cpr): the next stage to issue; (colr2, cpr2): the one after, so
-  // the first two stages' metadata loads are in flight together.
-  int colr = -1, cpr = 0, colr2 = -1, cpr2 = 0;
-  auto load_meta = [&](int k) {  // metadata of step k into (colr2, cpr2)
+  // Per lane, of one stage: colr = column l (block l / 8, slot l % 8) for
+  // l < 8 KS; mkr = mask word l % 4 of block l / 4 for l < 4 KS; cpr = first
+  // cell of block l for l <= KS (the unit's end for l = KS or past it).
+  // (colr, mkr, cpr): the next stage to issue; (colr2, mkr2, cpr2): the one
+  // after, so the first two stages' metadata loads are in flight together.
+  int colr = -1, mkr = 0, cpr = 0, colr2 = -1, mkr2 = 0, cpr2 = 0;
+  auto load_meta = [&](int k) {  // metadata of step k into (colr2, mkr2, cpr2)
     if (k >= ns) return;
     const int b0 = first(k), e = b0 * 8 + lane;
     colr2 = (lane < 8 * KS && e < un.z * 8) ? __ldg(cols + e) : -1;
+    mkr2 = (lane < 4 * KS && b0 + (lane >> 2) < un.z) ? __ldg(maskw + (int64_t)b0 * 4 + lane) : 0;
     cpr2 = lane <= KS ? __ldg(cell_ptr + min(b0 + lane, un.z)) : 0;
   };
   auto advance = [&]() {
     colr = colr2;
+    mkr = mkr2;
     cpr = cpr2;
   };
-  auto issue = [&](int k) {
-    unsigned char* st = my + (k % kStages) * S::BYTES;
-    const int b0 = first(k);
-    T* sx = reinterpret_cast<T*>(st);
-    float* sc = reinterpret_cast<float*>(st + S::OFF_C);
-    int4* smk = reinterpret_cast<int4*>(st + S::OFF_M);
-    int* sp = reinterpret_cast<int*>(st + S::OFF_P);
+  unsigned fast_bits = 0;  // bit q: stage slot q holds its cell values
+  auto issue = [&](int q) {  // the stage in (colr, mkr, cpr) into slot q
+    unsigned char* st = my + q * S::BYTES;
     const int c0 = __shfl_sync(kFullMask, cpr, 0), c1 = __shfl_sync(kFullMask, cpr, KS);
     const int cb = c0 & ~3;  // 16-byte aligned start of the stage's cells
     const bool fast = c1 - cb <= kStageCells;
-    if (lane < KS) {
-      const bool ok = b0 + lane < un.z;
-      cp_async16(smk + lane, ok ? mask + b0 + lane : mask, ok ? 16 : 0);
-    }
-    if (lane <= KS) sp[lane] = fast ? cpr - cb : cpr;
-    if (lane == KS + 1) sp[lane] = fast;
+    fast_bits = (fast_bits & ~(1u << q)) | ((unsigned)fast << q);
+    // (mask word, first cell of the word): popcounts scanned over the
+    // block's 4 words (lanes 4b .. 4b + 3)
+    const int cnt = __popc((unsigned)mkr);
+    int inc = cnt;
+    int up = __shfl_up_sync(kFullMask, inc, 1);
+    if ((lane & 3) >= 1) inc += up;
+    up = __shfl_up_sync(kFullMask, inc, 2);
+    if ((lane & 3) >= 2) inc += up;
+    const int wfirst = __shfl_sync(kFullMask, cpr, lane >> 2) + inc - cnt - (fast ? cb : 0);
+    if (lane < 4 * KS) reinterpret_cast<int2*>(st + S::OFF_M)[lane] = make_int2(mkr, wfirst);
     if (fast) {
       const int i = cb + 4 * lane;
-      if (i < c1) cp_async16(sc + 4 * lane, vals + i, 4 * min(4, C - i));
+      if (i < c1) cp_async16(st + S::OFF_C + 16 * lane, vals + i, 4 * min(4, C - i));
     }
     if (VEC) {
 #pragma unroll
-      for (int c = lane; c < KS * 8 * QC; c += 32) {
-        const int row = c / QC, f = f0 + (c % QC) * E16;
-        const int col = __shfl_sync(kFullMask, colr, row);
-        const bool ok = col >= 0 && f < F;
-        cp_async16(sx + swz(c) * E16, ok ? x + (int64_t)col * F + f : x, ok ? 16 : 0);
+      for (int i = 0; i < S::NCH; ++i) {
+        const int col = __shfl_sync(kFullMask, colr, lane / QC + i * (32 / QC));
+        const bool ok = fok && col >= 0;
+        const T* src = xl + (uint64_t)(uint32_t)max(col, 0) * (uint32_t)F;
+        cp_async16(st + 16 * ((lane ^ sw) + 32 * i), src, ok ? 16 : 0);
       }
     } else {
+      T* sx = reinterpret_cast<T*>(st);
       for (int e = lane; e < KS * 8 * FS; e += 32) {
         const int row = e / FS, f = e % FS;
         const int col = __shfl_sync(kFullMask, colr, row);
@@ -406,28 +448,29 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
       }
     }
   };
-  // Multiply one staged step; V(i) is cell value i (staged or global).
+  // Multiply one staged step of nb blocks; V(i) is cell value i (staged or global).
   auto multiply = [&](const unsigned char* st, int nb, auto V) {
     const T* sx = reinterpret_cast<const T*>(st);
-    const int4* smk = reinterpret_cast<const int4*>(st + S::OFF_M);
-    const int* sp = reinterpret_cast<const int*>(st + S::OFF_P);
+    const int2* sm = reinterpret_cast<const int2*>(st + S::OFF_M) + t;
     using P = Pack<T, J>;
     if constexpr (!K16) {
 #pragma unroll
       for (int s = 0; s < KS; ++s) {
         if (s >= nb) break;
-        int idx[4];
-        cells_k8(smk[s], sp[s], g, t, idx);
+        const int2 m = sm[4 * s];
+        float v[4];
+        lane_cells((unsigned)m.x, m.y, g, lm, V, v);
         uint32_t ab[4], as[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) tf32_split<SPLIT>(idx[k] >= 0 ? V(idx[k]) : 0.f, ab[k], as[k]);
-        const P x0 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(s * 8 + t, g * J));
-        const P x1 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(s * 8 + t + 4, g * J));
+        for (int k = 0; k < 4; ++k) tf32_split<SPLIT>(v[k], ab[k], as[k]);
+        const int base = (s >> 1) * 16 * FS;
+        const P x0 = *reinterpret_cast<const P*>(sx + base + ((s & 1) ? oc0 : ob0));
+        const P x1 = *reinterpret_cast<const P*>(sx + base + ((s & 1) ? oc1 : ob1));
 #pragma unroll
         for (int j = 0; j < J; ++j) {
           uint32_t bb0, bs0, bb1, bs1;
-          tf32_split<SPLIT>(x0.v[j], bb0, bs0);
-          tf32_split<SPLIT>(x1.v[j], bb1, bs1);
+          tf32_split_trunc<SPLIT>(x0.v[j], bb0, bs0);
+          tf32_split_trunc<SPLIT>(x1.v[j], bb1, bs1);
           if (SPLIT) {
             mma_tf32(acc.d[j], as[0], as[1], as[2], as[3], bb0, bb1);
             mma_tf32(acc.d[j], ab[0], ab[1], ab[2], ab[3], bs0, bs1);
@@ -442,20 +485,18 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
         uint32_t ahi[4], alo[4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // block 2p + h: condensed columns 8h .. 8h + 7
-          // (a missing second block has a zero-filled mask: all cells empty)
-          int idx[4];
-          cells_k16(smk[2 * p + h], sp[2 * p + h], g, t, idx);
+          // (a missing second block has zero mask words: all cells empty)
+          const int2 m = sm[4 * (2 * p + h)];
           float v[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) v[k] = idx[k] >= 0 ? V(idx[k]) : 0.f;
-          split2<T>(v[0], v[1], ahi[2 * h], alo[2 * h]);          // row g
-          split2<T>(v[2], v[3], ahi[2 * h + 1], alo[2 * h + 1]);  // row g + 8
+          lane_cells((unsigned)m.x, m.y, g, lm, V, v);
+          split2<T>(v[0], v[2], ahi[2 * h], alo[2 * h]);          // row g
+          split2<T>(v[1], v[3], ahi[2 * h + 1], alo[2 * h + 1]);  // row g + 8
         }
-        const int r0 = 2 * p * 8 + 2 * t;
-        const P x0 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(r0, g * J));
-        const P x1 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(r0 + 1, g * J));
-        const P x2 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(r0 + 8, g * J));
-        const P x3 = *reinterpret_cast<const P*>(sx + xoff<T, FS>(r0 + 9, g * J));
+        const int base = p * 16 * FS;
+        const P x0 = *reinterpret_cast<const P*>(sx + base + ob0);
+        const P x1 = *reinterpret_cast<const P*>(sx + base + ob1);
+        const P x2 = *reinterpret_cast<const P*>(sx + base + oc0);
+        const P x3 = *reinterpret_cast<const P*>(sx + base + oc1);
 #pragma unroll
         for (int j = 0; j < J; ++j) {
           const uint32_t b0r = pack2(x0.v[j], x1.v[j]), b1r = pack2(x2.v[j], x3.v[j]);
@@ -465,39 +506,44 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
       }
     }
   };
-  auto compute = [&](int k) {
-    const unsigned char* st = my + (k % kStages) * S::BYTES;
+  auto compute = [&](int k, int q) {
+    const unsigned char* st = my + q * S::BYTES;
     const int nb = min(KS, un.z - first(k));
     const float* sc = reinterpret_cast<const float*>(st + S::OFF_C);
-    if (reinterpret_cast<const int*>(st + S::OFF_P)[KS + 1])
+    if ((fast_bits >> q) & 1u)
       multiply(st, nb, [&](int i) { return sc[i]; });
     else
       multiply(st, nb, [&](int i) { return __ldg(vals + i); });
   };
 
   // Pipeline: stages k + 1 .. k + kStages - 1 are in flight while stage k
-  // is multiplied; __syncwarp orders the lanes' copies and stores before the
-  // reads and the reads before the stage is refilled.
+  // is multiplied (slot qc); __syncwarp orders the lanes' copies and stores
+  // before the reads and the reads before the slot is refilled (slot qi).
+  int qi = 0, qc = 0;
+  auto next = [](int q) { return q == kStages - 1 ? 0 : q + 1; };
   load_meta(0);
   advance();
   load_meta(1);
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-    if (k < ns) issue(k);
+    if (k < ns) issue(qi);
     cp_commit();
+    qi = next(qi);
     advance();
     load_meta(k + 2);
   }
   for (int k = 0; k < ns; ++k) {
     const int kn = k + kStages - 1;
-    if (kn < ns) issue(kn);
+    if (kn < ns) issue(qi);
     cp_commit();
+    qi = next(qi);
     advance();
     load_meta(kn + 2);
     cp_wait<kStages - 1>();
     __syncwarp();
-    compute(k);
+    compute(k, qc);
     __syncwarp();
+    qc = next(qc);
   }
   cp_wait<0>();
   if (!reduce_warps<J * 4>(&acc.d[0][0], reinterpret_cast<float*>(smem_raw), warp, lane, W)) return;
@@ -702,7 +748,7 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   const int U = (int)units.size(0);
   auto stream = c10::cuda::getCurrentCUDAStream();
   const auto* un = reinterpret_cast<const int4*>(units.data_ptr<int>());
-  const auto* mk = reinterpret_cast<const int4*>(mask.data_ptr<int>());
+  const int* mk = mask.data_ptr<int>();
   const int* cl = cols.data_ptr<int>();
   const int* cp = cell_ptr.data_ptr<int>();
   const float* vp = vals.data_ptr<float>();
