@@ -54,25 +54,21 @@ BLOCK_W = 8  # condensed columns per block (TF32 MMA K)
 
 
 def default_unit_blocks(num_blocks: int) -> int:
-    """Blocks per work unit for a direction with ``num_blocks`` blocks
-    (measured on the H200 with ``benchmarks/sgt_probe.py``, docs/tcgnn.md):
-
-    * up to ``SMALL_GRAPH_BLOCKS`` blocks: 64. Units are then whole windows,
-      so no window is split and the split-window reduction (a second launch)
-      never runs; on graphs with few units the CTA's warps share each unit.
-      Against 8: 1.3-1.5x faster on Cora and CiteSeer, 1.1-1.3x on PROTEINS.
-    * larger: the power of two <= ``num_blocks / 2048``, clamped to 8 .. 64,
-      about 2048-4096 units, enough warps for an H200 (Tolokers 16-32,
-      ogbn-arxiv and the Reddit-shaped graph 64). Larger units leave too few
-      warps (Tolokers with 64: 1.3-1.5x slower), smaller ones write more
-      partial tiles (arxiv with 8: 1.5-2x slower).
-    """
-    if num_blocks <= SMALL_GRAPH_BLOCKS:
-        return 64
-    return int(min(64, max(8, 1 << ((num_blocks // 2048).bit_length() - 1))))
-
-
-SMALL_GRAPH_BLOCKS = 16384
+    """Blocks per work unit: 64 on every graph (measured on the H200 with
+    ``benchmarks/sgt_probe.py``, docs/tcgnn.md). Windows of up to 64 blocks
+    are whole units (all of Cora, CiteSeer and PROTEINS_full: no window is
+    split, so the split-window reduction, a second launch, never runs);
+    longer windows are split into 64-block units. Where that leaves too few
+    units to fill the GPU (Tolokers: 1413-2023 units), warps share a unit
+    (:func:`pyg_tc.ops.sgt.warps_for`) instead of the units getting smaller:
+    Tolokers with 64-block units and 4 warps each ran 1.02-1.16x faster than
+    with the earlier 16-32-block units and one warp; ogbn-arxiv and the
+    Reddit-shaped graph keep one warp per unit. Smaller units write more
+    partial tiles (arxiv with 16: 1.08-1.64x slower); larger ones were up to
+    4% faster on the Reddit-shaped graph and 0.57-1.06x on Tolokers (a whole
+    RCM window of 671 blocks sets the critical path): one size
+    for all. ``num_blocks`` is kept for the signature."""
+    return 64
 
 
 class SGTDir(NamedTuple):

@@ -44,27 +44,48 @@ def precision_of(dtype: torch.dtype) -> int:
 
 def warps_for(s: SGT, width: int, dtype: torch.dtype, op: str = 'spmm') -> int:
     """Warps per unit. TC-GNN's rule is ``avg edges per row window / 32``; on
-    the H200 the sweep (docs/tcgnn.md, benchmarks/sgt_probe.py) finds one warp
-    per unit best except on graphs too small to fill the GPU, where warps
-    sharing a unit add parallelism: 8 warps (1.05-1.2x faster than 4 on Cora
-    and CiteSeer, whose windows are whole units). SpMM: with one warp per unit
-    the CTA holds four units, each over feature slices of up to 32 elements.
-    SDDMM: one CTA per unit, two warps for half inputs wider than 32 (the k16
-    MMA walks block pairs)."""
+    the H200 the sweep (docs/tcgnn.md, benchmarks/sgt_probe.py: 64-block units
+    with 1, 4 and 8 warps) finds:
+
+    * SpMM on graphs with fewer than ``SPMM_COOP_WARPS`` (unit, feature
+      slice) pairs: 8 warps share each unit (Cora and CiteSeer: 2-2.4x faster
+      than one warp).
+    * otherwise enough warps per unit to start about ``SPMM_FILL_WARPS``
+      warps (a power of two, at most 8), but no more than leave each warp 8
+      blocks (two stages): Tolokers (1413-2023 units of 45-52 blocks) gets 4,
+      1.11-1.63x faster than one warp on the same units and within 6% of the
+      best (unit size, warps) pair of the sweep; PROTEINS_full (3.5-4.7 blocks
+      per unit), ogbn-arxiv and the Reddit-shaped graph (11650+ units) get one.
+    * SDDMM: one CTA per unit, 4 warps when there are few units, two warps
+      for half inputs wider than 32 (the k16 MMA walks block pairs).
+
+    TC-GNN's rule picked 2-8 warps, the slowest choice on every large graph.
+    With one warp per unit the SpMM's CTA holds four units, each over feature
+    slices of up to 32 elements."""
     u = s.fwd.sched.units
     if u.numel() == 0:
         return 1
+    U = u.size(0)
     if op == 'spmm':
-        return 8 if u.size(0) * max(1, -(-width // 32)) < SPMM_COOP_WARPS else 1
-    ctas = u.size(0) * max(1, (width + 63) // 64)
+        pairs = U * max(1, -(-width // 32))
+        if pairs < SPMM_COOP_WARPS:
+            return 8
+        fill = 1 << max(0, math.ceil(math.log2(SPMM_FILL_WARPS / pairs))) if pairs < SPMM_FILL_WARPS else 1
+        per_warp = s.fwd.num_blocks / U / 8  # warps that still get 8 blocks each
+        work = 1 << max(0, int(math.floor(math.log2(per_warp)))) if per_warp >= 1 else 1
+        return int(min(8, fill, work))
+    ctas = U * max(1, (width + 63) // 64)
     if ctas < 4 * 132:
         return 4
     return 2 if (dtype != torch.float32 and width > 32) else 1
 
 
-# Below this many (unit, feature slice) pairs the SpMM lets 8 warps share a
-# unit (about 8 warps per SM of an H200 otherwise).
+# SpMM warps per unit (warps_for): below SPMM_COOP_WARPS (unit, feature
+# slice) pairs 8 warps share each unit (about 8 warps per SM of an H200
+# otherwise); above, warps are added until about SPMM_FILL_WARPS are started
+# (two waves of an H200's 132 SMs x 28 resident warps).
 SPMM_COOP_WARPS = 1024
+SPMM_FILL_WARPS = 8192
 
 
 def _dir(d: SGTDir):

@@ -264,3 +264,24 @@ def test_emulation_matches_reference(kind, unit_blocks):
     assert torch.allclose(t_out.double(), ref_t, atol=1e-4, rtol=1e-4)
     sd = s.edge_values(emulate_sddmm(s.fwd, y.float(), x.float()))
     assert torch.allclose(sd.double(), sddmm_oracle(y, x, ei)[g.perm.long()], atol=1e-4, rtol=1e-4)
+
+
+def test_spmm_warps_rule():
+    """warps_for (docs/tcgnn.md): 8 warps per unit on graphs with few units,
+    else enough to fill the GPU while each warp keeps 8 blocks; shapes of
+    the measured graphs (units, blocks with 64-block units)."""
+    from types import SimpleNamespace as NS
+
+    from pyg_tc.ops.sgt import warps_for
+
+    def fake(U, B):
+        return NS(fwd=NS(sched=NS(units=torch.zeros(U, 4, dtype=torch.int32)), num_blocks=B))
+
+    assert warps_for(fake(170, 1268), 16, torch.float32) == 8  # Cora
+    assert warps_for(fake(2717, 12880), 32, torch.float16) == 1  # PROTEINS_full: 4.7 blocks per unit
+    assert warps_for(fake(1413, 64292), 16, torch.float32) == 4  # Tolokers (RCM)
+    assert warps_for(fake(2023, 105781), 64, torch.float32) == 4  # Tolokers, two feature slices
+    assert warps_for(fake(11650, 251867), 16, torch.float32) == 1  # ogbn-arxiv
+    assert warps_for(fake(121875, 7328462), 32, torch.float32) == 1  # Reddit-shaped
+    assert warps_for(fake(1100, 1100 * 64), 16, torch.float32) == 8  # long units, few of them
+    assert warps_for(fake(0, 0), 16, torch.float32) == 1
