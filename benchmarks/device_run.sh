@@ -8,6 +8,8 @@
 # maxktrain = MaxK accuracy / epoch time on real datasets (pyg_tc/bench/maxk_train.py, $MAXKTRAIN_ARGS).
 # tcgnn = TC-GNN kernels, auto/warps rules, SGT build, Table 6, GCN/AGNN training + accuracy (pyg_tc/bench/tcgnn.py, $TCGNN_ARGS).
 # sanitize = TC-GNN kernels under compute-sanitizer memcheck (benchmarks/sanitize_sgt.py).
+# sass = SASS of the TC-GNN SpMM (fp32 / fp16, F = 16) and Nsight Compute's source page (executed
+#        instructions and stall samples per SASS line) of one SpMM call, graph from $NCU_ARGS (default --sgt=tolokers).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -36,6 +38,14 @@ if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
       --section LaunchStats \
       python benchmarks/ncu_probe.py ${NCU_ARGS:-} > "$OUT/ncu.txt" 2>&1 || rc=1
   tail -5 "$OUT/ncu.txt"
+fi
+if [[ ",$MODE," == *,sass,* ]]; then  # SASS of the TC-GNN SpMM + per-instruction counts (ncu source page)
+  so=$(find "$PYG_TC_BUILD_DIR" -name '*.so' | head -1)
+  cuobjdump -sass "$so" | awk '/Function : /{p = ($0 ~ /sgt_spmm_kernelI(f|6__half)Li16ELb1ELb1E/)} p' > "$OUT/sgt_spmm.sass" || rc=1
+  ncu --clock-control none -k regex:"sgt_spmm" --launch-count 1 --section SourceCounters --section InstructionStats \
+      --page source --print-source sass --csv python benchmarks/ncu_probe.py ${NCU_ARGS:---sgt=tolokers} \
+      > "$OUT/sgt_spmm_source.csv" 2>&1 || rc=1
+  tail -3 "$OUT/sgt_spmm_source.csv"
 fi
 if [[ ",$MODE," == *,sgtprobe,* ]]; then
   python benchmarks/sgt_probe.py ${SGTPROBE_ARGS:-} 2>&1 | tee "$OUT/sgt_probe.log" || rc=1

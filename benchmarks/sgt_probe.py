@@ -1,6 +1,7 @@
 """Quick TC-GNN kernel probe: TCU vs CSR kernel vs cuSPARSE SpMM/SDDMM per
 graph, order (native / RCM) and width, plus the warps and unit-size sweeps
-(SGT rebuilt with unit_blocks = 8 .. 64; the default is marked *).
+(SGT rebuilt with unit_blocks = 16 .. 4096, i.e. up to whole windows, each
+with 1, 4 and 8 warps per unit; the default is marked *).
   python benchmarks/sgt_probe.py [graphs] [widths]"""
 import os
 import sys
@@ -25,7 +26,7 @@ def t(fn):  # kernel-only: 10 calls captured in a CUDA graph, per-call time
     return bench_graph_replay([fn] * 10, warmup=2, rep=10, device='cuda').median_ms
 
 
-UNIT_BLOCKS = (8, 16, 32, 64)
+UNIT_BLOCKS = (16, 32, 64, 128, 256, 4096)
 
 for name in graphs:
     bg = load_graph(name, 'cuda')
@@ -66,14 +67,14 @@ for name in graphs:
                 su = {}
                 for u, v in variants.items():
                     g.sgt = v
-                    su[u] = t(lambda: ops.sgt_spmm_cells(g, x, cells))
+                    su[u] = '/'.join(f'{t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)):.4f}' for wp in (1, 4, 8))
                 g.sgt = s
                 sd_c = t(lambda: ops.sddmm_graph(g, x, x))
                 sd_t = t(lambda: ops.sgt_sddmm_cells(g, x, x))
                 print(f'  F={F} {str(dt)[6:]}: csr {tc:.4f} tcu {tcu:.4f} tcu_tf32 {tcu32:.4f} cusparse {tcs:.4f} | '
                       f'tcu/cusp x{tcs / tcu:.2f} csr/tcu x{tc / tcu:.2f} | warps {" ".join(f"{k}:{v:.4f}" for k, v in sw.items())} '
                       f'rule={warps_for(s, F, dt)} | unit_blocks '
-                      f'{" ".join(f"{k}{chr(42) * (k == ub_default)}:{v:.4f}" for k, v in su.items())} '
+                      f'(w1/w4/w8) {" ".join(f"{k}{chr(42) * (k == ub_default)}:{v}" for k, v in su.items())} '
                       f'| sddmm csr {sd_c:.4f} tcu {sd_t:.4f}', flush=True)
         del g, s, A, variants
         torch.cuda.empty_cache()
