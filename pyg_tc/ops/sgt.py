@@ -4,8 +4,8 @@ decide when to use them (warps per CTA, ``backend='auto'``).
 Precision (decision, docs/tcgnn.md): fp32 inputs follow PyTorch's matmul
 setting: ``torch.get_float32_matmul_precision() == 'highest'`` (PyTorch's
 default) runs 3xTF32 (split operands, fp32-accurate); ``'high'`` or
-``'medium'`` runs plain TF32 (10-bit mantissa inputs, as the published
-TC-GNN). fp16/bf16 inputs run the k16 half MMA with the edge values split into
+``'medium'`` runs plain TF32 (inputs truncated to a 10-bit mantissa by the
+MMA, as the published TC-GNN; about 1e-3 relative error). fp16/bf16 inputs run the k16 half MMA with the edge values split into
 hi + lo halves, so the weights keep about fp32 precision. fp32 accumulation
 everywhere; float64 runs the pure-torch reference.
 """
