@@ -5,8 +5,9 @@ Precision (decision, docs/tcgnn.md): fp32 inputs follow PyTorch's matmul
 setting: ``torch.get_float32_matmul_precision() == 'highest'`` (PyTorch's
 default) runs 3xTF32 (split operands, fp32-accurate); ``'high'`` or
 ``'medium'`` runs plain TF32 (inputs truncated to a 10-bit mantissa by the
-MMA, as the published TC-GNN; about 1e-3 relative error). fp16/bf16 inputs run the k16 half MMA with the edge values split into
-hi + lo halves, so the weights keep about fp32 precision. fp32 accumulation
+MMA, as the published TC-GNN; about 1e-3 relative error). fp16/bf16 inputs
+run the k16 half MMA with the edge values split into hi + lo halves, so the
+weights keep about fp32 precision. fp32 accumulation
 everywhere; float64 runs the pure-torch reference.
 """
 from __future__ import annotations
@@ -70,10 +71,10 @@ def warps_for(s: SGT, width: int, dtype: torch.dtype, op: str = 'spmm') -> int:
         pairs = U * max(1, -(-width // 32))
         if pairs < SPMM_COOP_WARPS:
             return 8
-        fill = 1 << max(0, math.ceil(math.log2(SPMM_FILL_WARPS / pairs))) if pairs < SPMM_FILL_WARPS else 1
-        per_warp = s.fwd.num_blocks / U / 8  # warps that still get 8 blocks each
-        work = 1 << max(0, int(math.floor(math.log2(per_warp)))) if per_warp >= 1 else 1
-        return int(min(8, fill, work))
+        w, blocks = 1, s.fwd.num_blocks / U
+        while w < 8 and pairs * w < SPMM_FILL_WARPS and blocks >= 8 * (2 * w):
+            w *= 2
+        return w
     ctas = U * max(1, (width + 63) // 64)
     if ctas < 4 * 132:
         return 4
