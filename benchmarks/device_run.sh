@@ -8,8 +8,10 @@
 # maxktrain = MaxK accuracy / epoch time on real datasets (pyg_tc/bench/maxk_train.py, $MAXKTRAIN_ARGS).
 # tcgnn = TC-GNN kernels, auto/warps rules, SGT build, Table 6, GCN/AGNN training + accuracy (pyg_tc/bench/tcgnn.py, $TCGNN_ARGS).
 # sanitize = TC-GNN kernels under compute-sanitizer memcheck (benchmarks/sanitize_sgt.py).
-# sass = SASS of the TC-GNN SpMM (fp32 / fp16, F = 16) and Nsight Compute's source page (executed
-#        instructions and stall samples per SASS line) of one SpMM call, graph from $NCU_ARGS (default --sgt=tolokers).
+# ablate = TC-GNN SpMM with parts switched off (benchmarks/sgt_ablate.py, graphs in $ABLATE_ARGS).
+# stalls = Nsight Compute stall reasons / pipe use of the TC-GNN and CSR SpMM ($NCU_ARGS for ncu_probe.py).
+# sass = SASS of the TC-GNN SpMM and Nsight Compute's source page (executed instructions per SASS
+#        line) of one SpMM call per case in $SASS_CASES (graph[:native]/dtype:F, default tolokers/float32:16).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -40,12 +42,32 @@ if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
   tail -5 "$OUT/ncu.txt"
 fi
 if [[ ",$MODE," == *,sass,* ]]; then  # SASS of the TC-GNN SpMM + per-instruction counts (ncu source page)
+  # SASS_CASES: graph[:native]/dtype:F items; each gives sgt_spmm_<n>.sass and .csv
   so=$(find "$PYG_TC_BUILD_DIR" -name '*.so' | head -1)
-  cuobjdump -sass "$so" | awk '/Function : /{p = ($0 ~ /sgt_spmm_kernelI(f|6__half)Li16ELb1ELb1E/)} p' > "$OUT/sgt_spmm.sass" || rc=1
-  ncu --clock-control none -k regex:"sgt_spmm" --launch-count 1 --section SourceCounters --section InstructionStats \
-      --page source --print-source sass --csv python benchmarks/ncu_probe.py ${NCU_ARGS:---sgt=tolokers} \
-      > "$OUT/sgt_spmm_source.csv" 2>&1 || rc=1
-  tail -3 "$OUT/sgt_spmm_source.csv"
+  n=0
+  for c in ${SASS_CASES:-tolokers/float32:16}; do
+    g=${c%%/*}; dt=${c#*/}; d=${dt%%:*}; f=${dt##*:}
+    case $d in float32) tn=f;; float16) tn=6__half;; *) tn=13__nv_bfloat16;; esac
+    cuobjdump -sass "$so" | awk -v re="sgt_spmm_kernelI${tn}Li${f}ELb1ELb1E" '/Function : /{p = ($0 ~ re)} p' \
+      > "$OUT/sgt_spmm_$n.sass" || rc=1
+    ncu --clock-control none --cache-control none -k regex:"sgt_spmm" --launch-count 1 --section SourceCounters \
+        --section InstructionStats --page source --print-source sass --csv python benchmarks/ncu_probe.py \
+        --sgt=$g --cases=$dt > "$OUT/sgt_spmm_$n.csv" 2>&1 || rc=1
+    tail -2 "$OUT/sgt_spmm_$n.csv"; n=$((n + 1))
+  done
+fi
+if [[ ",$MODE," == *,ablate,* ]]; then  # where the TCU SpMM's time goes (benchmarks/sgt_ablate.py)
+  python benchmarks/sgt_ablate.py ${ABLATE_ARGS:-} 2>&1 | tee "$OUT/ablate.log" || rc=1
+fi
+if [[ ",$MODE," == *,stalls,* ]]; then  # warp stall reasons and pipe use of the TCU / CSR SpMM (L2 kept warm)
+  a=${NCU_ARGS:---sgt=proteins:native,tolokers --cases=float32:16,float32:32}
+  ncu --clock-control none --cache-control none -k regex:"sgt_spmm|spmm_units|sgt_reduce" --section SpeedOfLight \
+      --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy \
+      --section InstructionStats python benchmarks/ncu_probe.py $a > "$OUT/stalls.txt" 2>&1 || rc=1
+  ncu --clock-control none --cache-control none -k regex:"sgt_spmm|spmm_units|sgt_reduce" --csv \
+      --metrics "regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active" \
+      python benchmarks/ncu_probe.py $a > "$OUT/stalls.csv" 2>&1 || rc=1
+  tail -3 "$OUT/stalls.csv"
 fi
 if [[ ",$MODE," == *,sgtprobe,* ]]; then
   python benchmarks/sgt_probe.py ${SGTPROBE_ARGS:-} 2>&1 | tee "$OUT/sgt_probe.log" || rc=1

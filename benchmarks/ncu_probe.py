@@ -6,7 +6,8 @@ cuSPARSE, on the Reddit-shaped graph, so `ncu` can tell what bounds them.
         --section WarpStateStats python benchmarks/ncu_probe.py [--sgt]
 
 --sgt[=GRAPH]: the tensor-core SpMM against the CSR kernel instead, on the
-graph (default the Reddit-shaped one) in RCM order (F = 16 fp32 / fp16,
+graph (default the Reddit-shaped one; several comma-separated, `graph:native`
+for the native order) in RCM order; --cases=float32:32,... narrows the cases (F = 16 fp32 / fp16,
 F = 32 fp32 / fp16), i.e. `NCU_ARGS=--sgt=tolokers bash benchmarks/device_run.sh ncu`.
 """
 import sys
@@ -18,16 +19,19 @@ from pyg_tc.formats import CSRGraph
 from pyg_tc.ops import spmm_graph
 
 
-def sgt_cases(name: str):
+def sgt_cases(name: str, cases=None):
     from pyg_tc.ops import sgt_of, sgt_spmm_cells
     from pyg_tc.transforms import rcm_order
+    name, _, order = name.partition(':')
     bg = load_graph(name, device='cuda')
     n = bg.num_nodes
-    ei = torch.argsort(rcm_order(bg.edge_index, n))[bg.edge_index]
+    ei = bg.edge_index if order == 'native' else torch.argsort(rcm_order(bg.edge_index, n))[bg.edge_index]
     g = CSRGraph.from_coo(ei[0], ei[1], n, n)
     w = torch.rand(g.num_edges, device='cuda')
     cells = sgt_of(g).cell_values(w)
     for dt, F in ((torch.float32, 16), (torch.float16, 16), (torch.float32, 32), (torch.float16, 32)):
+        if cases is not None and f'{str(dt)[6:]}:{F}' not in cases:
+            continue
         x = torch.randn(n, F, device='cuda', dtype=dt)
         spmm_graph(g, x, w)
         sgt_spmm_cells(g, x, cells)
@@ -36,9 +40,15 @@ def sgt_cases(name: str):
 
 
 def main():
+    cases = None
+    for a in sys.argv[1:]:
+        if a.startswith('--cases='):  # e.g. float32:16,float32:32
+            cases = a.partition('=')[2].split(',')
     for a in sys.argv[1:]:
         if a == '--sgt' or a.startswith('--sgt='):
-            return sgt_cases(a.partition('=')[2] or 'reddit')
+            for name in (a.partition('=')[2] or 'reddit').split(','):  # graph[:native]
+                sgt_cases(name, cases)
+            return
     bg = load_graph('reddit', device='cuda')
     n = bg.num_nodes
     g = CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], n, n)

@@ -33,6 +33,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <cstdlib>
 #include <type_traits>
 
 #include "common.cuh"
@@ -212,10 +213,10 @@ __device__ __forceinline__ void split2(float v0, float v1, uint32_t& hi, uint32_
 constexpr int kStages = 3;        // pipeline depth
 constexpr int kStageCells = 128;  // staged cell values per stage
 
-template <typename T, int FS>
+template <typename T, int FS, int KSO = 0>
 struct SpmmStage {
   static constexpr int ROW = FS * (int)sizeof(T);  // bytes of a staged row slice
-  static constexpr int KS = ROW <= 64 ? 4 : 2;     // blocks per stage (<= 2 KB of rows)
+  static constexpr int KS = KSO ? KSO : ROW <= 64 ? 4 : 2;     // blocks per stage (<= 2 KB of rows)
   static constexpr int QC = ROW / 16;              // 16-byte chunks per row
   static constexpr int NCH = KS * 8 * QC / 32;     // row chunks per lane
   static constexpr int OFF_C = KS * 8 * ROW;       // cell values
@@ -345,13 +346,13 @@ __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp,
 // thread's B rows are 2t and 2t + 1 of a block. coop = 0: every warp of the
 // CTA owns a unit; coop = 1: the CTA's warps share unit blockIdx.x (graphs
 // with few units).
-template <typename T, int FS, bool VEC, bool SPLIT>
+template <typename T, int FS, bool VEC, bool SPLIT, int KSO = 0>
 __global__ void __launch_bounds__(256, 4)
 sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __restrict__ cols,
                 const int* __restrict__ maskw, const int* __restrict__ cell_ptr, const float* __restrict__ vals,
                 int C, const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
-                const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
-  using S = SpmmStage<T, FS>;
+                const float* __restrict__ diag, int64_t diag_stride, int R, int F, int abl) {
+  using S = SpmmStage<T, FS, KSO>;
   constexpr bool K16 = !std::is_same<T, float>::value;
   constexpr int KS = S::KS, QC = S::QC, J = FS / 8;
   constexpr int E16 = 16 / (int)sizeof(T);  // elements per 16-byte chunk
@@ -437,7 +438,7 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
         const int col = __shfl_sync(kFullMask, colr, lane / QC + i * (32 / QC));
         const bool ok = fok && col >= 0;
         const T* src = xl + (uint64_t)(uint32_t)max(col, 0) * (uint32_t)F;
-        cp_async16(st + 16 * ((lane ^ sw) + 32 * i), src, ok ? 16 : 0);
+        if (!(abl & 2)) cp_async16(st + 16 * ((lane ^ sw) + 32 * i), src, ok ? 16 : 0);
       }
     } else {
       T* sx = reinterpret_cast<T*>(st);
@@ -507,6 +508,7 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
     }
   };
   auto compute = [&](int k, int q) {
+    if (abl & 1) return;
     const unsigned char* st = my + q * S::BYTES;
     const int nb = min(KS, un.z - first(k));
     const float* sc = reinterpret_cast<const float*>(st + S::OFF_C);
@@ -547,7 +549,7 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
   }
   cp_wait<0>();
   if (!reduce_warps<J * 4>(&acc.d[0][0], reinterpret_cast<float*>(smem_raw), warp, lane, W)) return;
-  store_tile<T, J, VEC>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
+  if (!(abl & 8)) store_tile<T, J, VEC>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
 }
 
 // Split windows (measured faster than completing them inside the SpMM by the
@@ -752,6 +754,10 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   const int* cl = cols.data_ptr<int>();
   const int* cp = cell_ptr.data_ptr<int>();
   const float* vp = vals.data_ptr<float>();
+  const char* ablenv = getenv("PYG_TC_ABL");
+  const int abl = ablenv ? atoi(ablenv) : 0;
+  const char* ksenv = getenv("PYG_TC_KS4");
+  const bool ks4 = ksenv && atoi(ksenv);
   auto launch = [&](auto tag, auto kern, auto fs, int SB) {
     using T = decltype(tag);
     constexpr int FS = decltype(fs)::value;
@@ -766,9 +772,9 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
     const dim3 grid(coop ? U : (U + nw - 1) / nw, slices);
     kern<<<grid, 32 * nw, bytes, stream>>>(un, U, coop ? 1 : 0, cl, mk, cp, vp, C,
                                            reinterpret_cast<const T*>(x.data_ptr()),
-                                           reinterpret_cast<T*>(out.data_ptr()), wp, dp, ds, R, F);
+                                           reinterpret_cast<T*>(out.data_ptr()), wp, dp, ds, R, F, abl);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (heavy.numel() > 0) {
+    if (heavy.numel() > 0 && !(abl & 4)) {
       sgt_reduce<T, FS / 8><<<dim3(heavy.numel(), slices), 32 * (FS / 8), 0, stream>>>(
           heavy.data_ptr<int>(), heavy_ptr.data_ptr<int>(), wp, reinterpret_cast<T*>(out.data_ptr()), dp, ds,
           reinterpret_cast<const T*>(x.data_ptr()), R, F);
@@ -786,7 +792,9 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
       constexpr int FS = decltype(fs)::value;
       constexpr bool V = decltype(vc)::value;
       constexpr int SB = SpmmStage<float, FS>::BYTES;
-      if (precision != 0) launch(float(), sgt_spmm_kernel<float, FS, V, true>, fs, SB);
+      if (FS == 32 && V && precision != 0 && ks4)
+        launch(float(), sgt_spmm_kernel<float, 32, true, true, 4>, fs, SpmmStage<float, 32, 4>::BYTES);
+      else if (precision != 0) launch(float(), sgt_spmm_kernel<float, FS, V, true>, fs, SB);
       else launch(float(), sgt_spmm_kernel<float, FS, V, false>, fs, SB);
     };
     if (!vec) go(std::integral_constant<int, 8>(), std::false_type());
