@@ -8,7 +8,7 @@
 # maxktrain = MaxK accuracy / epoch time on real datasets (pyg_tc/bench/maxk_train.py, $MAXKTRAIN_ARGS).
 # tcgnn = TC-GNN kernels, auto/warps rules, SGT build, Table 6, GCN/AGNN training + accuracy (pyg_tc/bench/tcgnn.py, $TCGNN_ARGS).
 # sanitize = TC-GNN kernels under compute-sanitizer memcheck (benchmarks/sanitize_sgt.py).
-# ablate = TC-GNN SpMM with parts switched off (benchmarks/sgt_ablate.py, graphs in $ABLATE_ARGS).
+# quick = TC-GNN SpMM vs the CSR kernel, warps 1-8 (benchmarks/sgt_quick.py, graphs in $QUICK_ARGS).
 # stalls = Nsight Compute stall reasons / pipe use of the TC-GNN and CSR SpMM ($NCU_ARGS for ncu_probe.py).
 # sass = SASS of the TC-GNN SpMM and Nsight Compute's source page (executed instructions per SASS
 #        line) of one SpMM call per case in $SASS_CASES (graph[:native]/dtype:F, default tolokers/float32:16).
@@ -56,8 +56,8 @@ if [[ ",$MODE," == *,sass,* ]]; then  # SASS of the TC-GNN SpMM + per-instructio
     tail -2 "$OUT/sgt_spmm_$n.csv"; n=$((n + 1))
   done
 fi
-if [[ ",$MODE," == *,ablate,* ]]; then  # where the TCU SpMM's time goes (benchmarks/sgt_ablate.py)
-  python benchmarks/sgt_ablate.py ${ABLATE_ARGS:-} 2>&1 | tee "$OUT/ablate.log" || rc=1
+if [[ ",$MODE," == *,quick,* ]]; then  # TCU vs CSR SpMM, warps 1-8 (benchmarks/sgt_quick.py)
+  python benchmarks/sgt_quick.py ${QUICK_ARGS:-} 2>&1 | tee "$OUT/quick.log" || rc=1
 fi
 if [[ ",$MODE," == *,stalls,* ]]; then  # warp stall reasons and pipe use of the TCU / CSR SpMM (L2 kept warm)
   a=${NCU_ARGS:---sgt=proteins:native,tolokers --cases=float32:16,float32:32}

@@ -23,8 +23,10 @@
 //   values split into hi + lo halves (two MMAs), so weights keep ~fp32
 //   precision. Accumulation is fp32.
 // * Deterministic: windows longer than one unit write fp32 partial tiles to
-//   workspace slots, reduced in slot order; warps of a CTA are combined in
-//   warp order through shared memory. No atomics.
+//   workspace slots, reduced in slot order by a second kernel (on sm_90 a
+//   programmatic dependent launch, so its launch overlaps the SpMM's last
+//   CTAs); warps of a CTA are combined in warp order through shared memory.
+//   No atomics.
 
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
@@ -33,7 +35,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 
-#include <cstdlib>
 #include <type_traits>
 
 #include "common.cuh"
@@ -213,10 +214,10 @@ __device__ __forceinline__ void split2(float v0, float v1, uint32_t& hi, uint32_
 constexpr int kStages = 3;        // pipeline depth
 constexpr int kStageCells = 128;  // staged cell values per stage
 
-template <typename T, int FS, int KSO = 0>
+template <typename T, int FS>
 struct SpmmStage {
   static constexpr int ROW = FS * (int)sizeof(T);  // bytes of a staged row slice
-  static constexpr int KS = KSO ? KSO : ROW <= 64 ? 4 : 2;     // blocks per stage (<= 2 KB of rows)
+  static constexpr int KS = ROW <= 64 ? 4 : 2;     // blocks per stage (<= 2 KB of rows)
   static constexpr int QC = ROW / 16;              // 16-byte chunks per row
   static constexpr int NCH = KS * 8 * QC / 32;     // row chunks per lane
   static constexpr int OFF_C = KS * 8 * ROW;       // cell values
@@ -240,12 +241,11 @@ __device__ __forceinline__ int xoff(int row, int e) {
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
-// 16 bytes global -> shared, of which the first `bytes` are read (the rest
-// zero-filled; src is not read when bytes == 0).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+// 16 bytes global -> shared (a shared-window address), of which the first
+// `bytes` are read (the rest zero-filled; src is not read when bytes == 0).
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 #endif
 }
 __device__ __forceinline__ void cp_commit() {
@@ -346,13 +346,18 @@ __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp,
 // thread's B rows are 2t and 2t + 1 of a block. coop = 0: every warp of the
 // CTA owns a unit; coop = 1: the CTA's warps share unit blockIdx.x (graphs
 // with few units).
-template <typename T, int FS, bool VEC, bool SPLIT, int KSO = 0>
-__global__ void __launch_bounds__(256, 4)
+// Registers: up to 80 (launch bounds 256 x 3). The 64-register cap of
+// (256, 4) made the compiler rebuild addresses and lane constants for every
+// copy and fragment read (13% more instructions in the F = 32 fp32 profile);
+// the kernels use 64-74 registers, and 4-warp CTAs stay at the 7 per SM that
+// shared memory allows (6 for 32-element half slices).
+template <typename T, int FS, bool VEC, bool SPLIT>
+__global__ void __launch_bounds__(256, 3)
 sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __restrict__ cols,
                 const int* __restrict__ maskw, const int* __restrict__ cell_ptr, const float* __restrict__ vals,
                 int C, const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
-                const float* __restrict__ diag, int64_t diag_stride, int R, int F, int abl) {
-  using S = SpmmStage<T, FS, KSO>;
+                const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
+  using S = SpmmStage<T, FS>;
   constexpr bool K16 = !std::is_same<T, float>::value;
   constexpr int KS = S::KS, QC = S::QC, J = FS / 8;
   constexpr int E16 = 16 / (int)sizeof(T);  // elements per 16-byte chunk
@@ -361,6 +366,11 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int W = coop ? nw : 1, wi = coop ? warp : 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // let the split-window reduce launch once every CTA of this grid runs (it
+  // waits for this grid's completion itself): hides its launch latency
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
   const int uid = coop ? (int)blockIdx.x : (int)blockIdx.x * nw + warp;
   if (uid >= U) return;  // coop grids have exactly U CTAs: never taken there
   const int4 un = units[uid];
@@ -377,8 +387,14 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
   // chunk lane % QC) goes to swizzled chunk swz(c) = (lane ^ sw) + 32 i.
   const int sw = ((lane >> 3) & 3) << 1;
   const int fl = f0 + (lane % QC) * E16;
-  const bool fok = fl < F;
-  const T* const xl = x + fl;
+  // (shared-window addresses and byte offsets, kept in registers: under a
+  // 64-register cap the compiler rebuilt them for every copy, about 30
+  // instructions per 16-byte chunk in the instruction profile)
+  const unsigned sdst = smem_addr(my) + 16u * (unsigned)(lane ^ sw);  // row chunk, slot 0
+  const unsigned scel = smem_addr(my) + (unsigned)S::OFF_C + 16u * (unsigned)lane;
+  const int csz = fl < F ? 16 : 0;
+  const char* const xl = reinterpret_cast<const char*>(x + fl);
+  const unsigned rowb = (unsigned)F * (unsigned)sizeof(T);
   // Fragment reads: rows 2t and 2t + 1 at element g * J, of a stage's even
   // (ob) and odd (oc) block; two blocks further is 16 * FS elements on (the
   // swizzle, bits 3-4 of the chunk index, repeats every 32 chunks: 16 QC with
@@ -430,15 +446,14 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
     if (lane < 4 * KS) reinterpret_cast<int2*>(st + S::OFF_M)[lane] = make_int2(mkr, wfirst);
     if (fast) {
       const int i = cb + 4 * lane;
-      if (i < c1) cp_async16(st + S::OFF_C + 16 * lane, vals + i, 4 * min(4, C - i));
+      if (i < c1) cp_async16(scel + q * S::BYTES, vals + i, 4 * min(4, C - i));
     }
     if (VEC) {
 #pragma unroll
       for (int i = 0; i < S::NCH; ++i) {
         const int col = __shfl_sync(kFullMask, colr, lane / QC + i * (32 / QC));
-        const bool ok = fok && col >= 0;
-        const T* src = xl + (uint64_t)(uint32_t)max(col, 0) * (uint32_t)F;
-        if (!(abl & 2)) cp_async16(st + 16 * ((lane ^ sw) + 32 * i), src, ok ? 16 : 0);
+        const char* src = xl + (uint64_t)(unsigned)max(col, 0) * rowb;
+        cp_async16(sdst + q * S::BYTES + 512 * i, src, col >= 0 ? csz : 0);
       }
     } else {
       T* sx = reinterpret_cast<T*>(st);
@@ -508,7 +523,6 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
     }
   };
   auto compute = [&](int k, int q) {
-    if (abl & 1) return;
     const unsigned char* st = my + q * S::BYTES;
     const int nb = min(KS, un.z - first(k));
     const float* sc = reinterpret_cast<const float*>(st + S::OFF_C);
@@ -549,7 +563,7 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
   }
   cp_wait<0>();
   if (!reduce_warps<J * 4>(&acc.d[0][0], reinterpret_cast<float*>(smem_raw), warp, lane, W)) return;
-  if (!(abl & 8)) store_tile<T, J, VEC>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
+  store_tile<T, J, VEC>(acc, un.x, un.w, f0, R, F, out, ws, diag, diag_stride, x, g, t);
 }
 
 // Split windows (measured faster than completing them inside the SpMM by the
@@ -564,6 +578,12 @@ sgt_reduce(const int* __restrict__ heavy, const int* __restrict__ heavy_ptr, con
            T* __restrict__ out, const float* __restrict__ diag, int64_t diag_stride, const T* __restrict__ x,
            int R, int F) {
   const int j = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // launched as a programmatic dependent of the SpMM (sm_90): wait for the
+  // SpMM grid to complete and its writes to be visible (returns at once
+  // when launched normally)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const float4* w = reinterpret_cast<const float4*>(ws);
   float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
@@ -749,15 +769,14 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   const int nw = coop ? W : 4;
   const int U = (int)units.size(0);
   auto stream = c10::cuda::getCurrentCUDAStream();
+  int major = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, x.get_device()));
+  const bool sm90 = major >= 9;
   const auto* un = reinterpret_cast<const int4*>(units.data_ptr<int>());
   const int* mk = mask.data_ptr<int>();
   const int* cl = cols.data_ptr<int>();
   const int* cp = cell_ptr.data_ptr<int>();
   const float* vp = vals.data_ptr<float>();
-  const char* ablenv = getenv("PYG_TC_ABL");
-  const int abl = ablenv ? atoi(ablenv) : 0;
-  const char* ksenv = getenv("PYG_TC_KS4");
-  const bool ks4 = ksenv && atoi(ksenv);
   auto launch = [&](auto tag, auto kern, auto fs, int SB) {
     using T = decltype(tag);
     constexpr int FS = decltype(fs)::value;
@@ -772,13 +791,25 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
     const dim3 grid(coop ? U : (U + nw - 1) / nw, slices);
     kern<<<grid, 32 * nw, bytes, stream>>>(un, U, coop ? 1 : 0, cl, mk, cp, vp, C,
                                            reinterpret_cast<const T*>(x.data_ptr()),
-                                           reinterpret_cast<T*>(out.data_ptr()), wp, dp, ds, R, F, abl);
+                                           reinterpret_cast<T*>(out.data_ptr()), wp, dp, ds, R, F);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (heavy.numel() > 0 && !(abl & 4)) {
-      sgt_reduce<T, FS / 8><<<dim3(heavy.numel(), slices), 32 * (FS / 8), 0, stream>>>(
-          heavy.data_ptr<int>(), heavy_ptr.data_ptr<int>(), wp, reinterpret_cast<T*>(out.data_ptr()), dp, ds,
-          reinterpret_cast<const T*>(x.data_ptr()), R, F);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (heavy.numel() > 0) {
+      // sm_90: programmatic dependent launch (the reduce's launch overlaps
+      // the SpMM's last CTAs; it waits for the SpMM with griddepcontrol.wait)
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(heavy.numel(), slices);
+      cfg.blockDim = dim3(32 * (FS / 8));
+      cfg.dynamicSmemBytes = 0;
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = sm90 ? 1 : 0;
+      C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sgt_reduce<T, FS / 8>, heavy.data_ptr<int>(),
+                                        heavy_ptr.data_ptr<int>(), (const float*)wp,
+                                        reinterpret_cast<T*>(out.data_ptr()), dp, ds,
+                                        reinterpret_cast<const T*>(x.data_ptr()), R, F));
     }
   };
   // Feature slices: the width rounded up to 8 / 16 / 32 fp32 or 16 / 32 half
@@ -792,9 +823,7 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
       constexpr int FS = decltype(fs)::value;
       constexpr bool V = decltype(vc)::value;
       constexpr int SB = SpmmStage<float, FS>::BYTES;
-      if (FS == 32 && V && precision != 0 && ks4)
-        launch(float(), sgt_spmm_kernel<float, 32, true, true, 4>, fs, SpmmStage<float, 32, 4>::BYTES);
-      else if (precision != 0) launch(float(), sgt_spmm_kernel<float, FS, V, true>, fs, SB);
+      if (precision != 0) launch(float(), sgt_spmm_kernel<float, FS, V, true>, fs, SB);
       else launch(float(), sgt_spmm_kernel<float, FS, V, false>, fs, SB);
     };
     if (!vec) go(std::integral_constant<int, 8>(), std::false_type());

@@ -1,9 +1,9 @@
-"""Where the TCU SpMM's time goes (experiment): kernel-only times of the SpMM
-with parts switched off through PYG_TC_ABL (bit 0: no MMA work, bit 1: no
-feature-row copies, bit 2: no reduce kernel, bit 3: no output stores; results
-wrong, times only), against the CSR kernel and a one-kernel floor, plus warps
-1/2/4/8 and 4-block stages for 32-float slices (PYG_TC_KS4).
-  python benchmarks/sgt_ablate.py [graph:order,...]"""
+"""Quick TCU-vs-CSR SpMM table (kernel-only times in us, CUDA-graph replay):
+per graph and order, width 16 / 32, fp32 / fp16: the CSR kernel, the TCU
+SpMM with the warps rule and with 1 / 2 / 4 / 8 warps per unit.
+  python benchmarks/sgt_quick.py [graph:order,...]
+(The ablation runs in docs/results/sgt_ablate.log came from this script with
+a PYG_TC_ABL hook in the kernel, commit 9f067b6.)"""
 import os
 import sys
 
@@ -17,7 +17,8 @@ from pyg_tc.formats import CSRGraph  # noqa: E402
 from pyg_tc.ops.sgt import warps_for  # noqa: E402
 from pyg_tc.transforms import rcm_order  # noqa: E402
 
-specs = (sys.argv[1] if len(sys.argv) > 1 else 'proteins:native,proteins:rcm,tolokers:rcm').split(',')
+specs = (sys.argv[1] if len(sys.argv) > 1 else
+         'cora:rcm,citeseer:rcm,proteins:native,proteins:rcm,tolokers:native,tolokers:rcm').split(',')
 ops.ensure()
 
 
@@ -28,6 +29,7 @@ def t(fn):
 z = torch.zeros(16, device='cuda')
 print(f'floor (one tiny kernel): {t(lambda: z.add_(1)):.2f} us', flush=True)
 loaded = {}
+wins = total = 0
 for spec in specs:
     name, _, order = spec.partition(':')
     if name not in loaded:
@@ -46,19 +48,10 @@ for spec in specs:
         for dt in (torch.float32, torch.float16):
             x = torch.randn(N, F, device='cuda', dtype=dt)
             csr = t(lambda: ops.spmm_graph(g, x, w))
-            row = {}
-            for abl in (0, 1, 2, 3, 4, 8, 15):
-                os.environ['PYG_TC_ABL'] = str(abl)
-                row[abl] = t(lambda: ops.sgt_spmm_cells(g, x, cells))
-            os.environ['PYG_TC_ABL'] = '0'
+            tcu = t(lambda: ops.sgt_spmm_cells(g, x, cells))
             wr = {wp: t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)) for wp in (1, 2, 4, 8)}
-            extra = ''
-            if dt == torch.float32 and F == 32:
-                os.environ['PYG_TC_KS4'] = '1'
-                extra = ' ks4 ' + ' '.join(f'{wp}:{t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)):.2f}'
-                                           for wp in (1, 2, 4, 8))
-                os.environ['PYG_TC_KS4'] = '0'
-            print(f'  F={F} {str(dt)[6:]}: csr {csr:.2f} tcu {row[0]:.2f} (x{csr / row[0]:.2f}) | '
-                  f'no-mma {row[1]:.2f} no-rows {row[2]:.2f} neither {row[3]:.2f} no-reduce {row[4]:.2f} '
-                  f'no-store {row[8]:.2f} skeleton {row[15]:.2f} | warps(rule {warps_for(s, F, dt)}) '
-                  + ' '.join(f'{k}:{v:.2f}' for k, v in wr.items()) + extra, flush=True)
+            wins += tcu < csr
+            total += 1
+            print(f'  F={F} {str(dt)[6:]}: csr {csr:.2f} tcu {tcu:.2f} (x{csr / tcu:.2f}) | warps(rule '
+                  f'{warps_for(s, F, dt)}) ' + ' '.join(f'{k}:{v:.2f}' for k, v in wr.items()), flush=True)
+print(f'TCU faster than CSR in {wins} of {total}')
