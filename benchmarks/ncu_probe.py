@@ -5,10 +5,10 @@ cuSPARSE, on the Reddit-shaped graph, so `ncu` can tell what bounds them.
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \\
         --section WarpStateStats python benchmarks/ncu_probe.py [--sgt]
 
---sgt[=GRAPH]: the tensor-core SpMM against the CSR kernel instead, on the
-graph (default the Reddit-shaped one; several comma-separated, `graph:native`
-for the native order) in RCM order; --cases=float32:32,... narrows the cases (F = 16 fp32 / fp16,
-F = 32 fp32 / fp16), i.e. `NCU_ARGS=--sgt=tolokers bash benchmarks/device_run.sh ncu`.
+--sgt[=GRAPH,...]: the tensor-core SpMM against the CSR kernel instead, on
+each graph (default the Reddit-shaped one) in RCM order, or in its own order
+as `graph:native`; cases F = 16 / 32 in fp32 / fp16, narrowed by
+--cases=float32:32,..., e.g. `NCU_ARGS=--sgt=tolokers bash benchmarks/device_run.sh ncu`.
 """
 import sys
 

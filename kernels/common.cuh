@@ -9,6 +9,7 @@
 #include <c10/util/BFloat16.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAException.h>
 
 #include <cstdint>
 
@@ -54,6 +55,19 @@ inline void check_index(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), "pyg_tc: ", name, " must be a CUDA tensor");
   TORCH_CHECK(t.scalar_type() == at::kInt, "pyg_tc: ", name, " must be int32");
   TORCH_CHECK(t.is_contiguous(), "pyg_tc: ", name, " must be contiguous");
+}
+
+// A device attribute (host side), queried once per device and cached: the
+// launchers ask on every call. Devices past the cache are queried each time.
+template <cudaDeviceAttr A>
+inline int device_attr(int device) {
+  static int cache[64] = {0};  // 0 = not queried yet (the attributes used are positive)
+  const int d = device < 0 ? 0 : device;
+  if (d < 64 && cache[d] != 0) return cache[d];
+  int v = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, A, d));
+  if (d < 64) cache[d] = v;
+  return v;
 }
 
 __host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

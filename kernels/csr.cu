@@ -266,14 +266,8 @@ Config choose_config(int64_t chunks, int elem_bytes, bool vec, int64_t x_bytes) 
 // PYG_TC_SPMM_COOP=0/1 forces it, for sweeps.
 bool use_coop(int64_t num_units, int device) {
   if (const char* env = std::getenv("PYG_TC_SPMM_COOP")) return env[0] == '1';
-  static int sms[64] = {0};
-  const int d = device < 0 ? 0 : device % 64;
-  if (sms[d] == 0) {
-    int v = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d));
-    sms[d] = v;
-  }
-  return num_units < (int64_t)sms[d] * 256;  // 33.8K on the H200; see COOP_UNITS in csr.py
+  const int sms = device_attr<cudaDevAttrMultiProcessorCount>(device);
+  return num_units < (int64_t)sms * 256;  // 33.8K on the H200; see COOP_UNITS in csr.py
 }
 
 template <typename T, int V, bool MAX>

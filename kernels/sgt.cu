@@ -769,9 +769,7 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   const int nw = coop ? W : 4;
   const int U = (int)units.size(0);
   auto stream = c10::cuda::getCurrentCUDAStream();
-  int major = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, x.get_device()));
-  const bool sm90 = major >= 9;
+  const bool sm90 = device_attr<cudaDevAttrComputeCapabilityMajor>(x.get_device()) >= 9;
   const auto* un = reinterpret_cast<const int4*>(units.data_ptr<int>());
   const int* mk = mask.data_ptr<int>();
   const int* cl = cols.data_ptr<int>();
