@@ -32,19 +32,19 @@ TORCH_LIBRARY(pyg_tc, m) {
       "Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor? diag, "
       "str reduce) -> Tensor");
   // TC-GNN: tensor-core SpMM / SDDMM over SGT blocks (pyg_tc/formats/sgt.py).
-  // Forward direction (units, cols, mask, cell_ptr, frag, split windows), then the
+  // Forward direction (units, cols, mask, cell_ptr, split windows), then the
   // transpose (t_*) and the transpose-cell -> forward-cell map for autograd.
   // precision: 0 = TF32 for fp32 inputs, 1 = 3xTF32 (fp32-accurate).
   m.def(
-      "sgt_spmm(Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor frag, Tensor heavy, "
+      "sgt_spmm(Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor heavy, "
       "Tensor heavy_ptr, int num_slots, Tensor cell_val, Tensor x, Tensor? diag, int num_rows, "
       "int precision, int warps, Tensor t_units, Tensor t_cols, Tensor t_mask, Tensor t_cell_ptr, "
-      "Tensor t_frag, Tensor t_heavy, Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell) -> Tensor");
+      "Tensor t_heavy, Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell) -> Tensor");
   m.def(
-      "sgt_sddmm(Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor frag, Tensor heavy, "
+      "sgt_sddmm(Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor heavy, "
       "Tensor heavy_ptr, int num_slots, Tensor a, Tensor b, int num_cells, int precision, "
       "int warps, Tensor t_units, Tensor t_cols, Tensor t_mask, Tensor t_cell_ptr, "
-      "Tensor t_frag, Tensor t_heavy, Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell) -> Tensor");
+      "Tensor t_heavy, Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell) -> Tensor");
   // Stable sort of non-negative int32 keys < 2^end_bit: (sorted keys, int32 permutation).
   m.def("sort_int32(Tensor keys, int end_bit) -> (Tensor, Tensor)");
 }

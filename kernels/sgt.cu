@@ -145,16 +145,29 @@ __device__ __forceinline__ void load_row(T (&v)[V], const T* __restrict__ row, i
   }
 }
 
-// Fragment layout of a block (16 rows x 8 condensed columns): lane (g, t)
-// holds rows g and g + 8 of columns 2t and 2t + 1, v[j] = row g + 8 (j & 1),
-// column 2t + (j >> 1): the m16n8 accumulator layout, the fp16/bf16 m16n8k16
-// A operand of one 8-column half, and the TF32 m16n8k8 A operand with its k
-// index permuted (hardware k = t, t + 4 <-> columns 2t, 2t + 1, the B rows
-// permuted alike). In the mask (bit c * 16 + r for row r, column c) these are
-// bits g + 8j of word t, and a set bit's rank is its cell's offset; the SpMM
-// uses the per-cell slots 4 * lane + j of the SGT's `frag` instead.
+// Cells of one block in the k16 fragment layout, from the block's 128-bit
+// mask (bit c * 16 + r for row r, column c) and the offset of its first cell:
+// a set bit's rank is its cell's offset. Lane (g, t) holds rows g and g + 8 of
+// columns 2t and 2t + 1: bits g + 8j of word t (row g + 8 (j & 1), column
+// 2t + (j >> 1)), which is the m16n8 accumulator layout, the fp16/bf16
+// m16n8k16 A operand of one 8-column half, and the TF32 m16n8k8 A operand
+// with its k index permuted (hardware k = t, t + 4 <-> columns 2t, 2t + 1,
+// the B rows permuted alike). Straight-line code on named words: no
+// runtime-indexed array (those went to local memory).
 //
-// The cells of lane (g, t) as indices (-1 = empty), from the whole mask (SDDMM).
+// lane_cells: the lane's four values, v[j] = V(rank) or 0 for an empty cell,
+// from word t and the offset of its first cell; lm = (1 << g) - 1.
+template <typename VF>
+__device__ __forceinline__ void lane_cells(unsigned w, int first, int g, unsigned lm, VF V, float (&v)[4]) {
+  const unsigned y = w >> g;  // bit 8j: cell j present
+  const int r = first + __popc(w & lm);
+  v[0] = (y & 1u) ? V(r) : 0.f;
+  v[1] = (y & 0x100u) ? V(r + __popc(y & 0xffu)) : 0.f;
+  v[2] = (y & 0x10000u) ? V(r + __popc(y & 0xffffu)) : 0.f;
+  v[3] = (y & 0x1000000u) ? V(r + __popc(y & 0xffffffu)) : 0.f;
+}
+
+// The same cells as indices (-1 = empty), from the whole mask (SDDMM).
 __device__ __forceinline__ void cells_k16(const int4& m, int base, int g, int t, int (&idx)[4]) {
   const int p0 = __popc((unsigned)m.x), p1 = __popc((unsigned)m.y), p2 = __popc((unsigned)m.z);
   const unsigned w = (unsigned)(t == 0 ? m.x : t == 1 ? m.y : t == 2 ? m.z : m.w);
@@ -189,21 +202,17 @@ __device__ __forceinline__ void split2(float v0, float v1, uint32_t& hi, uint32_
 // A stage holds KS consecutive blocks of the warp's unit: the 8 gathered
 // feature rows of each block (one feature slice of FS elements, 16-byte
 // chunks XOR-swizzled so the fragment reads are free of bank conflicts), the
-// cell values of the KS blocks and their fragment slots (`frag`, one byte
-// per cell) as contiguous copies (up to kStageCells cells; stages with more
-// cells read them from global memory, a warp-uniform branch), and the first
-// cell of each block. kStages stages are in flight; a stage's metadata (8
-// columns per block, cell offsets) is one register each per lane, loaded two
-// stages ahead. Before the MMAs of a block pair the warp scatters the pair's
-// cell values to a dense per-warp A tile in fragment order (one store per
-// cell), so each lane reads its four values of a block with one 16-byte load
-// (decoding them from the mask cost about 25 instructions per block and lane,
-// plus a popcount scan per stage); the MMAs done, the tile is zeroed again.
-// Results leave through vector stores (J contiguous features per thread),
-// partial tiles of split windows in fragment order (coalesced float4s).
+// cell values of the KS blocks as one contiguous copy (one 16-byte chunk per
+// lane, up to kStageCells values; stages with more cells read them from
+// global memory, a warp-uniform branch), and per mask word of each block the
+// word and the offset of its first cell (so a lane decodes its cells from one
+// 8-byte read). kStages stages are in flight; a stage's metadata (8 columns
+// per block, the mask words, cell offsets) is one register each per lane,
+// loaded two stages ahead. Results leave through vector stores (J contiguous
+// features per thread), partial tiles of split windows in fragment order
+// (coalesced float4s).
 constexpr int kStages = 3;        // pipeline depth
 constexpr int kStageCells = 128;  // staged cell values per stage
-constexpr int kTileBytes = 2 * 128 * 4;  // A tile of a block pair, fp32, fragment order
 
 template <typename T, int FS>
 struct SpmmStage {
@@ -211,11 +220,10 @@ struct SpmmStage {
   static constexpr int KS = ROW <= 64 ? 4 : 2;     // blocks per stage (<= 2 KB of rows)
   static constexpr int QC = ROW / 16;              // 16-byte chunks per row
   static constexpr int NCH = KS * 8 * QC / 32;     // row chunks per lane
-  static constexpr int OFF_C = KS * 8 * ROW;       // cell values (from a 16-byte aligned cell)
-  static constexpr int OFF_F = OFF_C + 4 * kStageCells;  // fragment slots (from a 16-aligned cell)
-  static constexpr int OFF_B = OFF_F + kStageCells + 16;  // int: first cell of block l, l <= KS
-  static constexpr int BYTES = OFF_B + 32;
-  static_assert(QC >= 2 && QC % 2 == 0 && NCH * 32 == KS * 8 * QC && BYTES % 16 == 0, "stage layout");
+  static constexpr int OFF_C = KS * 8 * ROW;       // cell values
+  static constexpr int OFF_M = OFF_C + 4 * kStageCells;  // int2 (mask word, first cell) x 4 KS
+  static constexpr int BYTES = OFF_M + 8 * 4 * KS;
+  static_assert(QC >= 2 && QC % 2 == 0 && NCH * 32 == KS * 8 * QC, "stage layout");
 };
 
 // Swizzled position of 16-byte chunk P of the staged rows: bits 1-2 XOR
@@ -334,7 +342,7 @@ __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp,
 // per MMA. fp16 / bf16: m16n8k16 on block pairs (K = 16 condensed columns),
 // edge values split into hi + lo halves. The MMA's n index is mapped to
 // features (n * J + j for n-tile j), so each thread reads J contiguous
-// features of a staged row; its k index to columns as in the fragment layout, so a
+// features of a staged row; its k index to columns as in lane_cells, so a
 // thread's B rows are 2t and 2t + 1 of a block. coop = 0: every warp of the
 // CTA owns a unit; coop = 1: the CTA's warps share unit blockIdx.x (graphs
 // with few units).
@@ -346,8 +354,8 @@ __device__ __forceinline__ bool reduce_warps(float* regs, float* smem, int warp,
 template <typename T, int FS, bool VEC, bool SPLIT>
 __global__ void __launch_bounds__(256, 3)
 sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __restrict__ cols,
-                const unsigned char* __restrict__ frag, const int* __restrict__ cell_ptr,
-                const float* __restrict__ vals, int C, const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
+                const int* __restrict__ maskw, const int* __restrict__ cell_ptr, const float* __restrict__ vals,
+                int C, const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
                 const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
   using S = SpmmStage<T, FS>;
   constexpr bool K16 = !std::is_same<T, float>::value;
@@ -395,47 +403,50 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
   const int ob0 = xoff<T, FS>(2 * t, g * J), ob1 = xoff<T, FS>(2 * t + 1, g * J);
   const int oc0 = QC >= 4 ? ob0 + 8 * FS : xoff<T, FS>(8 + 2 * t, g * J);
   const int oc1 = QC >= 4 ? ob1 + 8 * FS : xoff<T, FS>(9 + 2 * t, g * J);
-  // the warp's A tile (two blocks), zero outside the cells being multiplied
-  float* const tile = reinterpret_cast<float*>(smem_raw + (size_t)nw * kStages * S::BYTES) +
-                      (size_t)warp * (kTileBytes / 4);
-  float4* const tile4 = reinterpret_cast<float4*>(tile);
-  tile4[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
-  tile4[32 + lane] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const unsigned lm = (1u << g) - 1u;
 
   // Steps of KS blocks; the warp takes steps wi, wi + W, ...
   const int nst = (un.z - un.y + KS - 1) / KS;
   const int ns = nst > wi ? (nst - wi + W - 1) / W : 0;
   auto first = [&](int k) { return un.y + (wi + k * W) * KS; };
   // Per lane, of one stage: colr = column l (block l / 8, slot l % 8) for
-  // l < 8 KS; cpr = first cell of block l for l <= KS (the unit's end for
-  // l = KS or past it). (colr, cpr): the next stage to issue; (colr2, cpr2):
-  // the one after, so the first two stages' metadata loads are in flight
-  // together.
-  int colr = -1, cpr = 0, colr2 = -1, cpr2 = 0;
-  auto load_meta = [&](int k) {  // metadata of step k into (colr2, cpr2)
+  // l < 8 KS; mkr = mask word l % 4 of block l / 4 for l < 4 KS; cpr = first
+  // cell of block l for l <= KS (the unit's end for l = KS or past it).
+  // (colr, mkr, cpr): the next stage to issue; (colr2, mkr2, cpr2): the one
+  // after, so the first two stages' metadata loads are in flight together.
+  int colr = -1, mkr = 0, cpr = 0, colr2 = -1, mkr2 = 0, cpr2 = 0;
+  auto load_meta = [&](int k) {  // metadata of step k into (colr2, mkr2, cpr2)
     if (k >= ns) return;
     const int b0 = first(k), e = b0 * 8 + lane;
     colr2 = (lane < 8 * KS && e < un.z * 8) ? __ldg(cols + e) : -1;
+    mkr2 = (lane < 4 * KS && b0 + (lane >> 2) < un.z) ? __ldg(maskw + (int64_t)b0 * 4 + lane) : 0;
     cpr2 = lane <= KS ? __ldg(cell_ptr + min(b0 + lane, un.z)) : 0;
   };
   auto advance = [&]() {
     colr = colr2;
+    mkr = mkr2;
     cpr = cpr2;
   };
-  unsigned fast_bits = 0;  // bit q: stage slot q holds its cell values and slots
-  auto issue = [&](int q) {  // the stage in (colr, cpr) into slot q
+  unsigned fast_bits = 0;  // bit q: stage slot q holds its cell values
+  auto issue = [&](int q) {  // the stage in (colr, mkr, cpr) into slot q
     unsigned char* st = my + q * S::BYTES;
     const int c0 = __shfl_sync(kFullMask, cpr, 0), c1 = __shfl_sync(kFullMask, cpr, KS);
-    // 16-byte aligned starts of the stage's cell values and slots
-    const int cb = c0 & ~3, fb = c0 & ~15;
-    const bool fast = c1 - cb <= kStageCells;  // then c1 - fb <= kStageCells + 12
+    const int cb = c0 & ~3;  // 16-byte aligned start of the stage's cells
+    const bool fast = c1 - cb <= kStageCells;
     fast_bits = (fast_bits & ~(1u << q)) | ((unsigned)fast << q);
-    if (lane <= KS) reinterpret_cast<int*>(st + S::OFF_B)[lane] = cpr;
+    // (mask word, first cell of the word): popcounts scanned over the
+    // block's 4 words (lanes 4b .. 4b + 3)
+    const int cnt = __popc((unsigned)mkr);
+    int inc = cnt;
+    int up = __shfl_up_sync(kFullMask, inc, 1);
+    if ((lane & 3) >= 1) inc += up;
+    up = __shfl_up_sync(kFullMask, inc, 2);
+    if ((lane & 3) >= 2) inc += up;
+    const int wfirst = __shfl_sync(kFullMask, cpr, lane >> 2) + inc - cnt - (fast ? cb : 0);
+    if (lane < 4 * KS) reinterpret_cast<int2*>(st + S::OFF_M)[lane] = make_int2(mkr, wfirst);
     if (fast) {
       const int i = cb + 4 * lane;
       if (i < c1) cp_async16(scel + q * S::BYTES, vals + i, 4 * min(4, C - i));
-      const int f = fb + 16 * lane;
-      if (f < c1) cp_async16(scel + q * S::BYTES + (S::OFF_F - S::OFF_C), frag + f, min(16, C - f));
     }
     if (VEC) {
 #pragma unroll
@@ -453,54 +464,51 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
       }
     }
   };
-  // Multiply one staged step of nb blocks, a block pair at a time; V(i) and
-  // S(i) are cell i's value and fragment slot (staged or global). The pair's
-  // cells go to the tile (second block at +128), one per lane per round.
-  auto multiply = [&](const unsigned char* st, int nb, auto V, auto Sl) {
+  // Multiply one staged step of nb blocks; V(i) is cell value i (staged or global).
+  auto multiply = [&](const unsigned char* st, int nb, auto V) {
     const T* sx = reinterpret_cast<const T*>(st);
-    const int* bnd = reinterpret_cast<const int*>(st + S::OFF_B);
+    const int2* sm = reinterpret_cast<const int2*>(st + S::OFF_M) + t;
     using P = Pack<T, J>;
+    if constexpr (!K16) {
 #pragma unroll
-    for (int p = 0; p < KS / 2; ++p) {
-      if (2 * p >= nb) break;
-      // (a missing second block has no cells: bnd[2p + 1] = bnd[2p + 2])
-      const int lo = bnd[2 * p], mid = bnd[2 * p + 1], hi = bnd[2 * p + 2];
-      if (p > 0) __syncwarp();  // the previous pair's zeroing before this scatter
-      for (int i = lo + lane; i < hi; i += 32) tile[(i >= mid ? 128 : 0) + Sl(i)] = V(i);
-      __syncwarp();
-      const float4 a0 = tile4[lane], a1 = tile4[32 + lane];
-      const int base = p * 16 * FS;
-      if constexpr (!K16) {
+      for (int s = 0; s < KS; ++s) {
+        if (s >= nb) break;
+        const int2 m = sm[4 * s];
+        float v[4];
+        lane_cells((unsigned)m.x, m.y, g, lm, V, v);
+        uint32_t ab[4], as[4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (h == 1 && 2 * p + 1 >= nb) break;
-          const float4 a = h ? a1 : a0;
-          uint32_t ab[4], as[4];
-          tf32_split<SPLIT>(a.x, ab[0], as[0]);
-          tf32_split<SPLIT>(a.y, ab[1], as[1]);
-          tf32_split<SPLIT>(a.z, ab[2], as[2]);
-          tf32_split<SPLIT>(a.w, ab[3], as[3]);
-          const P x0 = *reinterpret_cast<const P*>(sx + base + (h ? oc0 : ob0));
-          const P x1 = *reinterpret_cast<const P*>(sx + base + (h ? oc1 : ob1));
+        for (int k = 0; k < 4; ++k) tf32_split<SPLIT>(v[k], ab[k], as[k]);
+        const int base = (s >> 1) * 16 * FS;
+        const P x0 = *reinterpret_cast<const P*>(sx + base + ((s & 1) ? oc0 : ob0));
+        const P x1 = *reinterpret_cast<const P*>(sx + base + ((s & 1) ? oc1 : ob1));
 #pragma unroll
-          for (int j = 0; j < J; ++j) {
-            uint32_t bb0, bs0, bb1, bs1;
-            tf32_split_trunc<SPLIT>(x0.v[j], bb0, bs0);
-            tf32_split_trunc<SPLIT>(x1.v[j], bb1, bs1);
-            if (SPLIT) {
-              mma_tf32(acc.d[j], as[0], as[1], as[2], as[3], bb0, bb1);
-              mma_tf32(acc.d[j], ab[0], ab[1], ab[2], ab[3], bs0, bs1);
-            }
-            mma_tf32(acc.d[j], ab[0], ab[1], ab[2], ab[3], bb0, bb1);
+        for (int j = 0; j < J; ++j) {
+          uint32_t bb0, bs0, bb1, bs1;
+          tf32_split_trunc<SPLIT>(x0.v[j], bb0, bs0);
+          tf32_split_trunc<SPLIT>(x1.v[j], bb1, bs1);
+          if (SPLIT) {
+            mma_tf32(acc.d[j], as[0], as[1], as[2], as[3], bb0, bb1);
+            mma_tf32(acc.d[j], ab[0], ab[1], ab[2], ab[3], bs0, bs1);
           }
+          mma_tf32(acc.d[j], ab[0], ab[1], ab[2], ab[3], bb0, bb1);
         }
-      } else {
-        // block h: condensed columns 8h .. 8h + 7 of the k16 operand
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < KS / 2; ++p) {
+        if (2 * p >= nb) break;
         uint32_t ahi[4], alo[4];
-        split2<T>(a0.x, a0.z, ahi[0], alo[0]);  // row g
-        split2<T>(a0.y, a0.w, ahi[1], alo[1]);  // row g + 8
-        split2<T>(a1.x, a1.z, ahi[2], alo[2]);
-        split2<T>(a1.y, a1.w, ahi[3], alo[3]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // block 2p + h: condensed columns 8h .. 8h + 7
+          // (a missing second block has zero mask words: all cells empty)
+          const int2 m = sm[4 * (2 * p + h)];
+          float v[4];
+          lane_cells((unsigned)m.x, m.y, g, lm, V, v);
+          split2<T>(v[0], v[2], ahi[2 * h], alo[2 * h]);          // row g
+          split2<T>(v[1], v[3], ahi[2 * h + 1], alo[2 * h + 1]);  // row g + 8
+        }
+        const int base = p * 16 * FS;
         const P x0 = *reinterpret_cast<const P*>(sx + base + ob0);
         const P x1 = *reinterpret_cast<const P*>(sx + base + ob1);
         const P x2 = *reinterpret_cast<const P*>(sx + base + oc0);
@@ -512,22 +520,16 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
           mma_k16<T>(acc.d[j], ahi, b0r, b1r);
         }
       }
-      __syncwarp();  // every lane's tile reads before the zeroing
-      tile4[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
-      tile4[32 + lane] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
   auto compute = [&](int k, int q) {
     const unsigned char* st = my + q * S::BYTES;
     const int nb = min(KS, un.z - first(k));
-    if ((fast_bits >> q) & 1u) {
-      const int c0 = reinterpret_cast<const int*>(st + S::OFF_B)[0];
-      const float* sc = reinterpret_cast<const float*>(st + S::OFF_C) - (c0 & ~3);
-      const unsigned char* sf = st + S::OFF_F - (c0 & ~15);
-      multiply(st, nb, [&](int i) { return sc[i]; }, [&](int i) { return (int)sf[i]; });
-    } else {
-      multiply(st, nb, [&](int i) { return __ldg(vals + i); }, [&](int i) { return (int)__ldg(frag + i); });
-    }
+    const float* sc = reinterpret_cast<const float*>(st + S::OFF_C);
+    if ((fast_bits >> q) & 1u)
+      multiply(st, nb, [&](int i) { return sc[i]; });
+    else
+      multiply(st, nb, [&](int i) { return __ldg(vals + i); });
   };
 
   // Pipeline: stages k + 1 .. k + kStages - 1 are in flight while stage k
@@ -727,12 +729,12 @@ bool vec_ok(const at::Tensor& t, int V) {
 }
 
 at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const at::Tensor& mask,
-                         const at::Tensor& cell_ptr, const at::Tensor& frag_in, const at::Tensor& heavy,
-                         const at::Tensor& heavy_ptr, int64_t num_slots, const at::Tensor& cell_val,
-                         const at::Tensor& x_in, const std::optional<at::Tensor>& diag, int64_t num_rows,
-                         int64_t precision, int64_t warps, const at::Tensor&, const at::Tensor&,
-                         const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                         const at::Tensor&, int64_t, const at::Tensor&) {
+                         const at::Tensor& cell_ptr, const at::Tensor& heavy, const at::Tensor& heavy_ptr,
+                         int64_t num_slots, const at::Tensor& cell_val, const at::Tensor& x_in,
+                         const std::optional<at::Tensor>& diag, int64_t num_rows, int64_t precision,
+                         int64_t warps, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                         const at::Tensor&) {
   check_sgt(units, cols, mask, cell_ptr);
   check_index(heavy, "heavy");
   check_index(heavy_ptr, "heavy_ptr");
@@ -741,13 +743,9 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
               "pyg_tc: cell values must be a 1-D float32 CUDA tensor");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
-  TORCH_CHECK(frag_in.is_cuda() && frag_in.scalar_type() == at::kByte && frag_in.numel() == cell_val.numel(),
-              "pyg_tc: SGT frag must be a uint8 CUDA tensor with one slot per cell (stale SGT?)");
-  // the stage copies cell values and slots in 16-byte chunks: 16-byte aligned bases
+  // the stage copies cell values in 16-byte chunks: a 16-byte aligned base
   at::Tensor vals = cell_val.contiguous();
   if (!aligned16(vals.data_ptr())) vals = vals.clone();
-  at::Tensor frag = frag_in.contiguous();
-  if (!aligned16(frag.data_ptr())) frag = frag.clone();
   TORCH_CHECK(vals.numel() < (int64_t)1 << 31, "pyg_tc: too many SGT cells for the int32 kernels");
   const int C = (int)vals.numel();
   const int R = (int)num_rows, F = (int)x.size(1);
@@ -773,7 +771,7 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   auto stream = c10::cuda::getCurrentCUDAStream();
   const bool sm90 = device_attr<cudaDevAttrComputeCapabilityMajor>(x.get_device()) >= 9;
   const auto* un = reinterpret_cast<const int4*>(units.data_ptr<int>());
-  const auto* fr = frag.data_ptr<uint8_t>();
+  const int* mk = mask.data_ptr<int>();
   const int* cl = cols.data_ptr<int>();
   const int* cp = cell_ptr.data_ptr<int>();
   const float* vp = vals.data_ptr<float>();
@@ -785,11 +783,11 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
     // partial tiles of split windows: 16 x FS fp32 per slot and slice
     at::Tensor ws = at::empty({num_slots * slices * 16 * FS}, x.options().dtype(at::kFloat));
     float* wp = ws.data_ptr<float>();
-    const size_t bytes = (size_t)nw * (kStages * SB + kTileBytes);
+    const size_t bytes = (size_t)nw * kStages * SB;
     if (bytes > 48 * 1024)
       C10_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     const dim3 grid(coop ? U : (U + nw - 1) / nw, slices);
-    kern<<<grid, 32 * nw, bytes, stream>>>(un, U, coop ? 1 : 0, cl, fr, cp, vp, C,
+    kern<<<grid, 32 * nw, bytes, stream>>>(un, U, coop ? 1 : 0, cl, mk, cp, vp, C,
                                            reinterpret_cast<const T*>(x.data_ptr()),
                                            reinterpret_cast<T*>(out.data_ptr()), wp, dp, ds, R, F);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -849,11 +847,11 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
 }
 
 at::Tensor sgt_sddmm_cuda(const at::Tensor& units, const at::Tensor& cols, const at::Tensor& mask,
-                          const at::Tensor& cell_ptr, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                          int64_t, const at::Tensor& a_in, const at::Tensor& b_in, int64_t num_cells,
+                          const at::Tensor& cell_ptr, const at::Tensor&, const at::Tensor&, int64_t,
+                          const at::Tensor& a_in, const at::Tensor& b_in, int64_t num_cells,
                           int64_t precision, int64_t warps, const at::Tensor&, const at::Tensor&,
                           const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                          const at::Tensor&, int64_t, const at::Tensor&) {
+                          int64_t, const at::Tensor&) {
   check_sgt(units, cols, mask, cell_ptr);
   TORCH_CHECK(a_in.is_cuda() && b_in.is_cuda() && a_in.dim() == 2 && b_in.dim() == 2 &&
                   a_in.size(1) == b_in.size(1) && a_in.scalar_type() == b_in.scalar_type(),

@@ -21,12 +21,6 @@ transpose used by the backward pass), all int32:
   offset in the block's cells, so the kernels need no per-edge index;
 * ``cell_ptr [B+1]``: cells of block ``b`` are ``cell_ptr[b] ..
   cell_ptr[b+1]``, in bit order;
-* ``frag [C]`` (uint8): every cell's slot in the MMA fragment layout of its
-  block, ``4 * lane + j`` for tile row ``r``, column ``c``: lane ``4 (r % 8)
-  + c // 2``, register ``j = r // 8 + 2 (c % 2)`` (:func:`frag_slot`). The
-  SpMM scatters a stage's cell values to a dense tile at these slots, so a
-  lane reads its four A values with one 16-byte load instead of decoding the
-  mask (the mask stays: the SDDMM and the checks use it);
 * ``sched``: the work units over windows, a :class:`~pyg_tc.formats.Schedule`
   built on ``block_ptr`` (unit = ``window, first block, end block, slot``;
   windows with more than ``unit_blocks`` blocks are split, their fp32 partial
@@ -82,7 +76,6 @@ class SGTDir(NamedTuple):
     cols: Tensor
     mask: Tensor
     cell_ptr: Tensor
-    frag: Tensor
     sched: Schedule
     num_rows: int
     num_cols: int
@@ -93,18 +86,7 @@ class SGTDir(NamedTuple):
 
     def to(self, device) -> 'SGTDir':
         return SGTDir(self.block_ptr.to(device), self.cols.to(device), self.mask.to(device),
-                      self.cell_ptr.to(device), self.frag.to(device), self.sched.to(device),
-                      self.num_rows, self.num_cols)
-
-
-def frag_slot(bit: Tensor) -> Tensor:
-    """Fragment slot (``4 * lane + j``, 0..127) of mask bit ``c * 16 + r``:
-    lane ``(g, t) = (r % 8, c // 2)`` holds rows ``g``, ``g + 8`` of columns
-    ``2t``, ``2t + 1`` as ``j = r // 8 + 2 (c % 2)`` (the m16n8 accumulator
-    layout; the kernels' A operand)."""
-    r, c = bit % WINDOW, bit // WINDOW
-    return (4 * (r % 8) + c // 2) * 4 + r // 8 + 2 * (c % 2)
-
+                      self.cell_ptr.to(device), self.sched.to(device), self.num_rows, self.num_cols)
 
 
 def _to_int32_bits(w: Tensor) -> Tensor:
@@ -159,7 +141,7 @@ def _build_dir(rowptr: Tensor, col: Tensor, num_rows: int, num_cols: int, unit_b
         torch.cumsum(torch.bincount(cell_block, minlength=B), 0, out=cell_ptr[1:])
     sched = build_schedule(block_ptr.to(torch.int32), unit_blocks or default_unit_blocks(B))
     d = SGTDir(block_ptr.to(torch.int32), cols, _to_int32_bits(words).view(B, 4),
-               cell_ptr.to(torch.int32), frag_slot(bit).to(torch.uint8), sched, int(num_rows), int(num_cols))
+               cell_ptr.to(torch.int32), sched, int(num_rows), int(num_cols))
     return d, order, cpos, cell_id
 
 
@@ -344,8 +326,6 @@ def _cell_coords(d: SGTDir):
         raise ValueError('pyg_tc: SGT cell_ptr does not match the mask popcounts')
     _validate_schedule(d.sched, d.block_ptr, 'SGT')
     b_idx, bit = bits.nonzero(as_tuple=True)  # row-major over (block, bit) = cell order
-    if d.frag.dtype != torch.uint8 or not torch.equal(d.frag.long(), frag_slot(bit)):
-        raise ValueError('pyg_tc: SGT frag does not match the mask (stale or corrupt metadata)')
     return rows[b_idx, bit], cols[b_idx, c[bit]]
 
 
@@ -353,17 +333,11 @@ def _cell_coords(d: SGTDir):
 # CPU emulation of the tensor-core kernels: the same blocks, units and slots.
 
 def _tiles(d: SGTDir, cell_val: Tensor) -> Tensor:
-    """Dense A tiles [B, 16, 8] (fp32) from cell values, as the SpMM builds
-    them: each cell scattered to its fragment slot (``frag``), the slots
-    read back in tile order."""
+    """Dense A tiles [B, 16, 8] (fp32) from cell values."""
     B = d.num_blocks
-    dev = cell_val.device
-    cp = d.cell_ptr.long()
-    blk = torch.repeat_interleave(torch.arange(B, device=dev), cp[1:] - cp[:-1], output_size=cell_val.numel())
-    A = torch.zeros(B * 128, dtype=torch.float32, device=dev)
-    A[blk * 128 + d.frag.long()] = cell_val.float()
-    bit = torch.arange(128, device=dev)
-    return A.view(B, 128)[:, frag_slot(bit)].view(B, BLOCK_W, WINDOW).transpose(1, 2)
+    A = torch.zeros(B * 128, dtype=torch.float32, device=cell_val.device)
+    A[_mask_bits(d.mask).view(-1).nonzero().flatten()] = cell_val.float()
+    return A.view(B, BLOCK_W, WINDOW).transpose(1, 2)
 
 
 def _gather_cols(d: SGTDir, x: Tensor) -> Tensor:

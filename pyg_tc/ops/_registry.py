@@ -41,15 +41,15 @@ SCHEMAS = {
         'str reduce) -> Tensor'),
     'sort_int32': 'sort_int32(Tensor keys, int end_bit) -> (Tensor, Tensor)',
     'sgt_spmm': (
-        'sgt_spmm(Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor frag, Tensor heavy, '
+        'sgt_spmm(Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor heavy, '
         'Tensor heavy_ptr, int num_slots, Tensor cell_val, Tensor x, Tensor? diag, int num_rows, '
         'int precision, int warps, Tensor t_units, Tensor t_cols, Tensor t_mask, Tensor t_cell_ptr, '
-        'Tensor t_frag, Tensor t_heavy, Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell) -> Tensor'),
+        'Tensor t_heavy, Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell) -> Tensor'),
     'sgt_sddmm': (
-        'sgt_sddmm(Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor frag, Tensor heavy, '
+        'sgt_sddmm(Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor heavy, '
         'Tensor heavy_ptr, int num_slots, Tensor a, Tensor b, int num_cells, int precision, '
         'int warps, Tensor t_units, Tensor t_cols, Tensor t_mask, Tensor t_cell_ptr, '
-        'Tensor t_frag, Tensor t_heavy, Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell) -> Tensor'),
+        'Tensor t_heavy, Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell) -> Tensor'),
 }
 
 _LOCK = threading.Lock()
@@ -134,12 +134,12 @@ def _sddmm_impl(col, a, b, units, rowptr, *rest):
     return sddmm_reference(rowptr, col, a, b)
 
 
-def _sgt_spmm_impl(units, cols, mask, cell_ptr, frag, heavy, heavy_ptr, num_slots, cell_val, x, diag,
+def _sgt_spmm_impl(units, cols, mask, cell_ptr, heavy, heavy_ptr, num_slots, cell_val, x, diag,
                    num_rows, precision, warps, *transpose):
     return sgt_spmm_reference(units, cols, mask, cell_val, x, diag, num_rows)
 
 
-def _sgt_sddmm_impl(units, cols, mask, cell_ptr, frag, heavy, heavy_ptr, num_slots, a, b, *rest):
+def _sgt_sddmm_impl(units, cols, mask, cell_ptr, heavy, heavy_ptr, num_slots, a, b, *rest):
     return sgt_sddmm_reference(units, cols, mask, a, b)
 
 
@@ -332,64 +332,66 @@ def _cbsr_sspmm_backward(ctx, h):
 # forward SGT or its transpose (cells map through t_cell).
 
 def _sgt_swap(fwd, bwd, t_cell):
-    """Argument groups of the transpose direction: (its own 8, the forward's 8
+    """Argument groups of the transpose direction: (its own 7, the forward's 7
     as its transpose, the map of its transpose cells = forward cells)."""
     inv = inverse_perm(t_cell) if torch.is_grad_enabled() else t_cell
     return bwd, fwd, inv
 
 
-_G = 8  # tensors and num_slots of one direction: units, cols, mask, cell_ptr, frag, heavy, heavy_ptr, num_slots
-
-
 def _sgt_spmm_setup(ctx, inputs, output):
-    fwd, bwd = inputs[0:_G], inputs[_G + 6:2 * _G + 6]
-    cell_val, x, diag, num_rows, precision, warps = inputs[_G:_G + 6]
-    ctx.ns, ctx.t_ns, ctx.precision, ctx.warps = fwd[-1], bwd[-1], precision, warps
-    ctx.save_for_backward(*fwd[:-1], *bwd[:-1], cell_val, x, diag, inputs[-1])
+    fwd, bwd = inputs[0:7], inputs[13:20]
+    cell_val, x, diag, num_rows, precision, warps, t_cell = inputs[7], inputs[8], inputs[9], \
+        inputs[10], inputs[11], inputs[12], inputs[20]
+    ctx.ns, ctx.t_ns, ctx.precision, ctx.warps = fwd[6], bwd[6], precision, warps
+    ctx.save_for_backward(*fwd[:6], *bwd[:6], cell_val, x, diag, t_cell)
 
 
 def _sgt_groups(ctx, saved):
-    fwd = tuple(saved[0:_G - 1]) + (ctx.ns,)
-    bwd = tuple(saved[_G - 1:2 * _G - 2]) + (ctx.t_ns,)
-    return fwd, bwd, saved[2 * _G - 2:]
+    fwd = tuple(saved[0:6]) + (ctx.ns,)
+    bwd = tuple(saved[6:12]) + (ctx.t_ns,)
+    return fwd, bwd
 
 
 def _sgt_spmm_backward(ctx, grad):
-    fwd, bwd, (cell_val, x, diag, t_cell) = _sgt_groups(ctx, ctx.saved_tensors)
-    grads = [None] * (2 * _G + 7)
+    saved = ctx.saved_tensors
+    fwd, bwd = _sgt_groups(ctx, saved)
+    cell_val, x, diag, t_cell = saved[12:16]
+    grads = [None] * 21
     grad = grad.contiguous()
     p, w = ctx.precision, ctx.warps
-    if ctx.needs_input_grad[_G + 1]:  # x
+    if ctx.needs_input_grad[8]:
         tb, tf, inv = _sgt_swap(fwd, bwd, t_cell)
-        grads[_G + 1] = torch.ops.pyg_tc.sgt_spmm(*tb, cell_val[t_cell.long()], grad, diag, x.size(0), p, w,
-                                                  *tf, inv)
-    if ctx.needs_input_grad[_G]:  # cell_val
-        grads[_G] = torch.ops.pyg_tc.sgt_sddmm(*fwd, grad, x, cell_val.numel(), p, w, *bwd,
-                                               t_cell).to(cell_val.dtype)
-    if ctx.needs_input_grad[_G + 2] and diag is not None:
+        grads[8] = torch.ops.pyg_tc.sgt_spmm(*tb, cell_val[t_cell.long()], grad, diag, x.size(0), p, w,
+                                             *tf, inv)
+    if ctx.needs_input_grad[7]:
+        grads[7] = torch.ops.pyg_tc.sgt_sddmm(*fwd, grad, x, cell_val.numel(), p, w, *bwd,
+                                              t_cell).to(cell_val.dtype)
+    if ctx.needs_input_grad[9] and diag is not None:
         acc = _acc_dtype(x.dtype)
         gd = (grad.to(acc) * x.to(acc)).sum(1)
-        grads[_G + 2] = (gd.sum().view(1) if diag.numel() == 1 else gd).to(diag.dtype)
+        grads[9] = (gd.sum().view(1) if diag.numel() == 1 else gd).to(diag.dtype)
     return tuple(grads)
 
 
 def _sgt_sddmm_setup(ctx, inputs, output):
-    fwd, bwd = inputs[0:_G], inputs[_G + 5:2 * _G + 5]
-    a, b, _, precision, warps = inputs[_G:_G + 5]
-    ctx.ns, ctx.t_ns, ctx.precision, ctx.warps = fwd[-1], bwd[-1], precision, warps
-    ctx.save_for_backward(*fwd[:-1], *bwd[:-1], a, b, inputs[-1])
+    fwd, bwd = inputs[0:7], inputs[12:19]
+    a, b, precision, warps, t_cell = inputs[7], inputs[8], inputs[10], inputs[11], inputs[19]
+    ctx.ns, ctx.t_ns, ctx.precision, ctx.warps = fwd[6], bwd[6], precision, warps
+    ctx.save_for_backward(*fwd[:6], *bwd[:6], a, b, t_cell)
 
 
 def _sgt_sddmm_backward(ctx, grad):
-    fwd, bwd, (a, b, t_cell) = _sgt_groups(ctx, ctx.saved_tensors)
-    grads = [None] * (2 * _G + 6)
+    saved = ctx.saved_tensors
+    fwd, bwd = _sgt_groups(ctx, saved)
+    a, b, t_cell = saved[12:15]
+    grads = [None] * 20
     g = grad.to(torch.float32 if a.dtype != torch.float64 else torch.float64).contiguous()
     p, w = ctx.precision, ctx.warps
-    if ctx.needs_input_grad[_G]:  # grad_a[i] = sum_cells g * b[col]
-        grads[_G] = torch.ops.pyg_tc.sgt_spmm(*fwd, g, b, None, a.size(0), p, w, *bwd, t_cell)
-    if ctx.needs_input_grad[_G + 1]:  # grad_b[j] = sum_cells g * a[row], on the transpose
+    if ctx.needs_input_grad[7]:  # grad_a[i] = sum_cells g * b[col]
+        grads[7] = torch.ops.pyg_tc.sgt_spmm(*fwd, g, b, None, a.size(0), p, w, *bwd, t_cell)
+    if ctx.needs_input_grad[8]:  # grad_b[j] = sum_cells g * a[row], on the transpose
         tb, tf, inv = _sgt_swap(fwd, bwd, t_cell)
-        grads[_G + 1] = torch.ops.pyg_tc.sgt_spmm(*tb, g[t_cell.long()], a, None, b.size(0), p, w, *tf, inv)
+        grads[8] = torch.ops.pyg_tc.sgt_spmm(*tb, g[t_cell.long()], a, None, b.size(0), p, w, *tf, inv)
     return tuple(grads)
 
 
@@ -458,12 +460,12 @@ def ensure() -> None:
             return grad.new_empty(indices.size(0), indices.size(1))
 
         @torch.library.register_fake('pyg_tc::sgt_spmm')
-        def _sgt_spmm_fake(units, cols, mask, cell_ptr, frag, heavy, heavy_ptr, ns, cell_val, x, diag,
+        def _sgt_spmm_fake(units, cols, mask, cell_ptr, heavy, heavy_ptr, ns, cell_val, x, diag,
                            num_rows, *rest):
             return x.new_empty(num_rows, x.size(1))
 
         @torch.library.register_fake('pyg_tc::sgt_sddmm')
-        def _sgt_sddmm_fake(units, cols, mask, cell_ptr, frag, heavy, heavy_ptr, ns, a, b, num_cells, *rest):
+        def _sgt_sddmm_fake(units, cols, mask, cell_ptr, heavy, heavy_ptr, ns, a, b, num_cells, *rest):
             return a.new_empty(num_cells)
 
         torch.library.register_autograd('pyg_tc::sgt_spmm', _sgt_spmm_backward,

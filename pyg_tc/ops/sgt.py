@@ -90,7 +90,7 @@ SPMM_FILL_WARPS = 8192
 
 
 def _dir(d: SGTDir):
-    return (d.sched.units, d.cols, d.mask, d.cell_ptr, d.frag, d.sched.heavy_rows, d.sched.heavy_ptr,
+    return (d.sched.units, d.cols, d.mask, d.cell_ptr, d.sched.heavy_rows, d.sched.heavy_ptr,
             d.sched.num_slots)
 
 

@@ -55,11 +55,9 @@ def _corrupt(s: SGT, what: str) -> None:
         s.t_cell[0], s.t_cell[1] = s.t_cell[1].clone(), s.t_cell[0].clone()
     elif what == 'cell_ptr':
         s.bwd.cell_ptr[1] += 1
-    elif what == 'frag':
-        s.bwd.frag[0] ^= 1
 
 
-@pytest.mark.parametrize('what', ['mask', 'cols', 'edge_cell', 't_cell', 'cell_ptr', 'frag'])
+@pytest.mark.parametrize('what', ['mask', 'cols', 'edge_cell', 't_cell', 'cell_ptr'])
 def test_validate_catches_corruption(what):
     ei, n = make_graph('random')
     g = CSRGraph.from_coo(ei[0], ei[1], n, n)

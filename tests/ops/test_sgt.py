@@ -10,7 +10,6 @@ from pyg_tc import ops
 from pyg_tc.formats import CSRGraph
 from pyg_tc.formats.sgt import SGT, emulate_sddmm, emulate_spmm
 from pyg_tc.ops import sgt_of, sgt_sddmm_cells, sgt_spmm_cells
-from pyg_tc.ops.sgt import _dir
 
 from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, dtype_id, edge_weights,
                         features, make_graph, sddmm_oracle, sizes, spmm_magnitude, spmm_oracle)
@@ -104,9 +103,13 @@ def test_opcheck(device):
     s = sgt_of(g)
     x = features(n, 12, device=device, seed=1, requires_grad=True)
     cv = torch.rand(s.num_cells, device=device, requires_grad=True)
-    args = (*_dir(s.fwd), cv, x, None, n, 1, 2, *_dir(s.bwd), s.t_cell)
+    d = [s.fwd, s.bwd]
+    def grp(q):
+        return (q.sched.units, q.cols, q.mask, q.cell_ptr, q.sched.heavy_rows, q.sched.heavy_ptr,
+                q.sched.num_slots)
+    args = (*grp(d[0]), cv, x, None, n, 1, 2, *grp(d[1]), s.t_cell)
     torch.library.opcheck(torch.ops.pyg_tc.sgt_spmm.default, args)
-    args = (*_dir(s.fwd), x, x.detach().clone().requires_grad_(), s.num_cells, 1, 2, *_dir(s.bwd), s.t_cell)
+    args = (*grp(d[0]), x, x.detach().clone().requires_grad_(), s.num_cells, 1, 2, *grp(d[1]), s.t_cell)
     torch.library.opcheck(torch.ops.pyg_tc.sgt_sddmm.default, args)
 
 
@@ -211,7 +214,7 @@ def test_gpu_builder_matches_cpu():
         for name in ('edge_order', 'edge_cell', 't_cell'):
             assert torch.equal(getattr(a, name), getattr(b, name).cpu()), name
         for d, e in ((a.fwd, b.fwd), (a.bwd, b.bwd)):
-            for name in ('block_ptr', 'cols', 'mask', 'cell_ptr', 'frag'):
+            for name in ('block_ptr', 'cols', 'mask', 'cell_ptr'):
                 assert torch.equal(getattr(d, name), getattr(e, name).cpu()), name
             assert torch.equal(d.sched.units, e.sched.units.cpu())
 
