@@ -13,7 +13,7 @@ from pyg_tc import ops  # noqa: E402
 from pyg_tc.bench.graphs import load_graph  # noqa: E402
 from pyg_tc.bench.timing import bench_graph_replay  # noqa: E402
 from pyg_tc.formats import CSRGraph  # noqa: E402
-from pyg_tc.formats.sgt import SGT, default_unit_blocks  # noqa: E402
+from pyg_tc.formats.sgt import DEFAULT_UNIT_BLOCKS, SGT  # noqa: E402
 from pyg_tc.ops.sgt import warps_for  # noqa: E402
 from pyg_tc.transforms import rcm_order  # noqa: E402
 
@@ -43,8 +43,7 @@ for name in graphs:
         torch.cuda.synchronize()
         tb = (time.perf_counter() - t0) * 1e3
         st = s.stats(g)
-        ub_default = default_unit_blocks(s.fwd.num_blocks)  # as SGT.build
-        variants = {u: (s if u == ub_default else SGT.build(g, unit_blocks=u)) for u in UNIT_BLOCKS}
+        variants = {u: (s if u == DEFAULT_UNIT_BLOCKS else SGT.build(g, unit_blocks=u)) for u in UNIT_BLOCKS}
         w = torch.rand(g.num_edges, device='cuda')
         A = torch.sparse_csr_tensor(g.rowptr, g.col, w, (N, N))
         cells = s.cell_values(w)
@@ -74,7 +73,7 @@ for name in graphs:
                 print(f'  F={F} {str(dt)[6:]}: csr {tc:.4f} tcu {tcu:.4f} tcu_tf32 {tcu32:.4f} cusparse {tcs:.4f} | '
                       f'tcu/cusp x{tcs / tcu:.2f} csr/tcu x{tc / tcu:.2f} | warps {" ".join(f"{k}:{v:.4f}" for k, v in sw.items())} '
                       f'rule={warps_for(s, F, dt)} | unit_blocks '
-                      f'(w1/w4/w8) {" ".join(f"{k}{chr(42) * (k == ub_default)}:{v}" for k, v in su.items())} '
+                      f'(w1/w4/w8) {" ".join(f"{k}{chr(42) * (k == DEFAULT_UNIT_BLOCKS)}:{v}" for k, v in su.items())} '
                       f'| sddmm csr {sd_c:.4f} tcu {sd_t:.4f}', flush=True)
         del g, s, A, variants
         torch.cuda.empty_cache()

@@ -15,6 +15,8 @@ from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
+from .._cuda_graph import capture_graph
+
 MB = 2**20
 
 
@@ -80,18 +82,7 @@ def bench_graph_replay(fns: Sequence[Callable[[], object]], warmup: int = 3, rep
     e.g. the same op on rotating inputs) are captured into one CUDA graph whose
     replays are timed; the result is divided by ``len(fns)``. This is the
     kernel-only time; :func:`bench` is the per-call time a Python user sees."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            for f in fns:
-                f()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for f in fns:
-            f()
-    t = bench(graph.replay, warmup, rep, device)
+    t = bench(capture_graph(fns, warm_passes=2).replay, warmup, rep, device)
     n = len(fns)
     return Timing(t.median_ms / n, t.min_ms / n, t.max_ms / n, t.reps)
 

@@ -53,22 +53,20 @@ WINDOW = 16  # rows per window (MMA M)
 BLOCK_W = 8  # condensed columns per block (TF32 MMA K)
 
 
-def default_unit_blocks(num_blocks: int) -> int:
-    """Blocks per work unit: 64 on every graph (measured on the H200 with
-    ``benchmarks/sgt_probe.py``, docs/tcgnn.md). Windows of up to 64 blocks
-    are whole units (all of Cora, CiteSeer and PROTEINS_full: no window is
-    split, so the split-window reduction, a second launch, never runs);
-    longer windows are split into 64-block units. Where that leaves too few
-    units to fill the GPU (Tolokers: 1413-2023 units), warps share a unit
-    (:func:`pyg_tc.ops.sgt.warps_for`) instead of the units getting smaller:
-    Tolokers with 64-block units and 4 warps each ran 1.02-1.16x faster than
-    with the earlier 16-32-block units and one warp; ogbn-arxiv and the
-    Reddit-shaped graph keep one warp per unit. Smaller units write more
-    partial tiles (arxiv with 16: 1.08-1.64x slower); larger ones were up to
-    4% faster on the Reddit-shaped graph and 0.57-1.06x on Tolokers (a whole
-    RCM window of 671 blocks sets the critical path): one size
-    for all. ``num_blocks`` is kept for the signature."""
-    return 64
+# Blocks per work unit: 64 on every graph (measured on the H200 with
+# ``benchmarks/sgt_probe.py``, docs/tcgnn.md). Windows of up to 64 blocks are
+# whole units (all of Cora, CiteSeer and PROTEINS_full: no window is split, so
+# the split-window reduction, a second launch, never runs); longer windows are
+# split into 64-block units. Where that leaves too few units to fill the GPU
+# (Tolokers: 1413-2023 units), warps share a unit
+# (:func:`pyg_tc.ops.sgt.warps_for`) instead of the units getting smaller:
+# Tolokers with 64-block units and 4 warps each ran 1.02-1.16x faster than
+# with the earlier 16-32-block units and one warp; ogbn-arxiv and the Reddit-
+# shaped graph keep one warp per unit. Smaller units write more partial tiles
+# (arxiv with 16: 1.08-1.64x slower); larger ones were up to 4% faster on the
+# Reddit-shaped graph and 0.57-1.06x on Tolokers (a whole RCM window of 671
+# blocks sets the critical path): one size for all.
+DEFAULT_UNIT_BLOCKS = 64
 
 
 class SGTDir(NamedTuple):
@@ -139,7 +137,7 @@ def _build_dir(rowptr: Tensor, col: Tensor, num_rows: int, num_cols: int, unit_b
     cell_ptr = torch.zeros(B + 1, dtype=torch.long, device=dev)
     if B:
         torch.cumsum(torch.bincount(cell_block, minlength=B), 0, out=cell_ptr[1:])
-    sched = build_schedule(block_ptr.to(torch.int32), unit_blocks or default_unit_blocks(B))
+    sched = build_schedule(block_ptr.to(torch.int32), unit_blocks or DEFAULT_UNIT_BLOCKS)
     d = SGTDir(block_ptr.to(torch.int32), cols, _to_int32_bits(words).view(B, 4),
                cell_ptr.to(torch.int32), sched, int(num_rows), int(num_cols))
     return d, order, cpos, cell_id

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .._cuda_graph import capture_graph
 from ..formats.csr import CSRGraph
 from ..formats.sgt import SGT, SGTDir, sgt_sddmm_reference, sgt_spmm_reference
 from . import _registry
@@ -176,17 +177,8 @@ def _replayable(fn):
     """``fn`` TUNE_CALLS times as one callable: a CUDA graph of the calls when
     capturable (device time without the Python launch cost, which would
     otherwise hide the kernels' difference on small graphs), else eager."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
     try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(TUNE_CALLS):
-                fn()
-        run = graph.replay
+        run = capture_graph([fn] * TUNE_CALLS).replay
     except RuntimeError:
         torch.cuda.synchronize()
 

@@ -28,7 +28,7 @@ class SGTTransform(DegreeBucketTransform):
         window: rows per window; 16 (the MMA's M) is the only value the
             kernels take.
         unit_blocks: blocks per work unit (windows with more are split);
-            None: :func:`pyg_tc.formats.sgt.default_unit_blocks`.
+            None: ``pyg_tc.formats.sgt.DEFAULT_UNIT_BLOCKS`` (64).
         chunk: the CSR schedule's chunk (see :class:`DegreeBucketTransform`).
         validate: run :meth:`SGT.validate` after building (slow; tests).
     """
