@@ -16,6 +16,15 @@ tensor itself.
   and cached on the tensor object, keyed by the tensor's version counter, the
   node counts and the device, so an in-place edit or a different node count
   never reuses stale metadata.
+
+Limitation: the version counter only sees writes that autograd sees. A graph
+changed behind it (through ``edge_index.data``, ``torch.no_grad`` writes to a
+tensor's ``.data``, a numpy array sharing the memory (``torch.from_numpy``),
+or another view's storage written by a C extension) keeps its old format and
+is aggregated over the old edges. After such a write call
+:func:`clear_graph` on the tensor (or use a new tensor); a ``cached=True``
+GCNConv also keeps its normalised graph until ``conv._cached_edge_index =
+None`` (or ``reset_parameters()``), exactly like PyG's.
 """
 from __future__ import annotations
 
@@ -23,9 +32,9 @@ from typing import Any, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric import EdgeIndex
+from torch_geometric import EdgeIndex, Index
 
-from .csr import DEFAULT_CHUNK, CSRGraph
+from .csr import DEFAULT_CHUNK, CSRGraph, stale_error
 
 _ATTR = '_pyg_tc_graph'
 aten = torch.ops.aten
@@ -51,6 +60,14 @@ class TCEdgeIndex(EdgeIndex):
                 moved = graph.to(out.device)
                 setattr(out, _ATTR, ((out._version,) + key[1:3] + (out.device,) + key[4:], moved))
         return out
+
+
+def plain_tensor(t: Any) -> Any:
+    """The plain ``torch.Tensor`` under a PyG ``EdgeIndex`` / ``Index``
+    (zero-copy); anything else unchanged. ``as_subclass(Tensor)`` does not
+    strip these wrapper subclasses, and their arithmetic fails on tensors of
+    0 or 1 elements, so formats never hold them."""
+    return t.as_tensor() if isinstance(t, (EdgeIndex, Index)) else t
 
 
 def _key(t: Any, num_src: int, num_dst: int, flow: str) -> tuple:
@@ -82,6 +99,24 @@ def _store(t: Any, key: tuple, graph: CSRGraph) -> None:
         pass
 
 
+def clear_graph(adj: Any) -> None:
+    """Forget the formats cached on (or attached to) ``adj``, for both flows;
+    the next call builds them again from the current edges. Needed only after
+    a write the version counter does not see (see the module doc)."""
+    for name in (_ATTR, _ATTR + '_t2s'):
+        if hasattr(adj, name):
+            delattr(adj, name)
+    if isinstance(adj, TCEdgeIndex):
+        adj.__class__ = EdgeIndex
+
+
+def has_graph(adj: Any, flow: str = 'source_to_target') -> bool:
+    """Whether ``adj`` is a :class:`CSRGraph` or carries one for ``flow``
+    (from a transform or an earlier call), without building anything."""
+    return isinstance(adj, CSRGraph) or getattr(adj, _attr(flow), None) is not None or (
+        isinstance(adj, Tensor) and adj.layout != torch.strided and hasattr(adj, _ATTR))
+
+
 def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[CSRGraph] = None,
            chunk: Optional[int] = DEFAULT_CHUNK) -> TCEdgeIndex:
     """Wrap ``edge_index`` (edge order unchanged) as a :class:`TCEdgeIndex`
@@ -90,7 +125,7 @@ def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[
         raise ValueError('pyg_tc: edge_index must be a [2, E] tensor')
     if num_nodes is None:
         num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
-    data = edge_index.as_subclass(Tensor) if isinstance(edge_index, EdgeIndex) else edge_index
+    data = plain_tensor(edge_index)
     ei = EdgeIndex(data.contiguous(), sparse_size=(num_nodes, num_nodes))
     if graph is None:
         graph = CSRGraph.from_coo(data[0], data[1], num_nodes, num_nodes, chunk)
@@ -105,8 +140,12 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
     """The :class:`CSRGraph` of any PyG adjacency, and its edge values in CSR
     order (sparse inputs with values) or None.
 
-    ``size = (num_src, num_dst)``; missing entries are taken from the adjacency.
-    ``flow='target_to_source'`` aggregates along reversed edges, as in PyG.
+    ``size`` is PyG's: the node counts of ``edge_index[0]`` and
+    ``edge_index[1]`` (``(num_src, num_dst)`` for ``flow='source_to_target'``,
+    ``(num_dst, num_src)`` for ``'target_to_source'``, which aggregates along
+    reversed edges); missing entries come from an ``EdgeIndex``'s sparse size,
+    else the largest index + 1. Sparse adjacencies (``adj_t``, rows =
+    targets) carry their own size, and ``flow`` does not apply to them.
     """
     if flow not in ('source_to_target', 'target_to_source'):
         raise ValueError(f"pyg_tc: flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
@@ -173,11 +212,13 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
     if g is None:
         entry = getattr(adj, _ATTR, None)
         if isinstance(adj, TCEdgeIndex) and entry is not None and flow == 'source_to_target':
-            raise ValueError(
-                f'pyg_tc: stale graph metadata: the format attached to this edge_index was built '
-                f'for {entry[0][1]} source / {entry[0][2]} target nodes on {entry[0][3]}, but this '
-                f'call has {num_src} / {num_dst} on {adj.device}; re-apply the transform')
-        data = adj.as_subclass(Tensor) if isinstance(adj, EdgeIndex) else adj
+            built = entry[0]
+            raise stale_error('graph', {'source nodes': (built[1], num_src),
+                                        'target nodes': (built[2], num_dst),
+                                        'device': (built[3], adj.device)},
+                              'the format attached to this edge_index is for another graph: '
+                              're-apply the transform')
+        data = plain_tensor(adj)
         src, dst = (data[0], data[1]) if flow == 'source_to_target' else (data[1], data[0])
         g = CSRGraph.from_coo(src, dst, num_src, num_dst, chunk)
         _store(adj, key, g)

@@ -92,6 +92,15 @@ def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK) -> Sche
     return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), num_slots)
 
 
+def stale_error(fmt: str, changes: dict, fix: str) -> ValueError:
+    """The error for metadata used on a graph it was not built for, naming
+    what changed: ``changes`` maps a property (e.g. 'source nodes') to its
+    (value at build time, value now); only differing ones are listed."""
+    diff = [f'{name} {built} -> {now}' for name, (built, now) in changes.items() if built != now]
+    return ValueError(f'pyg_tc: stale {fmt} metadata: built for another graph ('
+                      f'{", ".join(diff) or "unknown change"}); {fix}')
+
+
 def inverse_perm(p: Tensor) -> Tensor:
     """The inverse of a permutation, in p's dtype."""
     inv = torch.empty_like(p)
@@ -264,9 +273,9 @@ class CSRGraph:
             raise ValueError(f'pyg_tc: {what} is on {x.device} but the graph metadata is on '
                              f'{self.device}; move both to one device')
         if x.size(0) != self.num_cols:
-            raise ValueError(
-                f'pyg_tc: stale or foreign graph metadata: it was built for {self.num_cols} '
-                f'source nodes but {what} has {x.size(0)} rows; rebuild the format for this graph')
+            raise stale_error('graph', {f'source nodes ({what} rows)': (self.num_cols, x.size(0))},
+                              'this CSRGraph belongs to another graph: rebuild the format for '
+                              'this one (or re-apply the transform)')
 
     def validate(self) -> 'CSRGraph':
         """Check every invariant of both directions; raises ValueError."""

@@ -47,7 +47,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from .csr import CSRGraph, Schedule, _validate_schedule, build_schedule, csr_rows
+from .csr import CSRGraph, Schedule, _validate_schedule, build_schedule, csr_rows, stale_error
 
 WINDOW = 16  # rows per window (MMA M)
 BLOCK_W = 8  # condensed columns per block (TF32 MMA K)
@@ -248,7 +248,7 @@ class SGT:
         transpose cells are the forward cells swapped. Raises ValueError."""
         E = g.num_edges
         if self.num_edges != E or self.edge_cell.numel() != E or self.edge_order.numel() != E:
-            raise ValueError('pyg_tc: stale SGT: it was built for another edge count')
+            raise stale_error('SGT', {'edges': (self.num_edges, E)}, 're-apply SGTTransform')
         fr, fc = _cell_coords(self.fwd)
         tr, tc = _cell_coords(self.bwd)
         C = fr.numel()

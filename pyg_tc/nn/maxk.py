@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 
 from ..formats.cbsr import CBSR
-from ..ops import maxk
+from ..ops import check_k, maxk
 
 
 class MaxK(torch.nn.Module):
@@ -17,16 +17,13 @@ class MaxK(torch.nn.Module):
     Returns a :class:`~pyg_tc.formats.CBSR` (values ``[N, k]``, uint8/int16
     column indices) that pyg_tc's GCNConv / SAGEConv / GINConv aggregate with
     the SpGEMM kernel; call ``.to_dense()`` for anything else. Ties at the
-    k-th value keep the lowest columns; ``k >= width`` keeps every entry.
+    k-th value keep the lowest columns; ``k >= width`` keeps every entry. ``k``
+    is any integral value (int, numpy integer, 0-d integer tensor).
     """
 
     def __init__(self, k: int):
         super().__init__()
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f'MaxK: k must be an int, got {type(k).__name__}')
-        if k < 1:
-            raise ValueError(f'MaxK: k must be >= 1, got {k}')
-        self.k = k
+        self.k = check_k(k, 'MaxK')
 
     def forward(self, x: Tensor) -> CBSR:
         return maxk(x, self.k)

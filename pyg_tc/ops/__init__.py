@@ -5,6 +5,7 @@ kernels); float64 always runs the reference.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional, Tuple
 
 import torch
@@ -75,8 +76,8 @@ def _diag(diag: Any, g: CSRGraph, x: Tensor) -> Optional[Tensor]:
     if g.num_rows != g.num_cols:
         raise ValueError('pyg_tc: diag needs a square adjacency')
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    if not isinstance(diag, Tensor):
-        diag = torch.tensor([float(diag)], device=x.device)
+    if not isinstance(diag, Tensor):  # a Python number: straight to the accumulation dtype
+        diag = torch.tensor([float(diag)], dtype=acc, device=x.device)
     diag = diag.to(acc).reshape(-1)
     if diag.numel() not in (1, g.num_rows):
         raise ValueError(f'pyg_tc: diag must have 1 or {g.num_rows} entries, got {diag.numel()}')
@@ -146,6 +147,20 @@ def _kernel_ok(t: Tensor) -> bool:
     return t.is_cuda and t.dtype != torch.float64 and _registry.CUDA_KERNELS
 
 
+def check_k(k: Any, who: str = 'pyg_tc') -> int:
+    """MaxK's ``k`` as a Python int: any integral value (int, numpy integer,
+    0-d integer tensor), at least 1; bools and floats are rejected."""
+    if isinstance(k, bool) or (isinstance(k, Tensor) and (k.dim() or k.is_floating_point())):
+        raise TypeError(f'{who}: k must be an int, got {type(k).__name__}')
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise TypeError(f'{who}: k must be an int, got {type(k).__name__}') from None
+    if k < 1:
+        raise ValueError(f'{who}: k must be >= 1, got {k}')
+    return k
+
+
 def maxk(x: Tensor, k: int) -> CBSR:
     """MaxK nonlinearity: the ``k`` largest entries of every row of ``x``
     (``[N, F]``), as a :class:`~pyg_tc.formats.CBSR` (values in x's dtype,
@@ -156,10 +171,7 @@ def maxk(x: Tensor, k: int) -> CBSR:
     CUDA: one-pass selection kernel for widths up to 1024 (fp32/fp16/bf16);
     wider rows, float64 and CPU use the reference (``torch.sort``).
     """
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f'pyg_tc: k must be an int, got {type(k).__name__}')
-    if k < 1:
-        raise ValueError(f'pyg_tc: k must be >= 1, got {k}')
+    k = check_k(k)
     if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype not in _FLOATS:
         raise TypeError('pyg_tc: maxk needs a 2-D floating-point tensor [N, F]')
     F = x.size(1)
@@ -214,6 +226,18 @@ def _to_csr_order(v: Optional[Tensor], g: CSRGraph) -> Optional[Tensor]:
     return v.index_select(0, g.perm)
 
 
+def _default_size(adj: Any, num_src: int, flow: str) -> Tuple[int, int]:
+    """PyG's ``size`` (nodes of ``edge_index[0]``, of ``edge_index[1]``) when
+    the caller gives none: the source side from ``x``; the target side from an
+    ``EdgeIndex``'s sparse size, else square (as PyG's ``propagate``)."""
+    j = 0 if flow == 'source_to_target' else 1
+    num_dst = adj.sparse_size(1 - j) if isinstance(adj, EdgeIndex) else None
+    size = [num_src, num_src]
+    if num_dst is not None:
+        size[1 - j] = num_dst
+    return size[0], size[1]
+
+
 def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str = 'sum', *,
          size: Optional[Tuple[Optional[int], Optional[int]]] = None,
          flow: str = 'source_to_target', diag: Any = None, backend: str = 'auto') -> Tensor:
@@ -226,8 +250,16 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
             ``adj_t``, ``SparseTensor`` or :class:`~pyg_tc.formats.CSRGraph`.
         edge_weight: optional ``[E]`` weights in the order of ``adj``'s edges.
         reduce: ``'sum'`` (``'add'``), ``'mean'`` or ``'max'``.
-        size: ``(num_src, num_dst)``; defaults to ``x.size(0)`` for both.
-        flow: as in PyG's ``MessagePassing``.
+        size: PyG's ``size``: the node counts of ``edge_index[0]`` and
+            ``edge_index[1]``, i.e. ``(num_src, num_dst)`` with
+            ``flow='source_to_target'`` and ``(num_dst, num_src)`` with
+            ``'target_to_source'``. Default: the sources are ``x``'s rows,
+            the targets an ``EdgeIndex``'s sparse size or as many as the
+            sources (square, as PyG). Sparse adjacencies carry their own size.
+        flow: as in PyG's ``MessagePassing``: ``'source_to_target'``
+            aggregates ``edge_index[0] -> edge_index[1]``,
+            ``'target_to_source'`` the reverse (not for sparse adjacencies,
+            which are ``adj_t`` with rows = targets).
         diag: optional per-node (or scalar) self term ``diag[i] * x[i]``.
         backend: ``'csr'`` (CSR kernel), ``'sgt'`` (TC-GNN tensor-core kernel;
             'sum' / 'mean'), ``'auto'`` (per graph and width, see
@@ -237,9 +269,7 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     ``edge_weight`` and ``diag``.
     """
     if size is None and isinstance(x, (Tensor, CBSR)) and x.dim() == 2:
-        # As PyG's propagate: an EdgeIndex's own target count, else square.
-        num_dst = adj.sparse_size(1) if isinstance(adj, EdgeIndex) else None
-        size = (x.size(0), num_dst if num_dst is not None else x.size(0))
+        size = _default_size(adj, x.size(0), flow)
     g, value = get_graph(adj, size=size, flow=flow)
     if edge_weight is not None:
         if value is not None:
@@ -257,10 +287,13 @@ def sddmm(a: Tensor, b: Tensor, adj: Any, *,
           size: Optional[Tuple[Optional[int], Optional[int]]] = None,
           flow: str = 'source_to_target', backend: str = 'auto') -> Tensor:
     """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>``, in the order of
-    ``adj``'s edges (CSR order for sparse inputs). Differentiable in a and b.
-    ``backend`` as in :func:`spmm` ('sgt': TC-GNN's tensor-core SDDMM)."""
+    ``adj``'s edges (CSR order for sparse inputs), where ``a`` holds the
+    target and ``b`` the source features. Differentiable in a and b.
+    ``size`` and ``flow`` as in :func:`spmm` (default size: from ``b`` and
+    ``a``); ``backend`` as in :func:`spmm` ('sgt': TC-GNN's tensor-core
+    SDDMM)."""
     if size is None and isinstance(b, Tensor) and isinstance(a, Tensor):
-        size = (b.size(0), a.size(0))
+        size = (b.size(0), a.size(0)) if flow == 'source_to_target' else (a.size(0), b.size(0))
     g, _ = get_graph(adj, size=size, flow=flow)
     use_sgt = isinstance(b, Tensor) and _backend(backend, g, b, 'sum', 'sddmm') == 'sgt'
     out = sgt_sddmm_graph(g, a, b) if use_sgt else sddmm_graph(g, a, b)

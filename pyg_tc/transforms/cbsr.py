@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 from torch_geometric.data import Data
 from torch_geometric.data.datapipes import functional_transform
 
-from ..formats.carrier import TCEdgeIndex, attach
+from ..formats.carrier import TCEdgeIndex, plain_tensor
 from ..formats.csr import CSRGraph
 from .degree_bucket import DegreeBucketTransform
 
@@ -42,7 +41,7 @@ class CBSRTransform(DegreeBucketTransform):
         g = getattr(ei, '_pyg_tc_graph', None) if isinstance(ei, TCEdgeIndex) else None
         if g is not None and self.chunk is not None and g[1].chunk != self.chunk:
             # An attached graph with another group size: rebuild from the edges.
-            data.edge_index = ei.as_subclass(torch.Tensor)
+            data.edge_index = plain_tensor(ei)
         return super().forward(data)
 
     @staticmethod

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 from torch_geometric.data import Data
 from torch_geometric.data.datapipes import functional_transform
 from torch_geometric.transforms import BaseTransform
 
-from ..formats.carrier import TCEdgeIndex, attach
+from ..formats.carrier import TCEdgeIndex, attach, plain_tensor
 from ..formats.csr import DEFAULT_CHUNK, CSRGraph
 
 
@@ -47,7 +46,7 @@ class DegreeBucketTransform(BaseTransform):
         if isinstance(ei, TCEdgeIndex):
             return data
         N = data.num_nodes
-        src = ei.as_subclass(torch.Tensor) if isinstance(ei, torch.Tensor) else ei
+        src = plain_tensor(ei)
         graph = CSRGraph.from_coo(src[0], src[1], N, N, self.chunk)
         if self.check:
             graph.validate()

@@ -32,6 +32,8 @@ from torch_geometric.data import Data
 from torch_geometric.data.datapipes import functional_transform
 from torch_geometric.transforms import BaseTransform
 
+from ..formats.carrier import plain_tensor
+
 
 def _undirected_csr(edge_index: Tensor, n: int):
     """``(ptr, row, col, deg)`` of the symmetrised graph, without self loops
@@ -64,7 +66,7 @@ def rcm_order(edge_index: Tensor, num_nodes: int) -> Tensor:
     ``[num_nodes]`` on the device of ``edge_index`` with
     ``perm[new_id] = old_id``. See the module docstring for the algorithm."""
     n = int(num_nodes)
-    ptr, row, col, deg = _undirected_csr(edge_index.as_subclass(Tensor), n)
+    ptr, row, col, deg = _undirected_csr(plain_tensor(edge_index), n)
     ids = torch.arange(n, device=row.device)
     comp = _components(row, col, n)
 
@@ -142,7 +144,7 @@ class ReorderTransform(BaseTransform):
     def forward(self, data: Data) -> Data:
         if 'edge_index' not in data or data.edge_index is None:
             raise ValueError('ReorderTransform needs data.edge_index')
-        ei = data.edge_index.as_subclass(Tensor)
+        ei = plain_tensor(data.edge_index)
         n = data.num_nodes
         perm = self.order(ei, n)
         inv = torch.empty_like(perm)
@@ -152,7 +154,7 @@ class ReorderTransform(BaseTransform):
             if key == 'node_perm':
                 continue
             if torch.is_tensor(value) and ('index' in key or key == 'face'):
-                data[key] = inv[value.as_subclass(Tensor).to(inv.device)].to(value.device)
+                data[key] = inv[plain_tensor(value).to(inv.device)].to(value.device)
             elif data.is_node_attr(key):
                 data[key] = _permute(value, perm, data.__cat_dim__(key, value))
         data.node_perm = perm if prev is None else prev[perm.to(prev.device)]
@@ -164,7 +166,7 @@ class ReorderTransform(BaseTransform):
         is unused and accepted for a uniform ``(edge_index, num_nodes)`` call."""
         if edge_index.numel() == 0:
             return 0
-        ei = edge_index.as_subclass(Tensor)
+        ei = plain_tensor(edge_index)
         return int((ei[0] - ei[1]).abs().max())
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ import torch
 from torch_geometric import EdgeIndex
 from torch_geometric.data import Batch, Data
 
-from pyg_tc.formats import CSRGraph, TCEdgeIndex, attach, get_graph
+from pyg_tc.formats import CSRGraph, TCEdgeIndex, attach, clear_graph, get_graph
 from pyg_tc.formats.carrier import _ATTR
 from pyg_tc.ops import sddmm, spmm
 
@@ -165,6 +165,24 @@ def test_in_place_edit_rebuilds(device):
     assert get_graph(ei, size=(n, n))[0] is not g2
     assert_close_ref(spmm(x, ei, w), spmm_oracle(x, ei, n, w), spmm_magnitude(x, ei, n, w),
                      x.dtype)
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('attached', [False, True])
+def test_write_behind_version_counter_needs_clear_graph(attached, device):
+    """The documented cache limitation: a write through ``.data`` is not seen
+    (the old format is reused); ``clear_graph`` drops it."""
+    ei, n = make_graph('random', device)
+    adj = attach(ei, n) if attached else ei
+    x = features(n, 4, device=device)
+    before = spmm(x, adj)
+    adj.data[1, :100] = 7  # behind the version counter
+    assert torch.equal(spmm(x, adj), before)  # stale, as documented
+    clear_graph(adj)
+    assert not hasattr(adj, _ATTR) and type(adj) is not TCEdgeIndex
+    plain = adj.as_tensor() if isinstance(adj, EdgeIndex) else adj
+    after = spmm(x, adj)
+    assert_close_ref(after, spmm_oracle(x, plain, n), spmm_magnitude(x, plain, n), x.dtype)
 
 
 @pytest.mark.filterwarnings('ignore::UserWarning')

@@ -2,11 +2,13 @@
 independent dense oracles, on CPU (reference) and CUDA (kernels)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from pyg_tc.formats import CBSR, CSRGraph
 from pyg_tc.formats.cbsr import cbsr_sspmm_reference, index_dtype
+from pyg_tc.nn import MaxK
 from pyg_tc.ops import cbsr_spmm_graph, maxk, maxk_reference, spmm
 
 from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, dtype_id, edge_weights,
@@ -80,6 +82,10 @@ def test_maxk_validates_k_and_input():
         maxk(x, 2.0)
     with pytest.raises(TypeError, match='k must be an int'):
         maxk(x, True)
+    with pytest.raises(TypeError, match='k must be an int'):
+        maxk(x, torch.tensor([2]))
+    with pytest.raises(TypeError, match='k must be an int'):
+        maxk(x, torch.tensor(2.0))
     with pytest.raises(TypeError, match='2-D floating'):
         maxk(torch.arange(8).view(2, 4), 2)
     with pytest.raises(TypeError, match='2-D floating'):
@@ -196,7 +202,7 @@ def test_cbsr_errors():
         cbsr_spmm_graph(g, x, reduce='max')
     with pytest.raises(ValueError, match="diag is supported with reduce='sum'"):
         cbsr_spmm_graph(g, x, reduce='mean', diag=1.0)
-    with pytest.raises(ValueError, match='stale or foreign'):
+    with pytest.raises(ValueError, match='stale graph metadata'):
         cbsr_spmm_graph(g, _cbsr(n + 1, 32, 4, torch.float32, 'cpu'))
     with pytest.raises(TypeError, match='expected CBSR'):
         cbsr_spmm_graph(g, torch.randn(n, 32))
@@ -301,3 +307,14 @@ def test_maxk_many_ties(device, dtype, F):
         vals, idx = oracle_topk(x, k)
         assert torch.equal(out.indices.long().cpu(), idx), k
         assert torch.equal(out.values, vals)
+
+
+@pytest.mark.parametrize('k', [np.int64(3), np.int32(3), torch.tensor(3), torch.tensor(3, dtype=torch.int32)],
+                         ids=['np.int64', 'np.int32', 'tensor', 'tensor-int32'])
+def test_maxk_takes_any_integral_k(k):
+    """numpy integers and 0-d integer tensors work like the int they hold."""
+    x = torch.randn(6, 10)
+    layer = MaxK(k)
+    assert layer.k == 3 and type(layer.k) is int
+    assert torch.equal(layer(x).to_dense(), maxk(x, 3).to_dense())
+    assert torch.equal(maxk(x, k).to_dense(), maxk(x, 3).to_dense())

@@ -236,7 +236,7 @@ def test_errors():
     g.sgt = None
     with pytest.raises(ValueError, match='cell values'):
         sgt_spmm_cells(g, x, torch.ones(3))
-    with pytest.raises(ValueError, match='stale or foreign'):
+    with pytest.raises(ValueError, match='stale graph metadata'):
         ops.sgt_spmm_graph(g, features(n + 1, 8))
 
 

@@ -119,6 +119,17 @@ def test_diag(kind, reduce, diag_kind, dtype, device):
 
 
 @pytest.mark.parametrize('device', DEVICES)
+def test_python_float_diag_keeps_float64(device):
+    """A Python-float diag is taken in the input's dtype: 0.1 is not first
+    rounded to float32 for float64 features."""
+    ei, n = make_graph('self_loops', device)
+    x = features(n, 5, torch.float64, device)
+    out = spmm(x, ei, size=(n, n), diag=0.1)
+    ref = spmm_oracle(x, ei, n, diag=0.1)
+    torch.testing.assert_close(out, ref.to(out.dtype), rtol=1e-15, atol=1e-15)
+
+
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('reduce', REDUCES)
 @pytest.mark.parametrize('sort', [None, 'row', 'col'])
 def test_edge_index_input(sort, reduce, device):
