@@ -1,18 +1,18 @@
 """Drop-in PyG ``AGNNConv`` on TC-GNN's kernels: SDDMM (cosine scores),
 edge softmax, SpMM."""
-from __future__ import annotations
-
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
+from torch_geometric.typing import Adj
 
 from ..formats.carrier import get_graph
 from ..formats.csr import CSRGraph
 from ..ops import sddmm_graph, sgt_of, sgt_sddmm_cells, sgt_spmm_cells, spmm_graph
-from .conv import _TCMixin, _loop_info
+from ._base import TCLayer, pyg_method
+from .conv import _loop_info, pyg_layer
 
 
 def _without_loops(g: CSRGraph) -> CSRGraph:
@@ -54,7 +54,8 @@ def edge_softmax(g: CSRGraph, score: Tensor, loop: Optional[Tensor] = None) -> T
     return alpha, (el * inv if el is not None else None)
 
 
-class AGNNConv(_TCMixin, pyg_nn.AGNNConv):
+@pyg_layer(pyg_nn.AGNNConv)
+class AGNNConv(TCLayer, pyg_nn.AGNNConv):
     r"""Drop-in ``torch_geometric.nn.AGNNConv``:
     ``out_i = sum_{j in N(i) + i} softmax_j(beta cos(x_i, x_j)) x_j``.
 
@@ -65,18 +66,28 @@ class AGNNConv(_TCMixin, pyg_nn.AGNNConv):
     and every node's loop is a fused diagonal term (its score
     ``beta * |x_norm_i|^2``), so no edge list is rebuilt. No ``E x F`` tensor
     is ever materialised. Gradients for ``x`` and ``beta`` flow through all
-    three steps.
+    three steps. ``aggr='mean'`` divides by the row's edge count (loop
+    included); ``aggr='max'`` and features of more than two dimensions run
+    PyG's message passing.
     """
-    propagate_type = {'x': Tensor, 'x_norm': Tensor}
+    propagate_type = {'x': 'Tensor', 'x_norm': 'Tensor'}
+    _TC_AGGRS = ('add', 'sum', 'mean')
+    _pyg_forward = pyg_method(pyg_nn.AGNNConv.forward, '_pyg_forward')
 
     def __init__(self, requires_grad: bool = True, add_self_loops: bool = True,
                  backend: str = 'auto', **kwargs):
         super().__init__(requires_grad, add_self_loops, **kwargs)
         self._tc_init(backend)
 
-    def forward(self, x: Tensor, edge_index: Any) -> Tensor:
-        if not self._use_kernels() or not isinstance(x, Tensor):
-            return super().forward(x, edge_index)
+    def forward(self, x: Tensor, edge_index: Adj) -> Tensor:
+        if torch.jit.is_scripting():
+            return self._pyg_forward(x, edge_index)
+        return self._tc_forward(x, edge_index)
+
+    @torch.jit.unused
+    def _tc_forward(self, x: Tensor, edge_index: Adj) -> Tensor:
+        if not isinstance(x, Tensor) or x.dim() != 2 or self._pyg_reason(edge_index):
+            return self._run_pyg(x, edge_index)
         N = x.size(0)
         g, _ = get_graph(edge_index, size=(N, N), flow=self.flow)  # edge values are ignored, as in PyG
         if self.add_self_loops:
@@ -90,6 +101,11 @@ class AGNNConv(_TCMixin, pyg_nn.AGNNConv):
         beta = self.beta.to(acc)
         loop = beta * xn.to(acc).square().sum(-1) if self.add_self_loops else None
         alpha, alpha_loop = edge_softmax(g, beta * score.to(acc), loop)
+        if self.aggr == 'mean':  # PyG's mean over the row's messages, loop included
+            cnt = g.degree().to(acc) + (1 if self.add_self_loops else 0)
+            inv = 1.0 / cnt.clamp(min=1)
+            alpha = alpha * inv.repeat_interleave(g.degree(), output_size=g.num_edges)
+            alpha_loop = alpha_loop * inv if alpha_loop is not None else None
         if self._engine(g, x) == 'sgt':
             return sgt_spmm_cells(g, x, sgt_of(g).cell_values(alpha), alpha_loop)
         return spmm_graph(g, x, alpha, 'sum', alpha_loop)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .._cuda_graph import capture_graph
-from ..formats.csr import CSRGraph
+from ..formats.csr import CSRGraph, stale_error
 from ..formats.sgt import SGT, SGTDir, sgt_sddmm_reference, sgt_spmm_reference
 from . import _registry
 
@@ -32,8 +32,8 @@ def sgt_of(g: CSRGraph) -> SGT:
     if g.sgt is None:
         g.sgt = SGT.build(g)
     elif g.sgt.num_edges != g.num_edges or g.sgt.device != g.device:
-        raise ValueError(f'pyg_tc: stale SGT metadata: built for {g.sgt.num_edges} edges on '
-                         f'{g.sgt.device}, the graph has {g.num_edges} on {g.device}; re-apply SGTTransform')
+        raise stale_error('SGT', {'edges': (g.sgt.num_edges, g.num_edges),
+                                  'device': (g.sgt.device, g.device)}, 're-apply SGTTransform')
     return g.sgt
 
 
@@ -218,21 +218,23 @@ def _tune(g: CSRGraph, width: int, dtype: torch.dtype, op: str) -> str:
 def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
                    diag: Optional[Tensor] = None) -> Tensor:
     """:func:`pyg_tc.ops.spmm_graph` on tensor cores: edge values in CSR order
-    (duplicate edges summed into their cell), ``reduce`` 'sum' or 'mean'."""
+    (duplicate edges summed into their cell), ``reduce`` 'sum' or 'mean'
+    (the edge values scaled by 1 / in-degree; ``diag`` stays outside the
+    mean, as on the CSR path)."""
     from . import _REDUCE, _check_features, _diag, _edge_values
     if reduce not in ('sum', 'add', 'mean'):
         raise ValueError(f"pyg_tc: the tensor-core SpMM supports reduce 'sum' and 'mean', got {reduce!r}")
     _check_features(x, g)
     value = _edge_values(value, g, x, 'edge values')
     diag = _diag(diag, g, x)
-    if diag is not None and _REDUCE[reduce] == 'mean':
-        raise ValueError("pyg_tc: diag is supported with reduce='sum' only on the tensor-core path")
     _registry.ensure()
-    out = sgt_spmm_cells(g, x, sgt_of(g).cell_values(value), diag)
     if _REDUCE[reduce] == 'mean':
-        deg = g.degree().clamp(min=1).to(out.dtype if out.dtype == torch.float64 else torch.float32)
-        out = (out.to(deg.dtype) / deg.unsqueeze(1)).to(x.dtype)
-    return out
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        deg = g.degree()
+        inv = 1.0 / deg.clamp(min=1).to(acc)
+        scale = inv.repeat_interleave(deg, output_size=g.num_edges)
+        value = scale if value is None else value * scale
+    return sgt_spmm_cells(g, x, sgt_of(g).cell_values(value), diag)
 
 
 def sgt_sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:

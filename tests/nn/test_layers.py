@@ -138,13 +138,13 @@ def test_duplicate_self_loops_documented_difference(cora):
 def test_cached_gcn_reuses_format_and_ignores_new_graph(cora):
     ref, ours = make_pair('gcn', cora.num_features, 8, cached=True)
     a = ours(cora.x, cora.edge_index)
-    cache = ours._tc_cache
+    cache = ours._cached_edge_index
     b = ours(cora.x, cora.edge_index[:, :100])  # PyG semantics: cached ignores the new graph
-    assert ours._tc_cache is cache
+    assert ours._cached_edge_index is cache
     torch.testing.assert_close(a, b)
     torch.testing.assert_close(a, ref(cora.x, cora.edge_index))
     ours.reset_parameters()
-    assert ours._tc_cache is None
+    assert ours._cached_edge_index is None
 
 
 def test_pyg_checkpoint_loads_and_backend_switch(cora):
@@ -224,8 +224,8 @@ def test_half_precision_cuda(cora, dtype, kind):
 
 @pytest.mark.parametrize('kind', ['gcn', 'sage', 'gin'])
 def test_propagate_on_sparse_adj_and_pyg_backend(cora, kind):
-    """User code calling propagate() on a sparse adj_t reaches our
-    message_and_aggregate; backend='pyg' runs PyG's own path. Both match PyG."""
+    """User code calling propagate() on a sparse adj_t runs PyG's message
+    passing; backend='pyg' runs PyG's own path. Both match PyG."""
     ref, ours = make_pair(kind, cora.num_features, 8)
     N = cora.num_nodes
     adj = to_torch_csr_tensor(cora.edge_index.flip(0), size=(N, N))

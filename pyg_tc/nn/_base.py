@@ -1,0 +1,226 @@
+"""What every pyg_tc layer shares: per call, the choice between pyg_tc's
+kernels and PyG's own message passing; TorchScript support; ``node_dim``.
+
+Drop-in first, fast where it can be (decision, docs/architecture.md): a call
+runs PyG's own ``forward`` (``propagate`` with ``message`` / ``aggregate``)
+whenever its semantics need it, and pyg_tc's kernels otherwise:
+
+* ``backend='pyg'``;
+* explainability (``explain`` on: edge masks, custom ``explain_message``),
+  any message-passing hook (``register_{propagate,message,aggregate,
+  message_and_aggregate}_forward[_pre]_hook``) and ``decomposed_layers > 1``:
+  these act on PyG's per-edge messages, which the kernels never build;
+* an aggregation the kernels do not compute for this layer (an
+  ``Aggregation`` module, a list of them, or a reduction outside
+  :attr:`_TC_AGGRS`);
+* under ``torch.compile`` with no format yet on the adjacency (building one
+  needs data-dependent shapes, which would break the graph; PyG's path traces
+  without breaks). Build it eagerly first (run once, or apply a transform) to
+  compile the kernel path;
+* ``torch.jit.script``: TorchScript compiles PyG's ``forward`` as is.
+
+``torch.package``: a layer is packaged as itself when the exporter has an
+action for pyg_tc (``extern('pyg_tc.**')`` or ``intern``); otherwise, with a
+warning, as PyG's layer with the same state (same parameters and results at
+PyG's speed), so a package that only knows ``torch_geometric`` still works.
+
+Features of any rank work on the kernel path: the node dimension
+(``node_dim``, -2 by default: static graphs ``[B, N, F]``) is moved to the
+front and the rest flattened, so one SpMM serves every batch element.
+"""
+from __future__ import annotations
+
+import copy
+import copyreg
+import importlib
+import operator
+import types
+import warnings
+from typing import Any, Callable, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ..formats.carrier import has_graph
+from ..formats.cbsr import CBSR
+from ..formats.csr import CSRGraph
+from ..ops import choose_backend, ensure, sgt_spmm_graph, spmm_graph
+
+BACKENDS = ('auto', 'csr', 'sgt', 'pyg')
+KERNEL_REDUCE = {'add': 'sum', 'sum': 'sum', 'mean': 'mean', 'max': 'max'}
+_HOOKS = tuple(f'_{what}_forward{pre}_hooks' for what in (
+    'propagate', 'message', 'aggregate', 'message_and_aggregate', 'edge_update')
+    for pre in ('_pre', ''))
+
+
+def pyg_method(fn: Callable, name: str) -> Callable:
+    """``fn`` (a PyG layer's method) under another name. TorchScript compiles
+    a method under its function's ``__name__``, so PyG's ``forward`` has to
+    be renamed to live beside pyg_tc's; source, globals and annotations stay
+    PyG's, so TorchScript compiles exactly PyG's code."""
+    out = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    out.__annotations__ = dict(fn.__annotations__)
+    out.__qualname__ = f'{fn.__qualname__.rsplit(".", 1)[0]}.{name}'
+    out.__doc__ = fn.__doc__
+    return out
+
+
+def dense(x: Any) -> Any:
+    """CBSR features (or pairs holding them) as dense tensors, for paths
+    without a CBSR kernel."""
+    if isinstance(x, CBSR):
+        return x.to_dense()
+    if isinstance(x, (tuple, list)):
+        return tuple(dense(v) for v in x)
+    return x
+
+
+def node_major(x: Tensor, node_dim: int) -> Tuple[Tensor, Callable[[Tensor], Tensor]]:
+    """``x`` as a 2-D ``[num_nodes, rest]`` tensor (``node_dim`` moved to the
+    front, the other dimensions flattened) and the function that gives an
+    aggregated ``[num_rows, rest]`` result ``x``'s layout back."""
+    d = node_dim % x.dim() if x.dim() else 0
+    if x.dim() == 2 and d == 0:
+        return x, lambda out: out
+    xm = x.movedim(d, 0)
+    shape = xm.shape[1:]
+    return xm.reshape(xm.size(0), -1), lambda out: out.view(out.size(0), *shape).movedim(0, d).contiguous()
+
+
+class _ByName:
+    """Pickles as ``getattr(importlib.import_module(module), name)``: a class
+    referenced by where it is found at load time, not by the object pickled
+    (PyG's test harness rebinds PyG's class names to pyg_tc's classes)."""
+
+    def __init__(self, cls: type):
+        self.module, self.name = cls.__module__, cls.__qualname__
+
+    def __reduce__(self):
+        return getattr, (_Module(self.module), self.name)
+
+
+class _Module:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __reduce__(self):
+        return importlib.import_module, (self.name,)
+
+
+class _Reconstruct:
+    """Pickles as an instance of ``cls`` with instance dict ``state`` (what
+    pickle does for any ``nn.Module``), for another class than its own."""
+
+    def __init__(self, cls: Any, state: dict):
+        self.cls, self.state = cls, state
+
+    def __reduce__(self):
+        return copyreg._reconstructor, (self.cls, object, None), self.state
+
+
+class TCLayer:
+    """Mixin of every pyg_tc conv layer (before the PyG class in the bases).
+
+    A subclass sets ``_pyg_forward = pyg_method(PyGClass.forward,
+    '_pyg_forward')``, implements ``_tc_forward`` (the kernel path, same
+    arguments as ``forward``) and defines ``forward`` with PyG's signature as
+    ``if torch.jit.is_scripting(): return self._pyg_forward(...)`` followed by
+    ``return self._tc_forward(...)``.
+    """
+    #: aggregations the kernel path computes for this layer
+    _TC_AGGRS: Tuple[str, ...] = tuple(KERNEL_REDUCE)
+    #: the PyG class this layer replaces (set by ``pyg_layer``)
+    _pyg_class: type
+    # PyG compiles a per-class ``propagate`` on first instantiation and keeps
+    # the one it found as ``_orig_propagate``, which explain mode and
+    # ``decomposed_layers`` switch to. Inherited from the PyG class, that would
+    # be PyG's already compiled one (no explain support) whenever a PyG layer
+    # was built first; the generic one is pinned here.
+    propagate = MessagePassing.propagate
+
+    def _tc_init(self, backend: str) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f'pyg_tc: backend must be one of {BACKENDS}, got {backend!r}')
+        self.backend = backend
+        ensure()  # build/load the kernels at construction, not inside a traced forward
+
+    def _pyg_reason(self, adj: Any) -> Optional[str]:
+        """Why this call runs PyG's own message passing (None: the kernels)."""
+        if self.backend == 'pyg':
+            return "backend='pyg'"
+        if self.explain:
+            return 'explain'
+        if self.decomposed_layers > 1:
+            return 'decomposed_layers'
+        if any(getattr(self, h, None) for h in _HOOKS):
+            return 'message-passing hooks'
+        if not isinstance(self.aggr, str) or self.aggr not in self._TC_AGGRS:
+            return f'aggr={self.aggr!r}'
+        if torch.compiler.is_compiling() and not has_graph(adj, self.flow):
+            return 'torch.compile without a prebuilt format'
+        return None
+
+    def _run_pyg(self, *args: Any) -> Tensor:
+        """PyG's own forward for this call (CBSR features densified)."""
+        return self._pyg_forward(*dense(args))
+
+    def _engine(self, g: CSRGraph, x: Tensor, reduce: str = 'sum', op: str = 'spmm') -> str:
+        """'sgt' or 'csr' for this call (max aggregation always 'csr')."""
+        if reduce == 'max' or self.backend == 'csr':
+            return 'csr'
+        if self.backend == 'sgt':
+            return 'sgt'
+        return choose_backend(g, x.size(1), x.dtype, op)
+
+    def _aggregate(self, g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str,
+                   diag: Any = None, t_value: Optional[Tensor] = None) -> Tensor:
+        """``reduce_{j -> i} value * x_j (+ diag_i * x_i)`` along ``node_dim``."""
+        x2, restore = node_major(x, self.node_dim)
+        if self._engine(g, x2, reduce) == 'sgt':
+            return restore(sgt_spmm_graph(g, x2, value, reduce, diag))
+        return restore(spmm_graph(g, x2, value, reduce, diag, t_value=t_value))
+
+    def _sizes(self, x: Any) -> Tuple[Any, Any, Tuple[int, int]]:
+        """(message source features ``x[0]``, root features ``x[1]``, PyG's
+        ``size``) of a feature tensor or pair. As PyG's compiled
+        ``propagate``: ``size`` is (nodes of ``edge_index[0]``, nodes of
+        ``edge_index[1]``) = (x[0], x[1]) along ``node_dim``, and messages
+        come from ``x[0]`` for either flow."""
+        x0, x1 = (x, x) if isinstance(x, (Tensor, CBSR)) else x
+        n0 = x0.size(0) if isinstance(x0, CBSR) else x0.size(self.node_dim)
+        n1 = n0 if x1 is None else (x1.size(0) if isinstance(x1, CBSR) else x1.size(self.node_dim))
+        return x0, x1, (n0, n1)
+
+    def _package_state(self, cls: type) -> dict:
+        """This layer's instance state for ``cls`` (this class or PyG's): the
+        inspector points at ``cls`` by name; PyG's class gets no pyg_tc cache
+        entries."""
+        state = dict(self.__dict__)
+        if cls is not type(self):
+            for k in ('_cached_edge_index', '_cached_adj_t'):
+                if state.get(k) is not None and type(state[k]) is not tuple:
+                    state[k] = None  # a pyg_tc entry (PyG's is a plain tuple or SparseTensor)
+        inspector = copy.copy(self.inspector)
+        inspector._cls, inspector._source_dict = _ByName(cls), {}
+        state['inspector'] = inspector
+        return state
+
+    def __reduce_package__(self, exporter: Any):
+        """``torch.package`` hook (see the module doc): the layer is saved as
+        its own pickle resource, as this class or as PyG's, and loaded by
+        ``importer.load_pickle``."""
+        cls = type(self)
+        if not any(pattern.matches(cls.__module__) for pattern in exporter.patterns):
+            warnings.warn(f'pyg_tc: torch.package has no action for {cls.__module__}, so the '
+                          f'package holds PyG\'s {self._pyg_class.__name__} (same parameters and '
+                          f"results); extern or intern 'pyg_tc.**' to package pyg_tc's layer")
+            cls = self._pyg_class
+        # Classes go by name (a class object with this hook would be taken for
+        # an instance); their module is declared, so the exporter checks it.
+        exporter.add_dependency(cls.__module__)
+        resource = f'{cls.__name__}_{id(self)}.pkl'
+        exporter.save_pickle('pyg_tc_layers', resource,
+                             _Reconstruct(_ByName(cls), self._package_state(cls)))
+        return operator.methodcaller('load_pickle', 'pyg_tc_layers', resource), ()
