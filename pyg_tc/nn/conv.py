@@ -161,9 +161,14 @@ class GCNNorm(NamedTuple):
     reduce: str
 
     def detached(self) -> 'GCNNorm':
-        """The cache entry: values detached, their transpose order precomputed."""
-        v = None if self.value is None else self.value.detach()
-        tv = None if v is None else v.index_select(0, self.graph.t_perm)
+        """The cache entry: values detached, their transpose order precomputed
+        (``self`` when it already is one: the structure-only normalisation
+        memoised on the graph is shared, not copied)."""
+        if self.value is None or (not self.value.requires_grad and self.t_value is not None and
+                                  (self.diag is None or not self.diag.requires_grad)):
+            return self
+        v = self.value.detach()
+        tv = v.index_select(0, self.graph.t_perm)
         d = None if self.diag is None else self.diag.detach()
         return GCNNorm(self.graph, v, tv, d, self.reduce)
 
