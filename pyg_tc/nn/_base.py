@@ -77,13 +77,17 @@ def dense(x: Any) -> Any:
     return x
 
 
+def _same(out: Tensor) -> Tensor:
+    return out
+
+
 def node_major(x: Tensor, node_dim: int) -> Tuple[Tensor, Callable[[Tensor], Tensor]]:
     """``x`` as a 2-D ``[num_nodes, rest]`` tensor (``node_dim`` moved to the
     front, the other dimensions flattened) and the function that gives an
     aggregated ``[num_rows, rest]`` result ``x``'s layout back."""
+    if x.dim() == 2 and (node_dim == -2 or node_dim == 0):
+        return x, _same
     d = node_dim % x.dim() if x.dim() else 0
-    if x.dim() == 2 and d == 0:
-        return x, lambda out: out
     xm = x.movedim(d, 0)
     shape = xm.shape[1:]
     return xm.reshape(xm.size(0), -1), lambda out: out.view(out.size(0), *shape).movedim(0, d).contiguous()
@@ -154,8 +158,10 @@ class TCLayer:
             return 'explain'
         if self.decomposed_layers > 1:
             return 'decomposed_layers'
-        if any(getattr(self, h, None) for h in _HOOKS):
-            return 'message-passing hooks'
+        state = self.__dict__  # (a plain loop: this check runs on every call)
+        for hooks in _HOOKS:
+            if state.get(hooks):
+                return 'message-passing hooks'
         if not isinstance(self.aggr, str) or self.aggr not in self._TC_AGGRS:
             return f'aggr={self.aggr!r}'
         if torch.compiler.is_compiling() and not has_graph(adj, self.flow):
@@ -188,7 +194,10 @@ class TCLayer:
         ``propagate``: ``size`` is (nodes of ``edge_index[0]``, nodes of
         ``edge_index[1]``) = (x[0], x[1]) along ``node_dim``, and messages
         come from ``x[0]`` for either flow."""
-        x0, x1 = (x, x) if isinstance(x, (Tensor, CBSR)) else x
+        if isinstance(x, Tensor):
+            n = x.size(self.node_dim)
+            return x, x, (n, n)
+        x0, x1 = (x, x) if isinstance(x, CBSR) else x
         n0 = x0.size(0) if isinstance(x0, CBSR) else x0.size(self.node_dim)
         n1 = n0 if x1 is None else (x1.size(0) if isinstance(x1, CBSR) else x1.size(self.node_dim))
         return x0, x1, (n0, n1)

@@ -319,10 +319,10 @@ class SAGEConv(TCLayer, pyg_nn.SAGEConv):
                     size: Size = None) -> Tensor:
         if self._pyg_reason(edge_index):
             return self._run_pyg(x, edge_index, size)
-        x0, x_r = (x, x) if isinstance(x, (Tensor, CBSR)) else x
         if self.project and hasattr(self, 'lin'):  # as PyG: x[0] only
-            x0 = self.lin(dense(x0)).relu()
-        src, x_r, sizes = self._sizes((x0, x_r))
+            x0, x_r = (x, x) if isinstance(x, (Tensor, CBSR)) else x
+            x = (self.lin(dense(x0)).relu(), x_r)
+        src, x_r, sizes = self._sizes(x)
         g, value = get_graph(edge_index, size=size or sizes, flow=self.flow)
         reduce = KERNEL_REDUCE[self.aggr]
         if isinstance(src, CBSR) and reduce == 'max':  # no CBSR max kernel

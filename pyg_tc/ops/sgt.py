@@ -157,9 +157,9 @@ def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm'
     an earlier ``'sgt'`` call) are considered; without kernels, on the CPU,
     for float64 or while a CUDA graph is being captured or compiled before
     tuning, the answer is 'csr'."""
-    if not (g.device.type == 'cuda' and _registry.CUDA_KERNELS and dtype != torch.float64):
-        return 'csr'
-    if g.sgt is None:
+    if g.sgt is None or dtype == torch.float64 or not _registry.CUDA_KERNELS:
+        return 'csr'  # (cheapest tests first: this runs on every layer call)
+    if g.device.type != 'cuda':
         return 'csr'
     key = ('auto', op, int(width), dtype)
     if key in g._memo:
