@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..formats.carrier import has_graph
+from ..formats.carrier import get_graph, has_graph
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
 from ..ops import choose_backend, ensure, sgt_spmm_graph, spmm_graph
@@ -187,6 +187,17 @@ class TCLayer:
         if self._engine(g, x2, reduce) == 'sgt':
             return restore(sgt_spmm_graph(g, x2, value, reduce, diag))
         return restore(spmm_graph(g, x2, value, reduce, diag, t_value=t_value))
+
+    def _prepare(self, x: Any, adj: Any, size: Optional[Tuple[int, int]]):
+        """(message source features, root features, graph, edge values in CSR
+        order or None, kernel reduction) of a call with a feature tensor or
+        pair; CBSR features are densified for max (no CBSR max kernel)."""
+        src, x_r, sizes = self._sizes(x)
+        g, value = get_graph(adj, size=size or sizes, flow=self.flow)
+        reduce = KERNEL_REDUCE[self.aggr]
+        if isinstance(src, CBSR) and reduce == 'max':
+            src = src.to_dense()
+        return src, x_r, g, value, reduce
 
     def _sizes(self, x: Any) -> Tuple[Any, Any, Tuple[int, int]]:
         """(message source features ``x[0]``, root features ``x[1]``, PyG's

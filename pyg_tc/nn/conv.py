@@ -290,8 +290,18 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
 
 
 
+class _PairLayer(TCLayer):
+    """The ``forward`` of layers taking a feature tensor or pair and ``size``
+    (PyG's signature for SAGEConv and GINConv)."""
+
+    def forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj, size: Size = None) -> Tensor:
+        if torch.jit.is_scripting():
+            return self._pyg_forward(x, edge_index, size)
+        return self._tc_forward(x, edge_index, size)
+
+
 @pyg_layer(pyg_nn.SAGEConv)
-class SAGEConv(TCLayer, pyg_nn.SAGEConv):
+class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
     """Drop-in ``torch_geometric.nn.SAGEConv`` on pyg_tc kernels.
 
     For sum/mean aggregation with fewer output than input channels, ``lin_l``
@@ -309,11 +319,6 @@ class SAGEConv(TCLayer, pyg_nn.SAGEConv):
                          **kwargs)
         self._tc_init(backend)
 
-    def forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj, size: Size = None) -> Tensor:
-        if torch.jit.is_scripting():
-            return self._pyg_forward(x, edge_index, size)
-        return self._tc_forward(x, edge_index, size)
-
     @torch.jit.unused
     def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
                     size: Size = None) -> Tensor:
@@ -322,11 +327,7 @@ class SAGEConv(TCLayer, pyg_nn.SAGEConv):
         if self.project and hasattr(self, 'lin'):  # as PyG: x[0] only
             x0, x_r = (x, x) if isinstance(x, (Tensor, CBSR)) else x
             x = (self.lin(dense(x0)).relu(), x_r)
-        src, x_r, sizes = self._sizes(x)
-        g, value = get_graph(edge_index, size=size or sizes, flow=self.flow)
-        reduce = KERNEL_REDUCE[self.aggr]
-        if isinstance(src, CBSR) and reduce == 'max':  # no CBSR max kernel
-            src = src.to_dense()
+        src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
         lin_l = self.lin_l
         if isinstance(src, CBSR):  # MaxK features: the SpGEMM kernel
             out = lin_l(cbsr_spmm_graph(g, src, value, reduce))
@@ -344,7 +345,7 @@ class SAGEConv(TCLayer, pyg_nn.SAGEConv):
 
 
 @pyg_layer(pyg_nn.GINConv)
-class GINConv(TCLayer, pyg_nn.GINConv):
+class GINConv(_PairLayer, pyg_nn.GINConv):
     """Drop-in ``torch_geometric.nn.GINConv`` on pyg_tc kernels; the
     ``(1 + eps) * x`` root term is fused into the SpMM as its diagonal."""
     propagate_type = {'x': 'OptPairTensor'}
@@ -355,21 +356,12 @@ class GINConv(TCLayer, pyg_nn.GINConv):
         super().__init__(nn, eps, train_eps, **kwargs)
         self._tc_init(backend)
 
-    def forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj, size: Size = None) -> Tensor:
-        if torch.jit.is_scripting():
-            return self._pyg_forward(x, edge_index, size)
-        return self._tc_forward(x, edge_index, size)
-
     @torch.jit.unused
     def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
                     size: Size = None) -> Tensor:
         if self._pyg_reason(edge_index):
             return self._run_pyg(x, edge_index, size)
-        src, x_r, sizes = self._sizes(x)
-        g, value = get_graph(edge_index, size=size or sizes, flow=self.flow)
-        reduce = KERNEL_REDUCE[self.aggr]
-        if isinstance(src, CBSR) and reduce == 'max':
-            src = src.to_dense()
+        src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
         cbsr = isinstance(src, CBSR)
         agg = cbsr_spmm_graph if cbsr else self._aggregate
         if x_r is src and reduce != 'max' and not (cbsr and reduce == 'mean'):
