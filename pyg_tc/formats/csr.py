@@ -231,6 +231,11 @@ class CSRGraph:
         """In-degree of every row (target), int64."""
         return (self.rowptr[1:] - self.rowptr[:-1]).long()
 
+    def per_edge(self, v: Tensor) -> Tensor:
+        """A per-row (target) tensor ``v [R, ...]`` repeated for every edge of
+        its row, in CSR order."""
+        return v.repeat_interleave(self.degree(), dim=0, output_size=self.num_edges)
+
     def row(self) -> Tensor:
         """Target index of every CSR edge, int32 (see :func:`csr_rows`)."""
         return csr_rows(self.rowptr)

@@ -32,8 +32,6 @@ def edge_softmax(g: CSRGraph, score: Tensor, loop: Optional[Tensor] = None) -> T
     optional extra self-loop score per row (PyG's ``softmax`` over the edges
     plus one added loop). Segment reductions in CSR order: deterministic, no
     atomics, no per-edge row index. Returns (edge weights, loop weights)."""
-    deg = g.degree()
-    E = g.num_edges
     offsets = g.rowptr.long()
     acc = torch.float64 if score.dtype == torch.float64 else torch.float32
     s = score.to(acc)
@@ -43,14 +41,14 @@ def edge_softmax(g: CSRGraph, score: Tensor, loop: Optional[Tensor] = None) -> T
     if loop is not None:
         m = torch.maximum(m, loop.detach().to(acc))
     m = m.masked_fill(torch.isinf(m), 0.0)
-    e = torch.exp(s - m.repeat_interleave(deg, output_size=E))
+    e = torch.exp(s - g.per_edge(m))
     den = torch.segment_reduce(e, 'sum', offsets=offsets, axis=0, unsafe=True, initial=0.0)
     el = None
     if loop is not None:
         el = torch.exp(loop.to(acc) - m)
         den = den + el
     inv = 1.0 / (den + 1e-16)  # PyG adds 1e-16 to the denominator as well
-    alpha = e * inv.repeat_interleave(deg, output_size=E)
+    alpha = e * g.per_edge(inv)
     return alpha, (el * inv if el is not None else None)
 
 
@@ -104,7 +102,7 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
         if self.aggr == 'mean':  # PyG's mean over the row's messages, loop included
             cnt = g.degree().to(acc) + (1 if self.add_self_loops else 0)
             inv = 1.0 / cnt.clamp(min=1)
-            alpha = alpha * inv.repeat_interleave(g.degree(), output_size=g.num_edges)
+            alpha = alpha * g.per_edge(inv)
             alpha_loop = alpha_loop * inv if alpha_loop is not None else None
         if self._engine(g, x) == 'sgt':
             return sgt_spmm_cells(g, x, sgt_of(g).cell_values(alpha), alpha_loop)

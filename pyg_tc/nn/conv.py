@@ -182,7 +182,7 @@ def _mean_with_loops(g: CSRGraph, value: Tensor, diag: Tensor) -> Tuple[Tensor, 
     if pos.numel():
         cnt = cnt - torch.bincount(lrow, minlength=g.num_rows).to(diag.dtype)
     inv = 1.0 / cnt
-    return value * inv.index_select(0, g.row().long()), diag * inv
+    return value * g.per_edge(inv), diag * inv
 
 
 @pyg_layer(pyg_nn.GCNConv)

@@ -230,9 +230,7 @@ def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduc
     _registry.ensure()
     if _REDUCE[reduce] == 'mean':
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-        deg = g.degree()
-        inv = 1.0 / deg.clamp(min=1).to(acc)
-        scale = inv.repeat_interleave(deg, output_size=g.num_edges)
+        scale = g.per_edge(1.0 / g.degree().clamp(min=1).to(acc))
         value = scale if value is None else value * scale
     return sgt_spmm_cells(g, x, sgt_of(g).cell_values(value), diag)
 
