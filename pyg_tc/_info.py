@@ -13,9 +13,9 @@ def info(build: bool = True) -> Dict[str, Any]:
     """Versions, GPU and kernel build status. With ``build=True`` (default) the
     kernels are built/loaded first if a GPU is present, so the report is final."""
     import torch_geometric
-    from .ops import _registry
+    from . import _library
     if build:
-        _registry.ensure()
+        _library.ensure()
     st = _kernels.status()
     gpu = None
     if torch.cuda.is_available():

@@ -42,6 +42,7 @@ def _bench(args) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``pyg-tc`` (``info`` / ``bench``); returns the exit code."""
     from .bench.runner import add_arguments
     p = argparse.ArgumentParser(prog='pyg-tc', description='pyg_tc: PyG layers on CUDA sparse kernels')
     sub = p.add_subparsers(dest='command', required=True)

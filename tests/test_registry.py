@@ -1,119 +1,82 @@
-"""The op schemas exist once: kernels/registration.cpp (TORCH_LIBRARY) and the
-Python copy used where the CUDA extension is not loaded must agree."""
+"""The op framework (pyg_tc._library): schemas written once in Python, the
+CUDA side only registers implementations, references and autograd bound by
+argument name."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
-import pyg_tc
-from pyg_tc.ops import _registry
+import pyg_tc  # noqa: F401 (defines the ops)
+from pyg_tc import _library
+from pyg_tc._library import OPS, Op
 
 KERNELS = Path(__file__).resolve().parents[1] / 'kernels'
+EXPECTED = {'spmm_csr', 'sddmm_csr', 'maxk_select', 'cbsr_spmm', 'cbsr_sspmm', 'sgt_spmm',
+            'sgt_sddmm', 'sort_int32'}
 
 
-def strip_comments(src: str) -> str:
-    """Remove // and /* */ comments, leaving string literals intact."""
-    out, i, n = [], 0, len(src)
-    while i < n:
-        c = src[i]
-        if c == '"':
-            j = i + 1
-            while src[j] != '"':
-                j += 2 if src[j] == '\\' else 1
-            out.append(src[i:j + 1])
-            i = j + 1
-        elif src.startswith('//', i):
-            i = src.find('\n', i)
-            i = n if i < 0 else i
-        elif src.startswith('/*', i):
-            i = src.index('*/', i) + 2
-            out.append(' ')
-        else:
-            out.append(c)
-            i += 1
-    return ''.join(out)
+def _sources():
+    files = sorted(p for p in KERNELS.rglob('*') if p.suffix in ('.cu', '.cpp', '.cuh', '.h'))
+    assert files, 'no kernel sources'
+    return files
 
 
-def call_args(src: str, name: str) -> list:
-    """The argument text of every call ``name(...)`` (balanced parentheses)."""
-    found = []
-    for m in re.finditer(re.escape(name) + r'\s*\(', src):
-        depth, j = 1, m.end()
-        while depth:
-            if src[j] == '"':
-                j = src.index('"', j + 1)
-            elif src[j] == '(':
-                depth += 1
-            elif src[j] == ')':
-                depth -= 1
-            j += 1
-        found.append(src[m.end():j - 1])
-    return found
+def _code(path: Path) -> str:
+    """Source without // and /* */ comments (string literals kept)."""
+    return re.sub(r'//[^\n]*|/\*.*?\*/', ' ', path.read_text(), flags=re.S)
 
 
-def literal(text: str) -> str:
-    """Adjacent C string literals, concatenated; nothing else allowed."""
-    parts = re.findall(r'"((?:[^"\\]|\\.)*)"', text)
-    assert re.fullmatch(r'(\s*"(?:[^"\\]|\\.)*")+\s*', text), f'not only string literals: {text!r}'
-    return ''.join(parts)
+def test_every_op_is_defined_once_with_its_schema():
+    assert set(OPS) == EXPECTED
+    for name, op in OPS.items():
+        registered = getattr(torch.ops.pyg_tc, name).default._schema
+        assert str(registered) == f'pyg_tc::{op.schema}'
 
 
-def cpp_schemas() -> dict:
-    src = strip_comments((KERNELS / 'registration.cpp').read_text())
-    blocks = re.findall(r'TORCH_LIBRARY\s*\(\s*pyg_tc\s*,\s*m\s*\)', src)
-    assert len(blocks) == 1, 'registration.cpp must define the pyg_tc library exactly once'
-    schemas = {}
-    for arg in call_args(src, 'm.def'):
-        s = literal(arg)
-        name = s.split('(', 1)[0].strip()
-        assert name not in schemas, f'{name} defined twice'
-        schemas[name] = s
-    return schemas
+def test_kernels_only_register_cuda_implementations_of_known_ops():
+    impls = []
+    for f in _sources():
+        src = _code(f)
+        assert not re.search(r'\bTORCH_LIBRARY(_FRAGMENT)?\s*\(', src), f'{f.name} defines a library'
+        assert not re.search(r'\.\s*def\s*\(', src), f'{f.name} defines a schema'
+        for lib, key in re.findall(r'TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,\s*(\w+)\s*,', src):
+            assert (lib, key) == ('pyg_tc', 'CUDA'), f'{f.name} registers {lib} / {key}'
+        impls += re.findall(r'\.\s*impl\s*\(\s*"(\w+)"', src)
+    assert sorted(impls) == sorted(EXPECTED), 'each op needs exactly one CUDA implementation'
 
 
-def test_cpp_schemas_equal_python():
-    cpp = cpp_schemas()
-    assert cpp, 'no m.def(...) found in registration.cpp'
-    assert cpp == _registry.SCHEMAS
+def test_reference_binds_arguments_by_name():
+    with pytest.raises(TypeError, match='unknown arguments'):
+        Op('bad_ref(Tensor x) -> Tensor', reference=lambda y: y, fake=lambda a: a.x,
+           namespace='pyg_tc_test')
 
 
-def test_python_schema_keys_are_op_names():
-    for name, schema in _registry.SCHEMAS.items():
-        assert schema.startswith(name + '(')
+def test_named_autograd_and_saved_consts():
+    def backward(a, needs, grad):
+        assert a.scale == 3 and a.width == a.x.size(1) and needs['x'] and not needs['y']
+        return {'x': grad * a.scale * a.y}
+
+    op = Op('scaled_mul(Tensor x, Tensor y, int scale) -> Tensor',
+            reference=lambda x, y, scale: x * y * scale, fake=lambda a: a.x.new_empty(a.x.shape),
+            backward=backward, consts=lambda a: {'width': a.x.size(1)}, namespace='pyg_tc_test')
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(4, 3, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda x: op(x, y, 3, differentiable=(x,)), (x,))
+    assert 'scaled_mul' not in OPS  # other namespaces stay out of the pyg_tc loader
 
 
-def test_kernel_files_only_register_impls():
-    cu_files = sorted(KERNELS.glob('*.cu'))
-    assert cu_files, 'no .cu files in kernels/'
-    impls = set()
-    for f in cu_files:
-        src = strip_comments(f.read_text())
-        assert not re.search(r'\bTORCH_LIBRARY\s*\(', src), f'{f.name} defines the library'
-        assert not re.search(r'\bTORCH_LIBRARY_FRAGMENT\s*\(', src), f'{f.name} defines ops'
-        assert not re.search(r'\bm\s*\.\s*def\s*\(', src), f'{f.name} defines a schema'
-        blocks = re.findall(r'TORCH_LIBRARY_IMPL\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*\w+\s*\)', src)
-        for lib, key in blocks:
-            assert lib == 'pyg_tc', f'{f.name} registers into library {lib}'
-            assert key == 'CUDA', f'{f.name} registers for dispatch key {key}'
-        names = [literal(a.split(',', 1)[0]) for a in call_args(src, '.impl')]
-        if names:
-            assert blocks, f'{f.name} registers impls outside TORCH_LIBRARY_IMPL'
-        for name in names:
-            assert name in _registry.SCHEMAS, f'{f.name} implements unknown op {name}'
-        impls.update(names)
-    # every op has a CUDA implementation somewhere
-    assert impls == set(_registry.SCHEMAS)
+def test_backward_returning_an_unknown_input_raises():
+    op = Op('typo_grad(Tensor x) -> Tensor', reference=lambda x: x * 2,
+            fake=lambda a: a.x.new_empty(a.x.shape), backward=lambda a, needs, g: {'z': g},
+            namespace='pyg_tc_test')
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match='unknown inputs'):
+        op(x, differentiable=(x,)).sum().backward()
 
 
-def test_registration_cpp_has_no_impls():
-    src = strip_comments((KERNELS / 'registration.cpp').read_text())
-    assert 'TORCH_LIBRARY_IMPL' not in src and '.impl(' not in src
-
-
-def test_registered_ops_have_the_schemas():
-    pyg_tc.ops.ensure()
-    for name, schema in _registry.SCHEMAS.items():
-        op = getattr(torch.ops.pyg_tc, name).default
-        assert str(op._schema) == 'pyg_tc::' + schema
+def test_ensure_reports_the_kernels():
+    loaded = _library.ensure()
+    assert loaded == _library.kernels_loaded() == pyg_tc._kernels.status()['loaded']

@@ -224,3 +224,31 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
         _store(adj, key, g)
     return g, None
 
+
+
+def csr_order(v: Optional[Tensor], g: CSRGraph) -> Optional[Tensor]:
+    """Per-edge values ``v`` (``[E]`` or ``[E, 1]``, in the order of the
+    adjacency's edges) in ``g``'s CSR order."""
+    if v is None or g.perm is None:
+        return v
+    if v.dim() == 2 and v.size(1) == 1:
+        v = v.view(-1)
+    if v.dim() != 1 or v.numel() != g.num_edges:
+        raise ValueError(f'pyg_tc: edge_weight must have one entry per edge ({g.num_edges}), '
+                         f'got shape {tuple(v.shape)}')
+    return v.index_select(0, g.perm)
+
+
+def resolve(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = None,
+            flow: str = 'source_to_target', edge_weight: Optional[Tensor] = None,
+            ) -> Tuple[CSRGraph, Optional[Tensor]]:
+    """The one helper between an adjacency and the ops: the
+    :class:`CSRGraph` of ``adj`` (:func:`get_graph`) and its edge values in
+    CSR order: a sparse adjacency's own values, or ``edge_weight`` (given in
+    the order of ``adj``'s edges), not both."""
+    g, value = get_graph(adj, size=size, flow=flow)
+    if edge_weight is not None:
+        if value is not None:
+            raise ValueError('pyg_tc: pass edge weights either in the sparse tensor or as edge_weight')
+        value = csr_order(edge_weight, g)
+    return g, value

@@ -16,8 +16,8 @@ groups (runs of at most ``chunk`` edges of one row, one warp each; rows above
 format serves the dense and the CBSR kernels (see
 :class:`~pyg_tc.transforms.CBSRTransform`).
 
-This module also holds the CPU emulations of the two CBSR kernels, walking the
-same units and workspace slots as the CUDA code (tests run them in CI).
+The CBSR ops, their references and the CPU emulations of their kernels live
+in :mod:`pyg_tc.ops.cbsr`.
 """
 from __future__ import annotations
 
@@ -25,8 +25,6 @@ from typing import Optional
 
 import torch
 from torch import Tensor
-
-from .csr import CSRGraph, csr_rows
 
 MAX_WIDTH = 32768  # int16 column indices (0..32767)
 
@@ -76,28 +74,35 @@ class CBSR:
     # -- tensor-like surface ------------------------------------------------
     @property
     def k(self) -> int:
+        """Stored entries per row."""
         return self.values.size(1)
 
     @property
     def shape(self) -> torch.Size:
+        """The dense shape ``[N, width]``."""
         return torch.Size((self.values.size(0), self.width))
 
     def size(self, dim: Optional[int] = None):
+        """The dense size, as ``Tensor.size``."""
         return self.shape if dim is None else self.shape[dim]
 
     def dim(self) -> int:
+        """Always 2 (a ``[N, width]`` matrix)."""
         return 2
 
     @property
     def dtype(self) -> torch.dtype:
+        """dtype of the values."""
         return self.values.dtype
 
     @property
     def device(self) -> torch.device:
+        """Device of the values."""
         return self.values.device
 
     @property
     def requires_grad(self) -> bool:
+        """Whether the values require gradients."""
         return self.values.requires_grad
 
     def to(self, *args, **kwargs) -> 'CBSR':
@@ -126,116 +131,3 @@ class CBSR:
     def __repr__(self) -> str:
         return (f'CBSR(shape={tuple(self.shape)}, k={self.k}, dtype={self.dtype}, '
                 f'index_dtype={self.indices.dtype}, device={self.device})')
-
-
-# ---------------------------------------------------------------------------
-# CPU emulation of the CUDA kernels (same units, same slots, same order of the
-# heavy-row reduction). Unwritten rows stay NaN so schedule bugs show.
-
-def _unit_edges(g: CSRGraph):
-    u = g.sched.units.long()
-    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
-    lens = end - start
-    total = int(lens.sum())
-    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
-    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
-    return row, start, slot, lens, unit_of_edge, pos
-
-
-def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',
-                      diag: Optional[Tensor] = None) -> Tensor:
-    """Emulates the forward SpGEMM: every unit accumulates ``w * values[j]``
-    into a private ``width``-wide buffer at ``indices[j]`` (the kernel's
-    shared-memory buffer), the first unit of a row adds ``diag * x[row]``,
-    and the buffer goes to the output row (scaled for mean) or to the unit's
-    workspace slot, reduced per heavy row in slot order."""
-    F = x.width
-    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
-    U = row.numel()
-    src = g.col.long()[pos]
-    vals = x.values.float()[src]
-    if value is not None:
-        vals = vals * value.float()[pos].unsqueeze(1)
-    flat = unit_of_edge.unsqueeze(1) * F + x.indices.long()[src]
-    buf = torch.zeros(U * F).index_put_((flat.reshape(-1),), vals.reshape(-1), accumulate=True)
-    buf = buf.view(U, F)
-    if diag is not None:
-        first = start == g.rowptr.long()[row]
-        r = row[first]
-        d = diag.float().expand(g.num_rows)[r].unsqueeze(1) * x.values.float()[r]
-        flat = first.nonzero().flatten().unsqueeze(1) * F + x.indices.long()[r]
-        buf = buf.reshape(-1).index_put_((flat.reshape(-1),), d.reshape(-1), accumulate=True).view(U, F)
-    out = torch.full((g.num_rows, F), float('nan'))
-    direct = slot < 0
-    scale = 1.0 / lens[direct].clamp(min=1).float().unsqueeze(1) if reduce == 'mean' else 1.0
-    out[row[direct]] = buf[direct] * scale
-    s = g.sched
-    ws = torch.full((s.num_slots, F), float('nan'))
-    ws[slot[~direct]] = buf[~direct]
-    hp, hr = s.heavy_ptr.long(), s.heavy_rows.long()
-    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=s.num_slots)
-    h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws)
-    if reduce == 'mean':
-        h = h / (g.rowptr[hr + 1] - g.rowptr[hr]).float().unsqueeze(1)
-    out[hr] = h
-    return out.to(x.dtype)
-
-
-def emulate_cbsr_sspmm(g: CSRGraph, grad: Tensor, indices: Tensor, value: Optional[Tensor] = None,
-                       reduce: str = 'sum', diag: Optional[Tensor] = None) -> Tensor:
-    """Emulates the backward SSpMM (outer product): every unit stages the
-    dense gradient row of its target ``i`` (scaled by ``1/deg(i)`` for mean),
-    and every edge ``(i, j)`` adds ``w * G[i, indices[j]]`` to row ``j`` of
-    the ``[N_src, k]`` result; the first unit of a row adds the diagonal
-    term. Returns ``[N_src, k]`` in grad's dtype."""
-    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
-    G = grad.float()
-    if reduce == 'mean':
-        deg = (g.rowptr[1:] - g.rowptr[:-1]).clamp(min=1).float()
-        G = G / deg.unsqueeze(1)
-    idx = indices.long()
-    src = g.col.long()[pos]
-    tgt = row[unit_of_edge]
-    contrib = G[tgt].gather(1, idx[src])
-    if value is not None:
-        contrib = contrib * value.float()[pos].unsqueeze(1)
-    out = torch.zeros(indices.size(0), indices.size(1)).index_add_(0, src, contrib)
-    if diag is not None:
-        first = start == g.rowptr.long()[row]
-        r = row[first]
-        out.index_add_(0, r, diag.float().expand(g.num_rows)[r].unsqueeze(1) * grad.float()[r].gather(1, idx[r]))
-    return out.to(grad.dtype)
-
-
-def cbsr_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], values: Tensor,
-                        indices: Tensor, width: int, diag: Optional[Tensor] = None,
-                        reduce: str = 'sum') -> Tensor:
-    """Oracle: the dense SpMM of ``to_dense()``, fp32 accumulation."""
-    from ..ops._registry import spmm_reference
-    dense = values.new_zeros(values.size(0), width).scatter(1, indices.long(), values)
-    return spmm_reference(rowptr, col, value, dense, diag, reduce)
-
-
-def cbsr_sspmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], grad: Tensor,
-                         indices: Tensor, diag: Optional[Tensor] = None,
-                         reduce: str = 'sum') -> Tensor:
-    """Oracle: ``(A^T (s * grad) + diag * grad)`` sampled at ``indices``,
-    with ``s = 1/deg`` for mean (diag needs a square adjacency)."""
-    acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
-    G = grad.to(acc)
-    if reduce == 'mean':
-        deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(acc)
-        G = G / deg.unsqueeze(1)
-    idx = indices.long()
-    tgt = csr_rows(rowptr).long()
-    c = col.long()
-    contrib = G.index_select(0, tgt).gather(1, idx.index_select(0, c))
-    if value is not None:
-        contrib = contrib * value.to(acc).unsqueeze(1)
-    out = torch.zeros(indices.size(0), indices.size(1), dtype=acc, device=grad.device)
-    # index_put_ with accumulate is deterministic under
-    # torch.use_deterministic_algorithms(True) (this is the CUDA fallback then).
-    out.index_put_((c,), contrib, accumulate=True)
-    if diag is not None:
-        out = out + diag.to(acc).view(-1, 1) * grad.to(acc).gather(1, idx)
-    return out.to(grad.dtype)

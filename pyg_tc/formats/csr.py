@@ -33,6 +33,8 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from .. import _library
+
 DEFAULT_CHUNK = None  # None: auto_chunk(num_edges)
 _INT32_MAX = 2**31 - 1
 
@@ -44,6 +46,7 @@ class Schedule(NamedTuple):
     num_slots: int
 
     def to(self, device) -> 'Schedule':
+        """This schedule on ``device``."""
         return Schedule(self.units.to(device), self.heavy_rows.to(device),
                         self.heavy_ptr.to(device), self.num_slots)
 
@@ -125,11 +128,9 @@ def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
     """Stable sort of int32 keys in [0, num_keys): (sorted keys, int32
     permutation). On the GPU a radix sort over the used key bits (about half
     the memory of torch.sort); elsewhere torch.sort."""
-    from ..ops import _registry
-    _registry.ensure()
     bits = max(1, (max(num_keys, 1) - 1).bit_length())
-    if keys.is_cuda and _registry.CUDA_KERNELS and bits <= 31:
-        return torch.ops.pyg_tc.sort_int32(keys, bits)
+    if keys.is_cuda and bits <= 31 and _library.use_kernel(keys):
+        return _library.op('sort_int32')(keys, bits)
     values, perm = torch.sort(keys, stable=True)
     return values, perm.to(torch.int32)
 
@@ -221,10 +222,12 @@ class CSRGraph:
     # -- properties ---------------------------------------------------------
     @property
     def num_edges(self) -> int:
+        """Number of edges (nonzeros)."""
         return self.col.numel()
 
     @property
     def device(self) -> torch.device:
+        """Device of the metadata."""
         return self.col.device
 
     def degree(self) -> Tensor:
@@ -247,6 +250,7 @@ class CSRGraph:
                         self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
 
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':
+        """This graph (both directions, schedules, attached SGT) on ``device``."""
         def mv(t):
             return None if t is None else t.to(device, non_blocking=non_blocking)
         g = CSRGraph(mv(self.rowptr), mv(self.col), mv(self.perm), mv(self.t_rowptr),
@@ -262,6 +266,7 @@ class CSRGraph:
                 f'chunk={self.chunk}, device={self.device})')
 
     def stats(self) -> dict:
+        """Shape and schedule statistics (rows, edges, degrees, units, heavy rows)."""
         deg = self.degree()
         return {
             'rows': self.num_rows, 'cols': self.num_cols, 'edges': self.num_edges,
@@ -355,52 +360,3 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
     slot_row[ps] = row[~direct]
     if not torch.equal(owner, slot_row):
         raise ValueError(f'pyg_tc: {name} schedule heavy_ptr does not match the unit slots')
-
-
-def emulate_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
-                 diag: Optional[Tensor] = None, transpose: bool = False) -> Tensor:
-    """CPU emulation of the CUDA SpMM: walks the same units, writes partial rows
-    to the same slots and reduces heavy rows slot by slot. Unwritten rows stay
-    NaN, so a schedule bug shows up as NaN in tests. ``value`` is in the CSR
-    order of the direction used."""
-    rowptr, col, s = (g.t_rowptr, g.t_col, g.t_sched) if transpose else (g.rowptr, g.col, g.sched)
-    R = rowptr.numel() - 1
-    F = x.size(1)
-    u = s.units.long()
-    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
-    lens = end - start
-    total = int(lens.sum())
-    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
-    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
-    msg = x[col.long()[pos]].float()
-    if value is not None:
-        msg = msg * value.float()[pos].unsqueeze(1)
-    if reduce == 'max':
-        acc = torch.full((u.size(0), F), float('-inf')).scatter_reduce_(
-            0, unit_of_edge.unsqueeze(1).expand(-1, F), msg, 'amax')
-    else:
-        acc = torch.zeros(u.size(0), F).index_add_(0, unit_of_edge, msg)
-    out = torch.full((R, F), float('nan'))
-    direct = slot < 0
-    d_acc = acc[direct]
-    if reduce == 'max':
-        d_acc = torch.where(lens[direct].unsqueeze(1) > 0, d_acc, torch.zeros_like(d_acc))
-    if reduce == 'mean':
-        d_acc = d_acc / lens[direct].clamp(min=1).unsqueeze(1)
-    out[row[direct]] = d_acc
-    ws = torch.full((s.num_slots, F), float('nan'))
-    ws[slot[~direct]] = acc[~direct]
-    hp = s.heavy_ptr.long()
-    hr = s.heavy_rows.long()
-    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=s.num_slots)
-    if reduce == 'max':
-        h = torch.full((hr.numel(), F), float('-inf')).scatter_reduce_(
-            0, owner.unsqueeze(1).expand(-1, F), ws, 'amax')
-    else:
-        h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws)
-    if reduce == 'mean':
-        h = h / (rowptr[hr + 1] - rowptr[hr]).float().unsqueeze(1)
-    out[hr] = h
-    if diag is not None:
-        out = out + diag.float().view(-1, 1) * x.float()
-    return out.to(x.dtype)

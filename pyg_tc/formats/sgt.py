@@ -37,8 +37,8 @@ Shared by both directions (:class:`SGT`):
 
 The builder is vectorised torch (two sorts and a few scans) and runs on the
 device of the graph: on the CPU for datasets, on the GPU per mini-batch; the
-output is identical. This module also holds the CPU emulation of the two
-tensor-core kernels (dense ``bmm`` over the same blocks, units and slots).
+output is identical. The tensor-core ops, their references and the CPU
+emulation of their kernels live in :mod:`pyg_tc.ops.sgt`.
 """
 from __future__ import annotations
 
@@ -80,9 +80,11 @@ class SGTDir(NamedTuple):
 
     @property
     def num_blocks(self) -> int:
+        """Number of 16 x 8 blocks of this direction."""
         return self.cols.numel() // BLOCK_W
 
     def to(self, device) -> 'SGTDir':
+        """This direction on ``device``."""
         return SGTDir(self.block_ptr.to(device), self.cols.to(device), self.mask.to(device),
                       self.cell_ptr.to(device), self.sched.to(device), self.num_rows, self.num_cols)
 
@@ -169,10 +171,12 @@ class SGT:
 
     @property
     def num_cells(self) -> int:
+        """Number of distinct (row, column) cells (duplicate edges share one)."""
         return self.t_cell.numel()
 
     @property
     def device(self) -> torch.device:
+        """Device of the metadata."""
         return self.edge_cell.device
 
     @classmethod
@@ -193,6 +197,7 @@ class SGT:
         return cls(fwd, bwd, order.to(torch.int32), dup_ptr, edge_cell, t_cell, E)
 
     def to(self, device, non_blocking: bool = False) -> 'SGT':
+        """This SGT (both directions) on ``device``."""
         def mv(t):
             return None if t is None else t.to(device, non_blocking=non_blocking)
         return SGT(self.fwd.to(device), self.bwd.to(device), mv(self.edge_order), mv(self.dup_ptr),
@@ -327,67 +332,6 @@ def _cell_coords(d: SGTDir):
     return rows[b_idx, bit], cols[b_idx, c[bit]]
 
 
-# ---------------------------------------------------------------------------
-# CPU emulation of the tensor-core kernels: the same blocks, units and slots.
-
-def _tiles(d: SGTDir, cell_val: Tensor) -> Tensor:
-    """Dense A tiles [B, 16, 8] (fp32) from cell values."""
-    B = d.num_blocks
-    A = torch.zeros(B * 128, dtype=torch.float32, device=cell_val.device)
-    A[_mask_bits(d.mask).view(-1).nonzero().flatten()] = cell_val.float()
-    return A.view(B, BLOCK_W, WINDOW).transpose(1, 2)
-
-
-def _gather_cols(d: SGTDir, x: Tensor) -> Tensor:
-    c = d.cols.long()
-    xs = x.float().index_select(0, c.clamp(min=0))
-    return xs.masked_fill(c.unsqueeze(1) < 0, 0.0)
-
-
-def emulate_spmm(d: SGTDir, cell_val: Tensor, x: Tensor, diag: Optional[Tensor] = None) -> Tensor:
-    """``out[R, F]`` as the TCU SpMM computes it: one ``[16 x 8] @ [8 x F]``
-    product per block, blocks summed in order per unit, direct units written,
-    split windows reduced slot by slot. Rows no unit writes stay NaN."""
-    B, F = d.num_blocks, x.size(1)
-    P = torch.bmm(_tiles(d, cell_val), _gather_cols(d, x).view(B, BLOCK_W, F)) if B else \
-        x.new_zeros(0, WINDOW, F, dtype=torch.float32)
-    dev = x.device
-    u = d.sched.units.long()
-    win, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
-    lens = end - start
-    owner = torch.repeat_interleave(torch.arange(u.size(0), device=dev), lens, output_size=int(lens.sum()))
-    blocks = start[owner] + torch.arange(owner.numel(), device=dev) - (torch.cumsum(lens, 0) - lens)[owner]
-    acc = torch.zeros(u.size(0), WINDOW, F, device=dev).index_add_(0, owner, P[blocks])
-    W = (d.num_rows + WINDOW - 1) // WINDOW
-    out = torch.full((W, WINDOW, F), float('nan'), device=dev)
-    direct = slot < 0
-    out[win[direct]] = acc[direct]
-    ws = torch.full((d.sched.num_slots, WINDOW, F), float('nan'), device=dev)
-    ws[slot[~direct]] = acc[~direct]
-    hp, hw = d.sched.heavy_ptr.long(), d.sched.heavy_rows.long()
-    sowner = torch.repeat_interleave(torch.arange(hw.numel(), device=dev), hp[1:] - hp[:-1],
-                                     output_size=d.sched.num_slots)
-    out[hw] = torch.zeros(hw.numel(), WINDOW, F, device=dev).index_add_(0, sowner, ws)
-    out = out.view(-1, F)[:d.num_rows]
-    if diag is not None:
-        out = out + diag.float().view(-1, 1) * x.float()
-    return out.to(x.dtype)
-
-
-def emulate_sddmm(d: SGTDir, a: Tensor, b: Tensor) -> Tensor:
-    """Cell values ``<a[row], b[col]>`` as the TCU SDDMM computes them: one
-    ``[16 x F] @ [F x 8]`` product per block, cells picked by the mask."""
-    B, F = d.num_blocks, a.size(1)
-    W = (d.num_rows + WINDOW - 1) // WINDOW
-    rows = torch.zeros(W * WINDOW, F, dtype=torch.float32, device=a.device)
-    rows[:d.num_rows] = a.float()
-    bp = d.block_ptr.long()
-    blk_win = torch.repeat_interleave(torch.arange(W, device=a.device), bp[1:] - bp[:-1], output_size=B)
-    D = torch.bmm(rows.view(W, WINDOW, F)[blk_win], _gather_cols(d, b).view(B, BLOCK_W, F).transpose(1, 2))
-    cells = D.transpose(1, 2).reshape(B, 128)[_mask_bits(d.mask)]
-    return cells.to(a.dtype)
-
-
 def cell_coords(units: Tensor, cols: Tensor, mask: Tensor):
     """(row, column) node ids of every cell, in cell order, from a direction's
     units (window of each block), columns and masks (no structure checks)."""
@@ -401,23 +345,3 @@ def cell_coords(units: Tensor, cols: Tensor, mask: Tensor):
         blk_win[pos] = u[:, 0][owner]
     b_idx, bit = _mask_bits(mask).nonzero(as_tuple=True)
     return blk_win[b_idx] * WINDOW + bit % WINDOW, cols.view(B, BLOCK_W).long()[b_idx, bit // WINDOW]
-
-
-def sgt_spmm_reference(units: Tensor, cols: Tensor, mask: Tensor, cell_val: Tensor, x: Tensor,
-                       diag: Optional[Tensor], num_rows: int) -> Tensor:
-    """Pure-torch SpMM over the cell list (fp32 accumulation, fp64 for fp64):
-    the CPU implementation of the op and the oracle of the kernel tests."""
-    r, c = cell_coords(units, cols, mask)
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    msg = x.index_select(0, c).to(acc) * cell_val.to(acc).unsqueeze(1)
-    out = torch.zeros(num_rows, x.size(1), dtype=acc, device=x.device).index_add_(0, r, msg)
-    if diag is not None:
-        out = out + diag.to(acc).view(-1, 1) * x.to(acc)
-    return out.to(x.dtype)
-
-
-def sgt_sddmm_reference(units: Tensor, cols: Tensor, mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """``<a[row], b[col]>`` for every cell, fp32 accumulation."""
-    r, c = cell_coords(units, cols, mask)
-    acc = torch.float64 if a.dtype == torch.float64 else torch.float32
-    return (a.index_select(0, r).to(acc) * b.index_select(0, c).to(acc)).sum(1).to(a.dtype)

@@ -42,13 +42,14 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..formats.carrier import get_graph, has_graph
+from ..formats.carrier import has_graph, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
-from ..ops import choose_backend, ensure, sgt_spmm_graph, spmm_graph
+from ..ops import dispatch, ensure
 
-BACKENDS = ('auto', 'csr', 'sgt', 'pyg')
-KERNEL_REDUCE = {'add': 'sum', 'sum': 'sum', 'mean': 'mean', 'max': 'max'}
+#: a layer's ``backend``: the ops' vocabulary plus PyG's own message passing
+BACKENDS = dispatch.BACKENDS + ('pyg',)
+KERNEL_REDUCE = dispatch.REDUCE
 _HOOKS = tuple(f'_{what}_forward{pre}_hooks' for what in (
     'propagate', 'message', 'aggregate', 'message_and_aggregate', 'edge_update')
     for pre in ('_pre', ''))
@@ -145,9 +146,7 @@ class TCLayer:
     propagate = MessagePassing.propagate
 
     def _tc_init(self, backend: str) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f'pyg_tc: backend must be one of {BACKENDS}, got {backend!r}')
-        self.backend = backend
+        self.backend = dispatch.check_backend(backend, BACKENDS)
         ensure()  # build/load the kernels at construction, not inside a traced forward
 
     def _pyg_reason(self, adj: Any) -> Optional[str]:
@@ -172,28 +171,24 @@ class TCLayer:
         """PyG's own forward for this call (CBSR features densified)."""
         return self._pyg_forward(*dense(args))
 
-    def _engine(self, g: CSRGraph, x: Tensor, reduce: str = 'sum', op: str = 'spmm') -> str:
-        """'sgt' or 'csr' for this call (max aggregation always 'csr')."""
-        if reduce == 'max' or self.backend == 'csr':
-            return 'csr'
-        if self.backend == 'sgt':
-            return 'sgt'
-        return choose_backend(g, x.size(1), x.dtype, op)
-
-    def _aggregate(self, g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str,
+    def _aggregate(self, g: CSRGraph, x: Any, value: Optional[Tensor], reduce: str,
                    diag: Any = None, t_value: Optional[Tensor] = None) -> Tensor:
-        """``reduce_{j -> i} value * x_j (+ diag_i * x_i)`` along ``node_dim``."""
+        """``reduce_{j -> i} value * x_j (+ diag_i * x_i)`` along ``node_dim``
+        (CBSR features: the SpGEMM), on the layer's ``backend``
+        (:func:`pyg_tc.ops.dispatch.aggregate`; a backend without the
+        reduction runs the CSR kernel)."""
+        if isinstance(x, CBSR):
+            return dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False)
         x2, restore = node_major(x, self.node_dim)
-        if self._engine(g, x2, reduce) == 'sgt':
-            return restore(sgt_spmm_graph(g, x2, value, reduce, diag))
-        return restore(spmm_graph(g, x2, value, reduce, diag, t_value=t_value))
+        return restore(dispatch.aggregate(g, x2, value, reduce, diag, t_value, self.backend,
+                                          strict=False))
 
     def _prepare(self, x: Any, adj: Any, size: Optional[Tuple[int, int]]):
         """(message source features, root features, graph, edge values in CSR
         order or None, kernel reduction) of a call with a feature tensor or
         pair; CBSR features are densified for max (no CBSR max kernel)."""
         src, x_r, sizes = self._sizes(x)
-        g, value = get_graph(adj, size=size or sizes, flow=self.flow)
+        g, value = resolve(adj, size=size or sizes, flow=self.flow)
         reduce = KERNEL_REDUCE[self.aggr]
         if isinstance(src, CBSR) and reduce == 'max':
             src = src.to_dense()

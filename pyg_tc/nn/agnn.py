@@ -8,9 +8,9 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj
 
-from ..formats.carrier import get_graph
+from ..formats.carrier import resolve
 from ..formats.csr import CSRGraph
-from ..ops import sddmm_graph, sgt_of, sgt_sddmm_cells, sgt_spmm_cells, spmm_graph
+from ..ops import dispatch
 from ._base import TCLayer, pyg_method
 from .conv import _loop_info, pyg_layer
 
@@ -78,6 +78,7 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
         self._tc_init(backend)
 
     def forward(self, x: Tensor, edge_index: Adj) -> Tensor:
+        """As PyG's ``AGNNConv.forward`` (see the class doc)."""
         if torch.jit.is_scripting():
             return self._pyg_forward(x, edge_index)
         return self._tc_forward(x, edge_index)
@@ -87,14 +88,11 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
         if not isinstance(x, Tensor) or x.dim() != 2 or self._pyg_reason(edge_index):
             return self._run_pyg(x, edge_index)
         N = x.size(0)
-        g, _ = get_graph(edge_index, size=(N, N), flow=self.flow)  # edge values are ignored, as in PyG
+        g, _ = resolve(edge_index, size=(N, N), flow=self.flow)  # edge values are ignored, as in PyG
         if self.add_self_loops:
             g = _without_loops(g)
         xn = F.normalize(x, p=2., dim=-1)
-        if self._engine(g, xn, op='sddmm') == 'sgt':
-            score = sgt_of(g).edge_values(sgt_sddmm_cells(g, xn, xn))
-        else:
-            score = sddmm_graph(g, xn, xn)
+        score = dispatch.edge_scores(g, xn, xn, self.backend)
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         beta = self.beta.to(acc)
         loop = beta * xn.to(acc).square().sum(-1) if self.add_self_loops else None
@@ -104,6 +102,4 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
             inv = 1.0 / cnt.clamp(min=1)
             alpha = alpha * g.per_edge(inv)
             alpha_loop = alpha_loop * inv if alpha_loop is not None else None
-        if self._engine(g, x) == 'sgt':
-            return sgt_spmm_cells(g, x, sgt_of(g).cell_values(alpha), alpha_loop)
-        return spmm_graph(g, x, alpha, 'sum', alpha_loop)
+        return self._aggregate(g, x, alpha, 'sum', alpha_loop)

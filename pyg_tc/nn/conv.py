@@ -20,10 +20,10 @@ from torch import Tensor
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import Adj, OptPairTensor, OptTensor, Size  # noqa: F401 (propagate_type)
 
-from ..formats.carrier import SparseTensor, get_graph
+from ..formats.carrier import SparseTensor, csr_order, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
-from ..ops import _to_csr_order, cbsr_spmm_graph, sddmm_graph, spmm_graph
+from ..ops import sddmm_graph, spmm_graph
 from ._base import KERNEL_REDUCE, TCLayer, dense, pyg_method
 
 BACKEND_DOC = """\
@@ -104,7 +104,7 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
     # `improved` has no effect (PyG fills the loop weights only when an
     # edge_weight tensor exists).
     fill = 2.0 if (improved and edge_weight is not None) else 1.0
-    w = _to_csr_order(edge_weight, g)
+    w = csr_order(edge_weight, g)
     w = None if w is None else w.to(dtype)
     diag_w = None
     has_loops = False
@@ -210,6 +210,7 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
         self._tc_init(backend)
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
+        """As PyG's ``GCNConv.forward`` (see the class doc)."""
         if torch.jit.is_scripting():
             return self._pyg_forward(x, edge_index, edge_weight)
         return self._tc_forward(x, edge_index, edge_weight)
@@ -244,7 +245,7 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
         N = x.size(0) if cbsr else x.size(self.node_dim)
         g, value, t_value, diag, reduce = self._normalized(edge_index, edge_weight, N, _acc(x))
         if cbsr:  # MaxK features: aggregate first (SpGEMM), then the linear map
-            out = self.lin(cbsr_spmm_graph(g, x, value, reduce, diag))
+            out = self.lin(self._aggregate(g, x, value, reduce, diag))
         else:
             out = self._aggregate(g, self.lin(x), value, reduce, diag, t_value)
         return out + self.bias if self.bias is not None else out
@@ -269,11 +270,11 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
                 adj = gcn_norm(adj, edge_weight, N, self.improved, self.add_self_loops, self.flow,
                                dtype)
                 adj = adj[0] if isinstance(adj, tuple) else adj
-            g, value = get_graph(adj)
+            g, value = resolve(adj)
             return GCNNorm(g, value, None, None, reduce)
-        g, _ = get_graph(adj, size=(N, N), flow=self.flow)
+        g, _ = resolve(adj, size=(N, N), flow=self.flow)
         if not self.normalize:
-            return GCNNorm(g, _to_csr_order(edge_weight, g), None, None, reduce)
+            return GCNNorm(g, csr_order(edge_weight, g), None, None, reduce)
 
         def norm(w: Optional[Tensor]) -> GCNNorm:
             value, diag = gcn_norm_csr(g, w, self.improved, self.add_self_loops, dtype)
@@ -295,6 +296,7 @@ class _PairLayer(TCLayer):
     (PyG's signature for SAGEConv and GINConv)."""
 
     def forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj, size: Size = None) -> Tensor:
+        """As PyG's ``forward`` of the layer (see the class doc)."""
         if torch.jit.is_scripting():
             return self._pyg_forward(x, edge_index, size)
         return self._tc_forward(x, edge_index, size)
@@ -330,7 +332,7 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
         src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
         lin_l = self.lin_l
         if isinstance(src, CBSR):  # MaxK features: the SpGEMM kernel
-            out = lin_l(cbsr_spmm_graph(g, src, value, reduce))
+            out = lin_l(self._aggregate(g, src, value, reduce))
         elif reduce != 'max' and lin_l.out_channels < lin_l.in_channels:
             out = self._aggregate(g, F.linear(src, lin_l.weight), value, reduce)
             if lin_l.bias is not None:
@@ -363,7 +365,7 @@ class GINConv(_PairLayer, pyg_nn.GINConv):
             return self._run_pyg(x, edge_index, size)
         src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
         cbsr = isinstance(src, CBSR)
-        agg = cbsr_spmm_graph if cbsr else self._aggregate
+        agg = self._aggregate
         if x_r is src and reduce != 'max' and not (cbsr and reduce == 'mean'):
             out = agg(g, src, value, reduce, diag=1 + self.eps)
         else:

@@ -26,7 +26,9 @@ class MaxK(torch.nn.Module):
         self.k = check_k(k, 'MaxK')
 
     def forward(self, x: Tensor) -> CBSR:
+        """The ``k`` largest entries of every row of ``x`` as CBSR features."""
         return maxk(x, self.k)
 
     def extra_repr(self) -> str:
+        """``k=...`` in the module repr."""
         return f'k={self.k}'

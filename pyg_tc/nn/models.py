@@ -68,11 +68,13 @@ class MaxKGNN(torch.nn.Module):
         return GINConv(torch.nn.Linear(h, h), backend=backend)
 
     def reset_parameters(self) -> None:
+        """Re-initialise every layer."""
         for m in [self.lin_in, self.lin_out, *self.lins, *self.convs, *self.norms]:
             if hasattr(m, 'reset_parameters'):
                 m.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Any) -> Tensor:
+        """Node outputs ``[N, out_channels]``."""
         x = self.lin_in(x)
         for lin, conv, norm in zip(self.lins, self.convs, self.norms):
             x = self.act(lin(x))

@@ -1,5 +1,13 @@
-"""TC-GNN ops: tensor-core SpMM / SDDMM over SGT blocks, and the rules that
-decide when to use them (warps per CTA, ``backend='auto'``).
+"""TC-GNN: tensor-core SpMM / SDDMM over SGT blocks, and the rules that size
+their launches (warps per CTA).
+
+* ``sgt_spmm``: ``out[i] = sum_cells(i, j) cell_val * x[j] (+ diag[i] x[i])``;
+* ``sgt_sddmm``: ``<a[row], b[col]>`` for every cell.
+
+Each takes the forward SGT direction (units, columns, masks, cell offsets,
+split windows), then the transpose (``t_*``) and the transpose-cell ->
+forward-cell map ``t_cell``: the backward of each op is the other op, on
+the forward SGT or its transpose. Kernels: ``kernels/sgt/``.
 
 Precision (decision, docs/tcgnn.md): fp32 inputs follow PyTorch's matmul
 setting: ``torch.get_float32_matmul_precision() == 'highest'`` (PyTorch's
@@ -7,23 +15,21 @@ default) runs 3xTF32 (split operands, fp32-accurate); ``'high'`` or
 ``'medium'`` runs plain TF32 (inputs truncated to a 10-bit mantissa by the
 MMA, as the published TC-GNN; about 1e-3 relative error). fp16/bf16 inputs
 run the k16 half MMA with the edge values split into hi + lo halves, so the
-weights keep about fp32 precision. fp32 accumulation
-everywhere; float64 runs the pure-torch reference.
+weights keep about fp32 precision. fp32 accumulation everywhere; float64
+runs the pure-torch reference.
 """
 from __future__ import annotations
 
-import math
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from .._cuda_graph import capture_graph
-from ..formats.csr import CSRGraph, stale_error
-from ..formats.sgt import SGT, SGTDir, sgt_sddmm_reference, sgt_spmm_reference
-from . import _registry
-
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+from .._library import Op, use_kernel
+from ..formats.csr import CSRGraph, inverse_perm, stale_error
+from ..formats.sgt import BLOCK_W, SGT, WINDOW, SGTDir, _mask_bits, cell_coords
+from . import dispatch
+from .csr import acc_dtype, diag_grad, sddmm_graph, spmm_graph
 
 
 def sgt_of(g: CSRGraph) -> SGT:
@@ -37,6 +43,103 @@ def sgt_of(g: CSRGraph) -> SGT:
     return g.sgt
 
 
+# ---------------------------------------------------------------------------
+# References (CPU implementations and test oracles)
+
+def sgt_spmm_reference(units: Tensor, cols: Tensor, mask: Tensor, cell_val: Tensor, x: Tensor,
+                       diag: Optional[Tensor], num_rows: int) -> Tensor:
+    """Pure-torch SpMM over the cell list (fp32 accumulation, fp64 for fp64):
+    the CPU implementation of the op and the oracle of the kernel tests."""
+    r, c = cell_coords(units, cols, mask)
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    msg = x.index_select(0, c).to(acc) * cell_val.to(acc).unsqueeze(1)
+    out = torch.zeros(num_rows, x.size(1), dtype=acc, device=x.device).index_add_(0, r, msg)
+    if diag is not None:
+        out = out + diag.to(acc).view(-1, 1) * x.to(acc)
+    return out.to(x.dtype)
+
+
+def sgt_sddmm_reference(units: Tensor, cols: Tensor, mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``<a[row], b[col]>`` for every cell, fp32 accumulation."""
+    r, c = cell_coords(units, cols, mask)
+    acc = torch.float64 if a.dtype == torch.float64 else torch.float32
+    return (a.index_select(0, r).to(acc) * b.index_select(0, c).to(acc)).sum(1).to(a.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Ops and autograd. Argument groups of a direction: (units, cols, mask,
+# cell_ptr, heavy, heavy_ptr) + num_slots; the transpose's are prefixed t_.
+
+_DIR = ('units', 'cols', 'mask', 'cell_ptr', 'heavy', 'heavy_ptr')
+
+
+def _dirs(a: Any):
+    """(forward group, transpose group) of saved arguments, 7 entries each."""
+    fwd = tuple(getattr(a, n) for n in _DIR) + (a.num_slots,)
+    bwd = tuple(getattr(a, 't_' + n) for n in _DIR) + (a.t_num_slots,)
+    return fwd, bwd
+
+
+def _swap(a: Any):
+    """The transpose direction's argument groups: (its own, the forward's as
+    its transpose, the map of its transpose cells = forward cells)."""
+    fwd, bwd = _dirs(a)
+    inv = inverse_perm(a.t_cell) if torch.is_grad_enabled() else a.t_cell
+    return bwd, fwd, inv
+
+
+def _spmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
+    grad = grad.contiguous()
+    fwd, bwd = _dirs(a)
+    out = {}
+    if needs['x']:
+        tb, tf, inv = _swap(a)
+        out['x'] = sgt_spmm(*tb, a.cell_val[a.t_cell.long()], grad, a.diag, a.x.size(0), a.precision,
+                            a.warps, *tf, inv)
+    if needs['cell_val']:
+        out['cell_val'] = sgt_sddmm(*fwd, grad, a.x, a.cell_val.numel(), a.precision, a.warps, *bwd,
+                                    a.t_cell).to(a.cell_val.dtype)
+    if needs['diag'] and a.diag is not None:
+        out['diag'] = diag_grad(a.diag, grad, a.x)
+    return out
+
+
+def _sddmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
+    g = grad.to(acc_dtype(a.a.dtype)).contiguous()
+    fwd, bwd = _dirs(a)
+    out = {}
+    if needs['a']:  # grad_a[i] = sum_cells g * b[col]
+        out['a'] = sgt_spmm(*fwd, g, a.b, None, a.a.size(0), a.precision, a.warps, *bwd, a.t_cell)
+    if needs['b']:  # grad_b[j] = sum_cells g * a[row], on the transpose
+        tb, tf, inv = _swap(a)
+        out['b'] = sgt_spmm(*tb, g[a.t_cell.long()], a.a, None, a.b.size(0), a.precision, a.warps,
+                            *tf, inv)
+    return out
+
+
+_GROUP = ('Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor heavy, Tensor heavy_ptr, '
+          'int num_slots')
+_T_GROUP = ('Tensor t_units, Tensor t_cols, Tensor t_mask, Tensor t_cell_ptr, Tensor t_heavy, '
+            'Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell')
+
+sgt_spmm = Op(
+    f'sgt_spmm({_GROUP}, Tensor cell_val, Tensor x, Tensor? diag, int num_rows, int precision, '
+    f'int warps, {_T_GROUP}) -> Tensor',
+    reference=sgt_spmm_reference,
+    fake=lambda a: a.x.new_empty(a.num_rows, a.x.size(1)),
+    backward=_spmm_backward)
+
+sgt_sddmm = Op(
+    f'sgt_sddmm({_GROUP}, Tensor a, Tensor b, int num_cells, int precision, int warps, '
+    f'{_T_GROUP}) -> Tensor',
+    reference=sgt_sddmm_reference,
+    fake=lambda a: a.a.new_empty(a.num_cells),
+    backward=_sddmm_backward)
+
+
+# ---------------------------------------------------------------------------
+# Launch rules
+
 def precision_of(dtype: torch.dtype) -> int:
     """1 = fp32-accurate (3xTF32 / split half weights), 0 = plain TF32."""
     if dtype == torch.float32:
@@ -44,24 +147,25 @@ def precision_of(dtype: torch.dtype) -> int:
     return 1
 
 
-def warps_for(s: SGT, width: int, dtype: torch.dtype, op: str = 'spmm') -> int:
-    """Warps per unit. TC-GNN's rule is ``avg edges per row window / 32``; on
-    the H200 the sweep (docs/tcgnn.md, benchmarks/sgt_probe.py: 64-block units
-    with 1, 4 and 8 warps) finds:
+# SpMM warps per unit (warps_for): below SPMM_COOP_WARPS (unit, feature
+# slice) pairs 8 warps share each unit (about 8 warps per SM of an H200
+# otherwise); above, warps are added until about SPMM_FILL_WARPS are started
+# (two waves of an H200's 132 SMs x 28 resident warps).
+SPMM_COOP_WARPS = 1024
+SPMM_FILL_WARPS = 8192
 
-    * SpMM on graphs with fewer than ``SPMM_COOP_WARPS`` (unit, feature
-      slice) pairs: 8 warps share each unit (Cora and CiteSeer: 2-2.4x faster
-      than one warp).
+
+def warps_for(s: SGT, width: int, dtype: torch.dtype, op: str = 'spmm') -> int:
+    """Warps per unit (the sweep behind these rules: docs/tcgnn.md).
+
+    * SpMM with fewer than ``SPMM_COOP_WARPS`` (unit, feature slice) pairs:
+      8 warps share each unit.
     * otherwise enough warps per unit to start about ``SPMM_FILL_WARPS``
       warps (a power of two, at most 8), but no more than leave each warp 8
-      blocks (two stages): Tolokers (1413-2023 units of 45-52 blocks) gets 4,
-      1.11-1.63x faster than one warp on the same units and within 6% of the
-      best (unit size, warps) pair of the sweep; PROTEINS_full (3.5-4.7 blocks
-      per unit), ogbn-arxiv and the Reddit-shaped graph (11650+ units) get one.
+      blocks (two stages).
     * SDDMM: one CTA per unit, 4 warps when there are few units, two warps
       for half inputs wider than 32 (the k16 MMA walks block pairs).
 
-    TC-GNN's rule picked 2-8 warps, the slowest choice on every large graph.
     With one warp per unit the SpMM's CTA holds four units, each over feature
     slices of up to 32 elements."""
     u = s.fwd.sched.units
@@ -82,137 +186,56 @@ def warps_for(s: SGT, width: int, dtype: torch.dtype, op: str = 'spmm') -> int:
     return 2 if (dtype != torch.float32 and width > 32) else 1
 
 
-# SpMM warps per unit (warps_for): below SPMM_COOP_WARPS (unit, feature
-# slice) pairs 8 warps share each unit (about 8 warps per SM of an H200
-# otherwise); above, warps are added until about SPMM_FILL_WARPS are started
-# (two waves of an H200's 132 SMs x 28 resident warps).
-SPMM_COOP_WARPS = 1024
-SPMM_FILL_WARPS = 8192
-
-
 def _dir(d: SGTDir):
     return (d.sched.units, d.cols, d.mask, d.cell_ptr, d.sched.heavy_rows, d.sched.heavy_ptr,
             d.sched.num_slots)
 
 
-def _reference_only(t: Tensor) -> bool:
-    """float64 on a GPU with kernels: the kernels have no fp64 path. (On the
-    CPU the registered op runs the reference itself, autograd formulas included.)"""
-    return t.is_cuda and t.dtype == torch.float64 and _registry.CUDA_KERNELS
-
+# ---------------------------------------------------------------------------
+# Cell-level calls and the dispatch implementations
 
 def sgt_spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor] = None,
                    warps: Optional[int] = None) -> Tensor:
     """``out[i] = sum_cells(i, j) cell_val * x[j] (+ diag[i] x[i])`` on tensor
-    cores; ``cell_val`` fp32 in forward cell order. Differentiable in x,
-    cell_val and diag."""
-    from . import _call
+    cores; ``cell_val`` in forward cell order. Differentiable in x,
+    cell_val and diag. (Arguments as checked by the 'spmm' family; where no
+    kernel applies, e.g. float64 on a GPU, the reference runs.)"""
     s = sgt_of(g)
     if cell_val.numel() != s.num_cells:
         raise ValueError(f'pyg_tc: expected {s.num_cells} cell values, got {cell_val.numel()}')
-    cell_val = cell_val.float() if x.dtype != torch.float64 else cell_val.double()
-    if _reference_only(x):
+    cell_val = cell_val.to(acc_dtype(x.dtype))
+    if x.is_cuda and not use_kernel(x):
         d = s.fwd
         return sgt_spmm_reference(d.sched.units, d.cols, d.mask, cell_val, x, diag, g.num_rows)
     w = warps if warps is not None else warps_for(s, x.size(1), x.dtype)
-    args = (*_dir(s.fwd), cell_val, x.contiguous(), diag, g.num_rows, precision_of(x.dtype), w,
-            *_dir(s.bwd), s.t_cell)
-    return _call(torch.ops.pyg_tc.sgt_spmm.default, args, (x, cell_val, diag))
+    return sgt_spmm(*_dir(s.fwd), cell_val, x.contiguous(), diag, g.num_rows, precision_of(x.dtype), w,
+                    *_dir(s.bwd), s.t_cell, differentiable=(x, cell_val, diag))
 
 
 def sgt_sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int] = None) -> Tensor:
     """``<a[row], b[col]>`` for every cell (forward cell order), on tensor cores."""
-    from . import _call
     s = sgt_of(g)
-    if _reference_only(a):
+    if a.is_cuda and not use_kernel(a):
         d = s.fwd
         return sgt_sddmm_reference(d.sched.units, d.cols, d.mask, a, b)
     w = warps if warps is not None else warps_for(s, a.size(1), a.dtype, 'sddmm')
-    args = (*_dir(s.fwd), a.contiguous(), b.contiguous(), s.num_cells, precision_of(a.dtype), w,
-            *_dir(s.bwd), s.t_cell)
-    return _call(torch.ops.pyg_tc.sgt_sddmm.default, args, (a, b))
+    return sgt_sddmm(*_dir(s.fwd), a.contiguous(), b.contiguous(), s.num_cells, precision_of(a.dtype),
+                     w, *_dir(s.bwd), s.t_cell, differentiable=(a, b))
 
 
-# ---------------------------------------------------------------------------
-# backend='auto'
-
-# Tensor cores are chosen when measured faster at all (margin 1.0): the
-# requirement is symmetric (within 5% of the faster backend), and a margin of
-# 0.95 made auto keep CSR where the TCU was 5-7% faster (measured, docs/tcgnn.md).
-AUTO_MARGIN = 1.0
-
-
-def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm') -> str:
-    """'sgt' or 'csr' for one graph, feature width, dtype and op ('spmm' or
-    'sddmm').
-
-    Rule (measured, docs/tcgnn.md): no static threshold on the SGT statistics
-    separated the graphs where tensor cores win from those where they lose
-    (nonzeros per block decides the bytes, but the CSR kernel's schedule and
-    L2 reuse move the break-even by graph), so ``auto`` measures: the first
-    call per (graph, op, width, dtype) times both kernels on the graph (ten
-    calls in a CUDA graph, best of five alternating runs each, like
-    ``cudnn.benchmark``) and keeps the faster (``AUTO_MARGIN``). Only graphs
-    that carry SGT metadata (from :class:`~pyg_tc.transforms.SGTTransform` or
-    an earlier ``'sgt'`` call) are considered; without kernels, on the CPU,
-    for float64 or while a CUDA graph is being captured or compiled before
-    tuning, the answer is 'csr'."""
-    if g.sgt is None or dtype == torch.float64 or not _registry.CUDA_KERNELS:
-        return 'csr'  # (cheapest tests first: this runs on every layer call)
-    if g.device.type != 'cuda':
-        return 'csr'
-    key = ('auto', op, int(width), dtype)
-    if key in g._memo:
-        return g._memo[key]
-    if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
-        return 'csr'
-    return g.memo(key, lambda: _tune(g, int(width), dtype, op))
+@dispatch.register('spmm', 'sgt', reduces=('sum', 'mean'))
+def _spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str, diag: Optional[Tensor],
+          t_value: Optional[Tensor]) -> Tensor:
+    if reduce == 'mean':  # the edge values scaled by 1 / in-degree; diag stays outside the mean
+        inv = 1.0 / g.degree().clamp(min=1).to(acc_dtype(x.dtype))
+        scale = g.per_edge(inv)
+        value = scale if value is None else value * scale
+    return sgt_spmm_cells(g, x, sgt_of(g).cell_values(value), diag)
 
 
-TUNE_CALLS = 10  # calls per timed run
-TUNE_TRIALS = 5  # timed runs per backend, alternating; the best counts
-
-
-def _replayable(fn):
-    """``fn`` TUNE_CALLS times as one callable: a CUDA graph of the calls when
-    capturable (device time without the Python launch cost, which would
-    otherwise hide the kernels' difference on small graphs), else eager."""
-    try:
-        run = capture_graph([fn] * TUNE_CALLS).replay
-    except RuntimeError:
-        torch.cuda.synchronize()
-
-        def run():
-            for _ in range(TUNE_CALLS):
-                fn()
-    run()
-    return run
-
-
-def _tune(g: CSRGraph, width: int, dtype: torch.dtype, op: str) -> str:
-    from . import sddmm_graph, spmm_graph
-    gen = torch.Generator(device=g.device).manual_seed(0)
-    b = torch.randn(g.num_cols, max(width, 1), device=g.device, dtype=dtype, generator=gen)
-    with torch.no_grad():
-        if op == 'sddmm':
-            a = torch.randn(g.num_rows, b.size(1), device=g.device, dtype=dtype, generator=gen)
-            fns = {'csr': lambda: sddmm_graph(g, a, b), 'sgt': lambda: sgt_sddmm_cells(g, a, b)}
-        else:
-            w = torch.rand(g.num_edges, device=g.device, generator=gen)
-            cells = sgt_of(g).cell_values(w)
-            fns = {'csr': lambda: spmm_graph(g, b, w), 'sgt': lambda: sgt_spmm_cells(g, b, cells)}
-        runs = {name: _replayable(fn) for name, fn in fns.items()}
-        times = {name: math.inf for name in runs}
-        for _ in range(TUNE_TRIALS):  # alternating, best of the trials
-            for name, run in runs.items():
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times[name] = min(times[name], start.elapsed_time(end))
-        del runs
-    return 'sgt' if times['sgt'] < AUTO_MARGIN * times['csr'] else 'csr'
+@dispatch.register('sddmm', 'sgt', reduces=('sum',))
+def _sddmm(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
+    return sgt_of(g).edge_values(sgt_sddmm_cells(g, a, b))
 
 
 def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
@@ -221,23 +244,92 @@ def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduc
     (duplicate edges summed into their cell), ``reduce`` 'sum' or 'mean'
     (the edge values scaled by 1 / in-degree; ``diag`` stays outside the
     mean, as on the CSR path)."""
-    from . import _REDUCE, _check_features, _diag, _edge_values
-    if reduce not in ('sum', 'add', 'mean'):
-        raise ValueError(f"pyg_tc: the tensor-core SpMM supports reduce 'sum' and 'mean', got {reduce!r}")
-    _check_features(x, g)
-    value = _edge_values(value, g, x, 'edge values')
-    diag = _diag(diag, g, x)
-    _registry.ensure()
-    if _REDUCE[reduce] == 'mean':
-        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-        scale = g.per_edge(1.0 / g.degree().clamp(min=1).to(acc))
-        value = scale if value is None else value * scale
-    return sgt_spmm_cells(g, x, sgt_of(g).cell_values(value), diag)
+    return dispatch.aggregate(g, x, value, reduce, diag, backend='sgt')
 
 
 def sgt_sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
     """:func:`pyg_tc.ops.sddmm_graph` on tensor cores (per edge, CSR order)."""
-    from . import _check_sddmm
-    _check_sddmm(g, a, b)
-    _registry.ensure()
-    return sgt_of(g).edge_values(sgt_sddmm_cells(g, a, b))
+    return dispatch.edge_scores(g, a, b, backend='sgt')
+
+
+def _candidates(op: str):
+    """What ``'auto'`` times for ``op``: the CSR kernel against the
+    tensor-core kernel, on random features (cell values precomputed, as a
+    layer with a cached normalisation runs them)."""
+    def make(g: CSRGraph, width: int, dtype: torch.dtype, gen: torch.Generator) -> dict:
+        b = torch.randn(g.num_cols, width, device=g.device, dtype=dtype, generator=gen)
+        if op == 'sddmm':
+            a = torch.randn(g.num_rows, width, device=g.device, dtype=dtype, generator=gen)
+            return {'csr': lambda: sddmm_graph(g, a, b), 'sgt': lambda: sgt_sddmm_cells(g, a, b)}
+        w = torch.rand(g.num_edges, device=g.device, generator=gen)
+        cells = sgt_of(g).cell_values(w)
+        return {'csr': lambda: spmm_graph(g, b, w), 'sgt': lambda: sgt_spmm_cells(g, b, cells)}
+    return make
+
+
+dispatch.tunable('spmm', _candidates('spmm'))
+dispatch.tunable('sddmm', _candidates('sddmm'))
+
+
+# ---------------------------------------------------------------------------
+# ---------------------------------------------------------------------------
+# CPU emulation of the tensor-core kernels: the same blocks, units and slots.
+
+def _tiles(d: SGTDir, cell_val: Tensor) -> Tensor:
+    """Dense A tiles [B, 16, 8] (fp32) from cell values."""
+    B = d.num_blocks
+    A = torch.zeros(B * 128, dtype=torch.float32, device=cell_val.device)
+    A[_mask_bits(d.mask).view(-1).nonzero().flatten()] = cell_val.float()
+    return A.view(B, BLOCK_W, WINDOW).transpose(1, 2)
+
+
+def _gather_cols(d: SGTDir, x: Tensor) -> Tensor:
+    c = d.cols.long()
+    xs = x.float().index_select(0, c.clamp(min=0))
+    return xs.masked_fill(c.unsqueeze(1) < 0, 0.0)
+
+
+def emulate_spmm(d: SGTDir, cell_val: Tensor, x: Tensor, diag: Optional[Tensor] = None) -> Tensor:
+    """``out[R, F]`` as the TCU SpMM computes it: one ``[16 x 8] @ [8 x F]``
+    product per block, blocks summed in order per unit, direct units written,
+    split windows reduced slot by slot. Rows no unit writes stay NaN."""
+    B, F = d.num_blocks, x.size(1)
+    P = torch.bmm(_tiles(d, cell_val), _gather_cols(d, x).view(B, BLOCK_W, F)) if B else \
+        x.new_zeros(0, WINDOW, F, dtype=torch.float32)
+    dev = x.device
+    u = d.sched.units.long()
+    win, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
+    lens = end - start
+    owner = torch.repeat_interleave(torch.arange(u.size(0), device=dev), lens, output_size=int(lens.sum()))
+    blocks = start[owner] + torch.arange(owner.numel(), device=dev) - (torch.cumsum(lens, 0) - lens)[owner]
+    acc = torch.zeros(u.size(0), WINDOW, F, device=dev).index_add_(0, owner, P[blocks])
+    W = (d.num_rows + WINDOW - 1) // WINDOW
+    out = torch.full((W, WINDOW, F), float('nan'), device=dev)
+    direct = slot < 0
+    out[win[direct]] = acc[direct]
+    ws = torch.full((d.sched.num_slots, WINDOW, F), float('nan'), device=dev)
+    ws[slot[~direct]] = acc[~direct]
+    hp, hw = d.sched.heavy_ptr.long(), d.sched.heavy_rows.long()
+    sowner = torch.repeat_interleave(torch.arange(hw.numel(), device=dev), hp[1:] - hp[:-1],
+                                     output_size=d.sched.num_slots)
+    out[hw] = torch.zeros(hw.numel(), WINDOW, F, device=dev).index_add_(0, sowner, ws)
+    out = out.view(-1, F)[:d.num_rows]
+    if diag is not None:
+        out = out + diag.float().view(-1, 1) * x.float()
+    return out.to(x.dtype)
+
+
+def emulate_sddmm(d: SGTDir, a: Tensor, b: Tensor) -> Tensor:
+    """Cell values ``<a[row], b[col]>`` as the TCU SDDMM computes them: one
+    ``[16 x F] @ [F x 8]`` product per block, cells picked by the mask."""
+    B, F = d.num_blocks, a.size(1)
+    W = (d.num_rows + WINDOW - 1) // WINDOW
+    rows = torch.zeros(W * WINDOW, F, dtype=torch.float32, device=a.device)
+    rows[:d.num_rows] = a.float()
+    bp = d.block_ptr.long()
+    blk_win = torch.repeat_interleave(torch.arange(W, device=a.device), bp[1:] - bp[:-1], output_size=B)
+    D = torch.bmm(rows.view(W, WINDOW, F)[blk_win], _gather_cols(d, b).view(B, BLOCK_W, F).transpose(1, 2))
+    cells = D.transpose(1, 2).reshape(B, 128)[_mask_bits(d.mask)]
+    return cells.to(a.dtype)
+
+

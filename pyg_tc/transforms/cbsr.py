@@ -37,6 +37,7 @@ class CBSRTransform(DegreeBucketTransform):
         super().__init__(chunk=group_size, validate=validate)
 
     def forward(self, data: Data) -> Data:
+        """Attach the CSR format and schedule the CBSR kernels use to ``data``."""
         ei = data.edge_index if 'edge_index' in data else None
         g = getattr(ei, '_pyg_tc_graph', None) if isinstance(ei, TCEdgeIndex) else None
         if g is not None and self.chunk is not None and g[1].chunk != self.chunk:

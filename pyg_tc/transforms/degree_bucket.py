@@ -40,6 +40,7 @@ class DegreeBucketTransform(BaseTransform):
         self.check = validate
 
     def forward(self, data: Data) -> Data:
+        """Attach the CSR format with its degree-bucket schedule to ``data``."""
         if 'edge_index' not in data or data.edge_index is None:
             raise ValueError('DegreeBucketTransform needs data.edge_index')
         ei = data.edge_index

@@ -142,6 +142,7 @@ class ReorderTransform(BaseTransform):
         return torch.arange(num_nodes, device=edge_index.device)
 
     def forward(self, data: Data) -> Data:
+        """Relabel the nodes of ``data`` (see the class doc); ``data.node_perm`` maps back."""
         if 'edge_index' not in data or data.edge_index is None:
             raise ValueError('ReorderTransform needs data.edge_index')
         ei = plain_tensor(data.edge_index)

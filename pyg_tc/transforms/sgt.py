@@ -43,6 +43,7 @@ class SGTTransform(DegreeBucketTransform):
         self.window, self.unit_blocks = window, unit_blocks
 
     def forward(self, data: Data) -> Data:
+        """Attach the SGT of ``data``'s graph (built once, kept with its CSR format)."""
         data = super().forward(data)
         g = DegreeBucketTransform.graph(data)
         if g.sgt is None or g.sgt.num_edges != g.num_edges or g.sgt.device != g.device:
@@ -53,6 +54,7 @@ class SGTTransform(DegreeBucketTransform):
 
     @staticmethod
     def sgt(data: Data) -> SGT:
+        """The SGT a transformed ``data`` carries."""
         g = DegreeBucketTransform.graph(data)
         if g is None or g.sgt is None:
             raise ValueError('SGTTransform: data.edge_index carries no SGT metadata; apply SGTTransform first')

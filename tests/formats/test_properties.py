@@ -4,7 +4,8 @@ oracle agree."""
 import torch
 from hypothesis import given, settings, strategies as st
 
-from pyg_tc.formats import CSRGraph, emulate_spmm
+from pyg_tc.formats import CSRGraph
+from pyg_tc.ops import emulate_spmm
 from pyg_tc.ops import spmm
 
 from ..conftest import spmm_oracle

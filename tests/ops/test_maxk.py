@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from pyg_tc.formats import CBSR, CSRGraph
-from pyg_tc.formats.cbsr import cbsr_sspmm_reference, index_dtype
+from pyg_tc.formats.cbsr import index_dtype
+from pyg_tc.ops import cbsr_sspmm_reference
 from pyg_tc.nn import MaxK
 from pyg_tc.ops import cbsr_spmm_graph, maxk, maxk_reference, spmm
 

@@ -8,7 +8,8 @@ import torch
 
 from pyg_tc import ops
 from pyg_tc.formats import CSRGraph
-from pyg_tc.formats.sgt import SGT, emulate_sddmm, emulate_spmm
+from pyg_tc.formats.sgt import SGT
+from pyg_tc.ops.sgt import emulate_sddmm, emulate_spmm
 from pyg_tc.ops import sgt_of, sgt_sddmm_cells, sgt_spmm_cells
 
 from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, dtype_id, edge_weights,

@@ -6,7 +6,8 @@ import torch
 from torch_geometric import EdgeIndex
 
 import pyg_tc
-from pyg_tc.formats import CSRGraph, emulate_spmm
+from pyg_tc.formats import CSRGraph
+from pyg_tc.ops import emulate_spmm
 from pyg_tc.ops import spmm
 
 from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, cuda_only, dtype_id,
@@ -555,7 +556,7 @@ def test_cuda_kernels_are_used():
     pure-PyTorch fallback."""
     from pyg_tc import _kernels
     pyg_tc.ops.ensure()
-    assert pyg_tc.ops._registry.CUDA_KERNELS, f'kernels not loaded: {_kernels.status()}'
+    assert pyg_tc._library.kernels_loaded(), f'kernels not loaded: {_kernels.status()}'
 
 
 SPMM_CONFIGS = ['4,1', '8,1', '16,1', '32,1', '8,2', '16,2', '32,2']
@@ -580,7 +581,7 @@ def test_every_kernel_config(config, dtype, monkeypatch):
 @cuda_only
 def test_bad_kernel_config(monkeypatch):
     pyg_tc.ops.ensure()
-    if not pyg_tc.ops._registry.CUDA_KERNELS:
+    if not pyg_tc._library.kernels_loaded():
         pytest.skip('CUDA kernels not loaded')
     monkeypatch.setenv('PYG_TC_SPMM_CONFIG', '7,3')
     ei, n = make_graph('random', 'cuda')

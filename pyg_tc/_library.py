@@ -1,0 +1,201 @@
+"""The op framework: every ``torch.ops.pyg_tc`` op is one :class:`Op`.
+
+An op module (``pyg_tc/ops/<family>.py``) writes, side by side, its schema
+(once: the CUDA side only registers implementations with
+``TORCH_LIBRARY_IMPL``), its pure-PyTorch reference (the CPU implementation
+and the test oracle), its fake kernel (``torch.compile`` / meta shapes) and
+its autograd formula, and creates the op with :class:`Op`. The schema is
+defined when the module is imported; the reference is registered for the
+CPU then, and :func:`ensure` (first use, never at import) builds and loads
+the CUDA kernels, or registers the reference for CUDA too where they are
+unavailable. This module knows no op by name: :func:`ensure` loops over
+:data:`OPS`.
+
+Named arguments everywhere: the reference and the fake kernel receive the
+schema's arguments by name (a reference declares only those it uses), and
+an autograd formula reads saved inputs by name and returns its gradients as
+a ``{argument name: gradient}`` dict::
+
+    spmm_csr = Op(
+        'spmm_csr(Tensor rowptr, Tensor col, Tensor? value, Tensor x, ...) -> Tensor',
+        reference=reference,                       # reference(rowptr, col, value, x, diag, reduce)
+        fake=lambda a: a.x.new_empty(a.rowptr.size(0) - 1, a.x.size(1)),
+        backward=_backward)                        # _backward(a, needs, grad) -> {'x': ..., 'value': ...}
+
+Layering: ``_kernels`` (build) < this module < ``formats`` < ``ops.dispatch``
+< ``ops.<family>`` < ``nn``; nothing here imports another pyg_tc package.
+"""
+from __future__ import annotations
+
+import inspect
+import threading
+from types import SimpleNamespace
+from typing import Any, Callable, Dict, Optional, Sequence, Union
+
+import torch
+
+from . import _kernels
+
+NAMESPACE = 'pyg_tc'
+#: every op, by name, in definition order (filled by the op modules)
+OPS: Dict[str, 'Op'] = {}
+_STATE = {'ready': False, 'kernels': False}
+_LOCK = threading.Lock()
+
+Saved = Union[Sequence[str], Callable[[SimpleNamespace], Sequence[str]]]
+
+
+class Op:
+    """One registered op.
+
+    Args:
+        schema: the op's schema without namespace, e.g.
+            ``'sort_int32(Tensor keys, int end_bit) -> (Tensor values, Tensor perm)'``.
+        reference: pure-PyTorch implementation; its parameters are schema
+            argument names (a subset, bound by name). Registered for the CPU,
+            and for CUDA where the kernels are unavailable.
+        fake: ``fake(a)`` with ``a`` the arguments by name (a namespace):
+            empty outputs of the right shape, dtype and device.
+        backward: ``backward(a, needs, *grads) -> {name: grad}``; ``a`` holds
+            the non-tensor arguments and the saved tensors by name (the op's
+            outputs under their return names, ``out`` for an unnamed single
+            one), ``needs[name]`` says whether that input needs a gradient.
+            Omitted: not differentiable.
+        save: input / output names to save for the backward (default: every
+            tensor input), or a function of ``a`` returning them.
+        consts: ``consts(a) -> dict``: extra non-tensor values the backward
+            reads from ``a`` (e.g. a shape of an input it does not save).
+        materialize_grads: as ``ctx.set_materialize_grads`` (False: outputs
+            without an incoming gradient pass None).
+        namespace: the op library (``pyg_tc``; only its ops are in :data:`OPS`).
+    """
+
+    def __init__(self, schema: str, *, reference: Callable, fake: Callable,
+                 backward: Optional[Callable] = None, save: Optional[Saved] = None,
+                 consts: Optional[Callable] = None, materialize_grads: bool = True,
+                 namespace: str = NAMESPACE):
+        parsed = torch._C.parse_schema(f'{namespace}::{schema}')
+        self.namespace = namespace
+        self.name: str = parsed.name.split('::', 1)[1]
+        if namespace == NAMESPACE and self.name in OPS:
+            raise RuntimeError(f'pyg_tc: op {self.name} defined twice')
+        self.schema = schema
+        self.args = [a.name for a in parsed.arguments]
+        self.tensors = [a.name for a in parsed.arguments if str(a.type) in ('Tensor', 'Optional[Tensor]')]
+        rets = [r.name for r in parsed.returns]
+        self.returns = rets if len(rets) > 1 else [rets[0] or 'out']
+        self.reference = reference
+        self._ref_args = list(inspect.signature(reference).parameters)
+        unknown = set(self._ref_args) - set(self.args)
+        if unknown:
+            raise TypeError(f'pyg_tc: reference of {self.name} takes unknown arguments {sorted(unknown)}')
+        self._fake, self._backward = fake, backward
+        self._save, self._consts = save, consts
+        self._materialize = materialize_grads
+        self._lib = torch.library.Library(namespace, 'FRAGMENT')
+        self._lib.define(schema)
+        self._lib.impl(self.name, self._reference_impl, 'CPU')
+        torch.library.register_fake(self.qualname, lib=self._lib)(self._fake_impl)
+        if backward is not None:
+            torch.library.register_autograd(self.qualname, self._backward_impl,
+                                            setup_context=self._setup, lib=self._lib)
+        if namespace == NAMESPACE:
+            OPS[self.name] = self
+
+    @property
+    def qualname(self) -> str:
+        return f'{self.namespace}::{self.name}'
+
+    @property
+    def overload(self):
+        """``torch.ops.<namespace>.<name>.default``."""
+        return getattr(getattr(torch.ops, self.namespace), self.name).default
+
+    def __call__(self, *args: Any, differentiable: Optional[Sequence[Any]] = None) -> Any:
+        """Call the op (loading the kernels on first use). Given the inputs
+        that can need gradients (``differentiable``), an eager call where
+        none does skips the autograd layer: the Python wrapper
+        ``register_autograd`` installs costs several microseconds, the whole
+        kernel time on small graphs. Without ``differentiable`` (e.g. inside
+        a backward formula, which must stay twice differentiable) the call
+        always goes through autograd."""
+        ensure()
+        if differentiable is None or torch.compiler.is_compiling() or (
+                torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                for t in differentiable)):
+            return self.overload(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return self.overload(*args)
+
+    def named(self, args: Sequence[Any]) -> SimpleNamespace:
+        """The positional arguments of a call, by schema name."""
+        return SimpleNamespace(**dict(zip(self.args, args)))
+
+    # -- registered implementations ----------------------------------------
+    def _reference_impl(self, *args: Any) -> Any:
+        a = dict(zip(self.args, args))
+        return self.reference(**{n: a[n] for n in self._ref_args})
+
+    def _fake_impl(self, *args: Any) -> Any:
+        return self._fake(self.named(args))
+
+    def _setup(self, ctx: Any, inputs: Sequence[Any], output: Any) -> None:
+        a = dict(zip(self.args, inputs))
+        outs = output if isinstance(output, (tuple, list)) else (output,)
+        a.update(zip(self.returns, outs))
+        save = self._save(SimpleNamespace(**a)) if callable(self._save) else self._save
+        names = tuple(self.tensors if save is None else save)
+        ctx.pyg_tc_names = names
+        ctx.pyg_tc_consts = {n: a[n] for n in self.args if n not in self.tensors}
+        if self._consts is not None:
+            ctx.pyg_tc_consts.update(self._consts(SimpleNamespace(**a)))
+        ctx.save_for_backward(*(a[n] for n in names))
+        if not self._materialize:
+            ctx.set_materialize_grads(False)
+
+    def _backward_impl(self, ctx: Any, *grads: Any) -> tuple:
+        a = SimpleNamespace(**ctx.pyg_tc_consts, **dict(zip(ctx.pyg_tc_names, ctx.saved_tensors)))
+        needs = dict(zip(self.args, ctx.needs_input_grad))
+        out = self._backward(a, needs, *grads)
+        unknown = set(out) - set(self.args)
+        if unknown:
+            raise RuntimeError(f'pyg_tc: backward of {self.name} returned unknown inputs {sorted(unknown)}')
+        return tuple(out.get(n) for n in self.args)
+
+
+def op(name: str) -> Op:
+    """The op ``name`` (its module must have been imported: ``import pyg_tc``
+    imports every op module)."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise RuntimeError(f'pyg_tc: op {name!r} is not defined (import pyg_tc.ops first)') from None
+
+
+def ensure() -> bool:
+    """Load the CUDA kernels once (building them on first use on this
+    machine); where they are unavailable, register every op's reference for
+    CUDA tensors too. Returns whether the kernels are loaded."""
+    if _STATE['ready']:
+        return _STATE['kernels']
+    with _LOCK:
+        if not _STATE['ready']:
+            loaded = _kernels.load()
+            if not loaded:
+                for o in OPS.values():
+                    o._lib.impl(o.name, o._reference_impl, 'CUDA')
+            _STATE['kernels'], _STATE['ready'] = loaded, True
+    return _STATE['kernels']
+
+
+def kernels_loaded() -> bool:
+    """Whether the CUDA kernels are loaded (False before :func:`ensure`)."""
+    return _STATE['kernels']
+
+
+def use_kernel(t: torch.Tensor, max_width: Optional[int] = None) -> bool:
+    """The one rule for "kernel or reference" on a CUDA tensor: the kernels
+    are loaded, the dtype is fp32 / fp16 / bf16 (float64 runs the
+    reference) and the row width is within the kernel's limit."""
+    return (t.is_cuda and t.dtype != torch.float64 and ensure()
+            and (max_width is None or t.size(-1) <= max_width))

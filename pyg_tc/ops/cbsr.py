@@ -1,0 +1,317 @@
+"""MaxK-GNN: the top-k nonlinearity and the CBSR SpGEMM / SSpMM.
+
+* ``maxk_select(x, k)``: the ``k`` largest entries of every row as a
+  :class:`~pyg_tc.formats.CBSR` (values, uint8 / int16 column indices);
+* ``cbsr_spmm``: forward SpGEMM ``out[i] = reduce_{e: i <- j} w_e x[j]
+  (+ diag_i x_i)`` with CBSR ``x`` and a dense output;
+* ``cbsr_sspmm``: its adjoint, the backward SSpMM ``A^T G`` sampled at the
+  CBSR pattern (the gradient of the CBSR values).
+
+The graph side is the CSR engine's schedule (its units are MaxK-GNN's edge
+groups). Kernels: ``kernels/maxk/`` (the module is named after the
+format: ``pyg_tc.ops.maxk`` is the nonlinearity). The CPU emulations walk the same units
+and workspace slots as the CUDA code (tests run them in CI).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from .._library import Op, use_kernel
+from ..formats.cbsr import CBSR, index_dtype
+from ..formats.csr import CSRGraph, csr_rows
+from . import dispatch
+from .csr import FLOATS, _rows, acc_dtype, spmm_reference
+
+MAXK_KERNEL_WIDTH = 1024  # widest row the selection kernel holds in registers
+CBSR_KERNEL_WIDTH = 4096  # widest shared-memory row buffer of the CBSR kernels
+
+
+# ---------------------------------------------------------------------------
+# References (CPU implementations and test oracles)
+
+def maxk_reference(x: Tensor, k: int):
+    """The k largest entries of every row (torch.sort's order: NaN largest,
+    ties in column order), as (values [N, k], column indices [N, k]) with the
+    columns ascending; indices uint8 for widths <= 256, int16 above."""
+    F = x.size(1)
+    top = torch.sort(x, dim=1, descending=True, stable=True)[1][:, :k]
+    cols = torch.sort(top, dim=1)[0]
+    return x.gather(1, cols), cols.to(index_dtype(F))
+
+
+def cbsr_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], values: Tensor,
+                        indices: Tensor, width: int, diag: Optional[Tensor] = None,
+                        reduce: str = 'sum') -> Tensor:
+    """Oracle: the dense SpMM of ``to_dense()``, fp32 accumulation."""
+    dense = values.new_zeros(values.size(0), width).scatter(1, indices.long(), values)
+    return spmm_reference(rowptr, col, value, dense, diag, reduce)
+
+
+def cbsr_sspmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], grad: Tensor,
+                         indices: Tensor, diag: Optional[Tensor] = None,
+                         reduce: str = 'sum') -> Tensor:
+    """Oracle: ``(A^T (s * grad) + diag * grad)`` sampled at ``indices``,
+    with ``s = 1/deg`` for mean (diag needs a square adjacency)."""
+    acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
+    G = grad.to(acc)
+    if reduce == 'mean':
+        deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(acc)
+        G = G / deg.unsqueeze(1)
+    idx = indices.long()
+    tgt = csr_rows(rowptr).long()
+    c = col.long()
+    contrib = G.index_select(0, tgt).gather(1, idx.index_select(0, c))
+    if value is not None:
+        contrib = contrib * value.to(acc).unsqueeze(1)
+    out = torch.zeros(indices.size(0), indices.size(1), dtype=acc, device=grad.device)
+    # index_put_ with accumulate is deterministic under
+    # torch.use_deterministic_algorithms(True) (this is the CUDA fallback then).
+    out.index_put_((c,), contrib, accumulate=True)
+    if diag is not None:
+        out = out + diag.to(acc).view(-1, 1) * grad.to(acc).gather(1, idx)
+    return out.to(grad.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Ops and autograd
+
+def _maxk_backward(a: Any, needs: dict, grad_values: Optional[Tensor], grad_indices: Any) -> dict:
+    if grad_values is None:
+        return {}
+    gx = grad_values.new_zeros(grad_values.size(0), a.width)
+    return {'x': gx.scatter_(1, a.indices.long(), grad_values)}
+
+
+maxk_select = Op(
+    'maxk_select(Tensor x, int k) -> (Tensor values, Tensor indices)',
+    reference=maxk_reference,
+    fake=lambda a: (a.x.new_empty(a.x.size(0), a.k),
+                    a.x.new_empty(a.x.size(0), a.k, dtype=index_dtype(a.x.size(1)))),
+    backward=_maxk_backward, save=('indices',), consts=lambda a: {'width': a.x.size(1)},
+    materialize_grads=False)
+
+
+def _sspmm(a: Any, grad: Tensor) -> Tensor:
+    """The SSpMM op, or its deterministic reference when
+    torch.use_deterministic_algorithms(True) (the kernel uses global atomics)."""
+    if grad.is_cuda and torch.are_deterministic_algorithms_enabled():
+        return cbsr_sspmm_reference(a.rowptr, a.col, a.value, grad, a.indices, a.diag, a.reduce)
+    return cbsr_sspmm(a.rowptr, a.col, a.value, grad, a.indices, a.units, a.heavy_rows,
+                      a.heavy_ptr, a.num_slots, a.diag, a.reduce)
+
+
+def _edge_grads(a: Any, grad: Tensor, need_value: bool, need_diag: bool):
+    """Gradients of the SpGEMM for edge weights and the diagonal, by gathers
+    (E x k temporaries: edge-weight gradients are not on the fast path)."""
+    acc = acc_dtype(a.values.dtype)
+    G = grad.to(acc)
+    if a.reduce == 'mean':
+        deg = (a.rowptr[1:] - a.rowptr[:-1]).clamp(min=1).to(acc)
+        G = G / deg.unsqueeze(1)
+    idx = a.indices.long()
+    gv = gd = None
+    if need_value:
+        tgt = _rows(a.rowptr, a.col.numel())
+        c = a.col.long()
+        gv = (a.values.to(acc).index_select(0, c) *
+              G.index_select(0, tgt).gather(1, idx.index_select(0, c))).sum(1).to(a.value.dtype)
+    if need_diag:
+        gd = (a.values.to(acc) * G.gather(1, idx)).sum(1)
+        gd = (gd.sum().view(1) if a.diag.numel() == 1 else gd).to(a.diag.dtype)
+    return gv, gd
+
+
+def _cbsr_spmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
+    grad = grad.contiguous()
+    out = {}
+    if needs['values']:
+        out['values'] = _sspmm(a, grad)
+    need_v = needs['value'] and a.value is not None
+    need_d = needs['diag'] and a.diag is not None
+    if need_v or need_d:
+        out['value'], out['diag'] = _edge_grads(a, grad, need_v, need_d)
+    return out
+
+
+cbsr_spmm = Op(
+    'cbsr_spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor values, Tensor indices, '
+    'int width, Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, '
+    'Tensor? diag, str reduce) -> Tensor',
+    reference=cbsr_spmm_reference,
+    fake=lambda a: a.values.new_empty(a.rowptr.size(0) - 1, a.width),
+    backward=_cbsr_spmm_backward)
+
+
+def _cbsr_sspmm_backward(a: Any, needs: dict, h: Tensor) -> dict:
+    """SSpMM and SpGEMM are adjoint: the gradient for the dense input is the
+    SpGEMM of the incoming CBSR-shaped gradient."""
+    if (needs['value'] and a.value is not None) or (needs['diag'] and a.diag is not None):
+        raise NotImplementedError('pyg_tc: second derivatives of the CBSR SpGEMM with respect to '
+                                  'edge weights or the diagonal are not implemented')
+    if not needs['grad']:
+        return {}
+    return {'grad': cbsr_spmm(a.rowptr, a.col, a.value, h.contiguous(), a.indices, a.width,
+                              a.units, a.heavy_rows, a.heavy_ptr, a.num_slots, a.diag, a.reduce)}
+
+
+cbsr_sspmm = Op(
+    'cbsr_sspmm(Tensor rowptr, Tensor col, Tensor? value, Tensor grad, Tensor indices, '
+    'Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor? diag, '
+    'str reduce) -> Tensor',
+    reference=cbsr_sspmm_reference,
+    fake=lambda a: a.grad.new_empty(a.indices.size(0), a.indices.size(1)),
+    backward=_cbsr_sspmm_backward,
+    save=('rowptr', 'col', 'value', 'indices', 'units', 'heavy_rows', 'heavy_ptr', 'diag'),
+    consts=lambda a: {'width': a.grad.size(1)})
+
+
+# ---------------------------------------------------------------------------
+# Front-ends
+
+def check_k(k: Any, who: str = 'pyg_tc') -> int:
+    """MaxK's ``k`` as a Python int: any integral value (int, numpy integer,
+    0-d integer tensor), at least 1; bools and floats are rejected."""
+    if isinstance(k, bool) or (isinstance(k, Tensor) and (k.dim() or k.is_floating_point())):
+        raise TypeError(f'{who}: k must be an int, got {type(k).__name__}')
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise TypeError(f'{who}: k must be an int, got {type(k).__name__}') from None
+    if k < 1:
+        raise ValueError(f'{who}: k must be >= 1, got {k}')
+    return k
+
+
+def maxk(x: Tensor, k: int) -> CBSR:
+    """MaxK nonlinearity: the ``k`` largest entries of every row of ``x``
+    (``[N, F]``), as a :class:`~pyg_tc.formats.CBSR` (values in x's dtype,
+    column indices ascending). Order as ``torch.sort``: NaN counts as
+    largest; ties at the k-th value keep the lowest columns. ``k >= F`` keeps
+    every entry. Gradients flow to the kept entries only.
+
+    CUDA: one-pass selection kernel for widths up to 1024 (fp32/fp16/bf16);
+    wider rows, float64 and CPU use the reference (``torch.sort``).
+    """
+    k = check_k(k)
+    if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype not in FLOATS:
+        raise TypeError('pyg_tc: maxk needs a 2-D floating-point tensor [N, F]')
+    F = x.size(1)
+    idt = index_dtype(F)
+    if k >= F:  # keeps everything: the identity, in CBSR form
+        cols = torch.arange(F, device=x.device, dtype=idt).expand(x.size(0), F).contiguous()
+        return CBSR(x, cols, F, check=False)
+    if x.is_cuda and not use_kernel(x, MAXK_KERNEL_WIDTH):
+        values, indices = maxk_reference(x, k)
+    else:
+        values, indices = maxk_select(x.contiguous(), k, differentiable=(x,))
+    return CBSR(values, indices, F, check=False)
+
+
+@dispatch.register('spmm', 'cbsr', reduces=('sum', 'mean'), max_width=CBSR_KERNEL_WIDTH)
+def _cbsr(g: CSRGraph, x: CBSR, value: Optional[Tensor], reduce: str, diag: Optional[Tensor],
+          t_value: Optional[Tensor]) -> Tensor:
+    s = g.sched
+    return cbsr_spmm(g.rowptr, g.col, value, x.values.contiguous(), x.indices.contiguous(), x.width,
+                     s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, diag, reduce,
+                     differentiable=(x.values, value, diag))
+
+
+@dispatch.register('spmm', 'cbsr_reference', reduces=('sum', 'mean'))
+def _cbsr_reference(g: CSRGraph, x: CBSR, value: Optional[Tensor], reduce: str,
+                    diag: Optional[Tensor], t_value: Optional[Tensor]) -> Tensor:
+    return cbsr_spmm_reference(g.rowptr, g.col, value, x.values, x.indices, x.width, diag, reduce)
+
+
+def cbsr_spmm_graph(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',
+                    diag: Any = None) -> Tensor:
+    """SpGEMM ``out[i] = reduce_{e: i <- j} value[e] * x[j] (+ diag[i] * x[i])``
+    with CBSR features ``x``; dense ``[num_dst, x.width]`` output in x's
+    dtype, fp32 accumulation. Backward: the SSpMM kernel for ``x.values``
+    (only the kept entries get gradients), gathers for edge weights and diag.
+    ``reduce`` is 'sum' or 'mean' (diag with 'sum' only)."""
+    if not isinstance(x, CBSR):
+        raise TypeError(f'pyg_tc: expected CBSR features, got {type(x).__name__}')
+    return dispatch.aggregate(g, x, value, reduce, diag, backend='csr')
+
+
+# ---------------------------------------------------------------------------
+# CPU emulation of the CUDA kernels (same units, same slots, same order of the
+# heavy-row reduction). Unwritten rows stay NaN so schedule bugs show.
+
+def _unit_edges(g: CSRGraph):
+    u = g.sched.units.long()
+    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
+    lens = end - start
+    total = int(lens.sum())
+    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
+    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
+    return row, start, slot, lens, unit_of_edge, pos
+
+
+def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',
+                      diag: Optional[Tensor] = None) -> Tensor:
+    """Emulates the forward SpGEMM: every unit accumulates ``w * values[j]``
+    into a private ``width``-wide buffer at ``indices[j]`` (the kernel's
+    shared-memory buffer), the first unit of a row adds ``diag * x[row]``,
+    and the buffer goes to the output row (scaled for mean) or to the unit's
+    workspace slot, reduced per heavy row in slot order."""
+    F = x.width
+    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
+    U = row.numel()
+    src = g.col.long()[pos]
+    vals = x.values.float()[src]
+    if value is not None:
+        vals = vals * value.float()[pos].unsqueeze(1)
+    flat = unit_of_edge.unsqueeze(1) * F + x.indices.long()[src]
+    buf = torch.zeros(U * F).index_put_((flat.reshape(-1),), vals.reshape(-1), accumulate=True)
+    buf = buf.view(U, F)
+    if diag is not None:
+        first = start == g.rowptr.long()[row]
+        r = row[first]
+        d = diag.float().expand(g.num_rows)[r].unsqueeze(1) * x.values.float()[r]
+        flat = first.nonzero().flatten().unsqueeze(1) * F + x.indices.long()[r]
+        buf = buf.reshape(-1).index_put_((flat.reshape(-1),), d.reshape(-1), accumulate=True).view(U, F)
+    out = torch.full((g.num_rows, F), float('nan'))
+    direct = slot < 0
+    scale = 1.0 / lens[direct].clamp(min=1).float().unsqueeze(1) if reduce == 'mean' else 1.0
+    out[row[direct]] = buf[direct] * scale
+    s = g.sched
+    ws = torch.full((s.num_slots, F), float('nan'))
+    ws[slot[~direct]] = buf[~direct]
+    hp, hr = s.heavy_ptr.long(), s.heavy_rows.long()
+    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=s.num_slots)
+    h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws)
+    if reduce == 'mean':
+        h = h / (g.rowptr[hr + 1] - g.rowptr[hr]).float().unsqueeze(1)
+    out[hr] = h
+    return out.to(x.dtype)
+
+
+def emulate_cbsr_sspmm(g: CSRGraph, grad: Tensor, indices: Tensor, value: Optional[Tensor] = None,
+                       reduce: str = 'sum', diag: Optional[Tensor] = None) -> Tensor:
+    """Emulates the backward SSpMM (outer product): every unit stages the
+    dense gradient row of its target ``i`` (scaled by ``1/deg(i)`` for mean),
+    and every edge ``(i, j)`` adds ``w * G[i, indices[j]]`` to row ``j`` of
+    the ``[N_src, k]`` result; the first unit of a row adds the diagonal
+    term. Returns ``[N_src, k]`` in grad's dtype."""
+    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
+    G = grad.float()
+    if reduce == 'mean':
+        deg = (g.rowptr[1:] - g.rowptr[:-1]).clamp(min=1).float()
+        G = G / deg.unsqueeze(1)
+    idx = indices.long()
+    src = g.col.long()[pos]
+    tgt = row[unit_of_edge]
+    contrib = G[tgt].gather(1, idx[src])
+    if value is not None:
+        contrib = contrib * value.float()[pos].unsqueeze(1)
+    out = torch.zeros(indices.size(0), indices.size(1)).index_add_(0, src, contrib)
+    if diag is not None:
+        first = start == g.rowptr.long()[row]
+        r = row[first]
+        out.index_add_(0, r, diag.float().expand(g.num_rows)[r].unsqueeze(1) * grad.float()[r].gather(1, idx[r]))
+    return out.to(grad.dtype)

@@ -1,0 +1,299 @@
+"""The one dispatch point: which implementation runs a sparse op, per call.
+
+Vocabulary (``backend=`` of every op front-end and layer):
+
+* ``'auto'``: the faster of the CSR and tensor-core kernels for the graph,
+  width, dtype and op, measured once per graph (see :func:`choose_backend`);
+  CSR where only that applies.
+* ``'csr'``: the CSR engine (any graph, sum / mean / max).
+* ``'sgt'``: TC-GNN's tensor-core kernels over the graph's SGT (sum, mean).
+* ``'reference'``: the pure-PyTorch oracle (what the CPU runs anyway).
+
+The implementations (``'csr'``, ``'sgt'``, ``'cbsr'`` for MaxK's sparse
+features, ``'reference'`` and ``'cbsr_reference'``) are registered here by the op modules with
+:func:`register`; each op family registers its argument checks with
+:func:`family`. A call goes ``check -> choose -> implementation``:
+:func:`choose` is the only code that picks. On a CUDA tensor that no kernel
+takes (float64, kernels not built, a row wider than the kernel's limit) the
+choice falls back to ``'reference'``; on the CPU the kernel backends run
+their registered op, whose CPU implementation is the reference (so the
+op's autograd formulas are what the CPU tests check).
+
+Layers pass their ``backend`` down (:func:`aggregate`, :func:`edge_scores`)
+and never choose. This module imports only :mod:`pyg_tc.formats` and the op
+framework; the op modules import it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from .. import _library
+from .._cuda_graph import capture_graph
+from ..formats.carrier import resolve
+from ..formats.cbsr import CBSR
+from ..formats.csr import CSRGraph, inverse_perm
+
+#: the user-facing backends (layers add 'pyg': PyG's own message passing)
+BACKENDS = ('auto', 'csr', 'sgt', 'reference')
+#: reduction names as PyG spells them -> the kernels' names
+REDUCE = {'sum': 'sum', 'add': 'sum', 'mean': 'mean', 'max': 'max'}
+
+
+@dataclass
+class Impl:
+    """One implementation of an op family."""
+    fn: Callable
+    reduces: Tuple[str, ...] = ('sum', 'mean', 'max')
+    max_width: Optional[int] = None  # widest row its kernel takes (None: any)
+
+
+@dataclass
+class Family:
+    """An op family: its argument check, implementations and (optionally)
+    the candidates ``'auto'`` times."""
+    check: Callable
+    features: str = 'x'
+    impls: Dict[str, Impl] = field(default_factory=dict)
+    candidates: Optional[Callable] = None
+
+
+FAMILIES: Dict[str, Family] = {}
+
+
+def family(op: str, check: Callable, features: str = 'x') -> None:
+    """Declare op family ``op``: ``check(g, *args, **kwargs)`` validates a
+    call and returns its arguments normalised, as the keyword arguments of
+    the implementations: the features that decide the backend under
+    ``features``, the reduction (if any) under ``'reduce'``."""
+    FAMILIES[op] = Family(check, features)
+
+
+def register(op: str, backend: str, reduces: Sequence[str] = ('sum', 'mean', 'max'),
+             max_width: Optional[int] = None) -> Callable:
+    """Decorator: ``fn(g, **checked_args)`` implements ``op`` for ``backend``."""
+    def deco(fn: Callable) -> Callable:
+        FAMILIES[op].impls[backend] = Impl(fn, tuple(reduces), max_width)
+        return fn
+    return deco
+
+
+def tunable(op: str, candidates: Callable) -> None:
+    """``candidates(g, width, dtype, generator) -> {backend: fn}``: the calls
+    ``'auto'`` times for ``op`` (see :func:`choose_backend`)."""
+    FAMILIES[op].candidates = candidates
+
+
+def check_backend(backend: str, allowed: Sequence[str] = BACKENDS) -> str:
+    """``backend`` if it is in the vocabulary, else a ValueError."""
+    if backend not in allowed:
+        raise ValueError(f'pyg_tc: backend must be one of {tuple(allowed)}, got {backend!r}')
+    return backend
+
+
+def _width(x: Any) -> int:
+    return x.width if isinstance(x, CBSR) else x.size(-1)
+
+
+def choose(op: str, backend: str, g: CSRGraph, x: Any, reduce: str = 'sum',
+           strict: bool = True) -> str:
+    """The implementation of ``op`` that runs this call (``x``: the features
+    that decide: dense or CBSR; ``reduce``: the normalised reduction). A
+    backend that lacks the reduction or the feature format raises with
+    ``strict`` (the op front-ends) and falls back without (layers:
+    ``'sgt'`` with max aggregation runs the CSR kernel, with CBSR features
+    the CBSR kernel)."""
+    check_backend(backend)
+    fam = FAMILIES[op]
+    if isinstance(x, CBSR):
+        if backend == 'sgt' and strict:
+            raise ValueError("pyg_tc: backend='sgt' takes dense features (CBSR input uses the "
+                             "CBSR kernels)")
+        name = 'cbsr_reference' if backend == 'reference' else 'cbsr'
+    elif backend == 'auto':
+        name = 'csr'
+        if 'sgt' in fam.impls and reduce in fam.impls['sgt'].reduces:
+            name = choose_backend(g, x.size(1), x.dtype, op)
+    else:
+        name = backend
+    impl = fam.impls.get(name)
+    if impl is None:
+        raise ValueError(f'pyg_tc: {op} has no {name!r} implementation')
+    if reduce not in impl.reduces and not strict and name != 'cbsr':
+        name, impl = 'csr', fam.impls['csr']
+    if reduce not in impl.reduces:
+        what = {'sgt': 'the tensor-core', 'cbsr': 'the CBSR'}.get(name, f'the {name}')
+        raise ValueError(f'pyg_tc: {what} {op.upper().replace("SPMM", "SpMM")} supports reduce {" and ".join(map(repr, impl.reduces))}, '
+                         f'got {reduce!r}')
+    t = x.values if isinstance(x, CBSR) else x
+    if not name.endswith('reference') and t.is_cuda and not (
+            _library.use_kernel(t) and (impl.max_width is None or _width(x) <= impl.max_width)):
+        return f'{name}_reference' if f'{name}_reference' in fam.impls else 'reference'
+    return name
+
+
+def run(op: str, g: CSRGraph, *args: Any, backend: str = 'auto', strict: bool = True,
+        **kwargs: Any) -> Any:
+    """Check a call of ``op`` on graph ``g``, choose its implementation
+    (:func:`choose`) and run it."""
+    fam = FAMILIES[op]
+    a = fam.check(g, *args, **kwargs)
+    name = choose(op, backend, g, a[fam.features], a.get('reduce', 'sum'), strict)
+    return fam.impls[name].fn(g, **a)
+
+
+# ---------------------------------------------------------------------------
+# Graph-level calls (what the layers use) and the public front-ends.
+
+def aggregate(g: CSRGraph, x: Any, value: Optional[Tensor] = None, reduce: str = 'sum',
+              diag: Any = None, t_value: Optional[Tensor] = None, backend: str = 'auto',
+              strict: bool = True) -> Tensor:
+    """``out[i] = reduce_{e: i <- j} value[e] * x[j] (+ diag[i] * x[i])`` on
+    a :class:`~pyg_tc.formats.CSRGraph` (rows = targets) with edge values in
+    CSR order; ``x`` dense ``[num_src, F]`` or CBSR. ``t_value``: ``value``
+    in transpose order (saves a gather per backward). ``strict`` as in
+    :func:`choose`."""
+    return run('spmm', g, x, value, reduce, diag, t_value=t_value, backend=backend, strict=strict)
+
+
+def edge_scores(g: CSRGraph, a: Tensor, b: Tensor, backend: str = 'auto') -> Tensor:
+    """``out[e] = <a[target(e)], b[source(e)]>`` for every edge, in CSR order."""
+    return run('sddmm', g, a, b, backend=backend)
+
+
+def _default_size(adj: Any, num_src: int, flow: str) -> Tuple[int, int]:
+    """PyG's ``size`` (nodes of ``edge_index[0]``, of ``edge_index[1]``) when
+    the caller gives none: the source side from ``x``; the target side from an
+    ``EdgeIndex``'s sparse size, else square (as PyG's ``propagate``)."""
+    from torch_geometric import EdgeIndex
+    j = 0 if flow == 'source_to_target' else 1
+    num_dst = adj.sparse_size(1 - j) if isinstance(adj, EdgeIndex) else None
+    size = [num_src, num_src]
+    if num_dst is not None:
+        size[1 - j] = num_dst
+    return size[0], size[1]
+
+
+def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str = 'sum', *,
+         size: Optional[Tuple[Optional[int], Optional[int]]] = None,
+         flow: str = 'source_to_target', diag: Any = None, backend: str = 'auto') -> Tensor:
+    """Neighbour aggregation ``out[i] = reduce_{(j -> i)} w_ji * x[j]``.
+
+    Args:
+        x: ``[num_src, F]`` node features (fp16, bf16, fp32 or fp64), or
+            :class:`~pyg_tc.formats.CBSR` features (the SpGEMM kernel).
+        adj: ``edge_index [2, E]`` (int32/int64), ``EdgeIndex``, torch.sparse
+            ``adj_t``, ``SparseTensor`` or :class:`~pyg_tc.formats.CSRGraph`.
+        edge_weight: optional ``[E]`` weights in the order of ``adj``'s edges.
+        reduce: ``'sum'`` (``'add'``), ``'mean'`` or ``'max'``.
+        size: PyG's ``size``: the node counts of ``edge_index[0]`` and
+            ``edge_index[1]``, i.e. ``(num_src, num_dst)`` with
+            ``flow='source_to_target'`` and ``(num_dst, num_src)`` with
+            ``'target_to_source'``. Default: the sources are ``x``'s rows,
+            the targets an ``EdgeIndex``'s sparse size or as many as the
+            sources (square, as PyG). Sparse adjacencies carry their own size.
+        flow: as in PyG's ``MessagePassing``: ``'source_to_target'``
+            aggregates ``edge_index[0] -> edge_index[1]``,
+            ``'target_to_source'`` the reverse (not for sparse adjacencies,
+            which are ``adj_t`` with rows = targets).
+        diag: optional per-node (or scalar) self term ``diag[i] * x[i]``.
+        backend: one of :data:`BACKENDS` (module doc).
+
+    Returns ``[num_dst, F]`` in ``x``'s dtype. Differentiable in ``x``,
+    ``edge_weight`` and ``diag``.
+    """
+    if size is None and isinstance(x, (Tensor, CBSR)) and x.dim() == 2:
+        size = _default_size(adj, x.size(0), flow)
+    g, value = resolve(adj, size=size, flow=flow, edge_weight=edge_weight)
+    return aggregate(g, x, value, reduce, diag, backend=backend)
+
+
+def sddmm(a: Tensor, b: Tensor, adj: Any, *,
+          size: Optional[Tuple[Optional[int], Optional[int]]] = None,
+          flow: str = 'source_to_target', backend: str = 'auto') -> Tensor:
+    """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>``, in the order of
+    ``adj``'s edges (CSR order for sparse inputs), where ``a`` holds the
+    target and ``b`` the source features. Differentiable in a and b.
+    ``size`` and ``flow`` as in :func:`spmm` (default size: from ``b`` and
+    ``a``); ``backend`` as in :func:`spmm`."""
+    if size is None and isinstance(b, Tensor) and isinstance(a, Tensor):
+        size = (b.size(0), a.size(0)) if flow == 'source_to_target' else (a.size(0), b.size(0))
+    g, _ = resolve(adj, size=size, flow=flow)
+    out = edge_scores(g, a, b, backend)
+    if g.perm is None:
+        return out
+    return out.index_select(0, g.memo('inverse_perm', lambda: inverse_perm(g.perm)))
+
+
+# ---------------------------------------------------------------------------
+# backend='auto'
+
+# Tensor cores are chosen when measured faster at all (margin 1.0; history in
+# docs/tcgnn.md).
+AUTO_MARGIN = 1.0
+TUNE_CALLS = 10  # calls per timed run
+TUNE_TRIALS = 5  # timed runs per backend, alternating; the best counts
+
+
+def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm') -> str:
+    """What ``'auto'`` runs: 'sgt' or 'csr' for one graph, feature width,
+    dtype and op ('spmm' or 'sddmm').
+
+    No static threshold on the SGT statistics separated the graphs where
+    tensor cores win from those where they lose (docs/tcgnn.md), so ``auto``
+    measures: the first call per (graph, op, width, dtype) times the
+    candidates the op family declares (ten calls in a CUDA graph, best of
+    five alternating runs each, like ``cudnn.benchmark``) and keeps the
+    faster (``AUTO_MARGIN``). Only graphs that carry SGT metadata (from
+    :class:`~pyg_tc.transforms.SGTTransform` or an earlier ``'sgt'`` call)
+    are considered; without kernels, on the CPU, for float64 or while a CUDA
+    graph is being captured or compiled before tuning, the answer is 'csr'.
+    The result is cached on the graph (per process and device)."""
+    if g.sgt is None or dtype == torch.float64 or not _library.kernels_loaded():
+        return 'csr'  # (cheapest tests first: this runs on every layer call)
+    if g.device.type != 'cuda':
+        return 'csr'
+    key = ('auto', op, int(width), dtype)
+    if key in g._memo:
+        return g._memo[key]
+    if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+        return 'csr'
+    return g.memo(key, lambda: _tune(g, int(width), dtype, op))
+
+
+def _replayable(fn: Callable) -> Callable:
+    """``fn`` TUNE_CALLS times as one callable: a CUDA graph of the calls when
+    capturable (device time without the Python launch cost, which would
+    otherwise hide the kernels' difference on small graphs), else eager."""
+    try:
+        replay = capture_graph([fn] * TUNE_CALLS).replay
+    except RuntimeError:
+        torch.cuda.synchronize()
+
+        def replay():
+            for _ in range(TUNE_CALLS):
+                fn()
+    replay()
+    return replay
+
+
+def _tune(g: CSRGraph, width: int, dtype: torch.dtype, op: str) -> str:
+    gen = torch.Generator(device=g.device).manual_seed(0)
+    with torch.no_grad():
+        fns = FAMILIES[op].candidates(g, max(width, 1), dtype, gen)
+        runs = {name: _replayable(fn) for name, fn in fns.items()}
+        times = {name: math.inf for name in runs}
+        for _ in range(TUNE_TRIALS):  # alternating, best of the trials
+            for name, replay in runs.items():
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                replay()
+                end.record()
+                end.synchronize()
+                times[name] = min(times[name], start.elapsed_time(end))
+        del runs
+    return 'sgt' if times['sgt'] < AUTO_MARGIN * times['csr'] else 'csr'
