@@ -85,12 +85,16 @@ class Op:
         rets = [r.name for r in parsed.returns]
         self.returns = rets if len(rets) > 1 else [rets[0] or 'out']
         self.reference = reference
-        self._ref_args = list(inspect.signature(reference).parameters)
-        unknown = set(self._ref_args) - set(self.args)
+        ref_args = list(inspect.signature(reference).parameters)
+        unknown = set(ref_args) - set(self.args)
         if unknown:
             raise TypeError(f'pyg_tc: reference of {self.name} takes unknown arguments {sorted(unknown)}')
+        self._ref_args = [(n, self.args.index(n)) for n in ref_args]
         self._fake, self._backward = fake, backward
+        self._overload = None  # torch.ops.<namespace>.<name>.default, once the kernels are loaded
         self._save, self._consts = save, consts
+        self._saved_names = tuple(self.tensors) if save is None or callable(save) else tuple(save)
+        self._const_args = tuple(n for n in self.args if n not in self.tensors)
         self._materialize = materialize_grads
         self._lib = torch.library.Library(namespace, 'FRAGMENT')
         self._lib.define(schema)
@@ -119,13 +123,16 @@ class Op:
         kernel time on small graphs. Without ``differentiable`` (e.g. inside
         a backward formula, which must stay twice differentiable) the call
         always goes through autograd."""
-        ensure()
+        op = self._overload
+        if op is None:
+            ensure()
+            op = self._overload = self.overload
         if differentiable is None or torch.compiler.is_compiling() or (
                 torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                 for t in differentiable)):
-            return self.overload(*args)
+            return op(*args)
         with torch._C._AutoDispatchBelowAutograd():
-            return self.overload(*args)
+            return op(*args)
 
     def named(self, args: Sequence[Any]) -> SimpleNamespace:
         """The positional arguments of a call, by schema name."""
@@ -133,8 +140,7 @@ class Op:
 
     # -- registered implementations ----------------------------------------
     def _reference_impl(self, *args: Any) -> Any:
-        a = dict(zip(self.args, args))
-        return self.reference(**{n: a[n] for n in self._ref_args})
+        return self.reference(**{n: args[i] for n, i in self._ref_args})
 
     def _fake_impl(self, *args: Any) -> Any:
         return self._fake(self.named(args))
@@ -143,13 +149,16 @@ class Op:
         a = dict(zip(self.args, inputs))
         outs = output if isinstance(output, (tuple, list)) else (output,)
         a.update(zip(self.returns, outs))
-        save = self._save(SimpleNamespace(**a)) if callable(self._save) else self._save
-        names = tuple(self.tensors if save is None else save)
+        if callable(self._save):
+            names = tuple(self._save(SimpleNamespace(**a)))
+        else:
+            names = self._saved_names
         ctx.pyg_tc_names = names
-        ctx.pyg_tc_consts = {n: a[n] for n in self.args if n not in self.tensors}
+        consts = {n: a[n] for n in self._const_args}
         if self._consts is not None:
-            ctx.pyg_tc_consts.update(self._consts(SimpleNamespace(**a)))
-        ctx.save_for_backward(*(a[n] for n in names))
+            consts.update(self._consts(SimpleNamespace(**a)))
+        ctx.pyg_tc_consts = consts
+        ctx.save_for_backward(*[a[n] for n in names])
         if not self._materialize:
             ctx.set_materialize_grads(False)
 

@@ -49,7 +49,7 @@ def spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tens
     F = x.size(1)
     acc = acc_dtype(x.dtype)
     deg = (rowptr[1:] - rowptr[:-1]).long()
-    row = _rows(rowptr, col.numel())
+    row = torch.repeat_interleave(torch.arange(R, device=x.device), deg, output_size=col.numel())
     msg = x.index_select(0, col.long()).to(acc)
     if value is not None:
         msg = msg * value.to(acc).unsqueeze(1)
