@@ -4,6 +4,9 @@
 // arrays of the edge count plus cub's small temp storage, about half of what
 // torch.sort takes for the same job (int64 indices, each double-buffered),
 // which sets the peak memory of building a 100M-edge graph.
+//
+// The whole family is this file: entry point, cub call and CUDA registration
+// (cub needs nvcc; the schema is defined in Python, pyg_tc/ops).
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>

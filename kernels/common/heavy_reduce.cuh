@@ -1,17 +1,19 @@
-// Second pass of the unit-schedule kernels (csr.cu SpMM, maxk.cu SpGEMM):
+// Second pass of the unit-schedule kernels (csr SpMM, maxk CBSR SpGEMM):
 // heavy rows were split into units that wrote fp32 partial rows to workspace
 // slots; this kernel reduces each heavy row's slots in slot order.
 #pragma once
 
-#include "common.cuh"
+#include <c10/cuda/CUDAException.h>
+
+#include "common/dtype.cuh"
 
 namespace pyg_tc {
 
-// Second pass: one block of kReduceWarps warps per (heavy row, 32-feature
-// tile). Warp w folds slots s0 + w, s0 + w + kReduceWarps, ... (four loads in
-// flight), lanes over 32 consecutive features (128-byte coalesced rows); the
-// warp partials are then combined in warp order through shared memory. The
-// order is fixed, so the result is deterministic.
+// One block of kReduceWarps warps per (heavy row, 32-feature tile). Warp w
+// folds slots s0 + w, s0 + w + kReduceWarps, ... (four loads in flight),
+// lanes over 32 consecutive features (128-byte coalesced rows); the warp
+// partials are then combined in warp order through shared memory. The order
+// is fixed, so the result is deterministic.
 constexpr int kReduceWarps = 4;
 
 template <bool MAX>
@@ -49,6 +51,18 @@ heavy_reduce_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ 
   if (mean) r /= (float)(rowptr[row + 1] - rowptr[row]);
   if (diag != nullptr) r += diag[row * diag_stride] * to_f(x[row * F + f]);
   out[row * F + f] = from_f<T>(r);
+}
+
+// Grid: one block per (heavy row, 32-feature tile).
+template <typename T, bool MAX>
+inline void launch_heavy_reduce(const int* heavy_rows, const int* heavy_ptr, int64_t num_heavy,
+                                const float* ws, const int* rowptr, const T* x, T* out,
+                                const float* diag, int64_t diag_stride, int F, bool mean,
+                                cudaStream_t stream) {
+  dim3 grid((unsigned)num_heavy, (unsigned)((F + 31) / 32));
+  heavy_reduce_kernel<T, MAX><<<grid, kReduceWarps * 32, 0, stream>>>(
+      heavy_rows, heavy_ptr, ws, rowptr, x, out, diag, diag_stride, F, mean);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace pyg_tc

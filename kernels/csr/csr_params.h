@@ -1,0 +1,57 @@
+// CSR family: parameters of SpMM and SDDMM, filled once by the entry points
+// (csr_host.cpp) and passed to the launchers (csr_spmm.cu, csr_sddmm.cu).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace pyg_tc {
+
+// SpMM launch configuration: lanes per unit (L) and 16-byte vectors per lane (NV).
+struct CsrSpmmConfig {
+  int L{}, NV{};
+};
+
+struct CsrSpmmParams {
+  // unit schedule over the CSR (rows = targets): int32 [U, 4] units
+  // (row, start, end, slot); heavy rows' units write fp32 partial rows to ws
+  const int4* units{};
+  int64_t num_units{};
+  const int* rowptr{};
+  const int* col{};
+  const float* value{};  // edge values, nullptr = 1
+  const int* heavy_rows{};
+  const int* heavy_ptr{};
+  int64_t num_heavy{};
+  float* ws{};  // [num_slots, F]
+  const float* diag{};  // nullptr = none
+  int64_t diag_stride{};
+  // features: x [N_src, F] and out [N, F], of the launcher's dtype T
+  const void* x{};
+  void* out{};
+  int F{};
+  bool max{}, mean{};
+  // launch configuration (host rules in csr_host.cpp)
+  CsrSpmmConfig config{};
+  bool coop{};  // the groups of a warp share one unit
+  bool vec{};  // 16-byte vector path (else one element per lane)
+};
+
+struct CsrSddmmParams {
+  const int4* units{};
+  int64_t num_units{};
+  const int* col{};
+  const void* a{};
+  const void* b{};
+  void* out{};  // one value per edge
+  int F{};
+  bool vec{};  // 16-byte vector path
+  int lanes{};  // lanes per unit: 8, 16 or 32
+};
+
+// Defined (for float, __half, __nv_bfloat16) in csr_spmm.cu / csr_sddmm.cu.
+template <typename T> void run_csr_spmm(const CsrSpmmParams& p, cudaStream_t stream);
+template <typename T> void run_csr_sddmm(const CsrSddmmParams& p, cudaStream_t stream);
+
+}  // namespace pyg_tc
