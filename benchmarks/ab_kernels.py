@@ -88,6 +88,11 @@ def worker(out: str) -> None:
     assert pyg_tc.info(build=False)['kernels'] == 'loaded', pyg_tc.info(build=False)
     dev = torch.device('cuda')
     res = {}
+    only = os.environ.get('AB_ONLY', '')
+
+    def timed(key, fn):
+        if only in key:
+            res[key] = _time(fn)
     with torch.no_grad():
         for gname, (kind, n, e) in GRAPHS.items():
             src, dst = _graph(kind, n, e, dev)
@@ -98,24 +103,24 @@ def worker(out: str) -> None:
                 dn = str(dt).split('.')[-1]
                 for F in (16, 64, 256):
                     x = torch.randn(n, F, device=dev, dtype=dt, generator=gen)
-                    res[f'spmm/{gname}/{dn}/{F}'] = _time(lambda: ops.spmm_graph(g, x, w))
+                    timed(f'spmm/{gname}/{dn}/{F}', lambda: ops.spmm_graph(g, x, w))
                     if F <= 64:
-                        res[f'sddmm/{gname}/{dn}/{F}'] = _time(lambda: ops.sddmm_graph(g, x, x))
+                        timed(f'sddmm/{gname}/{dn}/{F}', lambda: ops.sddmm_graph(g, x, x))
                 if gname in ('band-2m', 'rmat-100k'):
                     s = ops.sgt_of(g)
                     cells = s.cell_values(w)
                     for F in (16, 64):
                         x = torch.randn(n, F, device=dev, dtype=dt, generator=gen)
-                        res[f'sgt_spmm/{gname}/{dn}/{F}'] = _time(lambda: ops.sgt_spmm_cells(g, x, cells))
-                        res[f'sgt_sddmm/{gname}/{dn}/{F}'] = _time(lambda: ops.sgt_sddmm_cells(g, x, x))
+                        timed(f'sgt_spmm/{gname}/{dn}/{F}', lambda: ops.sgt_spmm_cells(g, x, cells))
+                        timed(f'sgt_sddmm/{gname}/{dn}/{F}', lambda: ops.sgt_sddmm_cells(g, x, x))
                 if gname != 'rmat-30m':
                     h = torch.randn(n, 256, device=dev, dtype=dt, generator=gen)
                     xk = ops.maxk(h, 32)
-                    res[f'maxk/{gname}/{dn}/256'] = _time(lambda: ops.maxk(h, 32))
-                    res[f'cbsr_spmm/{gname}/{dn}/256'] = _time(lambda: ops.cbsr_spmm_graph(g, xk, w))
+                    timed(f'maxk/{gname}/{dn}/256', lambda: ops.maxk(h, 32))
+                    timed(f'cbsr_spmm/{gname}/{dn}/256', lambda: ops.cbsr_spmm_graph(g, xk, w))
                     G = torch.randn(n, 256, device=dev, dtype=dt, generator=gen)
                     sc = g.sched
-                    res[f'cbsr_sspmm/{gname}/{dn}/256'] = _time(lambda: torch.ops.pyg_tc.cbsr_sspmm(
+                    timed(f'cbsr_sspmm/{gname}/{dn}/256', lambda: torch.ops.pyg_tc.cbsr_sspmm(
                         g.rowptr, g.col, w, G, xk.indices, sc.units, sc.heavy_rows, sc.heavy_ptr,
                         sc.num_slots, None, 'sum'))
             del g
@@ -131,6 +136,7 @@ def main() -> None:
     p.add_argument('--new', default='.')
     p.add_argument('--out', default='ab_out')
     p.add_argument('--rounds', type=int, default=3)
+    p.add_argument('--only', default='', help='time only the cases whose name contains this')
     p.add_argument('--worker', help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -142,7 +148,8 @@ def main() -> None:
         for side, root in sides.items():
             t0 = time.time()
             path = os.path.join(a.out, f'{side}_{r}.json')
-            env = {**os.environ, 'PYTHONPATH': root, 'PYG_TC_BUILD_DIR': f'/tmp/pyg_tc_ab_{side}'}
+            env = {**os.environ, 'PYTHONPATH': root, 'PYG_TC_BUILD_DIR': f'/tmp/pyg_tc_ab_{side}',
+                   'AB_ONLY': a.only}
             subprocess.run([sys.executable, os.path.abspath(__file__), '--worker', path], check=True,
                            env=env, cwd=root)
             with open(path) as f:

@@ -1,7 +1,7 @@
 """Kernel probe for the device: correctness of every dtype/width/reduce against
 the reference on GPU, then a sweep of (lanes, vectors-per-lane) configs and
 schedule chunk sizes against cuSPARSE on power-law graphs. Used to choose the
-rules in kernels/csr.cu (choose_config) and formats/csr.py (DEFAULT_CHUNK).
+rules in kernels/csr/csr_host.cpp (choose_config) and formats/csr.py (DEFAULT_CHUNK).
 
     python benchmarks/kernel_probe.py [--graphs tolokers,arxiv] [--chunks 32,64,128]
 """
@@ -15,7 +15,7 @@ import torch
 
 import pyg_tc
 from pyg_tc.bench.graphs import load_graph, rmat
-from pyg_tc.bench.timing import bench_graph_replay
+from pyg_tc.bench.timing import kernel_time
 from pyg_tc.formats import CSRGraph, build_schedule
 from pyg_tc.ops import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference
 
@@ -27,7 +27,7 @@ def rel(a, b):
 def timeit(fn):
     """Kernel-only time (CUDA-graph replay): small graphs are otherwise
     dominated by the host's per-call overhead."""
-    return bench_graph_replay([fn], warmup=3, rep=20).median_ms
+    return kernel_time(fn, 'cuda', rep=20, warmup=3).median_ms
 
 
 def correctness():

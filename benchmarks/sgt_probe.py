@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyg_tc import ops  # noqa: E402
 from pyg_tc.bench.graphs import load_graph  # noqa: E402
-from pyg_tc.bench.timing import bench_graph_replay  # noqa: E402
+from pyg_tc.bench.timing import kernel_time  # noqa: E402
 from pyg_tc.formats import CSRGraph  # noqa: E402
 from pyg_tc.formats.sgt import DEFAULT_UNIT_BLOCKS, SGT  # noqa: E402
 from pyg_tc.ops.sgt import warps_for  # noqa: E402
@@ -22,8 +22,8 @@ widths = [int(w) for w in (sys.argv[2] if len(sys.argv) > 2 else '16,32,64').spl
 ops.ensure()
 
 
-def t(fn):  # kernel-only: 10 calls captured in a CUDA graph, per-call time
-    return bench_graph_replay([fn] * 10, warmup=2, rep=10, device='cuda').median_ms
+def t(fn):  # kernel-only: CUDA-graph replay (short calls 10x per graph), per-call time
+    return kernel_time(fn, 'cuda', rep=10).median_ms
 
 
 UNIT_BLOCKS = (16, 32, 64, 128, 256, 4096)

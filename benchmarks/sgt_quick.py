@@ -2,8 +2,7 @@
 per graph and order, width 16 / 32, fp32 / fp16: the CSR kernel, the TCU
 SpMM with the warps rule and with 1 / 2 / 4 / 8 warps per unit.
   python benchmarks/sgt_quick.py [graph:order,...]
-(The ablation runs in docs/results/sgt_ablate.log came from this script with
-a PYG_TC_ABL hook in the kernel, commit 9f067b6.)"""
+(docs/tcgnn.md says which recorded runs came from this script.)"""
 import os
 import sys
 
@@ -12,7 +11,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pyg_tc import ops  # noqa: E402
 from pyg_tc.bench.graphs import load_graph  # noqa: E402
-from pyg_tc.bench.timing import bench_graph_replay  # noqa: E402
+from pyg_tc.bench.timing import kernel_time  # noqa: E402
 from pyg_tc.formats import CSRGraph  # noqa: E402
 from pyg_tc.ops.sgt import warps_for  # noqa: E402
 from pyg_tc.transforms import rcm_order  # noqa: E402
@@ -23,7 +22,7 @@ ops.ensure()
 
 
 def t(fn):
-    return bench_graph_replay([fn] * 10, warmup=2, rep=10, device='cuda').median_ms * 1e3
+    return kernel_time(fn, 'cuda', rep=10).median_ms * 1e3
 
 
 z = torch.zeros(16, device='cuda')

@@ -1,11 +1,6 @@
-"""Benchmark graphs: an R-MAT generator and the suite (synthetic + real, offline).
-
-Synthetic graphs are R-MAT power-law graphs with random node ids, shaped like
-Reddit, ogbn-products and ogbn-arxiv. Real graphs are read from the shared
-datasets folder (``shared/datasets``, see its README) with no network; PyG
-dataset folders are copied to a temporary directory first, because PyG writes
-``processed/`` next to ``raw/`` and the shared folder is read-only.
-"""
+"""Benchmark graphs: R-MAT power-law graphs with random node ids shaped like
+Reddit, ogbn-products and ogbn-arxiv, and real graphs read offline from the
+shared datasets folder (``shared/datasets``, see its README)."""
 from __future__ import annotations
 
 import math
@@ -14,29 +9,26 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 
 def default_device() -> torch.device:
+    """The GPU when torch sees one, else the CPU."""
     return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
 def rmat(num_nodes: int, num_edges: int, a: float = 0.57, b: float = 0.19, c: float = 0.19,
          seed: int = 0, device=None, chunk: int = 1 << 24) -> Tensor:
     """R-MAT graph: ``edge_index [2, E]`` int64, edges ``src -> dst``, directed,
-    duplicates allowed, deterministic for a seed on one device type.
-
-    Each edge descends ``scale = ceil(log2 N)`` levels of the adjacency; per
-    level one uniform draw picks the quadrant (a: top-left, b: top-right,
-    c: bottom-left, d = 1-a-b-c: bottom-right) for all edges of a chunk at
-    once. Ids ``[0, 2^scale)`` are then relabelled by a random permutation and
-    folded into ``[0, N)`` with ``% N``. Work is done in chunks of ``chunk``
-    edges in place in the output, so 100M edges need the 1.6 GB output plus
-    about 0.4 GB of temporaries.
-    """
+    duplicates allowed, deterministic for a seed on one device type. Each edge
+    descends ``scale = ceil(log2 N)`` levels; per level one uniform draw picks
+    the quadrant (a: top-left, b: top-right, c: bottom-left, d: bottom-right).
+    Ids ``[0, 2^scale)`` are relabelled by a random permutation and folded into
+    ``[0, N)`` with ``% N``. Chunks of ``chunk`` edges are built in place, so
+    100M edges need the 1.6 GB output plus about 0.4 GB of temporaries."""
     if not (a > 0 and b >= 0 and c >= 0 and a + b + c < 1):
         raise ValueError('rmat: need a > 0, b, c >= 0 and a + b + c < 1')
     if num_nodes < 1 or num_edges < 0:
@@ -75,7 +67,13 @@ class BenchGraph:
 
     @property
     def num_edges(self) -> int:
+        """E, the number of (directed) edges."""
         return self.edge_index.size(1)
+
+    def csr(self):
+        """The graph as a ``CSRGraph`` (rows = targets)."""
+        from ..formats import CSRGraph
+        return CSRGraph.from_coo(self.edge_index[0], self.edge_index[1], self.num_nodes, self.num_nodes)
 
 
 # name -> (nodes, edges, large)
@@ -91,14 +89,12 @@ SYNTHETIC: Dict[str, Tuple[int, int, bool]] = {
 
 def shared_dir() -> Path:
     """``$PYG_TC_SHARED``, else the ``shared`` folder beside the repository
-    checkout (or inside it), else ``../shared`` / ``./shared`` from the cwd."""
+    checkout (or inside it), else ``../shared`` / ``./shared`` from the cwd,
+    else the checkout's ``.device_data`` (the copy on the GPU machine)."""
     env = os.environ.get('PYG_TC_SHARED')
-    if env:
-        cands = [Path(env)]
-    else:
-        repo = Path(__file__).resolve().parents[2]
-        cands = [repo.parent / 'shared', repo / 'shared',
-                 Path.cwd().parent / 'shared', Path.cwd() / 'shared']
+    repo = Path(__file__).resolve().parents[2]
+    cands = [Path(env)] if env else [repo.parent / 'shared', repo / 'shared', Path.cwd().parent / 'shared',
+                                     Path.cwd() / 'shared', repo / '.device_data']
     for c in cands:
         if (c / 'datasets').is_dir():
             return c
@@ -106,19 +102,29 @@ def shared_dir() -> Path:
                             + ', '.join(str(c) for c in cands) + '); set PYG_TC_SHARED')
 
 
-def _pyg_dataset(cls_name: str, sub: str, folder: str, name: str):
-    """Load a PyG dataset from a temporary copy of ``shared/datasets/<sub>/<folder>``."""
+def pyg_dataset(cls_name: str, sub: str, folder: str, name: str, data_root=None, cache_dir=None,
+                transform=None) -> list:
+    """The graphs of a PyG dataset, loaded from a writable copy of
+    ``<data_root>/<sub>/<folder>`` (default: the shared datasets folder; PyG
+    writes ``processed/`` next to ``raw/`` and the shared copy is read-only),
+    kept in ``cache_dir/<sub>`` or in a temporary folder."""
     import torch_geometric.datasets as D
-    src = shared_dir() / 'datasets' / sub / folder
-    if not src.is_dir():
-        raise FileNotFoundError(f'pyg_tc.bench: {src} not found')
+    src = Path(data_root if data_root is not None else shared_dir() / 'datasets') / sub / folder
+    if not (src / 'raw').is_dir():
+        raise FileNotFoundError(f'{src}/raw not found (set --data-root or PYG_TC_SHARED)')
+
+    def load(root: Path) -> list:
+        if not (root / folder).exists():
+            shutil.copytree(src, root / folder, ignore=shutil.ignore_patterns('processed'))
+            for p in [root / folder, *(root / folder).rglob('*')]:
+                p.chmod(0o755 if p.is_dir() else 0o644)
+        ds = getattr(D, cls_name)(root=str(root), name=name, transform=transform)
+        return [ds[i] for i in range(len(ds))]
+
+    if cache_dir is not None:
+        return load(Path(cache_dir) / sub)
     with tempfile.TemporaryDirectory(prefix='pyg_tc_bench_') as tmp:
-        shutil.copytree(src, Path(tmp) / folder, ignore=shutil.ignore_patterns('processed'))
-        ds = getattr(D, cls_name)(root=tmp, name=name)
-        if len(ds) == 1:
-            return ds[0]
-        from torch_geometric.data import Batch
-        return Batch.from_data_list([ds[i] for i in range(len(ds))])
+        return load(Path(tmp))
 
 
 def _mat(rel: str, key: str) -> Tuple[Tensor, int]:
@@ -131,25 +137,22 @@ def _mat(rel: str, key: str) -> Tuple[Tensor, int]:
     return ei, A.shape[0]
 
 
-def _from_data(d) -> Tuple[Tensor, int]:
+def _from_data(graphs: list) -> Tuple[Tensor, int]:
+    from torch_geometric.data import Batch
+    d = graphs[0] if len(graphs) == 1 else Batch.from_data_list(graphs)
     return d.edge_index, int(d.num_nodes)
 
 
-# name -> (loader returning (edge_index, num_nodes), large, description)
-REAL: Dict[str, Tuple[Callable[[], Tuple[Tensor, int]], bool, str]] = {
-    'cora': (lambda: _from_data(_pyg_dataset('Planetoid', 'planetoid', 'Cora', 'Cora')),
-             False, 'Planetoid Cora'),
-    'citeseer': (lambda: _from_data(_pyg_dataset('Planetoid', 'planetoid', 'CiteSeer', 'CiteSeer')),
-                 False, 'Planetoid CiteSeer'),
-    'tolokers': (lambda: _from_data(_pyg_dataset('HeterophilousGraphDataset', 'heterophilous',
-                                                 'tolokers', 'Tolokers')),
-                 True, 'HeterophilousGraphDataset Tolokers'),
-    'proteins': (lambda: _from_data(_pyg_dataset('TUDataset', 'tu', 'PROTEINS_full', 'PROTEINS_full')),
-                 False, 'TUDataset PROTEINS_full, all graphs as one batch'),
-    'blogcatalog': (lambda: _mat('misc/blogcatalog.mat', 'network'), True,
-                    'BlogCatalog (deepwalk .mat, symmetric)'),
-    'cornell5': (lambda: _mat('misc/facebook100/Cornell5.mat', 'A'), True,
-                 'Facebook100 Cornell5 (.mat, symmetric)'),
+# name -> (source: PyG dataset (class, sub-folder, folder, name) or .mat (path, key), large, description)
+REAL: Dict[str, Tuple[tuple, bool, str]] = {
+    'cora': (('Planetoid', 'planetoid', 'Cora', 'Cora'), False, 'Planetoid Cora'),
+    'citeseer': (('Planetoid', 'planetoid', 'CiteSeer', 'CiteSeer'), False, 'Planetoid CiteSeer'),
+    'tolokers': (('HeterophilousGraphDataset', 'heterophilous', 'tolokers', 'Tolokers'), True,
+                 'HeterophilousGraphDataset Tolokers'),
+    'proteins': (('TUDataset', 'tu', 'PROTEINS_full', 'PROTEINS_full'), False,
+                 'TUDataset PROTEINS_full, all graphs as one batch'),
+    'blogcatalog': (('misc/blogcatalog.mat', 'network'), True, 'BlogCatalog (deepwalk .mat, symmetric)'),
+    'cornell5': (('misc/facebook100/Cornell5.mat', 'A'), True, 'Facebook100 Cornell5 (.mat, symmetric)'),
 }
 
 GPU_SUITE: List[str] = ['reddit', 'products', 'arxiv', 'cora', 'citeseer', 'tolokers', 'proteins',
@@ -205,8 +208,8 @@ def load_graph(name: str, device=None, seed: int = 0) -> BenchGraph:
                           f'R-MAT a=0.57 b=0.19 c=0.19, random ids, seed {seed}'
                           + (f', {frac:g} of the edges' if frac != 1 else ''))
     if name in REAL:
-        loader, large, desc = REAL[name]
-        ei, n = loader()
+        src, large, desc = REAL[name]
+        ei, n = _mat(*src) if len(src) == 2 else _from_data(pyg_dataset(*src))
         return BenchGraph(name, ei.to(device=device, dtype=torch.long).contiguous(), n, large,
                           False, desc)
     raise ValueError(f'unknown graph {name!r}; known: {", ".join(ALL_NAMES)}')

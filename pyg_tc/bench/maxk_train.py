@@ -1,39 +1,30 @@
 """Full-batch training of ReLU and MaxK GNNs on real graphs: test metric and epoch
-time per k (the MaxK-GNN paper's Table 5 and Figure 9 on our data).
+time per k (the MaxK-GNN paper's Table 5 and Figure 9 on our data; protocol and
+results of record in ``docs/maxk.md``).
 
 Per dataset x config (ReLU, then MaxK for each k) x seed: ``torch.manual_seed(seed)``,
 ``MaxKGNN(conv, in, hidden, out, layers, k, dropout, nonlinear='relu'|'maxk')``, Adam
-(weight decay 5e-4 on Planetoid, 0 otherwise, unless ``--weight-decay``), ``epochs``
-full-batch epochs of cross-entropy on the train nodes, val and test metrics after
-each epoch (eval mode, no grad); reported: test at the first best-val epoch. Epoch
-time = forward + backward + step (CUDA events on the GPU, ``perf_counter`` on the
-CPU), median over the epochs after the first 5.
-
-Data: Cora, CiteSeer (Planetoid public split, ``NormalizeFeatures`` unless
-``--raw-features``, accuracy); Tolokers, Minesweeper (HeterophilousGraphDataset,
-split ``seed % 10``, ROC-AUC of P(class 1)); graphs as PyG gives them (undirected).
-Each dataset folder is copied from ``--data-root`` to a temporary folder (or
-``--cache-dir``) first, because PyG writes ``processed/`` next to ``raw/``.
-
-Outputs in ``--out``: ``maxk_train.jsonl`` (one record per dataset x config x seed),
-``maxk_train.md`` (mean ± sample std of the test metric over seeds, median epoch time
-and speedup over ReLU, the k=32-within-1-point check) and ``maxk_train.png``.
+(weight decay 5e-4 on Planetoid, 0 otherwise, unless ``--weight-decay``), test metric
+at the first best-val epoch (:func:`fit`). Cora, CiteSeer: Planetoid public split,
+``NormalizeFeatures`` unless ``--raw-features``, accuracy; Tolokers, Minesweeper:
+split ``seed % 10``, ROC-AUC of P(class 1). Writes ``maxk_train.jsonl`` (one record
+per dataset x config x seed), ``maxk_train.md`` and ``maxk_train.png`` in ``--out``.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as Fn
 from torch import Tensor
+
+from .graphs import pyg_dataset, shared_dir
+from .report import Col, Figure, Panel, Reporter, Table, Text, log
+from .timing import Stopwatch
 
 # name -> (sub-folder, folder, PyG class, PyG name, metric)
 DATASETS: Dict[str, Tuple[str, str, str, str, str]] = {
@@ -48,44 +39,20 @@ CHECK_K, CHECK_POINTS = 32, 1.0
 Key = Tuple[str, Optional[int]]  # (dataset, k); k None = ReLU
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
 def default_data_root() -> Path:
-    """``$PYG_TC_SHARED/datasets``, else ``shared/datasets`` beside the checkout,
-    else ``.device_data`` in the checkout (the copy on the GPU machine)."""
-    repo = Path(__file__).resolve().parents[2]
-    env = os.environ.get('PYG_TC_SHARED')
-    cands = [Path(env) / 'datasets'] if env else []
-    cands += [repo.parent / 'shared' / 'datasets', repo / '.device_data']
-    return next((c for c in cands if c.is_dir()), cands[0])
+    """The shared datasets folder (``graphs.shared_dir``), or ``shared/datasets``."""
+    try:
+        return shared_dir() / 'datasets'
+    except FileNotFoundError:
+        return Path('shared') / 'datasets'
 
 
-def load_dataset(name: str, data_root: Path, cache_dir: Optional[Path] = None,
-                 normalize: bool = True):
-    """The ``Data`` of ``name``, loaded from a writable copy of its folder
-    (Planetoid features row-normalized unless ``normalize=False``)."""
-    import torch_geometric.datasets as D
+def load_dataset(name: str, data_root: Path, cache_dir: Optional[Path] = None, normalize: bool = True):
+    """The ``Data`` of ``name`` (Planetoid features row-normalized unless ``normalize=False``)."""
     import torch_geometric.transforms as T
     sub, folder, cls, pyg_name, _ = DATASETS[name]
-    src = Path(data_root) / sub / folder
-    if not (src / 'raw').is_dir():
-        raise FileNotFoundError(f'{src}/raw not found (set --data-root)')
-
-    def load(root: Path):
-        dst = root / folder
-        if not dst.exists():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns('processed'))
-            for p in [dst, *dst.rglob('*')]:  # the shared copy is read-only
-                p.chmod(0o755 if p.is_dir() else 0o644)
-        transform = T.NormalizeFeatures() if cls == 'Planetoid' and normalize else None
-        return getattr(D, cls)(str(root), pyg_name, transform=transform)[0]
-
-    if cache_dir is not None:
-        return load(Path(cache_dir) / sub)
-    with tempfile.TemporaryDirectory(prefix='pyg_tc_maxk_') as tmp:
-        return load(Path(tmp))
+    return pyg_dataset(cls, sub, folder, pyg_name, data_root, cache_dir,
+                       T.NormalizeFeatures() if cls == 'Planetoid' and normalize else None)[0]
 
 
 def split_masks(data, seed: int) -> Tuple[Tensor, Tensor, Tensor, int]:
@@ -109,12 +76,14 @@ def roc_auc(score: Tensor, target: Tensor) -> Tensor:
 
 
 def evaluate(out: Tensor, y: Tensor, mask: Tensor, metric: str) -> Tensor:
+    """The test metric of ``out`` on ``mask``: accuracy, or ROC-AUC of P(class 1)."""
     if metric == 'accuracy':
         return (out[mask].argmax(-1) == y[mask]).double().mean()
     return roc_auc(out[mask].softmax(-1)[:, 1], y[mask])
 
 
 def build_model(args: argparse.Namespace, in_ch: int, out_ch: int, k: Optional[int]):
+    """MaxKGNN with the run's layout (``k=None``: the ReLU model)."""
     from pyg_tc.nn.models import MaxKGNN
     return MaxKGNN(conv=args.conv, in_channels=in_ch, hidden_channels=args.hidden,
                    out_channels=out_ch, num_layers=args.layers,
@@ -122,47 +91,44 @@ def build_model(args: argparse.Namespace, in_ch: int, out_ch: int, k: Optional[i
                    nonlinear='relu' if k is None else 'maxk', backend=args.backend)
 
 
-def train_one(args: argparse.Namespace, data, metric: str, k: Optional[int], seed: int,
-              weight_decay: float) -> dict:
-    """One run: val / test at the best-val epoch, median epoch ms, parameter count."""
-    dev = data.x.device
-    train, val, test, split = split_masks(data, seed)
-    torch.manual_seed(seed)
-    model = build_model(args, data.num_features, int(data.y.max()) + 1, k).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=weight_decay)
-    x, y, ei, cuda = data.x, data.y, data.edge_index, dev.type == 'cuda'
-    times: list = []
-    vals: List[Tensor] = []
-    tests: List[Tensor] = []
-    for _ in range(args.epochs):
+def fit(model, data, masks, metric: str, epochs: int, lr: float, weight_decay: float) -> dict:
+    """Full-batch training with Adam, val / test metric after each epoch (eval
+    mode, no grad): the metrics at the first best-val epoch, the last loss and
+    the median epoch time (forward + backward + step) after the first 5."""
+    train, val, test = masks
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    x, y, ei = data.x, data.y, data.edge_index
+    sw, vals, tests, t0 = Stopwatch(x.device, epochs), [], [], time.perf_counter()
+    for _ in range(epochs):
         model.train()
-        if cuda:
-            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            ev[0].record()
-        t0 = time.perf_counter()
+        sw.start()
         opt.zero_grad(set_to_none=True)
         loss = Fn.cross_entropy(model(x, ei)[train], y[train])
         loss.backward()
         opt.step()
-        if cuda:
-            ev[1].record()
-        times.append(ev if cuda else (time.perf_counter() - t0) * 1e3)
+        sw.stop()
         model.eval()
         with torch.no_grad():
             out = model(x, ei)
             vals.append(evaluate(out, y, val, metric))
             tests.append(evaluate(out, y, test, metric))
-    if cuda:
-        torch.cuda.synchronize(dev)
-        times = [a.elapsed_time(b) for a, b in times]
-    best = int(torch.stack(vals).argmax())
-    return dict(metric=metric, split=split, val=float(vals[best]), test=float(tests[best]),
-                best_epoch=best, last_loss=float(loss.detach()), weight_decay=weight_decay,
-                epoch_ms=statistics.median(times[WARMUP_EPOCHS:] or times),
-                params=sum(p.numel() for p in model.parameters()))
+    times, best = sw.times_ms(), int(torch.stack(vals).argmax())
+    return dict(val=float(vals[best]), test=float(tests[best]), best_epoch=best, last_loss=float(loss.detach()),
+                epoch_ms=statistics.median(times[WARMUP_EPOCHS:] or times), run_s=time.perf_counter() - t0)
 
 
-# -- reports -----------------------------------------------------------------
+def train_one(args: argparse.Namespace, data, metric: str, k: Optional[int], seed: int,
+              weight_decay: float) -> dict:
+    """One run: val / test at the best-val epoch, median epoch ms, parameter count."""
+    train, val, test, split = split_masks(data, seed)
+    torch.manual_seed(seed)
+    model = build_model(args, data.num_features, int(data.y.max()) + 1, k).to(data.x.device)
+    return dict(metric=metric, split=split, weight_decay=weight_decay,
+                params=sum(p.numel() for p in model.parameters()),
+                **fit(model, data, (train, val, test), metric, args.epochs, args.lr, weight_decay))
+
+
+# -- report ------------------------------------------------------------------
 
 def _label(k: Optional[int]) -> str:
     return 'ReLU' if k is None else f'k={k}'
@@ -172,74 +138,75 @@ def summarize(records: Sequence[dict]) -> Dict[Key, dict]:
     """(dataset, k) -> mean / sample std (%) of the test metric over seeds, median epoch ms."""
     groups: Dict[Key, List[dict]] = {}
     for r in records:
-        groups.setdefault((r['dataset'], r['k']), []).append(r)
+        if 'test' in r:
+            groups.setdefault((r['dataset'], r['k']), []).append(r)
     out = {}
     for key, rs in groups.items():
         t = [100 * r['test'] for r in rs]
-        out[key] = dict(mean=statistics.fmean(t), std=statistics.stdev(t) if len(t) > 1 else 0.0,
+        out[key] = dict(dataset=key[0], k=key[1], mean=statistics.fmean(t),
+                        std=statistics.stdev(t) if len(t) > 1 else 0.0,
                         ms=statistics.median(r['epoch_ms'] for r in rs))
     return out
 
 
-def write_markdown(records: Sequence[dict], path: Path, ks: Sequence[int], setup: str) -> None:
-    s, cols = summarize(records), [None, *ks]
-    metric = {r['dataset']: r['metric'] for r in records}  # in order of appearance
-    head = ' | '.join(_label(k) for k in cols) + ' |'
-    sep = '|---' * (len(cols) + 2) + '|'
-    lines = ['# MaxK-GNN vs ReLU, full-batch training', '', setup, '',
-             '## Test metric (%) at the best-val epoch, mean ± std over seeds', '',
-             '| dataset | metric | ' + head, sep]
-    for d in metric:
-        cells = [f"{s[d, k]['mean']:.2f} ± {s[d, k]['std']:.2f}" if (d, k) in s else '-' for k in cols]
-        lines.append(f'| {d} | {metric[d]} | ' + ' | '.join(cells) + ' |')
-    lines += ['', '## Median epoch time in ms (speedup over ReLU)', '', '| dataset | ' + head, sep[4:]]
-    for d in metric:
-        base = s[d, None]['ms'] if (d, None) in s else None
-        cells = ['-' if (d, k) not in s else f"{s[d, k]['ms']:.2f}" + (
-            f" ({base / s[d, k]['ms']:.2f}x)" if k is not None and base else '') for k in cols]
-        lines.append(f'| {d} | ' + ' | '.join(cells) + ' |')
-    lines += ['', f'## Target: k={CHECK_K} at most {CHECK_POINTS:g} point below ReLU (means)', '']
-    for d in metric:
+def _by_dataset(records: List[dict]) -> List[dict]:
+    """One row per dataset: its metric and, per config (ReLU, k=...), 'acc <config>'
+    (mean ± std) and 'ms <config>' (median epoch ms and speedup over ReLU)."""
+    s, rows = summarize(records), []
+    for d, m in {r['dataset']: r['metric'] for r in records if 'test' in r}.items():  # in order of appearance
+        row, base = dict(dataset=d, metric=m), s.get((d, None), {}).get('ms')
+        for (dd, k), v in s.items():
+            if dd == d:
+                row[f'acc {_label(k)}'] = f"{v['mean']:.2f} ± {v['std']:.2f}"
+                row[f'ms {_label(k)}'] = f"{v['ms']:.2f}" + (f" ({base / v['ms']:.2f}x)" if k is not None and base
+                                                             else '')
+        rows.append(row)
+    return rows
+
+
+def _check(records: List[dict]) -> List[str]:
+    s = summarize(records)
+    lines = []
+    for d in dict.fromkeys(r['dataset'] for r in records if 'test' in r):
         if (d, None) not in s or (d, CHECK_K) not in s:
             lines.append(f'- {d}: not run (needs ReLU and k={CHECK_K})')
             continue
         a, b = s[d, CHECK_K]['mean'], s[d, None]['mean']
         lines.append(f'- {d}: k={CHECK_K} {a:.2f} vs ReLU {b:.2f} ({a - b:+.2f} points): '
                      + ('met' if a >= b - CHECK_POINTS else 'NOT met'))
-    path.write_text('\n'.join(lines) + '\n')
+    return lines
 
 
-def write_plot(records: Sequence[dict], path: Path, ks: Sequence[int]) -> None:
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log(f'[maxk] matplotlib not available: {path.name} not written')
-        return
-    s, metric = summarize(records), {r['dataset']: r['metric'] for r in records}
-    fig, axes = plt.subplots(1, len(metric), figsize=(4 * len(metric), 3.3), squeeze=False)
-    for ax, d in zip(axes[0], metric):
-        kk = [k for k in ks if (d, k) in s]
-        ax.errorbar(kk, [s[d, k]['mean'] for k in kk], yerr=[s[d, k]['std'] for k in kk],
-                    marker='o', capsize=3, label='MaxK')
-        if (d, None) in s:
-            m, sd = s[d, None]['mean'], s[d, None]['std']
-            ax.axhline(m, color='k', ls='--', lw=1, label='ReLU')
-            ax.axhspan(m - sd, m + sd, color='k', alpha=0.1, lw=0)
-        ax.set_xscale('log', base=2)
-        ax.set_xticks(list(ks), [str(k) for k in ks])
-        ax.set(title=d, xlabel='k', ylabel='test ' + {'roc_auc': 'ROC-AUC'}.get(metric[d], metric[d])
-               + ' (%)')
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def _panels(records: List[dict]) -> List[Panel]:
+    s = summarize(records)
+    metric = {r['dataset']: r['metric'] for r in records if 'test' in r}
+    out = []
+    for d, m in metric.items():
+        relu = s.get((d, None))
+        ks = sorted(k for dd, k in s if dd == d and k is not None)
+        out.append(Panel(lambda _, d=d: [v for (dd, k), v in s.items() if dd == d and k is not None], 'k', 'mean',
+                         style='line', label='MaxK', yerr='std', logx=2, xticks=ks, title=d, xlabel='k',
+                         ylabel='test ' + {'roc_auc': 'ROC-AUC'}.get(m, m) + ' (%)',
+                         hline=relu and relu['mean'], hline_label=relu and 'ReLU',
+                         band=relu and (relu['mean'] - relu['std'], relu['mean'] + relu['std'])))
+    return out
+
+
+def reporter(out: Path, setup: str, ks: Sequence[int]) -> Reporter:
+    """The suite's outputs: maxk_train.jsonl, maxk_train.md (metric and time per k), maxk_train.png."""
+    cols = lambda what, *first: [Col(c, c) for c in ('dataset', *first)] + [  # noqa: E731
+        Col(_label(k), f'{what} {_label(k)}') for k in (None, *ks)]
+    return Reporter(str(out), 'maxk_train.jsonl', 'maxk_train.md', 'MaxK-GNN vs ReLU, full-batch training', sections=[
+        Table('## Test metric (%) at the best-val epoch, mean ± std over seeds', _by_dataset, cols('acc', 'metric')),
+        Table('## Median epoch time in ms (speedup over ReLU)', _by_dataset, cols('ms')),
+        Text(f'## Target: k={CHECK_K} at most {CHECK_POINTS:g} point below ReLU (means)', _check)],
+        figures=[Figure('maxk_train.png', _panels, ncols=4)], header=lambda env, recs: [setup], tag='maxk')
 
 
 # -- command line ------------------------------------------------------------
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """The command line, with datasets, ks and seeds parsed."""
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     a = p.add_argument
     a('--datasets', default='cora,citeseer,tolokers,minesweeper', help=', '.join(DATASETS))
@@ -274,23 +241,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line: see the module docstring; returns the exit code."""
     args = parse_args(argv)
     dev = torch.device(args.device)
-    args.out.mkdir(parents=True, exist_ok=True)
-    jsonl, md, png = (args.out / f'maxk_train.{e}' for e in ('jsonl', 'md', 'png'))
-    jsonl.write_text('')
-    records: List[dict] = []
     setup = (f'{args.conv}, {args.layers} layers, hidden {args.hidden}, dropout {args.dropout}, '
              f'LayerNorm {args.norm}, lr {args.lr}, {args.epochs} epochs, seeds {args.seeds}, '
              f"Planetoid features {'row-normalized' if args.normalize else 'raw'}, {dev}"
              + (f' ({torch.cuda.get_device_name(dev)})' if dev.type == 'cuda' else '')
              + f', torch {torch.__version__}')
     log(f'[maxk] {setup}; data from {args.data_root}')
-    for name in args.datasets:
+    rep = reporter(args.out, setup, args.ks)
+
+    def dataset(name: str) -> Iterator[dict]:
         _, _, cls, _, metric = DATASETS[name]
         data = load_dataset(name, args.data_root, args.cache_dir, args.normalize).to(dev)
-        wd = args.weight_decay if args.weight_decay is not None else (
-            5e-4 if cls == 'Planetoid' else 0.0)
+        wd = args.weight_decay if args.weight_decay is not None else (5e-4 if cls == 'Planetoid' else 0.0)
         log(f'[maxk] {name}: {data.num_nodes} nodes, {data.num_edges} edges, '
             f'{data.num_features} features, metric {metric}, weight decay {wd:g}')
         for k in [None, *args.ks]:
@@ -298,16 +263,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 rec = dict(dataset=name, config='relu' if k is None else 'maxk', k=k, seed=seed,
                            conv=args.conv, hidden=args.hidden, layers=args.layers,
                            epochs=args.epochs, lr=args.lr, dropout=args.dropout, norm=args.norm,
-                           normalize_features=args.normalize and cls == 'Planetoid',
-                           device=str(dev))
+                           normalize_features=args.normalize and cls == 'Planetoid', device=str(dev))
                 rec.update(train_one(args, data, metric, k, seed, wd))
-                records.append(rec)
-                with jsonl.open('a') as f:
-                    f.write(json.dumps(rec) + '\n')
-                log(f"[maxk] {name} {_label(k)} seed {seed}: val {100 * rec['val']:.2f} test "
-                    f"{100 * rec['test']:.2f} ({metric}, epoch {rec['best_epoch']}), "
-                    f"{rec['epoch_ms']:.2f} ms/epoch")
-        write_markdown(records, md, args.ks, setup)  # rewritten after each dataset
-        write_plot(records, png, args.ks)
-    log(f'[maxk] wrote {jsonl}, {md.name}, {png.name}\n\n' + md.read_text())
+                yield rec
+
+    paths = rep.run([('dataset', n, lambda n=n: dataset(n)) for n in args.datasets], dev)
+    print(open(paths['markdown']).read())
     return 0

@@ -1,13 +1,13 @@
-"""Benchmark output: JSON lines (written as cases finish), markdown, PNG.
+"""The writing half of the benchmark harness (``timing.py`` measures): the
+environment record, progress lines, and the :class:`Reporter` every suite uses.
 
-Three files in the output directory, rewritten after every graph so that a run
-cut short by a time limit still leaves a complete report of what finished:
-
-* ``results.jsonl``: one object per case (``kind``: 'build', 'spmm', 'train'),
-  each with the environment (GPU name, torch version, timestamp, ...); the
-  last line is the summary (``kind``: 'summary').
-* ``report.md``: environment, summary and per-case tables.
-* ``speedup.png``: speedup vs cuSPARSE per graph and width, bars by dtype.
+A suite declares its outputs (markdown :class:`Table` / :class:`Text`
+sections, PNG :class:`Figure` s of :class:`Panel` s) and hands the Reporter
+its items (:meth:`Reporter.run`). Each record is appended to the JSON-lines
+file and logged as it arrives; all outputs are rewritten after every item, so
+a run cut short still leaves a complete report. A failing item becomes a
+``kind: 'skipped'`` record with its reason. Panels without data are left out,
+a figure without panels is not written, and without matplotlib no PNG is.
 """
 from __future__ import annotations
 
@@ -16,219 +16,347 @@ import json
 import math
 import os
 import platform
-from typing import Dict, List, Optional
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .spmm import DTYPES, summarize
+from .timing import free, short_error
 
 
-def environment(info: Optional[dict] = None, copy: Optional[dict] = None) -> dict:
+def log(msg: str) -> None:
+    """Prints one progress line at once (the device logs are tee-d)."""
+    print(msg, flush=True)
+
+
+def now() -> str:
+    """UTC time, ISO format, seconds."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+
+
+def environment(device=None, **extra) -> dict:
+    """Device, GPU, versions, host and start time (plus ``extra``)."""
     import torch_geometric
-    info = info or {}
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {
-        'gpu': gpu, 'torch': torch.__version__, 'torch_cuda': torch.version.cuda,
-        'torch_geometric': torch_geometric.__version__, 'pyg_tc_version': info.get('pyg_tc'),
-        'python': platform.python_version(), 'host': platform.node(),
-        'kernels': info.get('kernels'), 'kernels_reason': info.get('kernels_reason'),
-        'backend': info.get('backend'),
-        'baseline': 'cuSPARSE via torch.sparse.mm (CSR)' if gpu else
-                    'torch.sparse.mm on the CPU (not cuSPARSE)',
-        'copy_gbps': (copy or {}).get('copy_gbps'),
-        'started': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-    }
+
+    import pyg_tc
+    dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
+    return dict(device=dev.type, gpu=torch.cuda.get_device_name(dev) if dev.type == 'cuda' else None,
+                torch=torch.__version__, torch_cuda=torch.version.cuda, torch_geometric=torch_geometric.__version__,
+                pyg_tc_version=pyg_tc.__version__, python=platform.python_version(), host=platform.node(),
+                started=now(), **extra)
 
 
-def _jsonable(v):
+def jsonable(v):
+    """Non-finite floats as strings (strict JSON), also inside dicts."""
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
-    return v
+    return {k: jsonable(x) for k, x in v.items()} if isinstance(v, dict) else v
 
 
-class Reporter:
-    """Collects records, appends each to ``results.jsonl`` at once, and
-    (re)writes the full set of outputs on :meth:`write`."""
-
-    def __init__(self, out_dir: str, env: dict):
-        self.out_dir, self.env, self.records = out_dir, env, []
-        os.makedirs(out_dir, exist_ok=True)
-        self.jsonl = os.path.join(out_dir, 'results.jsonl')
-        open(self.jsonl, 'w').close()
-
-    def add(self, rec: dict) -> None:
-        rec = dict(rec, timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec='seconds'))
-        self.records.append(rec)
-        with open(self.jsonl, 'a') as f:
-            f.write(json.dumps({k: _jsonable(v) for k, v in {**self.env, **rec}.items()}) + '\n')
-
-    def of(self, kind: str) -> List[dict]:
-        return [r for r in self.records if r.get('kind') == kind]
-
-    def write(self, notes: List[str] = ()) -> Dict[str, str]:
-        summary = summarize(self.records)
-        with open(self.jsonl, 'w') as f:
-            for r in self.records + [{'kind': 'summary', 'summary': summary}]:
-                f.write(json.dumps({k: _jsonable(v) for k, v in {**self.env, **r}.items()}) + '\n')
-        paths = {'jsonl': self.jsonl,
-                 'markdown': os.path.join(self.out_dir, 'report.md'),
-                 'png': os.path.join(self.out_dir, 'speedup.png')}
-        with open(paths['markdown'], 'w') as f:
-            f.write(markdown(self.env, summary, self.records, notes))
-        try:
-            plot(self.of('spmm'), paths['png'], title=self.env.get('gpu') or 'CPU (reference path)',
-                 baseline='cuSPARSE' if self.env.get('gpu') else 'torch.sparse (CPU)')
-        except ImportError:  # matplotlib is in the 'bench' extra
-            print('[warn] matplotlib is not installed (pip install "pyg_tc[bench]"): no PNG plot',
-                  flush=True)
-            del paths['png']
-        return paths
-
-
-# -- markdown -----------------------------------------------------------------
-
-def _c(v, spec='.3f') -> str:
-    if v is None:
+def fmt(v, spec: str = '', bold: bool = False) -> str:
+    """A table cell: '-' for missing / NaN, numbers by ``spec``."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
         return '-'
-    if isinstance(v, float):
-        return format(v, spec)
-    return str(v)
+    s = format(v, spec) if spec and isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+    return f'**{s}**' if bold else s
 
 
-def _err(e: Optional[str]) -> str:
-    """Short table cell for an implementation that did not run (full text in the JSON)."""
-    if not e:
-        return '-'
-    if e == 'oom':
-        return 'oom'
-    if 'NotImplemented' in e or 'not implemented' in e or 'not supported' in e:
-        return 'unsupported'
-    return 'error'
+IDS = ('graph', 'dataset', 'order', 'model', 'impl', 'nonlinear', 'matmul', 'F', 'k', 'dtype', 'dbw', 'seed', 'status')
 
 
-def _table(header: List[str], rows: List[List[str]]) -> str:
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-    lines += ['| ' + ' | '.join(r) + ' |' for r in rows]
-    return '\n'.join(lines) + '\n'
+def record_line(tag: str, r: dict) -> str:
+    """One progress line for a record: its ids, times in ms (or why none),
+    speedups, errors."""
+    ids = ' '.join(f'{k}={r[k]}' for k in IDS if r.get(k) is not None)
+    num = lambda v: isinstance(v, float) and math.isfinite(v)  # noqa: E731
+    ms = [f'{k[:-3]} {v:.4f}' for k, v in r.items() if k.endswith('_ms') and not k.endswith(('_min_ms', '_max_ms'))
+          and num(v)] + [f'{k.rsplit("_", 1)[0]} [{status(r, k.rsplit("_", 1)[0])}]' for k in r
+                         if k.endswith(('_skipped', '_error'))]
+    err = lambda k: k.endswith('_err') or 'diff' in k  # noqa: E731
+    more = [f'{k} {v:.2f}' for k, v in r.items() if ('_vs_' in k or k.startswith('speedup')) and not err(k) and num(v)]
+    more += [f'{k} {v:.1e}' for k, v in r.items() if err(k) and num(v)]
+    more += [f'{k} {fmt(r[k], ".4f" if k in ("val", "test") else ".2f")}' for k in ('nnz_per_block', 'auto', 'val',
+                                                                                     'test') if k in r]
+    return f'[{tag}] {r.get("kind", "")} {ids}: '.replace('  ', ' ') + '; '.join(p for p in (' | '.join(ms) + ' ms' * bool(ms),
+                                                                      ', '.join(more)) if p)
 
 
-def markdown(env: dict, summary: dict, records: List[dict], notes: List[str] = ()) -> str:
-    s = ['# pyg_tc benchmark\n']
-    s.append(f'- GPU: {env.get("gpu") or "none"}; torch {env["torch"]} (CUDA {env["torch_cuda"]}), '
-             f'PyG {env["torch_geometric"]}, pyg_tc {env.get("pyg_tc_version")}; started {env["started"]}')
-    s.append(f'- pyg_tc backend: {env.get("backend")} (kernels {env.get("kernels")}'
-             + (f': {env["kernels_reason"]}' if env.get('kernels_reason') else '') + ')')
-    s.append(f'- baseline: {env.get("baseline")}')
-    if env.get('copy_gbps'):
-        s.append(f'- measured device copy bandwidth (read + write): {env["copy_gbps"]:.0f} GB/s')
-    s += [f'- {n}' for n in notes]
-    s.append('- times: median over the repetitions after warm-up ('
-             + ('CUDA events' if env.get('gpu') else 'time.perf_counter') + '); '
-             'all implementations in the same run on the same inputs. '
-             'GB/s: compulsory bytes (col + rowptr + x read once + out written once) and '
-             'gather bytes (every edge gathers its source row; an upper bound) over the median time.\n')
+# -- declarations ----------------------------------------------------------------
 
-    base = 'cuSPARSE' if env.get('gpu') else 'torch.sparse'
-    s.append('## Summary (speedups over F in 32, 64, 128, 256)\n')
-    if not summary:
-        s.append('No SpMM case with F in 32, 64, 128, 256.\n')
-    else:
-        s.append('"large" = synthetic + larger real graphs (the speed targets).\n')
-        s.append('Per call: median time of one eager call from Python (what a user sees; '
-                 'includes host overhead). Kernel-only: the same calls captured in a CUDA '
-                 'graph and replayed (no host overhead), for both implementations.\n')
-        rows = [[v['group'], v['dtype'], str(v['cases']), _c(v['geomean_vs_cusparse'], '.2f'),
-                 _c(v['min_vs_cusparse'], '.2f'), _c(v.get('kernel_geomean_vs_cusparse'), '.2f'),
-                 _c(v.get('kernel_min_vs_cusparse'), '.2f'), _c(v['geomean_vs_pyg_tc_fp32'], '.2f'),
-                 _c(v['max_rel_err'], '.1e'), ', '.join(v['graphs'])] for v in summary.values()]
-        s.append(_table(['graphs', 'dtype', 'cases', f'per call: geomean vs {base}',
-                         f'min vs {base}', 'kernel-only: geomean', 'min',
-                         'geomean vs pyg_tc fp32', 'max rel err', 'graph set'], rows))
-
-    spmm = [r for r in records if r.get('kind') == 'spmm']
-    if spmm:
-        s.append('\n## SpMM cases\n')
-        impls = [n for n in ('pyg_tc', 'cusparse', 'torch_sparse')
-                 if any(f'{n}_ms' in r or f'{n}_error' in r for r in spmm)]
-        rows = []
-        for r in spmm:
-            row = [r['graph'], f'{r["nodes"]:,}', f'{r["edges"]:,}', str(r['F']), r['dtype']]
-            row += [_c(r.get(f'{n}_ms'), '.4f') if f'{n}_ms' in r else _err(r.get(f'{n}_error'))
-                    for n in impls]
-            row += [_c(r.get('speedup_vs_cusparse'), '.2f'), _c(r.get('speedup_vs_pyg_tc_fp32'), '.2f'),
-                    _c(r.get('gbps_compulsory'), '.0f'), _c(r.get('gbps_gather'), '.0f'),
-                    _c(r.get('frac_copy_gather'), '.2f'), _c(r.get('pyg_tc_rel_err'), '.1e'),
-                    _c(r.get('pyg_tc_spread'), '.2f')]
-            rows.append(row)
-        s.append(_table(['graph', 'N', 'E', 'F', 'dtype'] + [f'{n} ms' for n in impls]
-                        + [f'x {base}', 'x pyg_tc fp32', 'GB/s compulsory', 'GB/s gather',
-                           'gather / copy BW', 'rel err', 'spread'], rows))
-
-    build = [r for r in records if r.get('kind') == 'build']
-    if build:
-        s.append('\n## Graph build (CSRGraph.from_coo, both directions + schedules)\n')
-        s.append(_table(['graph', 'N', 'E', 'max degree', 'build ms'],
-                        [[r['graph'], f'{r["nodes"]:,}', f'{r["edges"]:,}', f'{r["max_degree"]:,}',
-                          _c(r['build_ms'], '.2f')] for r in build]))
-
-    train = [r for r in records if r.get('kind') == 'train']
-    if train:
-        s.append('\n## Training step (forward + backward + Adam), 2 layers\n')
-        rows = [[r['graph'], r['model'], r['impl'], r.get('status', 'ok'), _c(r.get('step_ms'), '.2f'),
-                 _c(r.get('speedup_vs_pyg'), '.2f'), _c(r.get('peak_mb'), '.0f'),
-                 _c(r.get('resident_mb'), '.0f'), _c(r.get('extra_mb'), '.0f'),
-                 _c(r.get('loss_first'), '.4f'), _c(r.get('loss_last'), '.4f'),
-                 _c(r.get('loss_max_abs_diff_vs_pyg'), '.1e')] for r in train]
-        s.append(_table(['graph', 'model', 'impl', 'status', 'step ms', 'x PyG', 'peak MiB',
-                         'resident MiB', 'peak - resident MiB', 'loss[0]', 'loss[-1]',
-                         'max abs loss diff vs PyG'], rows))
-    return '\n'.join(s) + '\n'
+Rows = Union[str, Callable[[List[dict]], List[dict]]]  # a record kind, or records -> rows
 
 
-# -- plot -----------------------------------------------------------------------
+def _rows(spec: Rows, records: List[dict]) -> List[dict]:
+    return [r for r in records if r.get('kind') == spec] if isinstance(spec, str) else spec(records)
 
-def plot(spmm: List[dict], path: str, title: str = '', baseline: str = 'cuSPARSE') -> None:
-    """One panel per dtype: graphs on the x axis, one bar per feature width,
-    height = speedup over the baseline in the same dtype (dashed line = 1)."""
+
+@dataclass
+class Col:
+    """A table column: ``get`` is a record key or a function of the record."""
+    header: str
+    get: Union[str, Callable[[dict], Any]]
+    spec: str = ''
+    bold: bool = False
+
+    def cell(self, r: dict) -> str:
+        """This column's cell of record ``r``."""
+        return fmt(r.get(self.get) if isinstance(self.get, str) else self.get(r), self.spec, self.bold)
+
+
+def status(r: dict, impl: str) -> str:
+    """Why ``impl`` has no time in ``r``: 'skipped', 'oom', 'error' or '-'."""
+    e = r.get(f'{impl}_error')
+    return 'skipped' if f'{impl}_skipped' in r else '-' if e is None else 'oom' if e == 'oom' else 'error'
+
+
+def ms_col(impl: str, header: Optional[str] = None, spec: str = '.4f') -> Col:
+    """``impl``'s time, or why it has none."""
+    return Col(header or f'{impl} ms', lambda r: fmt(r[f'{impl}_ms'], spec) if r.get(f'{impl}_ms') is not None
+               else status(r, impl))
+
+
+@dataclass
+class Table:
+    """A markdown table of ``rows`` (left out when empty); ``cols`` may be a
+    function of the rows. ``note`` (text, or rows -> text) goes under the title,
+    ``after`` (rows -> lines) under the table; columns without any value are dropped."""
+    title: str
+    rows: Rows
+    cols: Union[Sequence[Col], Callable[[List[dict]], Sequence[Col]]]
+    note: Union[str, Callable[[List[dict]], str], None] = None
+    after: Optional[Callable[[List[dict]], List[str]]] = None
+
+    def render(self, records: List[dict]) -> List[str]:
+        """The markdown lines of this table."""
+        rows = _rows(self.rows, records)
+        if not rows:
+            return []
+        cols = self.cols(rows) if callable(self.cols) else self.cols
+        cells = [[c.cell(r) for c in cols] for r in rows]
+        keep = [j for j in range(len(cols)) if any(row[j] not in ('-', 'skipped') for row in cells)]
+        note = self.note(rows) if callable(self.note) else self.note
+        return ([self.title + '\n'] + ([note + '\n'] if note else []) + table(
+            [cols[j].header for j in keep], [[row[j] for j in keep] for row in cells])
+            + (self.after(rows) if self.after else []))
+
+
+@dataclass
+class Text:
+    """Free text: ``lines(records)``; nothing when it returns no lines."""
+    title: str
+    lines: Callable[[List[dict]], List[str]]
+
+    def render(self, records: List[dict]) -> List[str]:
+        """The markdown lines of this section."""
+        body = self.lines(records)
+        return [self.title + '\n'] + body + [''] if body else []
+
+
+def table(header: List[str], rows: List[List[str]]) -> List[str]:
+    """A markdown table."""
+    return ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)] + [
+        '| ' + ' | '.join(r) + ' |' for r in rows] + ['']
+
+
+@dataclass
+class Panel:
+    """A plot of ``rows``: ``style`` 'bar' (categorical x, one bar per ``series``
+    value, 'n/a' where missing) or 'line' (numeric x, ``yerr`` error bars);
+    ``hline`` a dashed reference line, ``band`` a shaded (low, high) range."""
+    rows: Rows
+    x: str
+    y: str
+    series: Optional[str] = None
+    style: str = 'bar'
+    label: str = '{}'
+    yerr: Optional[str] = None
+    hline: Optional[float] = None
+    hline_label: Optional[str] = None
+    band: Optional[Tuple[float, float]] = None
+    logx: Optional[int] = None
+    logy: Optional[int] = None
+    xticks: Optional[Sequence] = None
+    title: str = ''
+    xlabel: str = ''
+    ylabel: str = ''
+
+
+@dataclass
+class Figure:
+    """A PNG of panels (a list, or records -> list), ``ncols`` per row."""
+    file: str
+    panels: Union[Sequence[Panel], Callable[[List[dict]], Sequence[Panel]]]
+    ncols: int = 1
+    title: str = ''
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def plot(fig: Figure, records: List[dict], path: str) -> Optional[str]:
+    """Draws ``fig`` without its empty panels; None when no panel has data."""
+    data = [(p, _rows(p.rows, records)) for p in (fig.panels(records) if callable(fig.panels) else fig.panels)]
+    data = [(p, rs) for p, rs in data if any(_finite(r.get(p.y)) for r in rs)]
+    if not data:
+        return None
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    graphs: List[str] = []
-    widths: List[int] = []
-    for r in spmm:
-        if r['graph'] not in graphs:
-            graphs.append(r['graph'])
-        if r['F'] not in widths:
-            widths.append(r['F'])
-    widths.sort()
-    dnames = [d for d in DTYPES if any(r['dtype'] == d for r in spmm)] or ['fp32']
-    fig, axes = plt.subplots(len(dnames), 1, figsize=(max(7.0, 1.1 * len(graphs) + 2),
-                                                      2.6 * len(dnames) + 0.6),
-                             sharex=True, squeeze=False)
-    w = 0.8 / max(1, len(widths))
-    for ax, d in zip(axes[:, 0], dnames):
-        val = {(r['graph'], r['F']): r.get('speedup_vs_cusparse', float('nan'))
-               for r in spmm if r['dtype'] == d}
-        for i, F in enumerate(widths):
-            xs = [j + (i - (len(widths) - 1) / 2) * w for j in range(len(graphs))]
-            ys = [val.get((g, F), float('nan')) for g in graphs]
-            ax.bar(xs, ys, w, label=f'F={F}')
-            for xv, yv in zip(xs, ys):
-                if math.isnan(yv):
+    cats = list(dict.fromkeys(r[p.x] for p, rs in data if p.style == 'bar' for r in rs))
+    nc = min(fig.ncols, len(data))
+    nr = math.ceil(len(data) / nc)
+    f, axes = plt.subplots(nr, nc, squeeze=False, sharex=nc == 1 and bool(cats), figsize=(
+        (max(7.0, 1.1 * len(cats) + 2), 2.8 * nr + 0.6) if nc == 1 else (4.2 * nc, 3.6 * nr)))
+    for ax, (p, rs) in zip(axes.flat, data):
+        series = list(dict.fromkeys(r.get(p.series) for r in rs)) if p.series else [None]
+        for i, s in enumerate(series):
+            sr = [r for r in rs if p.series is None or r.get(p.series) == s]
+            lab = p.label.format(s) if p.series else None if p.label == '{}' else p.label
+            if p.style == 'bar':
+                w, val = 0.8 / len(series), {r[p.x]: r.get(p.y) for r in sr}
+                xs = [j + (i - (len(series) - 1) / 2) * w for j in range(len(cats))]
+                ys = [val[c] if _finite(val.get(c)) else math.nan for c in cats]
+                ax.bar(xs, ys, w, label=lab)
+                for xv in (xv for xv, yv in zip(xs, ys) if math.isnan(yv)):
                     ax.text(xv, 0.02, 'n/a', ha='center', va='bottom', fontsize=6, rotation=90,
                             transform=ax.get_xaxis_transform())
-        ax.axhline(1.0, color='k', lw=0.8, ls='--')
-        ax.set_ylabel(f'{d}: x {baseline}', fontsize=9)
+            else:
+                sr = [r for r in sr if _finite(r.get(p.y))]
+                ax.errorbar([r[p.x] for r in sr], [r[p.y] for r in sr], marker='o', capsize=3, label=lab,
+                            yerr=[r.get(p.yerr) or 0 for r in sr] if p.yerr else None)
+        if p.hline is not None:
+            ax.axhline(p.hline, color='k', lw=0.8, ls='--', label=p.hline_label)
+        if p.band is not None:
+            ax.axhspan(*p.band, color='k', alpha=0.1, lw=0)
+        if p.logx:
+            ax.set_xscale('log', base=p.logx)
+        if p.logy:
+            ax.set_yscale('log', base=p.logy)
+        if p.style == 'bar':
+            ax.set_xlim(-0.5, len(cats) - 0.5)
+            ax.set_xticks(range(len(cats)), [str(c) for c in cats], fontsize=8)
+        elif p.xticks:
+            ax.set_xticks(list(p.xticks), [str(k) for k in p.xticks])
+        ax.set(title=p.title, xlabel=p.xlabel, ylabel=p.ylabel)
+        ax.title.set_fontsize(10)
         ax.grid(axis='y', alpha=0.3)
-    axes[0, 0].set_title(f'pyg_tc SpMM speedup over {baseline} (same dtype), {title}', fontsize=10)
-    axes[0, 0].legend(fontsize=8, ncol=len(widths), loc='upper right')
-    ax = axes[-1, 0]
-    ax.set_xlim(-0.5, len(graphs) - 0.5)
-    ax.set_xticks(range(len(graphs)))
-    ax.set_xticklabels(graphs, fontsize=8)
-    if not graphs:
-        ax.text(0.5, 0.5, 'no SpMM cases', ha='center', va='center', transform=ax.transAxes)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        if ax.get_legend_handles_labels()[1]:
+            ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(data):]:
+        ax.set_visible(False)
+    f.suptitle(fig.title, fontsize=10)
+    f.tight_layout()
+    f.savefig(path, dpi=110)
+    plt.close(f)
+    return path
+
+
+# -- the reporter -------------------------------------------------------------------
+
+@dataclass
+class Reporter:
+    """Records in; ``jsonl`` + ``markdown`` + the figures' PNGs out, in ``out_dir``.
+
+    ``env_mode``: 'inline' (the environment and a timestamp in every line),
+    'first' (one ``kind: 'env'`` record first) or None (records only).
+    ``header(env, records)``: markdown lines under the title; ``summary(records)``:
+    stored as a last ``kind: 'summary'`` line."""
+    out_dir: str
+    jsonl: str
+    markdown: str
+    title: str
+    env: dict = field(default_factory=dict)
+    env_mode: Optional[str] = None
+    sections: Sequence[Union[Table, Text]] = ()
+    figures: Sequence[Figure] = ()
+    header: Optional[Callable[[dict, List[dict]], List[str]]] = None
+    summary: Optional[Callable[[List[dict]], dict]] = None
+    tag: str = 'bench'
+
+    def __post_init__(self):
+        os.makedirs(self.out_dir, exist_ok=True)
+        self.records: List[dict] = []
+        self.notes: List[str] = []
+        self.path = os.path.join(self.out_dir, self.jsonl)
+        self._no_mpl = False
+        open(self.path, 'w').close()
+        if self.env_mode == 'first':
+            self.add(dict(kind='env', **self.env), quiet=True)
+
+    def _line(self, rec: dict) -> str:
+        return json.dumps(jsonable({**self.env, **rec} if self.env_mode == 'inline' else rec)) + '\n'
+
+    def add(self, rec: dict, quiet: bool = False) -> None:
+        """Keeps ``rec``, appends it to the JSON lines at once and logs it."""
+        self.records.append(dict(rec, timestamp=now()) if self.env_mode == 'inline' else rec)
+        with open(self.path, 'a') as f:
+            f.write(self._line(self.records[-1]))
+        if not quiet:
+            log(record_line(self.tag, rec))
+
+    def note(self, msg: str, level: str = 'warn') -> None:
+        """A line in the log and in the markdown header."""
+        log(f'[{level}] {msg}')
+        self.notes.append(msg)
+
+    def render(self) -> str:
+        """The markdown report of the records so far."""
+        skipped = dict.fromkeys((k[:-8], v) for r in self.records for k, v in r.items() if k.endswith('_skipped'))
+        s = [f'# {self.title}\n'] + (self.header(self.env, self.records) if self.header else []) + [
+            f'- {n}' for n in self.notes] + [f'- skipped: {i} ({why})' for i, why in skipped]
+        s[-1] += '\n'
+        for sec in self.sections:
+            s += sec.render(self.records)
+        return '\n'.join(s) + '\n'
+
+    def write(self) -> Dict[str, str]:
+        """Rewrites every output from the records so far; returns their paths."""
+        extra = [{'kind': 'summary', 'summary': self.summary(self.records)}] if self.summary else []
+        with open(self.path, 'w') as f:
+            f.writelines(self._line(r) for r in self.records + extra)
+        paths = {'jsonl': self.path, 'markdown': os.path.join(self.out_dir, self.markdown)}
+        with open(paths['markdown'], 'w') as f:
+            f.write(self.render())
+        for fig in self.figures:
+            try:
+                if plot(fig, self.records, os.path.join(self.out_dir, fig.file)):
+                    paths[fig.file] = os.path.join(self.out_dir, fig.file)
+            except ImportError:  # matplotlib is in the 'bench' extra
+                if not self._no_mpl:
+                    log('[warn] matplotlib is not installed (pip install "pyg_tc[bench]"): no PNG plots')
+                self._no_mpl = True
+            except Exception as e:  # a plot problem must not cost the measurements
+                log(f'[warn] {fig.file} not written: {short_error(e)}')
+        return paths
+
+    def run(self, items: Iterable[Tuple[str, Any, Callable[[], Iterable[dict]]]], device=None,
+            budget_s: Optional[float] = None, t0: Optional[float] = None) -> Dict[str, str]:
+        """Runs ``(section, item, records())`` items in order with a progress
+        line each; a failure becomes a 'skipped' record (a traceback for
+        unexpected errors). Memory is freed and the outputs are rewritten after
+        each item; ``budget_s``: start no item after that many seconds."""
+        items = list(items)
+        t0 = time.perf_counter() if t0 is None else t0
+        for i, (section, item, fn) in enumerate(items):
+            elapsed = time.perf_counter() - t0
+            if budget_s is not None and elapsed > budget_s:
+                self.note(f'time budget of {budget_s:.0f} s spent: skipped '
+                          + ', '.join(f'{s} {it}' for s, it, _ in items[i:]))
+                break
+            log(f'[{self.tag}] ({i + 1}/{len(items)}, {elapsed:.0f} s) {section} {item}')
+            try:
+                for r in fn():
+                    self.add(r)
+            except Exception as e:  # missing dataset, OOM outside a timed case, ...
+                self.note(f'{section} {item}: skipped ({short_error(e)})', 'skip')
+                if not isinstance(e, (FileNotFoundError, torch.OutOfMemoryError)):
+                    traceback.print_exc()
+                self.add(dict(kind='skipped', section=section, item=item, status=short_error(e)), quiet=True)
+            free(device)
+            self.write()
+        paths = self.write()
+        log(f'[done] {time.perf_counter() - t0:.1f} s; wrote ' + ', '.join(paths.values()))
+        return paths

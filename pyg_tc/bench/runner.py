@@ -1,42 +1,242 @@
-"""The whole benchmark run: environment, copy bandwidth, SpMM suite, training.
-
-Defaults depend on the machine: on a GPU the full suite; without CUDA a tiny
-R-MAT graph through the pure-PyTorch reference (a smoke run, said so in the
-output). Graphs, widths and dtypes can be restricted by argument or by the
-environment (``PYG_TC_BENCH_GRAPHS``, ``PYG_TC_BENCH_WIDTHS``,
-``PYG_TC_BENCH_DTYPES``, ``PYG_TC_BENCH_TRAIN_GRAPHS``); ``budget_s`` stops
-starting new graphs once that many seconds have passed, so a run inside a
-time limit still writes a complete report.
+"""The ``pyg-tc bench`` suite: pyg_tc's SpMM against ``torch.sparse.mm``
+(cuSPARSE on a GPU) and torch_sparse, and a 2-layer training step against
+PyG's own layers. Writes ``results.jsonl`` (every line with the environment;
+the last one the summary), ``report.md`` and ``speedup.png``; the method is in
+``benchmarks/README.md``. On a GPU the full suite, without CUDA a smoke run on
+the tiny R-MAT graph. Arguments win over the environment
+(``PYG_TC_BENCH_GRAPHS`` / ``_WIDTHS`` / ``_DTYPES`` / ``_TRAIN_GRAPHS``).
 """
 from __future__ import annotations
 
-import gc
+import argparse
+import importlib
+import math
 import os
 import time
-import traceback
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import torch
 
 from . import graphs as G
-from .report import Reporter, environment
-from .spmm import DTYPES, WIDTHS, bench_graph
-from .timing import copy_bandwidth
-from .training import MODELS, bench_training
+from .graphs import BenchGraph
+from .report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
+from .timing import (Skip, bench, copy_bandwidth, free, measure, sparse_baseline, sparse_csr, speedups, train_case,
+                     warm_up)
+
+DTYPES: Dict[str, torch.dtype] = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+WIDTHS = (32, 64, 128, 256)
+MODELS = ('gcn', 'sage', 'gin')
+IMPLS = {'pyg': 'torch_geometric.nn', 'pyg_tc': 'pyg_tc.nn'}
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
+# -- SpMM cases ------------------------------------------------------------------
+
+def bytes_moved(E: int, N: int, F: int, elem: int) -> Dict[str, int]:
+    """``gather``: every edge gathers its source row (an upper bound: ignores
+    cache hits) plus col, rowptr and the output write. ``compulsory``: each
+    input read once and the output written once (a lower bound)."""
+    meta = 4 * E + 4 * (N + 1)
+    return {'gather_bytes': meta + E * F * elem + N * F * elem, 'compulsory_bytes': meta + 2 * N * F * elem}
 
 
-def _split(spec, cast=str) -> Optional[List]:
-    if spec is None or spec == '' or (isinstance(spec, (list, tuple)) and not spec):
-        return None
-    if isinstance(spec, str):
-        spec = [s for s in spec.split(',') if s.strip()]
-    return [cast(s.strip() if isinstance(s, str) else s) for s in spec]
+def _rotation_copies(x) -> int:
+    """Copies of ``x`` to cycle through so repeated runs do not just hit L2."""
+    if not x.is_cuda:
+        return 1
+    l2 = getattr(torch.cuda.get_device_properties(x.device), 'L2_cache_size', 50 * 2**20)
+    return max(1, min(4, math.ceil(4 * l2 / max(x.nbytes, 1))))
 
+
+@torch.no_grad()
+def bench_graph(bg: BenchGraph, widths: Iterable[int] = WIDTHS, dtypes: Iterable[str] = tuple(DTYPES),
+                copy_gbps: Optional[float] = None, warmup: int = 10, rep: int = 50, max_time_s: float = 1.0,
+                log: Callable[[str], None] = log, backend: str = '') -> Iterator[dict]:
+    """One 'build' record, then one 'spmm' record per (width, dtype): pyg_tc,
+    ``torch.sparse.mm`` and torch_sparse on the same rotating inputs, per call
+    and (GPU) kernel-only, checked against the fp32 baseline."""
+    from ..formats import CSRGraph
+    from ..ops import spmm_graph, spmm_reference
+    dev, N, E = bg.edge_index.device, bg.num_nodes, bg.num_edges
+    base = {'graph': bg.name, 'nodes': N, 'edges': E, 'large': bg.large, 'synthetic': bg.synthetic}
+    tb = bench(lambda: CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], N, N), warmup=1, rep=3, device=dev)
+    g = bg.csr()
+    st = g.stats()
+    yield dict(base, kind='build', **tb.as_dict('build'), max_degree=st['max_degree'], units=st['units'],
+               heavy_rows=st['heavy_rows'])
+    bkey = sparse_baseline(dev)[0]
+    try:
+        import torch_sparse
+        adj = torch_sparse.SparseTensor(row=bg.edge_index[1], col=bg.edge_index[0], sparse_sizes=(N, N))
+        tsp = lambda x: torch_sparse.matmul(adj, x, reduce='sum')  # noqa: E731
+    except ImportError:
+        tsp = Skip('torch_sparse is not installed')
+    A32 = sparse_csr(g, torch.ones(E, device=dev))
+
+    def reference(x):
+        """fp32 baseline on the (rounded) inputs; the pure-PyTorch reference if that fails."""
+        try:
+            return torch.sparse.mm(A32, x.float())
+        except Exception:
+            return spmm_reference(g.rowptr, g.col, None, x.float())
+
+    for F in widths:
+        x32 = torch.randn(N, F, generator=torch.Generator(device=dev).manual_seed(1000 + F), device=dev)
+        fp32_ms = None
+        for dname in sorted(dtypes, key=lambda d: d != 'fp32'):  # fp32 first: the half speedups need it
+            x = x32.to(DTYPES[dname])
+            A = sparse_csr(g, torch.ones(E, dtype=x.dtype, device=dev))
+            xs = [x] + [x.clone() for _ in range(_rotation_copies(x) - 1)]
+            rec = measure(dict(base, kind='spmm', F=F, dtype=dname, backend=backend), {
+                'pyg_tc': lambda x: spmm_graph(g, x), bkey: lambda x: torch.sparse.mm(A, x), 'torch_sparse': tsp},
+                dev, rep=rep, warmup=warmup, per_call=True, kernel_rep=30, ref=reference(x), inputs=xs,
+                max_time_s=max_time_s, log=log)
+            t = rec.get('pyg_tc_ms')
+            if t:
+                speedups(rec, 'pyg_tc', (bkey, 'torch_sparse'), 'speedup_vs_{other}')
+                speedups(rec, 'pyg_tc', (bkey, 'torch_sparse'), 'kernel_speedup_vs_{other}', '_graph_ms')
+                if dname == 'fp32':
+                    fp32_ms = t
+                elif fp32_ms:
+                    rec['speedup_vs_pyg_tc_fp32'] = fp32_ms / t
+                rec.update(bytes_moved(E, N, F, x.element_size()))
+                for k in ('gather', 'compulsory'):
+                    rec[f'gbps_{k}'] = rec[f'{k}_bytes'] / (t * 1e-3) / 1e9
+                    if copy_gbps:
+                        rec[f'frac_copy_{k}'] = rec[f'gbps_{k}'] / copy_gbps
+            yield rec
+            del xs, x, A
+        free(dev)
+
+
+def _geomean(v: List[float]) -> Optional[float]:
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+
+
+def summarize(records: List[dict], base: str = 'cusparse') -> Dict[str, dict]:
+    """Per graph group ('large': synthetic + larger real graphs, the speed
+    targets; 'all') and dtype, over F in {32, 64, 128, 256}: geometric mean and
+    minimum speedup vs the ``base`` baseline (same dtype; per call and
+    kernel-only), geometric mean vs pyg_tc fp32, worst relative error."""
+    cases = [r for r in records if r.get('kind') == 'spmm' and r['F'] in WIDTHS]
+    out: Dict[str, dict] = {}
+    for group, keep in (('large', lambda r: r['large']), ('all', lambda r: True)):
+        for dname in DTYPES:
+            rs = [r for r in cases if keep(r) and r['dtype'] == dname]
+            get = lambda k: [r[k] for r in rs if k in r]  # noqa: E731
+            vs, vk = get(f'speedup_vs_{base}'), get(f'kernel_speedup_vs_{base}')
+            if rs:
+                out[f'{group}/{dname}'] = {
+                    'group': group, 'dtype': dname, 'cases': len(rs), 'graphs': sorted({r['graph'] for r in rs}),
+                    f'geomean_vs_{base}': _geomean(vs), f'min_vs_{base}': min(vs, default=None),
+                    f'{base}_cases': len(vs), f'kernel_geomean_vs_{base}': _geomean(vk),
+                    f'kernel_min_vs_{base}': min(vk, default=None),
+                    'geomean_vs_pyg_tc_fp32': _geomean(get('speedup_vs_pyg_tc_fp32')),
+                    'max_rel_err': max(get('pyg_tc_rel_err'), default=None)}
+    return out
+
+
+# -- training step ---------------------------------------------------------------
+
+class Net(torch.nn.Module):
+    """conv(in, hidden) -> ReLU -> conv(hidden, out); no dropout (deterministic).
+    GCN: ``GCNConv(cached=True)``, SAGE: mean aggregation, GIN: Linear-ReLU-Linear."""
+
+    def __init__(self, lib, kind: str, cin: int, hidden: int, cout: int):
+        super().__init__()
+        if kind not in MODELS:
+            raise ValueError(f'unknown model {kind!r}; choose from {MODELS}')
+        conv = {'gcn': lambda i, o: lib.GCNConv(i, o, cached=True),
+                'sage': lambda i, o: lib.SAGEConv(i, o, aggr='mean'),
+                'gin': lambda i, o: lib.GINConv(torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(),
+                                                                    torch.nn.Linear(o, o)))}[kind]
+        self.conv1, self.conv2 = conv(cin, hidden), conv(hidden, cout)
+
+    def forward(self, x, edge_index):
+        """Two convolutions with a ReLU between."""
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def bench_training(bg: BenchGraph, models=('gcn',), steps: int = 10, rep: int = 20, in_channels: int = 256,
+                   hidden: int = 64, out_channels: int = 41, lr: float = 0.01, seed: int = 0) -> List[dict]:
+    """Records (kind 'train') for each model kind and implementation: PyG's
+    layers and pyg_tc's from identical weights, features and labels; the first
+    ``steps`` steps give the loss curve (and warm up), ``rep`` more are timed."""
+    dev, dims = bg.edge_index.device, (in_channels, hidden, out_channels)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    x = torch.randn(bg.num_nodes, in_channels, generator=gen, device=dev)
+    y = torch.randint(0, out_channels, (bg.num_nodes,), generator=gen, device=dev)
+    records: List[dict] = []
+    for kind in models:
+        torch.manual_seed(seed)
+        state = {k: v.clone() for k, v in Net(importlib.import_module(IMPLS['pyg']), kind, *dims).state_dict().items()}
+
+        def build(lib: str) -> Net:
+            net = Net(importlib.import_module(lib), kind, *dims).to(dev)
+            net.load_state_dict(state)
+            return net
+        ref, tc = (train_case(dict(kind='train', graph=bg.name, nodes=bg.num_nodes, edges=bg.num_edges, model=kind,
+                                   impl=impl, dims=list(dims), steps=steps), lambda lib=lib: build(lib), x, y,
+                              bg.edge_index, steps, rep, lr=lr) for impl, lib in IMPLS.items())
+        records += [ref, tc]
+        if ref['status'] == 'ok' and tc['status'] == 'ok':
+            tc['speedup_vs_pyg'] = ref['step_ms'] / tc['step_ms']
+            tc['loss_max_abs_diff_vs_pyg'] = max(abs(a - b) for a, b in zip(ref['losses'], tc['losses']))
+            if ref.get('peak_mb'):
+                tc['memory_ratio_vs_pyg'] = tc['peak_mb'] / ref['peak_mb']
+    return records
+
+
+# -- report ------------------------------------------------------------------------
+
+def reporter(out: str, env: dict) -> Reporter:
+    """The suite's outputs: results.jsonl, report.md (summary, SpMM, build, training), speedup.png."""
+    bkey, blabel, _ = sparse_baseline(env['device'])
+    k = lambda key, spec='', h=None: Col(h or key, key, spec)  # noqa: E731
+    graph = [k('graph'), k('nodes', ',', 'N'), k('edges', ',', 'E')]
+
+    def header(env: dict, records: List[dict]) -> List[str]:
+        return [f'- GPU: {env["gpu"] or "none"}; torch {env["torch"]} (CUDA {env["torch_cuda"]}), PyG '
+                f'{env["torch_geometric"]}, pyg_tc {env["pyg_tc_version"]}; started {env["started"]}',
+                f'- pyg_tc backend: {env["backend"]} (kernels {env["kernels"]}'
+                + (f': {env["kernels_reason"]}' if env.get('kernels_reason') else '') + ')',
+                f'- baseline: {env["baseline"]}',
+                f'- measured device copy bandwidth (read + write): {env["copy_gbps"]:.0f} GB/s',
+                f'- times: median over the repetitions after warm-up ({"CUDA events" if env["gpu"] else "time."}'
+                f'{"" if env["gpu"] else "perf_counter"}); all implementations in the same run on the same inputs. '
+                'GB/s: compulsory bytes (col + rowptr + x read once + out written once) and gather bytes (every '
+                'edge gathers its source row; an upper bound) over the median time.']
+
+    summary = Table('## Summary (speedups over F in 32, 64, 128, 256)', lambda rs: list(summarize(rs, bkey).values()), [
+        k('group', h='graphs'), k('dtype'), k('cases'),
+        k(f'geomean_vs_{bkey}', '.2f', f'per call: geomean vs {blabel}'),
+        k(f'min_vs_{bkey}', '.2f', f'min vs {blabel}'), k(f'kernel_geomean_vs_{bkey}', '.2f', 'kernel-only: geomean'),
+        k(f'kernel_min_vs_{bkey}', '.2f', 'min'), k('geomean_vs_pyg_tc_fp32', '.2f', 'geomean vs pyg_tc fp32'),
+        k('max_rel_err', '.1e', 'max rel err'), Col('graph set', lambda r: ', '.join(r['graphs']))],
+        note='"large" = synthetic + larger real graphs (the speed targets). Per call: median time of one eager call '
+             'from Python (what a user sees; includes host overhead). Kernel-only: the same calls captured in a CUDA '
+             'graph and replayed (no host overhead), for both implementations.')
+    spmm = Table('## SpMM cases', 'spmm', graph + [k('F'), k('dtype')] + [
+        ms_col(i) for i in ('pyg_tc', bkey, 'torch_sparse')] + [
+        k(f'speedup_vs_{bkey}', '.2f', f'x {blabel}'), k(f'kernel_speedup_vs_{bkey}', '.2f', 'kernel-only x'),
+        k('speedup_vs_pyg_tc_fp32', '.2f', 'x pyg_tc fp32'), k('gbps_compulsory', '.0f', 'GB/s compulsory'),
+        k('gbps_gather', '.0f', 'GB/s gather'), k('frac_copy_gather', '.2f', 'gather / copy BW'),
+        k('pyg_tc_rel_err', '.1e', 'rel err'), k('pyg_tc_spread', '.2f', 'spread')])
+    build = Table('## Graph build (CSRGraph.from_coo, both directions + schedules)', 'build',
+                  graph + [k('max_degree', ',', 'max degree'), k('build_ms', '.2f', 'build ms')])
+    train = Table('## Training step (forward + backward + Adam), 2 layers', 'train', [
+        k('graph'), k('model'), k('impl'), k('status'), k('step_ms', '.2f', 'step ms'),
+        k('speedup_vs_pyg', '.2f', 'x PyG'), k('peak_mb', '.0f', 'peak MiB'), k('resident_mb', '.0f', 'resident MiB'),
+        k('extra_mb', '.0f', 'peak - resident MiB'), k('loss_first', '.4f', 'loss[0]'),
+        k('loss_last', '.4f', 'loss[-1]'), k('loss_max_abs_diff_vs_pyg', '.1e', 'max abs loss diff vs PyG')])
+    panels = [Panel(lambda rs, d=d: [r for r in rs if r.get('kind') == 'spmm' and r['dtype'] == d], 'graph',
+                    f'speedup_vs_{bkey}', 'F', label='F={}', hline=1.0, ylabel=f'{d}: x {blabel}') for d in DTYPES]
+    title = f'pyg_tc SpMM speedup over {blabel} (same dtype), {env["gpu"] or "CPU (reference path)"}'
+    return Reporter(out, 'results.jsonl', 'report.md', 'pyg_tc benchmark', env, 'inline', [summary, spmm, build, train],
+                    [Figure('speedup.png', panels, title=title)], header, lambda recs: summarize(recs, bkey))
+
+
+# -- configuration and run ------------------------------------------------------------
 
 @dataclass
 class Config:
@@ -54,36 +254,37 @@ class Config:
     max_time_s: float = 1.0
     budget_s: Optional[float] = None
     quick: bool = False
+    device: Optional[str] = None  # None: the GPU when there is one
+
+
+def _split(spec, cast=str) -> Optional[List]:
+    if isinstance(spec, str):
+        spec = [s.strip() for s in spec.split(',') if s.strip()]
+    return [cast(s) for s in spec] if spec else None
 
 
 def make_config(graphs=None, widths=None, dtypes=None, out: str = 'bench_out', training: bool = True,
                 quick: bool = False, train_graphs=None, train_models=None,
                 budget_s: Optional[float] = None, cuda: Optional[bool] = None) -> Config:
     """Arguments win over the environment, the environment over the defaults
-    for this machine (GPU or CPU, quick or full)."""
-    env = os.environ.get
+    for this machine (GPU or CPU, quick or full); ``cuda`` picks the device."""
+    device = None if cuda is None else 'cuda' if cuda else 'cpu'
+    env = lambda v, name: v if v is not None else os.environ.get(f'PYG_TC_BENCH_{name}')  # noqa: E731
     cuda = torch.cuda.is_available() if cuda is None else cuda
-    if cuda:
-        dg = G.QUICK_GPU_SUITE if quick else G.GPU_SUITE
-        dw = [32, 128] if quick else list(WIDTHS)
-        dt = ['arxiv'] if quick else ['reddit']
-    else:
-        dg, dw, dt = G.CPU_SUITE, ([32, 64] if quick else list(WIDTHS)), ['tiny']
-    graphs = G.resolve_names(graphs if graphs is not None else env('PYG_TC_BENCH_GRAPHS'), dg)
-    widths = _split(widths if widths is not None else env('PYG_TC_BENCH_WIDTHS'), int) or dw
-    dtypes = _split(dtypes if dtypes is not None else env('PYG_TC_BENCH_DTYPES')) or list(DTYPES)
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        raise ValueError(f'unknown dtype(s) {bad}; choose from {list(DTYPES)}')
-    tg = G.resolve_names(train_graphs if train_graphs is not None else env('PYG_TC_BENCH_TRAIN_GRAPHS'), dt)
-    tm = _split(train_models) or ['gcn']
-    if any(m not in MODELS for m in tm):
-        raise ValueError(f'unknown model(s) {tm}; choose from {MODELS}')
     fast = quick or not cuda
-    return Config(graphs=graphs, widths=widths, dtypes=dtypes, out=out, training=training,
-                  train_graphs=tg, train_models=tm, train_steps=5 if fast else 10,
-                  train_rep=5 if fast else 20, warmup=3 if fast else 10, rep=10 if fast else 50,
-                  max_time_s=0.5 if fast else 1.0, budget_s=budget_s, quick=quick)
+    dg = (G.QUICK_GPU_SUITE if quick else G.GPU_SUITE) if cuda else G.CPU_SUITE
+    dtypes = _split(env(dtypes, 'DTYPES')) or list(DTYPES)
+    models = _split(train_models) or ['gcn']
+    if any(d not in DTYPES for d in dtypes) or any(m not in MODELS for m in models):
+        raise ValueError(f'unknown dtype(s) {dtypes} or model(s) {models}; choose from {list(DTYPES)}, {MODELS}')
+    return Config(graphs=G.resolve_names(env(graphs, 'GRAPHS'), dg),
+                  widths=_split(env(widths, 'WIDTHS'), int) or ([32, 128] if quick and cuda else [32, 64] if quick
+                                                               else list(WIDTHS)), dtypes=dtypes, out=out,
+                  training=training, train_models=models, train_graphs=G.resolve_names(
+                      env(train_graphs, 'TRAIN_GRAPHS'), ['tiny'] if not cuda else ['arxiv'] if quick else ['reddit']),
+                  train_steps=5 if fast else 10, train_rep=5 if fast else 20, warmup=3 if fast else 10,
+                  rep=10 if fast else 50, max_time_s=0.5 if fast else 1.0, budget_s=budget_s, quick=quick,
+                  device=device)
 
 
 def run(cfg: Config) -> Dict[str, str]:
@@ -92,91 +293,45 @@ def run(cfg: Config) -> Dict[str, str]:
     t0 = time.perf_counter()
     log('[info] loading pyg_tc (builds the CUDA kernels on first use on a GPU) ...')
     info = pyg_tc.info()
-    log(f'[info] pyg_tc {info["pyg_tc"]}, torch {info["torch"]}, PyG {info["torch_geometric"]}, '
-        f'GPU: {(info["gpu"] or {}).get("name", "none")}, backend: {info["backend"]}'
+    log(f'[info] pyg_tc {info["pyg_tc"]}, torch {info["torch"]}, PyG {info["torch_geometric"]}, GPU: '
+        f'{(info["gpu"] or {}).get("name", "none")}, backend: {info["backend"]}'
         + (f' (kernel build {info["build_seconds"]:.0f} s)' if info.get('build_seconds') else ''))
-    notes = []
-    if info['kernels'] != 'loaded':
-        msg = (f'CUDA kernels unavailable ({info["kernels_reason"]}): pyg_tc runs the pure-PyTorch '
-               f'reference path, so its timings are NOT kernel timings')
-        if not torch.cuda.is_available():
-            msg += '; this is a CPU smoke run on small graphs'
-        log('[warn] ' + msg)
-        notes.append(msg)
-    dev = G.default_device()
-    copy = copy_bandwidth(dev)
-    log(f'[info] copy bandwidth (read + write) on {dev}: {copy["copy_gbps"]:.0f} GB/s')
-    rep = Reporter(cfg.out, environment(info, copy))
+    dev = torch.device(cfg.device) if cfg.device else G.default_device()
+    warm_up(dev)
+    copy = copy_bandwidth(dev)['copy_gbps']
+    log(f'[info] copy bandwidth (read + write) on {dev}: {copy:.0f} GB/s')
+    rep = reporter(cfg.out, environment(dev, kernels=info['kernels'], kernels_reason=info.get('kernels_reason'),
+                                        backend=info['backend'], baseline=sparse_baseline(dev)[2], copy_gbps=copy))
+    if info['kernels'] != 'loaded' or dev.type != 'cuda':
+        rep.note(f'CUDA kernels not used ({info.get("kernels_reason") or "device " + dev.type}): pyg_tc runs the '
+                 'pure-PyTorch reference path, so its timings are NOT kernel timings'
+                 + ('' if dev.type == 'cuda' else '; this is a CPU smoke run on small graphs'))
     log(f'[info] graphs {cfg.graphs}, widths {cfg.widths}, dtypes {cfg.dtypes}, '
         f'training {cfg.train_graphs if cfg.training else "off"} {cfg.train_models}, out {cfg.out}')
 
-    def over_budget(what: str) -> bool:
-        if cfg.budget_s is not None and time.perf_counter() - t0 > cfg.budget_s:
-            msg = f'time budget of {cfg.budget_s:.0f} s spent: skipped {what}'
-            log('[warn] ' + msg)
-            notes.append(msg)
-            return True
-        return False
-
-    def safely(what: str, fn):
-        try:
-            for rec in fn():
-                rep.add(rec)
-        except Exception as e:
-            msg = f'{what} failed: {type(e).__name__}: {e}'
-            log('[error] ' + msg)
-            traceback.print_exc()
-            notes.append(msg)
-        gc.collect()
-        if dev.type == 'cuda':
-            torch.cuda.empty_cache()
-        rep.write(notes)
-
-    for i, name in enumerate(cfg.graphs):
-        if over_budget('graphs ' + ', '.join(cfg.graphs[i:])):
-            break
+    def spmm(name: str) -> Iterator[dict]:
         t = time.perf_counter()
+        bg = G.load_graph(name, dev)
+        log(f'[graph] {name}: {bg.num_nodes:,} nodes, {bg.num_edges:,} edges ({bg.source}), '
+            f'loaded in {time.perf_counter() - t:.1f} s')
+        return bench_graph(bg, cfg.widths, cfg.dtypes, copy, cfg.warmup, cfg.rep, cfg.max_time_s, log, info['backend'])
 
-        def one(name=name):
-            bg = G.load_graph(name, dev)
-            log(f'[graph] {name}: {bg.num_nodes:,} nodes, {bg.num_edges:,} edges ({bg.source}), '
-                f'loaded in {time.perf_counter() - t:.1f} s')
-            return bench_graph(bg, cfg.widths, cfg.dtypes, copy['copy_gbps'], cfg.warmup, cfg.rep,
-                               cfg.max_time_s, log, info['backend'])
-        safely(f'spmm on {name}', one)
-
-    if cfg.training:
-        for i, name in enumerate(cfg.train_graphs):
-            if over_budget('training on ' + ', '.join(cfg.train_graphs[i:])):
-                break
-            safely(f'training on {name}', lambda name=name: bench_training(
-                G.load_graph(name, dev), cfg.train_models, cfg.train_steps, cfg.train_rep, log=log))
-
-    paths = rep.write(notes)
-    log(f'[done] {time.perf_counter() - t0:.1f} s; wrote ' + ', '.join(paths.values()))
-    _print_summary(rep)
+    paths = rep.run([('spmm', n, lambda n=n: spmm(n)) for n in cfg.graphs] + [
+        ('training', n, lambda n=n: bench_training(G.load_graph(n, dev), cfg.train_models, cfg.train_steps,
+                                                   cfg.train_rep)) for n in (cfg.train_graphs if cfg.training else ())],
+        dev, cfg.budget_s, t0)
+    for key, v in summarize(rep.records, sparse_baseline(dev)[0]).items():
+        spec = lambda k, x: '.1e' if 'err' in k else '.2f' if isinstance(x, float) else ''  # noqa: E731
+        log(f'[summary] {key:12s} ' + ', '.join(f'{k} {fmt(x, spec(k, x))}' for k, x in v.items()
+                                                if k not in ('group', 'dtype', 'graphs')))
     return paths
-
-
-def _print_summary(rep: Reporter) -> None:
-    from .report import _c
-    from .spmm import summarize
-    for key, v in summarize(rep.records).items():
-        log(f'[summary] {key:12s} cases {v["cases"]:3d}  geomean x cuSPARSE '
-            f'{_c(v["geomean_vs_cusparse"], ".2f")}  min {_c(v["min_vs_cusparse"], ".2f")}  '
-            f'geomean x pyg_tc fp32 {_c(v["geomean_vs_pyg_tc_fp32"], ".2f")}  '
-            f'kernel-only geomean {_c(v.get("kernel_geomean_vs_cusparse"), ".2f")} '
-            f'min {_c(v.get("kernel_min_vs_cusparse"), ".2f")}  '
-            f'max rel err {_c(v["max_rel_err"], ".1e")}')
 
 
 def add_arguments(p) -> None:
     """The ``bench`` options (shared by ``pyg-tc bench`` and ``benchmarks/run_suite.py``)."""
-    import argparse
     p.add_argument('--graphs', help='comma list of graphs or groups (all, large, synthetic, real); '
                    f'known: {", ".join(G.ALL_NAMES)}; env PYG_TC_BENCH_GRAPHS')
-    p.add_argument('--widths', help='comma list of feature widths (default 32,64,128,256); '
-                   'env PYG_TC_BENCH_WIDTHS')
+    p.add_argument('--widths', help='comma list of feature widths (default 32,64,128,256); env PYG_TC_BENCH_WIDTHS')
     p.add_argument('--dtypes', help='comma list of fp32,fp16,bf16 (default all); env PYG_TC_BENCH_DTYPES')
     p.add_argument('--out', default='bench_out', help='output directory (default ./bench_out)')
     p.add_argument('--training', action=argparse.BooleanOptionalAction, default=True,
@@ -190,13 +345,13 @@ def add_arguments(p) -> None:
 
 
 def config_from_args(a) -> Config:
-    return make_config(a.graphs, a.widths, a.dtypes, a.out, a.training, a.quick, a.train_graphs,
-                       a.train_models, a.budget)
+    """The Config of parsed ``add_arguments`` options."""
+    return make_config(a.graphs, a.widths, a.dtypes, a.out, a.training, a.quick, a.train_graphs, a.train_models,
+                       a.budget)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python benchmarks/run_suite.py [options]``: the same as ``pyg-tc bench``."""
-    import argparse
     p = argparse.ArgumentParser(prog='pyg-tc bench', description='pyg_tc benchmark suite')
     add_arguments(p)
     run(config_from_args(p.parse_args(argv)))

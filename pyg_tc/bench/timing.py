@@ -1,24 +1,87 @@
-"""Timing helpers (per call, and kernel-only by CUDA-graph replay), peak-memory
-tracking and the copy-bandwidth ceiling.
-
-On a GPU every repetition is bracketed by CUDA events (device time, no host
-sync inside the loop) after a warm-up; the median is the reported number. On
-the CPU the same loop uses ``time.perf_counter``.
-"""
+"""The measuring half of the benchmark harness (``report.py`` writes):
+per-call time (:func:`bench`: CUDA events around each repetition after a
+warm-up, ``perf_counter`` on the CPU; the median counts), kernel-only time
+(:func:`kernel_time`: CUDA-graph replay, short calls captured back to back),
+peak memory, copy bandwidth, training steps, and :func:`measure`, which runs
+one case's implementations (ours and the baselines) on the same inputs and
+records their times, errors and skip reasons."""
 from __future__ import annotations
 
+import gc
+import math
 import statistics
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.nn.functional as Fn
 
 from .._cuda_graph import capture_graph
 
 MB = 2**20
+warnings.filterwarnings('ignore', message='.*[Ss]parse CSR tensor support is in beta.*')
+warnings.filterwarnings('ignore', message='.*[Ss]parse invariant checks.*')
+KERNEL_CALLS = 10
+KERNEL_BATCH_MS = 0.5
 
+
+def is_cuda(device=None) -> bool:
+    """Whether ``device`` (default: the default device) is a GPU."""
+    return torch.cuda.is_available() if device is None else torch.device(device).type == 'cuda'
+
+
+def free(device=None) -> None:
+    """Collects garbage and returns cached GPU memory."""
+    gc.collect()
+    if is_cuda(device):
+        torch.cuda.empty_cache()
+
+
+def short_error(e: BaseException) -> str:
+    """'oom', or 'Type: first line of the message'."""
+    if isinstance(e, torch.OutOfMemoryError):
+        return 'oom'
+    return f'{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ""}'
+
+
+@contextmanager
+def precision(p: Optional[str]):
+    """fp32 matmul precision ('highest', 'high', 'medium') inside the block."""
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(p or old)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+def sparse_baseline(device) -> Tuple[str, str, str]:
+    """``torch.sparse.mm`` named by what runs it on ``device``: (record key,
+    short label, description). cuSPARSE only on an NVIDIA GPU."""
+    if torch.device(device).type == 'cuda':
+        lib = 'hipSPARSE' if torch.version.hip else 'cuSPARSE'
+        return lib.lower(), lib, f'{lib} via torch.sparse.mm (CSR)'
+    mkl = ' (MKL)' if torch.backends.mkl.is_available() else ''
+    return 'cpu_sparse', 'torch.sparse CPU', f'torch.sparse.mm on the CPU{mkl}, not cuSPARSE'
+
+
+def sparse_csr(g, values):
+    """``torch.sparse`` CSR of ``g``'s adjacency (rows = targets, ``g``'s int32 indices) with edge ``values``."""
+    return torch.sparse_csr_tensor(g.rowptr, g.col, values, size=(g.num_rows, g.num_cols), check_invariants=False)
+
+
+def kernel_time_note(device) -> str:
+    """How :func:`kernel_time` timed on ``device``, for report headers."""
+    if is_cuda(device):
+        return (f'kernel-only times (CUDA-graph replay; calls under {KERNEL_BATCH_MS} ms captured '
+                f'{KERNEL_CALLS}x back to back), median')
+    return 'per-call times (time.perf_counter; no CUDA graphs on the CPU), median'
+
+
+# -- timing ----------------------------------------------------------------------
 
 @dataclass
 class Timing:
@@ -33,68 +96,125 @@ class Timing:
         return (self.max_ms - self.min_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
     def as_dict(self, prefix: str) -> Dict[str, float]:
-        return {f'{prefix}_ms': self.median_ms, f'{prefix}_min_ms': self.min_ms,
-                f'{prefix}_max_ms': self.max_ms, f'{prefix}_spread': round(self.spread, 4),
-                f'{prefix}_reps': self.reps}
+        """``<prefix>_ms`` (median), ``_min_ms``, ``_max_ms``, ``_spread``, ``_reps``."""
+        return {f'{prefix}_ms': self.median_ms, f'{prefix}_min_ms': self.min_ms, f'{prefix}_max_ms': self.max_ms,
+                f'{prefix}_spread': round(self.spread, 4), f'{prefix}_reps': self.reps}
+
+    @classmethod
+    def of(cls, times: Sequence[float]) -> 'Timing':
+        """The Timing of a list of times in ms."""
+        return cls(statistics.median(times), min(times), max(times), len(times))
 
 
-def _is_cuda(device) -> bool:
-    if device is None:
-        return torch.cuda.is_available()
-    return torch.device(device).type == 'cuda'
+class Stopwatch:
+    """Times the regions between :meth:`start` and :meth:`stop` (at most ``n``):
+    CUDA events made up front and read by :meth:`times_ms` (no host sync in
+    between) on a GPU, ``perf_counter`` on the CPU."""
+
+    def __init__(self, device=None, n: int = 1):
+        self.cuda, self._done = is_cuda(device), []
+        self._ev = [[torch.cuda.Event(enable_timing=True) for _ in range(2)] for _ in range(n)] if self.cuda else []
+
+    def start(self) -> None:
+        """Starts a region."""
+        if self.cuda:
+            self._ev[len(self._done)][0].record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        """Ends the region."""
+        if self.cuda:
+            self._ev[len(self._done)][1].record()
+        self._done.append(self._ev[len(self._done)] if self.cuda else (time.perf_counter() - self._t0) * 1e3)
+
+    def times_ms(self) -> List[float]:
+        """The regions' times in ms (waits for the GPU)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in self._done] if self.cuda else list(self._done)
 
 
 def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None,
-          max_time_s: Optional[float] = None) -> Timing:
-    """Median / min / max time of ``fn()`` in ms over ``rep`` repetitions after
-    ``warmup`` calls. ``max_time_s`` lowers ``rep`` (to no fewer than 3) when
-    the warm-up shows that the repetitions would take longer than that."""
-    cuda = _is_cuda(device)
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+          max_time_s: Optional[float] = None, wall: bool = False) -> Timing:
+    """Median / min / max ms of ``fn()`` over ``rep`` repetitions after
+    ``warmup`` calls. ``max_time_s`` lowers ``rep`` (to no fewer than 3) when the
+    warm-up shows the repetitions would take longer; ``wall``: host wall time
+    with a device sync after every call."""
+    sync = torch.cuda.synchronize if is_cuda(device) else (lambda: None)
     t0 = time.perf_counter()
     for _ in range(warmup):
         fn()
     sync()
     if max_time_s is not None and warmup > 0:
-        per_call = (time.perf_counter() - t0) / warmup
-        rep = max(3, min(rep, int(max_time_s / max(per_call, 1e-9))))
-    times = []
-    if cuda:
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(rep)]
-        for s, e in ev:
-            s.record()
-            fn()
-            e.record()
-        torch.cuda.synchronize()
-        times = [s.elapsed_time(e) for s, e in ev]
-    else:
-        for _ in range(rep):
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
-    return Timing(statistics.median(times), min(times), max(times), rep)
+        rep = max(3, min(rep, int(max_time_s / max((time.perf_counter() - t0) / warmup, 1e-9))))
+    sw = Stopwatch('cpu' if wall else device, rep)
+    for _ in range(rep):
+        sw.start()
+        fn()
+        if wall:
+            sync()
+        sw.stop()
+    return Timing.of(sw.times_ms())
 
 
-def bench_graph_replay(fns: Sequence[Callable[[], object]], warmup: int = 3, rep: int = 30,
-                       device=None) -> Timing:
-    """Device time per call with no host overhead: all ``fns`` (one call each,
-    e.g. the same op on rotating inputs) are captured into one CUDA graph whose
-    replays are timed; the result is divided by ``len(fns)``. This is the
-    kernel-only time; :func:`bench` is the per-call time a Python user sees."""
+def _replay(fns: Sequence[Callable[[], object]], warmup: int, rep: int, device) -> Timing:
+    """Per call: all ``fns`` captured once each in one CUDA graph, its replays timed."""
     t = bench(capture_graph(fns, warm_passes=2).replay, warmup, rep, device)
-    n = len(fns)
-    return Timing(t.median_ms / n, t.min_ms / n, t.max_ms / n, t.reps)
+    return Timing(t.median_ms / len(fns), t.min_ms / len(fns), t.max_ms / len(fns), t.reps)
+
+
+def kernel_time(fns: Union[Callable[[], object], Sequence[Callable[[], object]]], device=None,
+                rep: int = 20, warmup: int = 2, fallback: bool = True) -> Timing:
+    """Kernel-only time per call of ``fns`` (a callable, or a list such as one
+    op on rotating inputs), repeated to at least ``KERNEL_CALLS`` calls per graph
+    when a call takes under ``KERNEL_BATCH_MS``. A call that cannot be captured
+    is timed per call (CUDA events) when ``fallback``, else the error propagates."""
+    fns = [fns] if callable(fns) else list(fns)
+    if not is_cuda(device):
+        return bench(_rotating(fns), warmup=1, rep=rep, device=device)
+    try:
+        if _replay(fns, warmup, min(rep, 3), device).median_ms < KERNEL_BATCH_MS:
+            fns = fns * math.ceil(KERNEL_CALLS / len(fns))
+        return _replay(fns, warmup, rep, device)
+    except torch.OutOfMemoryError:
+        raise
+    except RuntimeError:
+        if not fallback:
+            raise
+        torch.cuda.synchronize()
+        return bench(_rotating(fns), warmup=3, rep=rep, device=device)
+
+
+def _rotating(fns: Sequence[Callable[[], object]]) -> Callable[[], object]:
+    if len(fns) == 1:
+        return fns[0]
+    state = [0]
+
+    def call():
+        state[0] = (state[0] + 1) % len(fns)
+        return fns[state[0]]()
+    return call
+
+
+def warm_up(device, seconds: float = 1.0) -> None:
+    """Busy the GPU so it has left its idle clocks before the first timing
+    (docs/benchmarks.md, "Harness"). No-op on the CPU."""
+    if not is_cuda(device):
+        return
+    a = torch.randn(4096, 4096, device=device)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize(device)
 
 
 @contextmanager
 def track_memory(device=None) -> Iterator[Dict[str, Optional[float]]]:
-    """Peak GPU memory of the enclosed block (MiB). ``resident_mb`` is what was
-    already allocated on entry (graph, features, model); ``peak_mb`` is the
-    absolute peak inside the block; ``extra_mb`` = peak - resident. All None
-    on the CPU."""
+    """Peak GPU memory of the block in MiB: ``resident_mb`` allocated on entry,
+    ``peak_mb`` the absolute peak inside, ``extra_mb`` = peak - resident; None on the CPU."""
     stats: Dict[str, Optional[float]] = {'resident_mb': None, 'peak_mb': None, 'extra_mb': None}
-    cuda = _is_cuda(device)
+    cuda = is_cuda(device)
     if cuda:
         torch.cuda.synchronize()
         stats['resident_mb'] = torch.cuda.memory_allocated() / MB
@@ -109,15 +229,143 @@ def track_memory(device=None) -> Iterator[Dict[str, Optional[float]]]:
 
 
 def copy_bandwidth(device=None, nbytes: Optional[int] = None) -> Dict[str, float]:
-    """Measured device-to-device copy bandwidth in GB/s (1e9 B/s), counting the
-    bytes read plus the bytes written: the practical ceiling for a
-    memory-bound kernel. Default buffer: 2 GiB on a GPU, 64 MiB on the CPU."""
-    cuda = _is_cuda(device)
-    dev = torch.device(device) if device is not None else torch.device('cuda' if cuda else 'cpu')
-    nbytes = nbytes or (2**31 if cuda else 2**26)
+    """Copy bandwidth in GB/s (read + write): the ceiling of a memory-bound
+    kernel. Buffer: 2 GiB on a GPU, 64 MiB on the CPU."""
+    dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
+    nbytes = nbytes or (2**31 if dev.type == 'cuda' else 2**26)
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=dev).uniform_()
     dst = torch.empty_like(src)
     t = bench(lambda: dst.copy_(src), warmup=3, rep=20, device=dev)
-    del src, dst
-    return {'copy_gbps': 2 * nbytes / (t.median_ms * 1e-3) / 1e9, 'copy_bytes': nbytes,
-            'copy_ms': t.median_ms}
+    return {'copy_gbps': 2 * nbytes / (t.median_ms * 1e-3) / 1e9, 'copy_bytes': nbytes, 'copy_ms': t.median_ms}
+
+
+def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.01):
+    """Full-batch cross-entropy steps with Adam: the losses of the first
+    ``steps`` (also the warm-up), then ``rep`` timed steps, peak memory over
+    both. Returns (losses, Timing, memory dict)."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = Fn.cross_entropy(model(x, edge_index), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    with track_memory(x.device) as mem:
+        losses = [float(step().detach()) for _ in range(steps)]
+        t = bench(step, warmup=0, rep=rep, device=x.device)
+    return losses, t, mem
+
+
+def train_case(rec: dict, build: Callable[[], torch.nn.Module], x, y, edge_index, steps: int, rep: int,
+               prefix: str = 'step', after: Optional[Callable] = None, lr: float = 0.01) -> dict:
+    """:func:`time_training` of ``build()`` into ``rec``: ``status`` ('ok', 'oom'
+    or 'error: ...'), ``<prefix>_ms`` / ``_min_ms`` / ``_max_ms`` / ``_reps``,
+    the losses and the memory fields; then ``after(model)``. ``edge_index`` may
+    be a function, called after ``build()``."""
+    try:
+        model = build()
+        ei = edge_index() if callable(edge_index) else edge_index
+        losses, t, mem = time_training(model, x, y, ei, steps, rep, lr)
+        rec.update(status='ok', **{k.replace('step', prefix): v for k, v in t.as_dict('step').items()
+                                   if not k.endswith('spread')}, losses=losses, **mem,
+                   loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None)
+        if after is not None:
+            after(model)
+    except Exception as e:  # OOM, a layer that is not available, ...
+        rec['status'] = 'oom' if isinstance(e, torch.OutOfMemoryError) else f'error: {short_error(e)}'
+    model = None
+    free(x.device)
+    return rec
+
+
+# -- one case: implementations, baselines, errors ----------------------------------
+
+class Skip(str):
+    """An implementation that cannot run here; the string is the one-line reason."""
+
+
+@dataclass
+class Impl:
+    """An implementation with options: ``post`` maps its output to what is
+    compared with the reference, ``precision`` is the fp32 matmul precision."""
+    fn: Callable
+    post: Optional[Callable] = None
+    precision: Optional[str] = None
+
+
+def rel_errors(out, ref) -> Dict[str, float]:
+    """max|out - ref| / max|ref| and ||out - ref|| / ||ref|| in ``ref``'s dtype (inf if not finite)."""
+    d = out.to(ref.dtype) - ref
+    if not d.numel():
+        return {'rel_err': 0.0, 'rel_err_fro': 0.0}
+    if not bool(torch.isfinite(d).all()):
+        return {'rel_err': math.inf, 'rel_err_fro': math.inf}
+    return {'rel_err': float(d.abs().max() / ref.abs().max().clamp(min=1e-30)),
+            'rel_err_fro': float(d.norm() / ref.norm().clamp(min=1e-30))}
+
+
+_SKIPS_LOGGED: set = set()
+
+
+def measure(rec: dict, impls: Mapping[str, Union[Callable, Impl, Skip]], device, *, rep: int = 20,
+            warmup: int = 10, per_call: bool = False, kernel_rep: Optional[int] = None, ref=None,
+            errors: Callable = rel_errors, inputs: Optional[Sequence] = None,
+            max_time_s: Optional[float] = None, log: Callable[[str], None] = print) -> dict:
+    """Times each implementation of one case into ``rec``, in order, on the
+    same inputs (with ``inputs``, functions take one and the calls rotate over
+    them so repeated calls do not just hit L2; else no argument).
+
+    Per ``name``: ``name_<k>`` for each ``k`` of ``errors(output, ref)`` when
+    ``ref`` is given; with ``per_call`` the :class:`Timing` fields ``name_ms``, ...
+    plus kernel-only ``name_graph_ms`` on a GPU; else kernel-only ``name_ms``.
+    A :class:`Skip` or an unsupported-dtype error gives ``name_skipped`` (the
+    reason, logged once), any other failure ``name_error``."""
+    for name, impl in impls.items():
+        if isinstance(impl, Skip):
+            _skip(rec, name, str(impl), log)
+            continue
+        impl = impl if isinstance(impl, Impl) else Impl(impl)
+        fns = [lambda x=x, f=impl.fn: f(x) for x in inputs] if inputs is not None else [impl.fn]
+        try:
+            with precision(impl.precision):
+                if ref is not None:
+                    out = fns[0]()
+                    rec.update({f'{name}_{k}': v for k, v in errors(impl.post(out) if impl.post else out,
+                                                                    ref).items()})
+                    del out
+                if not per_call:
+                    rec[f'{name}_ms'] = kernel_time(fns, device, rep).median_ms
+                    continue
+                rec.update(bench(_rotating(fns), warmup, rep, device, max_time_s).as_dict(name))
+                if is_cuda(device):
+                    try:
+                        rec[f'{name}_graph_ms'] = kernel_time(fns, device, kernel_rep or rep, fallback=False).median_ms
+                    except Exception as e:
+                        rec[f'{name}_graph_error'] = short_error(e)
+                        free(device)
+        except Exception as e:  # unsupported dtype, OOM, ...
+            if isinstance(e, NotImplementedError) or 'not implemented for' in str(e) or 'not supported' in str(e):
+                _skip(rec, name, str(e).splitlines()[0][:160] if str(e) else type(e).__name__, log)
+            else:
+                rec[f'{name}_error'] = short_error(e)
+            free(device)
+    return rec
+
+
+def _skip(rec: dict, name: str, reason: str, log) -> None:
+    rec[f'{name}_skipped'] = reason
+    if (name, reason) not in _SKIPS_LOGGED:
+        _SKIPS_LOGGED.add((name, reason))
+        log(f'[skip] {name}: {reason}')
+
+
+def speedups(rec: dict, fast: str, others: Sequence[str], key: str = '{fast}_vs_{other}',
+             suffix: str = '_ms') -> dict:
+    """``rec[key]`` = other time / ``fast`` time for each other measured."""
+    for o in others:
+        a, b = rec.get(f'{fast}{suffix}'), rec.get(f'{o}{suffix}')
+        if a and b:
+            rec[key.format(fast=fast, other=o)] = b / a
+    return rec

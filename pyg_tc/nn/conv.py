@@ -27,12 +27,14 @@ from ..ops import sddmm_graph, spmm_graph
 from ._base import KERNEL_REDUCE, TCLayer, dense, pyg_method
 
 BACKEND_DOC = """\
-        backend (str, optional): pyg_tc's kernels for the aggregation:
+        backend (str, optional): pyg_tc's implementation of the sparse
+            steps, decided per call by :mod:`pyg_tc.ops.dispatch`:
             :obj:`"auto"` (the faster of the CSR and tensor-core kernels for
             the graph, width and dtype, measured once per graph;
             :func:`pyg_tc.ops.choose_backend`), :obj:`"csr"` (the CSR
             engine), :obj:`"sgt"` (TC-GNN's tensor-core kernels over the
-            graph's SGT; sum and mean, max stays on CSR) or :obj:`"pyg"`
+            graph's SGT; sum and mean, max stays on CSR),
+            :obj:`"reference"` (the pure-PyTorch oracle) or :obj:`"pyg"`
             (PyG's own message passing, for comparisons). Without a GPU every
             backend runs the pure-PyTorch reference. Calls that need PyG's
             semantics (explain, message-passing hooks, ``decomposed_layers``,

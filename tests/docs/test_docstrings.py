@@ -27,7 +27,8 @@ def _undocumented(mod):
         if inspect.isclass(obj):
             for attr, member in vars(obj).items():
                 fn = member.fget if isinstance(member, property) else getattr(member, '__func__', member)
-                if not attr.startswith('_') and inspect.isfunction(fn) and not (fn.__doc__ or '').strip():
+                own = inspect.isfunction(fn) and fn.__qualname__.startswith(f'{name}.')  # not PyG's
+                if not attr.startswith('_') and own and not (fn.__doc__ or '').strip():
                     yield f'{mod.__name__}.{name}.{attr}'
 
 

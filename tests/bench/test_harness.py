@@ -1,0 +1,182 @@
+"""The benchmark harness (pyg_tc/bench/timing.py + report.py) on the CPU: timing
+gives positive numbers, the Reporter writes the declared columns to JSON lines,
+markdown and PNG, a declared suite runs end to end with a skipped baseline and a
+failing item, and the `pyg-tc bench` / MaxK suites degrade cleanly without CUDA."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from pyg_tc.bench import maxk, runner
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, ms_col
+from pyg_tc.bench.timing import (Impl, Skip, Stopwatch, Timing, bench, copy_bandwidth, kernel_time, measure,
+                                 sparse_baseline, speedups, track_memory)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_timing_is_positive_and_counts_repetitions():
+    x = torch.randn(256, 256)
+    t = bench(lambda: x @ x, warmup=2, rep=7, device='cpu')
+    assert isinstance(t, Timing) and t.reps == 7
+    assert 0 < t.min_ms <= t.median_ms <= t.max_ms and t.spread >= 0
+    d = t.as_dict('mm')
+    assert d['mm_ms'] == t.median_ms and d['mm_reps'] == 7 and set(d) == {
+        'mm_ms', 'mm_min_ms', 'mm_max_ms', 'mm_spread', 'mm_reps'}
+    wall = bench(lambda: x @ x, warmup=1, rep=3, device='cpu', wall=True)
+    assert wall.reps == 3 and wall.median_ms > 0
+    # max_time_s lowers the repetitions (to no fewer than 3) for slow calls
+    slow = bench(lambda: torch.randn(300, 300) @ torch.randn(300, 300), warmup=1, rep=1000, device='cpu',
+                 max_time_s=1e-6)
+    assert slow.reps == 3
+    # on the CPU the kernel-only time is the per-call time; a list of calls rotates
+    calls = []
+    kt = kernel_time([lambda: calls.append(0), lambda: calls.append(1)], 'cpu', rep=4)
+    assert kt.median_ms > 0 and kt.reps == 4 and set(calls) == {0, 1}
+    sw = Stopwatch('cpu')
+    for _ in range(3):
+        sw.start()
+        x @ x
+        sw.stop()
+    assert len(sw.times_ms()) == 3 and all(v > 0 for v in sw.times_ms())
+    with track_memory('cpu') as mem:
+        x @ x
+    assert mem == {'resident_mb': None, 'peak_mb': None, 'extra_mb': None}
+    bw = copy_bandwidth('cpu', nbytes=2**20)
+    assert bw['copy_gbps'] > 0 and bw['copy_bytes'] == 2**20
+
+
+def test_measure_records_times_errors_and_skip_reasons():
+    logs = []
+    x = torch.randn(64, 8)
+    ref = (2 * x).double()
+
+    def half():
+        raise NotImplementedError('"addmm" not implemented for \'Half\'\nmore text')
+
+    def broken():
+        raise RuntimeError('boom')
+    rec = measure({'case': 1}, {'ours': lambda: 2 * x, 'base': Skip('needs a CUDA GPU'), 'half': half,
+                                'broken': broken, 'post': Impl(lambda: (x, 2 * x), post=lambda o: o[1])},
+                  'cpu', rep=3, ref=ref, log=logs.append)
+    assert rec['ours_ms'] > 0 and rec['ours_rel_err'] < 1e-6 and rec['ours_rel_err_fro'] < 1e-6
+    assert rec['post_ms'] > 0 and rec['post_rel_err'] < 1e-6
+    assert rec['base_skipped'] == 'needs a CUDA GPU' and 'base_ms' not in rec
+    assert rec['half_skipped'] == '"addmm" not implemented for \'Half\''  # one line
+    assert rec['broken_error'] == 'RuntimeError: boom' and 'broken_ms' not in rec
+    assert any('base: needs a CUDA GPU' in m for m in logs)
+    # per call: the Timing fields (no kernel-only time without a GPU); rotating inputs
+    seen = []
+    rec = measure({}, {'ours': lambda v: seen.append(v) or v}, 'cpu', rep=4, warmup=1, per_call=True,
+                  inputs=['a', 'b'])
+    assert rec['ours_ms'] > 0 and rec['ours_reps'] == 4 and 'ours_graph_ms' not in rec and set(seen) == {'a', 'b'}
+    assert speedups({'a_ms': 2.0, 'b_ms': 6.0, 'c_ms': None}, 'a', ('b', 'c')) == {
+        'a_ms': 2.0, 'b_ms': 6.0, 'c_ms': None, 'a_vs_b': 3.0}
+    assert sparse_baseline('cpu')[0] == 'cpu_sparse' and 'cuSPARSE' not in sparse_baseline('cpu')[1]
+
+
+def _toy_reporter(out, figures=()):
+    cols = [Col('graph', 'graph'), Col('F', 'F'), ms_col('ours'), ms_col('base', 'baseline ms'), ms_col('gpu_only'),
+            Col('x base', 'speedup', '.2f', bold=True), Col('empty', 'never_set')]
+    return Reporter(str(out), 'toy.jsonl', 'toy.md', 'Toy suite', {'device': 'cpu', 'gpu': None}, 'first',
+                    [Table('## Cases', 'case', cols, note='a note'),
+                     Text('## Totals', lambda recs: [f'- {len([r for r in recs if r["kind"] == "case"])} cases'])],
+                    figures, header=lambda env, recs: [f'- device {env["device"]}'], tag='toy')
+
+
+def test_declared_suite_runs_end_to_end_with_a_skipped_baseline(tmp_path):
+    def cases(graph):
+        for F in (4, 8):
+            x = torch.randn(32, F)
+            base = Skip('the baseline needs cuSPARSE (no CUDA here)') if F == 4 else (lambda: x + x)
+            rec = measure(dict(kind='case', graph=graph, F=F), {'ours': lambda: x * 2, 'base': base,
+                                                               'gpu_only': Skip('needs a GPU')}, 'cpu', rep=3)
+            rec['speedup'] = 1.5
+            yield rec
+
+    def missing():
+        raise FileNotFoundError('no such dataset')
+        yield  # pragma: no cover
+
+    fig = Figure('toy.png', [Panel('case', 'graph', 'speedup', series='F', label='F={}', hline=1.0),
+                             Panel('case', 'graph', 'never_set')])  # no data: left out
+    rep = _toy_reporter(tmp_path, [fig])
+    paths = rep.run([('cases', 'g1', lambda: cases('g1')), ('cases', 'gone', missing)], 'cpu')
+    recs = _lines(tmp_path / 'toy.jsonl')
+    assert recs[0] == {'kind': 'env', 'device': 'cpu', 'gpu': None}
+    cs = [r for r in recs if r['kind'] == 'case']
+    assert [(r['graph'], r['F']) for r in cs] == [('g1', 4), ('g1', 8)]
+    assert all(r['ours_ms'] > 0 for r in cs) and cs[1]['base_ms'] > 0 and 'base_skipped' not in cs[1]
+    assert cs[0]['base_skipped'] == 'the baseline needs cuSPARSE (no CUDA here)' and 'base_ms' not in cs[0]
+    (sk,) = [r for r in recs if r['kind'] == 'skipped']
+    assert sk['section'] == 'cases' and sk['item'] == 'gone' and sk['status'] == 'FileNotFoundError: no such dataset'
+    md = (tmp_path / 'toy.md').read_text()
+    assert md.startswith('# Toy suite\n') and '- device cpu' in md
+    assert '- skipped: base (the baseline needs cuSPARSE (no CUDA here))' in md
+    assert '- cases gone: skipped (FileNotFoundError: no such dataset)' in md
+    assert '## Cases\n\na note\n\n| graph | F | ours ms | baseline ms | x base |\n|---|---|---|---|---|' in md
+    assert '| g1 | 4 | ' in md and '| skipped | **1.50** |' in md and 'empty' not in md  # empty column dropped
+    assert '- skipped: gpu_only (needs a GPU)' in md and 'gpu_only ms' not in md  # never ran: no column
+    assert '## Totals\n\n- 2 cases' in md
+    assert paths['markdown'].endswith('toy.md')
+    pytest.importorskip('matplotlib')
+    assert paths['toy.png'].endswith('toy.png') and (tmp_path / 'toy.png').stat().st_size > 0
+
+
+def test_reporter_skips_plots_without_data_or_matplotlib(tmp_path, monkeypatch, capsys):
+    empty = Figure('empty.png', [Panel('case', 'graph', 'never_set')])
+    rep = _toy_reporter(tmp_path, [empty])
+    rep.add(dict(kind='case', graph='g', F=1, ours_ms=1.0))
+    paths = rep.write()
+    assert 'empty.png' not in paths and not (tmp_path / 'empty.png').exists()
+    assert _lines(tmp_path / 'toy.jsonl')[-1] == dict(kind='case', graph='g', F=1, ours_ms=1.0)
+    monkeypatch.setitem(sys.modules, 'matplotlib', None)  # import fails
+    rep.figures = [Figure('some.png', [Panel('case', 'graph', 'ours_ms')])]
+    paths = rep.write()
+    assert 'some.png' not in paths and not (tmp_path / 'some.png').exists()
+    assert 'matplotlib is not installed' in capsys.readouterr().out
+    assert (tmp_path / 'toy.md').exists()
+
+
+def test_bench_suite_on_the_cpu_names_its_baseline_and_skips_what_cannot_run(tmp_path):
+    out = tmp_path / 'b'
+    cfg = runner.make_config(graphs='tiny', widths='32', dtypes='fp32,fp16', out=str(out), training=False, cuda=False)
+    paths = runner.run(cfg)
+    assert set(paths) >= {'jsonl', 'markdown'}
+    recs = _lines(out / 'results.jsonl')
+    assert recs[-1]['kind'] == 'summary' and 'all/fp32' in recs[-1]['summary']
+    assert all(r['baseline'].startswith('torch.sparse.mm on the CPU') for r in recs)
+    sp = {r['dtype']: r for r in recs if r['kind'] == 'spmm'}
+    assert not [k for r in recs for k in r if 'cusparse' in k]  # the CPU baseline is not called cuSPARSE
+    assert sp['fp32']['pyg_tc_ms'] > 0 and sp['fp32']['cpu_sparse_ms'] > 0 and sp['fp32']['speedup_vs_cpu_sparse'] > 0
+    assert sp['fp32']['pyg_tc_rel_err'] < 1e-5 and sp['fp16']['speedup_vs_pyg_tc_fp32'] > 0
+    assert 'not implemented' in sp['fp16']['cpu_sparse_skipped'] and 'cpu_sparse_error' not in sp['fp16']
+    md = (out / 'report.md').read_text()
+    assert '| pyg_tc ms | cpu_sparse ms |' in md and 'NotImplementedError' not in md
+    assert '- skipped: cpu_sparse (' in md
+    pytest.importorskip('matplotlib')
+    assert (out / 'speedup.png').stat().st_size > 0  # fp32 panel only: fp16 has no baseline
+
+
+def test_maxk_suite_runs_on_the_cpu(tmp_path):
+    out = tmp_path / 'm'
+    assert maxk.main(['--out', str(out), '--device', 'cpu', '--graphs', 'tiny', '--ks', '4', '--no-train']) == 0
+    (r,) = _lines(out / 'maxk.jsonl')
+    assert r['kind'] == 'maxk_kernel' and r['k'] == 4 and r['F'] == maxk.WIDTH
+    for i in ('spgemm', 'sspmm', 'select', 'topk', 'csr', 'cpu_sparse'):
+        assert r[f'{i}_ms'] > 0, i
+    assert r['spgemm_rel_err'] < 1e-5 and r['spgemm_vs_cpu_sparse'] > 0 and r['select_vs_topk'] > 0
+    assert '## Kernels (Figure 8)' in (out / 'maxk.md').read_text()
