@@ -183,15 +183,17 @@ def op(name: str) -> Op:
 
 def ensure() -> bool:
     """Load the CUDA kernels once (building them on first use on this
-    machine); where they are unavailable, register every op's reference for
-    CUDA tensors too. Returns whether the kernels are loaded."""
+    machine); where they are unavailable, and for ops without a kernel,
+    register the op's reference for CUDA tensors too. Returns whether the
+    kernels are loaded."""
     if _STATE['ready']:
         return _STATE['kernels']
     with _LOCK:
         if not _STATE['ready']:
             loaded = _kernels.load()
-            if not loaded:
-                for o in OPS.values():
+            for o in OPS.values():
+                # no kernel for this op (or none loaded): its reference runs on CUDA too
+                if not loaded or not torch._C._dispatch_has_kernel_for_dispatch_key(o.qualname, 'CUDA'):
                     o._lib.impl(o.name, o._reference_impl, 'CUDA')
             _STATE['kernels'], _STATE['ready'] = loaded, True
     return _STATE['kernels']

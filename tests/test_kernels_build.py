@@ -21,7 +21,7 @@ from pyg_tc import _kernels
 
 from .conftest import REPO_ROOT
 
-FAMILIES = ('common', 'csr', 'maxk', 'sgt', 'sort')
+FAMILIES = ('common', 'attn', 'csr', 'maxk', 'sgt', 'sort')
 
 
 def test_import_does_not_build_and_info_explains():
@@ -75,7 +75,7 @@ def test_sources_are_every_translation_unit_of_the_family_folders():
     for fam in FAMILIES:
         assert (kdir / fam).is_dir(), fam
     assert (kdir / 'common' / 'static_switch.h').is_file()
-    for fam in ('csr', 'maxk', 'sgt'):
+    for fam in ('attn', 'csr', 'maxk', 'sgt'):
         assert (kdir / fam / f'{fam}_params.h').is_file()
     # torch names objects by file name only: names are unique (family prefix)
     stems = [Path(s).stem for s in srcs]

@@ -4,6 +4,8 @@
 * :mod:`~pyg_tc.ops.sgt`: TC-GNN's tensor-core SpMM / SDDMM (``sgt_spmm``, ``sgt_sddmm``);
 * :mod:`~pyg_tc.ops.cbsr`: MaxK-GNN's top-k and CBSR SpGEMM / SSpMM
   (``maxk_select``, ``cbsr_spmm``, ``cbsr_sspmm``);
+* :mod:`~pyg_tc.ops.attn`: fuseGNN's fused attention (``attn_gat``,
+  ``attn_gatv2`` and their backward ops) and ``edge_softmax``;
 * :mod:`~pyg_tc.ops.sort`: the int32 radix sort of the format builders;
 * :mod:`~pyg_tc.ops.dispatch`: the backend vocabulary and the one place that
   chooses an implementation per call (``'auto'``, ``'csr'``, ``'sgt'``,
@@ -15,9 +17,11 @@ on a GPU with the kernels built; otherwise, and for float64, the
 pure-PyTorch reference runs through the same registered op.
 """
 from .._library import ensure
-from . import cbsr, csr, dispatch, sgt, sort  # noqa: F401 (define the ops)
+from . import attn, cbsr, csr, dispatch, sgt, sort  # noqa: F401 (define the ops)
 from .csr import (emulate_spmm, sddmm_graph, sddmm_reference, spmm_graph,  # noqa: F401
                   spmm_reference)
+from .attn import (attention_weights, edge_softmax, gat_attention,  # noqa: F401
+                   gatv2_attention)
 from .dispatch import BACKENDS, aggregate, choose_backend, edge_scores, sddmm, spmm
 from .cbsr import (CBSR_KERNEL_WIDTH, MAXK_KERNEL_WIDTH, cbsr_spmm_graph,  # noqa: F401
                    cbsr_spmm_reference, cbsr_sspmm_reference, check_k, emulate_cbsr_spmm,
@@ -29,4 +33,5 @@ __all__ = ['spmm', 'sddmm', 'aggregate', 'edge_scores', 'spmm_graph', 'sddmm_gra
            'cbsr_spmm_graph', 'sgt_spmm_graph', 'sgt_sddmm_graph', 'sgt_spmm_cells',
            'sgt_sddmm_cells', 'sgt_of', 'choose_backend', 'check_k', 'ensure', 'BACKENDS',
            'spmm_reference', 'sddmm_reference', 'maxk_reference', 'cbsr_spmm_reference',
-           'cbsr_sspmm_reference', 'emulate_spmm', 'emulate_cbsr_spmm', 'emulate_cbsr_sspmm']
+           'cbsr_sspmm_reference', 'gat_attention', 'gatv2_attention', 'edge_softmax',
+           'attention_weights', 'emulate_spmm', 'emulate_cbsr_spmm', 'emulate_cbsr_sspmm']

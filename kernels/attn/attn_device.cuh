@@ -1,0 +1,233 @@
+// Attention family, device side shared by the forward and backward walks:
+// the lane layout, per-head reductions, the score terms, Philox 4x32-10 for
+// attention dropout, and the second-pass kernels that merge the partial
+// states of heavy rows in slot order (no atomics).
+#pragma once
+
+#include <c10/cuda/CUDAException.h>
+
+#include "attn/attn_params.h"
+#include "common/dtype.cuh"
+
+namespace pyg_tc {
+namespace attn {
+
+constexpr int kThreads = 256;
+// Loads in flight per lane: kUnroll edges of one vector, or fewer edges of
+// NV vectors each; min_blocks resident blocks per SM (64 registers a thread
+// for one vector per lane, 128 for four) keep enough warps in flight to hide
+// the gathers' latency (at 94 registers the forward ran 4x slower than the
+// SpMM on the Reddit-shaped graph).
+constexpr int kUnroll = 4;
+constexpr int min_blocks(int nv) { return nv == 1 ? 4 : 2; }
+constexpr int unroll_for(int nv) { return nv >= kUnroll ? 1 : kUnroll / nv; }
+
+// Lane layout. A unit (one row, or a chunk of a heavy row) is walked by a
+// group of L lanes; the group covers HS heads of LH lanes each (blockIdx.y
+// selects the slice of heads). Lane q of a head holds the head's elements
+// q*V + k*LH*V (k < NV) in registers, so every lane keeps its own copy of its
+// head's softmax state and per-head sums are LH-lane xor shuffles. All lanes
+// of a warp run the same loop trip counts (the warp's longest unit), so the
+// shuffles are never divergent.
+struct Lane {
+  int L, LH, g, l, q, h;
+  int64_t u;
+  bool hok;
+};
+
+__device__ __forceinline__ Lane lane_of(const AttnParams& p) {
+  Lane ln;
+  const int lane = threadIdx.x & 31;
+  ln.L = p.L;
+  ln.LH = p.LH;
+  ln.g = lane / p.L;
+  ln.l = lane % p.L;
+  ln.q = ln.l % p.LH;
+  ln.h = blockIdx.y * p.HS + ln.l / p.LH;
+  ln.hok = ln.h < p.H;
+  const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  ln.u = warp * (32 / p.L) + ln.g;
+  return ln;
+}
+
+// The warp's longest unit (every lane gets it).
+__device__ __forceinline__ int warp_max(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the LH lanes of one head (aligned, power of two).
+__device__ __forceinline__ float head_sum(float v, int LH) {
+  for (int o = LH >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float leaky(float z, float slope) { return z > 0.f ? z : z * slope; }
+__device__ __forceinline__ float dleaky(float z, float slope) { return z > 0.f ? 1.f : slope; }
+
+// Philox 4x32-10 (Salmon et al., SC'11): counter (idx, offset), key seed;
+// the first output word as a 24-bit uniform in [0, 1). Same generator as
+// pyg_tc.ops.attn.philox_uniform.
+__device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t offset, uint64_t idx) {
+  uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)(idx >> 32);
+  uint32_t c2 = (uint32_t)offset, c3 = (uint32_t)(offset >> 32);
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma unroll
+  for (int r = 0; r < 10; ++r) {
+    const uint32_t h0 = __umulhi(0xD2511F53u, c0), l0 = 0xD2511F53u * c0;
+    const uint32_t h1 = __umulhi(0xCD9E8D57u, c2), l1 = 0xCD9E8D57u * c2;
+    c0 = h1 ^ c1 ^ k0;
+    c1 = l1;
+    c2 = h0 ^ c3 ^ k1;
+    c3 = l0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return (float)(c0 >> 8) * (1.f / 16777216.f);
+}
+
+// Attention dropout of one call: the weight of (edge e, head h) is
+// keep_scale where Philox(e * H + h) >= p, else 0.
+struct Dropout {
+  bool on;
+  float p, scale;
+  uint64_t seed, offset;
+  __device__ __forceinline__ explicit Dropout(const AttnParams& a)
+      : on(a.p_drop > 0.f), p(a.p_drop), scale(a.keep_scale), seed(0), offset(0) {
+    if (on) {
+      seed = (uint64_t)a.rng[0];
+      offset = (uint64_t)a.rng[1];
+    }
+  }
+  __device__ __forceinline__ float weight(int64_t e, int H, int h) const {
+    if (!on) return 1.f;
+    return philox_uniform(seed, offset, (uint64_t)(e * H + h)) >= p ? scale : 0.f;
+  }
+};
+
+// NV vectors of V elements of one head's row `base` (element f of the head
+// at base[f]); zeros where the element is past C or `ok` is false.
+template <typename T, int V, int NV>
+__device__ __forceinline__ void load_head(Pack<T, V> (&buf)[NV], const T* base, int q, int LH, int C,
+                                          bool ok) {
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int f = q * V + k * LH * V;
+    if (ok && f < C) {
+      buf[k] = *reinterpret_cast<const Pack<T, V>*>(base + f);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) buf[k].v[v] = from_f<T>(0.f);
+    }
+  }
+}
+
+template <typename T, int V, int NV>
+__device__ __forceinline__ void load_head_f(float (&dst)[NV][V], const T* base, int q, int LH, int C,
+                                            bool ok) {
+  Pack<T, V> buf[NV];
+  load_head<T, V, NV>(buf, base, q, LH, C, ok);
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) dst[k][v] = to_f(buf[k].v[v]);
+}
+
+template <typename T, int V, int NV>
+__device__ __forceinline__ void store_head(T* base, const float (&src)[NV][V], float scale, int q,
+                                           int LH, int C) {
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int f = q * V + k * LH * V;
+    if (f < C) {
+      Pack<T, V> o;
+#pragma unroll
+      for (int v = 0; v < V; ++v) o.v[v] = from_f<T>(src[k][v] * scale);
+      *reinterpret_cast<Pack<T, V>*>(base + f) = o;
+    }
+  }
+}
+
+template <int V, int NV>
+__device__ __forceinline__ void store_head_ws(float* base, const float (&src)[NV][V], int q, int LH,
+                                              int C) {
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int f = q * V + k * LH * V;
+    if (f < C) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) base[f + v] = src[k][v];
+    }
+  }
+}
+
+// Forward second pass: one block per heavy row merges the (acc[H*C], m[H],
+// l[H]) states of its slots in slot order: out = sum acc_s e^(m_s - M) /
+// sum l_s e^(m_s - M), lse = M + log(sum ...).
+template <typename T>
+__global__ void merge_softmax_kernel(const int* __restrict__ heavy_rows,
+                                     const int* __restrict__ heavy_ptr, const float* __restrict__ ws,
+                                     int stride, int H, int C, T* __restrict__ out,
+                                     float* __restrict__ lse) {
+  const int64_t row = heavy_rows[blockIdx.x];
+  const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
+  const int HC = H * C;
+  for (int f = threadIdx.x; f < HC + H; f += blockDim.x) {
+    const int h = f < HC ? f / C : f - HC;  // an element of head h, or head h's lse
+    float M = -INFINITY;
+    for (int s = s0; s < s1; ++s) M = fmaxf(M, ws[(int64_t)s * stride + HC + h]);
+    float l = 0.f, a = 0.f;
+    for (int s = s0; s < s1; ++s) {
+      const float* w = ws + (int64_t)s * stride;
+      const float m = w[HC + h];
+      if (m == -INFINITY) continue;
+      const float sc = expf(m - M);
+      l += w[HC + H + h] * sc;
+      if (f < HC) a += w[f] * sc;
+    }
+    if (f < HC) {
+      out[row * HC + f] = from_f<T>(l > 0.f ? a / l : 0.f);
+    } else {
+      lse[row * H + h] = l > 0.f ? M + logf(l) : -INFINITY;
+    }
+  }
+}
+
+// Backward second pass: one block per heavy row sums its slots in slot
+// order; the first `n_t` floats of a slot go to out_t[row * n_t] (T), the
+// next `n_f` to out_f[row * n_f] (fp32).
+template <typename T>
+__global__ void merge_sum_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
+                                 const float* __restrict__ ws, int stride, int n_t, T* __restrict__ out_t,
+                                 int n_f, float* __restrict__ out_f) {
+  const int64_t row = heavy_rows[blockIdx.x];
+  const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
+  for (int f = threadIdx.x; f < n_t + n_f; f += blockDim.x) {
+    float a = 0.f;
+    for (int s = s0; s < s1; ++s) a += ws[(int64_t)s * stride + f];
+    if (f < n_t) {
+      if (out_t != nullptr) out_t[row * n_t + f] = from_f<T>(a);
+    } else if (out_f != nullptr) {
+      out_f[row * n_f + f - n_t] = a;
+    }
+  }
+}
+
+template <typename T>
+inline void launch_merge_sum(const AttnParams& p, int n_t, T* out_t, int n_f, float* out_f,
+                             cudaStream_t stream) {
+  if (p.num_heavy == 0) return;
+  merge_sum_kernel<T><<<(unsigned)p.num_heavy, 128, 0, stream>>>(p.heavy_rows, p.heavy_ptr, p.ws,
+                                                                 p.ws_stride, n_t, out_t, n_f, out_f);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+inline dim3 grid_of(const AttnParams& p) {
+  const int64_t per_block = (kThreads / 32) * (32 / p.L);
+  return dim3((unsigned)((p.num_units + per_block - 1) / per_block),
+              (unsigned)((p.H + p.HS - 1) / p.HS));
+}
+
+}  // namespace attn
+}  // namespace pyg_tc
