@@ -1,5 +1,6 @@
-"""Drop-in PyG ``AGNNConv`` on TC-GNN's kernels: SDDMM (cosine scores),
-edge softmax, SpMM."""
+"""Drop-in PyG ``AGNNConv``: cosine scores by the SDDMM, then fuseGNN's fused
+softmax-aggregate (``pyg_tc.ops.gat_attention`` with the scores given); with
+``backend='sgt'`` TC-GNN's tensor-core SDDMM, the edge softmax and SpMM."""
 from typing import Optional, Tuple
 
 import torch
@@ -10,7 +11,7 @@ from torch_geometric.typing import Adj
 
 from ..formats.carrier import resolve
 from ..formats.csr import CSRGraph
-from ..ops import dispatch
+from ..ops import attn, dispatch
 from ._base import TCLayer, pyg_method
 from .conv import _loop_info, pyg_layer
 
@@ -27,29 +28,38 @@ def _without_loops(g: CSRGraph) -> CSRGraph:
     return g.memo('without_loops', build)
 
 
+def _with_loops(g: CSRGraph) -> CSRGraph:
+    """``g`` with its self loops replaced by one loop per node (PyG's
+    ``remove_self_loops`` + ``add_self_loops``), built once per graph."""
+    def build():
+        row = g.row()
+        keep = g.col != row
+        n = min(g.num_rows, g.num_cols)
+        ar = torch.arange(n, device=g.device, dtype=torch.int32)
+        return CSRGraph.from_coo(torch.cat([g.col[keep], ar]), torch.cat([row[keep], ar]),
+                                 g.num_cols, g.num_rows, g.chunk)
+    return g.memo('with_loops', build)
+
+
 def edge_softmax(g: CSRGraph, score: Tensor, loop: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """Softmax of per-edge scores (CSR order) over each target row, with an
     optional extra self-loop score per row (PyG's ``softmax`` over the edges
-    plus one added loop). Segment reductions in CSR order: deterministic, no
-    atomics, no per-edge row index. Returns (edge weights, loop weights)."""
-    offsets = g.rowptr.long()
+    plus one added loop): the unfused path of the tensor-core backend.
+    Returns (edge weights, loop weights)."""
     acc = torch.float64 if score.dtype == torch.float64 else torch.float32
     s = score.to(acc)
-    # the shift does not change the result: no gradient through it (as PyG)
-    m = torch.segment_reduce(s.detach(), 'max', offsets=offsets, axis=0, unsafe=True,
+    if loop is None:
+        return attn.edge_softmax(g, s), None
+    # the loop as one more entry per row: max and sum over edges + loop
+    m = torch.segment_reduce(s.detach(), 'max', offsets=g.rowptr.long(), axis=0, unsafe=True,
                              initial=float('-inf'))
-    if loop is not None:
-        m = torch.maximum(m, loop.detach().to(acc))
+    m = torch.maximum(m, loop.detach().to(acc))
     m = m.masked_fill(torch.isinf(m), 0.0)
     e = torch.exp(s - g.per_edge(m))
-    den = torch.segment_reduce(e, 'sum', offsets=offsets, axis=0, unsafe=True, initial=0.0)
-    el = None
-    if loop is not None:
-        el = torch.exp(loop.to(acc) - m)
-        den = den + el
-    inv = 1.0 / (den + 1e-16)  # PyG adds 1e-16 to the denominator as well
-    alpha = e * g.per_edge(inv)
-    return alpha, (el * inv if el is not None else None)
+    den = torch.segment_reduce(e, 'sum', offsets=g.rowptr.long(), axis=0, unsafe=True, initial=0.0)
+    el = torch.exp(loop.to(acc) - m)
+    inv = 1.0 / (den + el + 1e-16)  # PyG adds 1e-16 to the denominator as well
+    return e * g.per_edge(inv), el * inv
 
 
 @pyg_layer(pyg_nn.AGNNConv)
@@ -57,13 +67,14 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
     r"""Drop-in ``torch_geometric.nn.AGNNConv``:
     ``out_i = sum_{j in N(i) + i} softmax_j(beta cos(x_i, x_j)) x_j``.
 
-    Cosine scores by the SDDMM of the L2-normalised features, edge softmax in
-    CSR order, aggregation by the SpMM; with ``'sgt'`` (or ``'auto'``
-    choosing it) both sparse ops run on tensor cores over the graph's SGT.
-    With ``add_self_loops=True`` (PyG's default) existing loops are dropped
-    and every node's loop is a fused diagonal term (its score
-    ``beta * |x_norm_i|^2``), so no edge list is rebuilt. No ``E x F`` tensor
-    is ever materialised. Gradients for ``x`` and ``beta`` flow through all
+    Cosine scores by the SDDMM of the L2-normalised features (on tensor cores
+    when ``'auto'`` measures them faster), then the fused softmax-aggregate
+    of fuseGNN (:func:`pyg_tc.ops.gat_attention` with the scores given and
+    the identity as activation) over the graph with one self loop per node
+    (PyG's ``add_self_loops``; built once per graph). With ``'sgt'``, or rows
+    wider than the fused kernel takes (2048 bytes), the unfused path: SDDMM,
+    edge softmax, SpMM with the loops as a fused diagonal term. No ``E x F``
+    tensor is ever materialised. Gradients for ``x`` and ``beta`` flow through all
     three steps. ``aggr='mean'`` divides by the row's edge count (loop
     included); ``aggr='max'`` and features of more than two dimensions run
     PyG's message passing.
@@ -92,9 +103,25 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
         if self.add_self_loops:
             g = _without_loops(g)
         xn = F.normalize(x, p=2., dim=-1)
-        score = dispatch.edge_scores(g, xn, xn, self.backend)
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         beta = self.beta.to(acc)
+        if self.backend != 'sgt' and attn._fits(x.unsqueeze(1)):
+            # fused: cosine scores on the graph with one loop per node, then
+            # softmax and aggregation in one pass (no E x F tensor)
+            gl = _with_loops(g) if self.add_self_loops else g
+            score = beta * dispatch.edge_scores(gl, xn, xn, self.backend).to(acc)
+            out, _ = attn.gat_attention(gl, x.unsqueeze(1), score=score.unsqueeze(1),
+                                        negative_slope=1.0,
+                                        backend='reference' if self.backend == 'reference' else 'csr')
+            out = out.squeeze(1)
+            if self.aggr == 'mean':  # PyG's mean over the row's messages, loop included
+                out = out / gl.degree().clamp(min=1).to(out.dtype).unsqueeze(1)
+            return out
+        # tensor cores (or rows too wide for the fused kernel): SDDMM, edge softmax, SpMM,
+        # existing loops dropped and every node's loop a fused diagonal term
+        if self.add_self_loops:
+            g = _without_loops(g)
+        score = dispatch.edge_scores(g, xn, xn, self.backend)
         loop = beta * xn.to(acc).square().sum(-1) if self.add_self_loops else None
         alpha, alpha_loop = edge_softmax(g, beta * score.to(acc), loop)
         if self.aggr == 'mean':  # PyG's mean over the row's messages, loop included

@@ -1,0 +1,546 @@
+"""Drop-in PyG ``GATConv`` and ``GATv2Conv`` on the fused attention kernels
+(:func:`pyg_tc.ops.gat_attention`, :func:`pyg_tc.ops.gatv2_attention`):
+scores, edge softmax, dropout and aggregation in one pass over each target
+row, with no per-edge message tensor.
+
+Self loops (``add_self_loops=True``, PyG's default) are structure: the graph
+without its loops and with one loop per node ``i < min(num_src, num_dst)``
+is built once per graph and memoised on its :class:`~pyg_tc.formats.CSRGraph`,
+together with the map from its CSR positions to "original edge or loop", by
+which edge features (and GAT's folded per-edge scores) are gathered.
+"""
+from typing import Any, NamedTuple, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+from torch import Tensor
+from torch.nn.parameter import UninitializedParameter
+from torch_geometric.typing import Adj, OptPairTensor, OptTensor, PairTensor, Size  # noqa: F401
+from torch_geometric.typing import SparseTensor as PyGSparseTensor
+from torch_geometric.utils import add_self_loops as pyg_add_self_loops
+from torch_geometric.utils import remove_self_loops as pyg_remove_self_loops
+from torch_geometric.utils import scatter
+from torch_geometric.utils.sparse import set_sparse_value
+
+from ..formats.carrier import SparseTensor, resolve
+from ..formats.csr import CSRGraph, inverse_perm
+from ..ops.attn import attention_weights, gat_attention, gat_logits, gatv2_attention, new_rng
+from ..ops.csr import acc_dtype
+from ._base import TCLayer, pyg_method
+from .conv import pyg_layer
+
+# edge features x heads x channels elements per chunk of GATv2's returned logits
+_V2_LOGIT_CHUNK = 1 << 24
+_INT32_MAX = 2**31 - 1
+
+
+def _is_sparse_tensor(adj: Any) -> bool:
+    return SparseTensor is not None and isinstance(adj, SparseTensor)
+
+
+def _is_torch_sparse(adj: Any) -> bool:
+    return isinstance(adj, Tensor) and adj.layout != torch.strided
+
+
+class LoopGraph(NamedTuple):
+    """A graph with PyG's self-loop handling applied (see the module doc):
+    ``ids [E']`` maps each CSR position of ``graph`` to an id in
+    ``cat(original edges, loops)``: ``e < E`` is the original edge ``e`` (in
+    the order of the adjacency's edges), ``E + i`` the loop of node ``i``."""
+    graph: CSRGraph
+    ids: Tensor
+
+
+def _index_dtype(n: int) -> torch.dtype:
+    return torch.int32 if n <= _INT32_MAX else torch.int64
+
+
+def loop_graph(g: CSRGraph, num_loops: int, mode: str = 'append') -> LoopGraph:
+    """``g`` with its self loops removed and one loop per node ``i <
+    num_loops`` added, as PyG's layers do it; memoised on ``g``.
+
+    ``mode='append'`` (``edge_index`` inputs; PyG's ``remove_self_loops`` +
+    ``add_self_loops``): the edges keep their order and the loops follow, so
+    the graph's ``perm`` maps CSR positions to PyG's new edge order.
+    ``'sorted'`` (``SparseTensor``; ``set_diag``) and ``'coalesce'``
+    (``torch.sparse``; PyG rebuilds a coalesced tensor, which merges repeated
+    entries): the CSR order is PyG's, sorted by (target, source).
+    """
+    if mode not in ('append', 'sorted', 'coalesce'):
+        raise ValueError(f'pyg_tc: unknown self-loop mode {mode!r}')
+
+    def build() -> LoopGraph:
+        E, dev = g.num_edges, g.device
+        row, col = g.row().long(), g.col.long()
+        keep = (row != col).nonzero().flatten()
+        oid = keep if g.perm is None else g.perm.long().index_select(0, keep)
+        loops = torch.arange(num_loops, device=dev)
+        if mode == 'append':
+            oid, order = torch.sort(oid)  # the remaining edges in their given order
+            keep = keep.index_select(0, order)
+            src = torch.cat([col.index_select(0, keep), loops])
+            dst = torch.cat([row.index_select(0, keep), loops])
+            del row, col, keep
+            graph = CSRGraph.from_coo(src, dst, g.num_cols, g.num_rows, g.chunk)
+            ids = torch.cat([oid, loops + E]).index_select(0, graph.perm.long())
+            return LoopGraph(graph, ids.to(_index_dtype(E + num_loops)))
+        r = torch.cat([row.index_select(0, keep), loops])
+        c = torch.cat([col.index_select(0, keep), loops])
+        ids = torch.cat([oid, loops + E])
+        key, order = torch.sort(r * max(g.num_cols, 1) + c, stable=True)
+        if mode == 'coalesce' and key.numel() > 1:
+            first = torch.ones_like(key, dtype=torch.bool)
+            first[1:] = key[1:] != key[:-1]
+            order = order[first]
+        r, c, ids = r.index_select(0, order), c.index_select(0, order), ids.index_select(0, order)
+        rowptr = torch.zeros(g.num_rows + 1, dtype=torch.long, device=dev)
+        torch.cumsum(torch.bincount(r, minlength=g.num_rows), 0, out=rowptr[1:])
+        graph = CSRGraph.from_csr(rowptr, c, g.num_cols, g.chunk)
+        return LoopGraph(graph, ids.to(_index_dtype(E + num_loops)))
+    return g.memo(_loop_key(mode, num_loops), build)
+
+
+def _loop_key(mode: str, num_loops: int) -> tuple:
+    return ('gat_loops', mode, int(num_loops))
+
+
+def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False) -> Tuple[Tensor, Tensor]:
+    """(original edge ids, node) of the edges of ``g`` that are not self
+    loops and whose ``edge_index[1]`` (the target; the source with
+    ``by_source``, for ``flow='target_to_source'``) is below ``num_loops``,
+    in edge order: what PyG's ``add_self_loops`` reduces for a string
+    ``fill_value`` (e.g. ``'mean'``); memoised on ``g``."""
+    def build():
+        row, col = g.row().long(), g.col.long()
+        node = col if by_source else row
+        pos = ((row != col) & (node < num_loops)).nonzero().flatten()
+        oid = pos if g.perm is None else g.perm.long().index_select(0, pos)
+        oid, order = torch.sort(oid)  # PyG reduces in edge order
+        return oid, node.index_select(0, pos.index_select(0, order))
+    return g.memo(_fill_key(num_loops, by_source), build)
+
+
+def _fill_key(num_loops: int, by_source: bool) -> tuple:
+    return ('gat_loop_fill', int(num_loops), bool(by_source))
+
+
+def _inverse(g: CSRGraph) -> Optional[Tensor]:
+    """Original edge position -> CSR position (None: the orders agree)."""
+    if g.perm is None:
+        return None
+    return g.memo('inverse_perm', lambda: inverse_perm(g.perm))
+
+
+def _in_csr_order(v: Tensor, g: CSRGraph) -> Tensor:
+    """Per-edge rows ``v [E, ...]`` (adjacency order) in ``g``'s CSR order."""
+    return v if g.perm is None else v.index_select(0, g.perm)
+
+
+def _in_edge_order(v: Tensor, g: CSRGraph) -> Tensor:
+    """Per-edge rows ``v [E, ...]`` (CSR order) in the adjacency's order."""
+    inv = _inverse(g)
+    return v if inv is None else v.index_select(0, inv)
+
+
+def _op_backend(backend: str) -> str:
+    # The attention ops have CSR kernels and the reference; 'sgt' (no
+    # tensor-core attention) runs the CSR kernels.
+    return 'csr' if backend == 'sgt' else backend
+
+
+class _GATBase(TCLayer):
+    """What GATConv and GATv2Conv share: the checks that send a call to
+    PyG's path, self loops and their edge features, the epilogue and the
+    returned attention weights."""
+    _TC_AGGRS = ('add', 'sum')
+
+    def _gat_reason(self, x: Any, adj: Any, edge_attr: Optional[Tensor],
+                    return_attention_weights: Optional[bool]) -> Optional[str]:
+        """Why this call runs PyG's forward (None: the fused kernels)."""
+        reason = self._pyg_reason(adj)
+        if reason:
+            return reason
+        pair = not isinstance(x, Tensor)
+        if pair:
+            if not isinstance(x, (tuple, list)) or len(x) != 2 or not isinstance(x[0], Tensor) \
+                    or not (x[1] is None or isinstance(x[1], Tensor)):
+                return 'features that are not a tensor or pair of tensors'
+            xs = [t for t in x if t is not None]
+        else:
+            xs = [x]
+        if any(t.dim() != 2 or not t.is_floating_point() for t in xs):
+            return 'features that are not 2-D floating point'
+        sparse = _is_sparse_tensor(adj) or _is_torch_sparse(adj)
+        if self.flow != 'source_to_target' and (pair or sparse):
+            return "flow='target_to_source' with feature pairs or sparse adjacencies"
+        if sparse and edge_attr is not None:
+            return 'edge features with a sparse adjacency'
+        if _is_sparse_tensor(adj) and self.add_self_loops and self.edge_dim is not None:
+            return 'SparseTensor with edge_dim and self loops (PyG raises)'
+        if return_attention_weights and _is_torch_sparse(adj) and adj.layout == torch.sparse_csc:
+            return 'attention weights of a CSC adjacency'
+        if self.training and self.dropout >= 1.0:
+            return 'dropout=1'
+        return None
+
+    def _loop_mode(self, adj: Any, g: CSRGraph, num_loops: int) -> Optional[Tuple[str, int]]:
+        """(mode, loop count) of this call's self-loop graph (None: no loops)."""
+        if not self.add_self_loops:
+            return None
+        if _is_sparse_tensor(adj):  # the sparse sizes decide, as in PyG
+            return 'sorted', min(g.num_rows, g.num_cols)
+        if _is_torch_sparse(adj):
+            return 'coalesce', min(g.num_rows, g.num_cols)
+        return 'append', num_loops
+
+    def _fill_by_source(self, adj: Any) -> bool:
+        # PyG reduces over edge_index[1]: the message source for 'target_to_source'
+        return self.flow == 'target_to_source' and not isinstance(adj, CSRGraph)
+
+    def _structure_ready(self, adj: Any, g: CSRGraph, num_loops: int,
+                         edge_attr: Optional[Tensor]) -> bool:
+        """Whether the structure this call needs (self-loop graph, loop-fill
+        index) exists: under torch.compile it cannot be built (data-dependent
+        shapes), so a missing one sends the call to PyG's path."""
+        mode = self._loop_mode(adj, g, num_loops)
+        if mode is None:
+            return True
+        if _loop_key(*mode) not in g._memo:
+            return False
+        return edge_attr is None or not isinstance(self.fill_value, str) or \
+            _fill_key(mode[1], self._fill_by_source(adj)) in g._memo
+
+    def _loops(self, adj: Any, g: CSRGraph, num_loops: int) -> Optional[LoopGraph]:
+        """The self-loop graph of this call (None without self loops)."""
+        mode = self._loop_mode(adj, g, num_loops)
+        return None if mode is None else loop_graph(g, mode[1], mode[0])
+
+    def _with_loop_rows(self, adj: Any, g: CSRGraph, attr: Tensor, num_loops: int) -> Tensor:
+        """Edge features ``attr`` (one row per original edge) followed by
+        those of the loops: PyG's ``compute_loop_attr`` (``fill_value``, or
+        for a string the reduction over the node's other edges); indexed by
+        :attr:`LoopGraph.ids`."""
+        fill = self.fill_value
+        shape = (num_loops,) + tuple(attr.shape[1:])
+        if fill is None:
+            loop = attr.new_ones(shape)
+        elif isinstance(fill, (int, float)):
+            loop = attr.new_full(shape, fill)
+        elif isinstance(fill, Tensor):
+            loop = fill.to(attr.device, attr.dtype)
+            if attr.dim() != loop.dim():
+                loop = loop.unsqueeze(0)
+            loop = loop.expand(shape).contiguous()
+        elif isinstance(fill, str):
+            ids, node = loop_fill_index(g, num_loops, self._fill_by_source(adj))
+            loop = scatter(attr.index_select(0, ids), node, 0, num_loops, fill)
+        else:
+            raise AttributeError("No valid 'fill_value' provided")
+        return torch.cat([attr, loop])
+
+    def _edge_rows(self, adj: Any, g: CSRGraph, lg: Optional[LoopGraph], attr: Tensor,
+                   num_loops: int) -> Tensor:
+        """Edge features for every edge of the graph used, in its CSR order
+        (loops included)."""
+        if lg is None:
+            return _in_csr_order(attr, g)
+        return self._with_loop_rows(adj, g, attr, num_loops).index_select(0, lg.ids)
+
+    def _dropout(self, device: Any) -> Tuple[float, Optional[Tensor]]:
+        p = float(self.dropout) if self.training else 0.0
+        return p, (new_rng(device) if p > 0 else None)
+
+    def _epilogue(self, out: Tensor, res: Optional[Tensor]) -> Tensor:
+        if self.concat:
+            out = out.reshape(-1, self.heads * self.out_channels)
+        else:
+            out = out.mean(dim=1)
+        if res is not None:
+            out = out + res
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+    def _weights(self, adj: Any, g: CSRGraph, lg: Optional[LoopGraph], alpha: Tensor,
+                 num_loops: int) -> Any:
+        """PyG's second return value for ``return_attention_weights`` from
+        ``alpha`` in the CSR order of the graph used."""
+        used = g if lg is None else lg.graph
+        if _is_sparse_tensor(adj):
+            if self.add_self_loops:
+                import torch_sparse
+                adj = torch_sparse.set_diag(adj)
+            _check_count(adj.nnz(), alpha)
+            return adj.set_value(alpha, layout='coo')
+        if _is_torch_sparse(adj):
+            if self.add_self_loops:
+                adj, _ = pyg_remove_self_loops(adj)
+                adj, _ = pyg_add_self_loops(adj, fill_value=self.fill_value, num_nodes=num_loops)
+            elif adj.layout == torch.sparse_coo and not adj.is_coalesced():
+                adj = adj.coalesce()
+            _check_count(adj._nnz(), alpha)
+            return set_sparse_value(adj, alpha), alpha
+        alpha = _in_edge_order(alpha, used)
+        if isinstance(adj, CSRGraph):
+            ei = torch.stack([used.col.long(), used.row().long()])
+            inv = _inverse(used)
+            return (ei if inv is None else ei.index_select(1, inv)), alpha
+        if self.add_self_loops:
+            adj, _ = pyg_remove_self_loops(adj)
+            adj, _ = pyg_add_self_loops(adj, num_nodes=num_loops)
+        return adj, alpha
+
+
+def _check_count(nnz: int, alpha: Tensor) -> None:
+    if nnz != alpha.size(0):  # pragma: no cover - a sparse tensor unlike PyG's own
+        raise RuntimeError(f'pyg_tc: {alpha.size(0)} attention weights for a sparse '
+                           f'adjacency with {nnz} entries')
+
+
+@pyg_layer(pyg_nn.GATConv)
+class GATConv(_GATBase, pyg_nn.GATConv):
+    r"""Drop-in ``torch_geometric.nn.GATConv`` on pyg_tc's fused attention
+    kernel: :math:`\alpha_{ij} = \mathrm{softmax}_j(\mathrm{LeakyReLU}(
+    a_s^\top \Theta_s x_j + a_t^\top \Theta_t x_i + a_e^\top \Theta_e
+    e_{ij}))` and :math:`\sum_j \alpha_{ij} \Theta_s x_j` computed row by row
+    (online softmax, attention dropout from a counter-based generator), never
+    materialising PyG's ``E x heads x channels`` messages.
+
+    * The edge term is folded into one score per edge and head: with
+      ``M[h, d] = sum_c W_edge[h C + c, d] a_e[h, c]`` it is ``edge_attr @
+      M^T`` (``E x heads``), so ``lin_edge`` never runs on the edges.
+    * Self loops (``add_self_loops=True``) are built once per graph
+      (:func:`loop_graph`); a loop's edge features follow ``fill_value``
+      exactly as PyG's ``add_self_loops`` computes them.
+    * ``return_attention_weights``: PyG's edge index (or sparse adjacency)
+      with the loops added, and the coefficients (after dropout) in its
+      order, recomputed from the kernel's saved log-sum-exp. With a
+      :class:`~pyg_tc.formats.CSRGraph` adjacency the edge index is
+      ``[source, target]`` in the graph's original edge order.
+    * Attention dropout keeps each coefficient with probability ``1 -
+      dropout`` as PyG does, but the mask comes from pyg_tc's Philox
+      generator (seeded from torch's, so reproducible under
+      ``torch.manual_seed``), not from ``F.dropout``'s stream.
+
+    PyG's own forward runs for: ``backend='pyg'``, explain, hooks,
+    ``decomposed_layers``, an ``aggr`` other than sum, TorchScript,
+    ``torch.compile`` before the graph's format (and self-loop graph) exist,
+    features that are not 2-D floating tensors, ``flow='target_to_source'``
+    with feature pairs or sparse adjacencies, edge features with a sparse
+    adjacency, ``SparseTensor`` with ``edge_dim`` and self loops (PyG raises),
+    attention weights of a CSC adjacency, and ``dropout=1`` in training.
+    Where PyG rejects an input the kernels accept (a CSC adjacency, an
+    uncoalesced COO one, a loop fill over edges whose target has no loop) the
+    layer is more permissive. TorchScript compiles PyG's forward, so the
+    layer scripts exactly when PyG's does (torch_geometric 2.8.1's does not
+    with torch 2.13: its overloads type ``return_attention_weights`` as
+    ``Optional[Tensor]``).
+    """
+    propagate_type = {'x': 'OptPairTensor', 'alpha': 'Tensor'}
+    edge_updater_type = {'alpha': 'OptPairTensor', 'edge_attr': 'OptTensor'}
+    _pyg_forward = pyg_method(pyg_nn.GATConv.forward, '_pyg_forward')
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
+                 heads: int = 1, concat: bool = True, negative_slope: float = 0.2,
+                 dropout: float = 0.0, add_self_loops: bool = True,
+                 edge_dim: Optional[int] = None, fill_value: Union[float, Tensor, str] = 'mean',
+                 bias: bool = True, residual: bool = False, backend: str = 'auto', **kwargs):
+        # PyG's __init__ sets node_dim=0: no static graphs (features are [N, F])
+        super().__init__(in_channels, out_channels, heads, concat, negative_slope, dropout,
+                         add_self_loops, edge_dim, fill_value, bias, residual, **kwargs)
+        self._tc_init(backend)
+
+    def forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
+                edge_attr: OptTensor = None, size: Size = None,
+                return_attention_weights: Optional[bool] = None,
+                ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]],
+                           Tuple[Tensor, PyGSparseTensor]]:
+        """As PyG's ``GATConv.forward`` (see the class doc)."""
+        if torch.jit.is_scripting():
+            return self._pyg_forward(x, edge_index, edge_attr, size, return_attention_weights)
+        return self._tc_forward(x, edge_index, edge_attr, size, return_attention_weights)
+
+    @torch.jit.unused
+    def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
+                    edge_attr: OptTensor = None, size: Size = None,
+                    return_attention_weights: Optional[bool] = None) -> Any:
+        if self._gat_reason(x, edge_index, edge_attr, return_attention_weights):
+            return self._run_pyg(x, edge_index, edge_attr, size, return_attention_weights)
+        H, C = self.heads, self.out_channels
+        res: Optional[Tensor] = None
+        if isinstance(x, Tensor):
+            if self.res is not None:
+                res = self.res(x)
+            if self.lin is not None:
+                x_src = x_dst = self.lin(x).view(-1, H, C)
+            else:
+                x_src = self.lin_src(x).view(-1, H, C)
+                x_dst = self.lin_dst(x).view(-1, H, C)
+        else:
+            x_src, x_dst = x
+            if x_dst is not None and self.res is not None:
+                res = self.res(x_dst)
+            lin_src = self.lin if self.lin is not None else self.lin_src
+            lin_dst = self.lin if self.lin is not None else self.lin_dst
+            x_src = lin_src(x_src).view(-1, H, C)
+            if x_dst is not None:
+                x_dst = lin_dst(x_dst).view(-1, H, C)
+        a_src = (x_src * self.att_src).sum(dim=-1)
+        a_dst = None if x_dst is None else (x_dst * self.att_dst).sum(dim=-1)
+
+        n_src = x_src.size(0)
+        n_dst = n_src if x_dst is None else x_dst.size(0)
+        num_loops = min(size) if size is not None else min(n_src, n_dst)
+        g, _ = resolve(edge_index, size=size or (n_src, n_dst), flow=self.flow)
+        uses_attr = edge_attr is not None and self.lin_edge is not None
+        if torch.compiler.is_compiling() and not self._structure_ready(
+                edge_index, g, num_loops, edge_attr if uses_attr else None):
+            return self._run_pyg(x, edge_index, edge_attr, size, return_attention_weights)
+        lg = self._loops(edge_index, g, num_loops)
+        used = g if lg is None else lg.graph
+
+        score = None
+        if uses_attr:
+            ea = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+            att = self._edge_att(ea).t()
+            if lg is None:
+                score = _in_csr_order(ea @ att, g)
+            else:  # original edges and loops, then gathered in CSR order
+                score = self._with_loop_rows(edge_index, g, ea, num_loops).matmul(att)
+                score = score.index_select(0, lg.ids)
+
+        p, rng = self._dropout(x_src.device)
+        out, lse = gat_attention(used, x_src, a_src, a_dst, score, self.negative_slope, p, rng,
+                                 _op_backend(self.backend))
+        out = self._epilogue(out, res)
+        if return_attention_weights:
+            logits = gat_logits(used.rowptr, used.col, a_src, a_dst, score, self.negative_slope,
+                                H, acc_dtype(x_src.dtype))
+            alpha = attention_weights(used, logits, lse, p, rng).to(x_src.dtype)
+            return out, self._weights(edge_index, g, lg, alpha, num_loops)
+        return out
+
+    def _edge_att(self, edge_attr: Tensor) -> Tensor:
+        """``M [heads, edge_dim]``: ``lin_edge`` and ``att_edge`` folded, so
+        the edge term of the attention logits is ``edge_attr @ M^T``."""
+        lin = self.lin_edge
+        if isinstance(lin.weight, UninitializedParameter):
+            lin(edge_attr[:0])  # lazy edge_dim: PyG's Linear initialises on its first call
+        H, C = self.heads, self.out_channels
+        W = lin.weight.view(H, C, -1)
+        return (W * self.att_edge.view(H, C, 1)).sum(dim=1)
+
+
+@pyg_layer(pyg_nn.GATv2Conv)
+class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
+    r"""Drop-in ``torch_geometric.nn.GATv2Conv`` on pyg_tc's fused attention
+    kernel: :math:`\alpha_{ij} = \mathrm{softmax}_j(a^\top \mathrm{LeakyReLU}(
+    \Theta_s x_j + \Theta_t x_i + \Theta_e e_{ij}))` and :math:`\sum_j
+    \alpha_{ij} \Theta_s x_j` computed row by row (online softmax, attention
+    dropout from a counter-based generator); the ``E x heads x channels``
+    pre-activations exist only inside the kernel.
+
+    Self loops, their edge features (``fill_value``), the returned attention
+    weights and dropout as in :class:`GATConv`. The edge term is
+    ``lin_edge`` of the edge features gathered in the graph's CSR order
+    (``E x heads x channels``, as the kernel reads it). Returning attention
+    weights recomputes the logits in chunks of edges.
+
+    PyG's own forward runs for the cases listed in :class:`GATConv`, and for
+    edge features without ``edge_dim`` or a feature pair with no target
+    features (PyG asserts).
+    """
+    propagate_type = {'x': 'PairTensor', 'alpha': 'Tensor'}
+    edge_updater_type = {'x': 'PairTensor', 'edge_attr': 'OptTensor'}
+    _pyg_forward = pyg_method(pyg_nn.GATv2Conv.forward, '_pyg_forward')
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
+                 heads: int = 1, concat: bool = True, negative_slope: float = 0.2,
+                 dropout: float = 0.0, add_self_loops: bool = True,
+                 edge_dim: Optional[int] = None, fill_value: Union[float, Tensor, str] = 'mean',
+                 bias: bool = True, share_weights: bool = False, residual: bool = False,
+                 backend: str = 'auto', **kwargs):
+        # PyG's __init__ sets node_dim=0: no static graphs (features are [N, F])
+        super().__init__(in_channels, out_channels, heads, concat, negative_slope, dropout,
+                         add_self_loops, edge_dim, fill_value, bias, share_weights, residual,
+                         **kwargs)
+        self._tc_init(backend)
+
+    def forward(self, x: Union[Tensor, PairTensor], edge_index: Adj,
+                edge_attr: OptTensor = None, return_attention_weights: Optional[bool] = None,
+                ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]],
+                           Tuple[Tensor, PyGSparseTensor]]:
+        """As PyG's ``GATv2Conv.forward`` (see the class doc)."""
+        if torch.jit.is_scripting():
+            return self._pyg_forward(x, edge_index, edge_attr, return_attention_weights)
+        return self._tc_forward(x, edge_index, edge_attr, return_attention_weights)
+
+    @torch.jit.unused
+    def _tc_forward(self, x: Union[Tensor, PairTensor], edge_index: Adj,
+                    edge_attr: OptTensor = None,
+                    return_attention_weights: Optional[bool] = None) -> Any:
+        reason = self._gat_reason(x, edge_index, edge_attr, return_attention_weights)
+        if reason is None and edge_attr is not None and self.lin_edge is None:
+            reason = 'edge features without edge_dim'
+        if reason is None and not isinstance(x, Tensor) and x[1] is None:
+            reason = 'no target features'
+        if reason:
+            return self._run_pyg(x, edge_index, edge_attr, return_attention_weights)
+        H, C = self.heads, self.out_channels
+        res: Optional[Tensor] = None
+        if isinstance(x, Tensor):
+            if self.res is not None:
+                res = self.res(x)
+            x_l = self.lin_l(x).view(-1, H, C)
+            x_r = x_l if self.share_weights else self.lin_r(x).view(-1, H, C)
+        else:
+            x_l, x_r = x
+            if self.res is not None:
+                res = self.res(x_r)
+            x_l = self.lin_l(x_l).view(-1, H, C)
+            x_r = self.lin_r(x_r).view(-1, H, C)
+
+        num_loops = min(x_l.size(0), x_r.size(0))
+        g, _ = resolve(edge_index, size=(x_l.size(0), x_r.size(0)), flow=self.flow)
+        if torch.compiler.is_compiling() and not self._structure_ready(edge_index, g, num_loops,
+                                                                       edge_attr):
+            return self._run_pyg(x, edge_index, edge_attr, return_attention_weights)
+        lg = self._loops(edge_index, g, num_loops)
+        used = g if lg is None else lg.graph
+
+        edge = None
+        if edge_attr is not None:
+            ea = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+            edge = self.lin_edge(self._edge_rows(edge_index, g, lg, ea, num_loops)).view(-1, H, C)
+
+        att = self.att.view(H, C)
+        p, rng = self._dropout(x_l.device)
+        out, lse = gatv2_attention(used, x_l, x_r, att, edge, self.negative_slope, p, rng,
+                                   _op_backend(self.backend))
+        out = self._epilogue(out, res)
+        if return_attention_weights:
+            logits = _gatv2_logits(used, x_l, x_r, att, edge, self.negative_slope)
+            alpha = attention_weights(used, logits, lse, p, rng).to(x_l.dtype)
+            return out, self._weights(edge_index, g, lg, alpha, num_loops)
+        return out
+
+
+def _gatv2_logits(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Tensor],
+                  negative_slope: float) -> Tensor:
+    """GATv2's logits ``[E, H]`` (CSR order, accumulation dtype), in chunks
+    of edges so at most ``_V2_LOGIT_CHUNK`` pre-activations exist at once."""
+    acc = acc_dtype(x.dtype)
+    E, H, C = g.num_edges, x.size(1), x.size(2)
+    if E == 0:
+        return x.new_zeros(0, H, dtype=acc)
+    row, col = g.row().long(), g.col.long()
+    att = att.to(acc)
+    step = max(1, _V2_LOGIT_CHUNK // max(1, H * C))
+    parts = []
+    for s in range(0, E, step):
+        z = x.to(acc).index_select(0, col[s:s + step]) + x_r.to(acc).index_select(0, row[s:s + step])
+        if edge is not None:
+            z = z + edge[s:s + step].to(acc)
+        parts.append((F.leaky_relu(z, negative_slope) * att).sum(-1))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
