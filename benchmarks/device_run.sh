@@ -7,6 +7,9 @@
 # maxk = MaxK-GNN kernels (Figure 8) + training epoch (pyg_tc/bench/maxk.py, args in $MAXK_ARGS);
 # maxktrain = MaxK accuracy / epoch time on real datasets (pyg_tc/bench/maxk_train.py, $MAXKTRAIN_ARGS).
 # tcgnn = TC-GNN kernels, auto/warps rules, SGT build, Table 6, GCN/AGNN training + accuracy (pyg_tc/bench/tcgnn.py, $TCGNN_ARGS).
+# gat = fuseGNN fused attention: GAT/GATv2 layers vs PyG and unfused ops, fused fwd vs SpMM, 2-layer GAT training,
+#       Table 3 (pyg_tc/bench/gat.py, $GAT_ARGS; ~7 min budget on an H200); gatacc = its accuracy part
+#       (--part accuracy, $GATACC_ARGS). Run them in separate calls (5 files back each).
 # sanitize = TC-GNN kernels under compute-sanitizer memcheck (benchmarks/sanitize_sgt.py).
 # quick = TC-GNN SpMM vs the CSR kernel, warps 1-8 (benchmarks/sgt_quick.py, graphs in $QUICK_ARGS).
 # stalls = Nsight Compute stall reasons / pipe use of the TC-GNN and CSR SpMM ($NCU_ARGS for ncu_probe.py).
@@ -17,6 +20,7 @@
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
 # the device tool because ../shared does not travel):
 #   mkdir -p .device_data/datasets && cp -r ../shared/datasets/{planetoid,heterophilous,tu,misc} .device_data/datasets/
+# (gat's PubMed topology: also planetoid_incomplete; without it Table 3 uses CiteSeer)
 set -u -o pipefail
 MODE=${1:-all}
 OUT=${OUT:-$PWD/device_out}
@@ -88,6 +92,12 @@ if [[ ",$MODE," == *,maxktrain,* ]]; then
 fi
 if [[ ",$MODE," == *,tcgnn,* ]]; then
   python -m pyg_tc.bench.tcgnn --out "$OUT/tcgnn" ${TCGNN_ARGS:-} 2>&1 | tee "$OUT/tcgnn.log" || rc=1
+fi
+if [[ ",$MODE," == *,gat,* ]]; then
+  python -m pyg_tc.bench.gat --out "$OUT/gat" ${GAT_ARGS:-} 2>&1 | tee "$OUT/gat.log" || rc=1
+fi
+if [[ ",$MODE," == *,gatacc,* ]]; then
+  python -m pyg_tc.bench.gat --part accuracy --out "$OUT/gat" ${GATACC_ARGS:-} 2>&1 | tee "$OUT/gat_accuracy.log" || rc=1
 fi
 if [[ ",$MODE," == *,bench,* || "$MODE" == all ]]; then
   python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1
