@@ -23,13 +23,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_cols_k
   const Lane ln = lane_of(p);
   const int H = p.H, C = p.C, HC = H * C;
   const int LH = ln.LH, q = ln.q, h = ln.h;
-  const bool valid = ln.u < p.num_units;
-  int4 un = make_int4(0, 0, 0, -1);
-  if (valid) un = p.units[ln.u];
-  const int len = un.z - un.y;
-  const int maxlen = warp_max(len);
+  const int4 un = ln.un;
+  const int len = ln.len, maxlen = ln.maxlen;
   const int64_t j0 = un.x;  // the source node of this row
-  const bool live = valid && ln.hok;
+  const bool live = ln.live;
   const T* grad = static_cast<const T*>(p.grad);
   const T* xr_all = static_cast<const T*>(p.x_r);
   const T* edge = static_cast<const T*>(p.edge);
@@ -37,14 +34,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_cols_k
 
   float xj[NV][V], att[NV][V], gx[NV][V];
   load_head_f<T, V, NV>(xj, static_cast<const T*>(p.x) + j0 * HC + h * C, q, LH, C, live);
+  load_att<V, NV>(att, p.att, h, q, LH, C, V2 && live);
 #pragma unroll
   for (int k = 0; k < NV; ++k)
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int f = q * V + k * LH * V + v;
-      att[k][v] = (V2 && live && f < C) ? p.att[h * C + f] : 0.f;
-      gx[k][v] = 0.f;
-    }
+    for (int v = 0; v < V; ++v) gx[k][v] = 0.f;
   const float asrc = (!V2 && live && p.a_src != nullptr) ? p.a_src[j0 * H + h] : 0.f;
   float gsrc = 0.f;
 
@@ -105,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_cols_k
           s = head_sum(d, LH);
         }
         if (ok[t]) {
-          const float alpha = __expf(s - lse[t]);
+          const float alpha = expf(s - lse[t]);
           const float kw = drop.weight(et[t], H, h);
           const float ds = alpha * (dot * kw - dl[t]);
           const float w = alpha * kw;

@@ -23,13 +23,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_rows_k
   const Lane ln = lane_of(p);
   const int H = p.H, C = p.C, HC = H * C;
   const int LH = ln.LH, q = ln.q, h = ln.h;
-  const bool valid = ln.u < p.num_units;
-  int4 un = make_int4(0, 0, 0, -1);
-  if (valid) un = p.units[ln.u];
-  const int len = un.z - un.y;
-  const int maxlen = warp_max(len);
+  const int4 un = ln.un;
+  const int len = ln.len, maxlen = ln.maxlen;
   const int64_t i = un.x;
-  const bool live = valid && ln.hok;
+  const bool live = ln.live;
   const T* x = static_cast<const T*>(p.x);
   const T* edge = static_cast<const T*>(p.edge);
   T* g_edge = static_cast<T*>(p.g_edge);
@@ -45,15 +42,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_rows_k
     if (live && p.a_dst != nullptr) adst = p.a_dst[i * H + h];
   } else {
     load_head_f<T, V, NV>(xr, static_cast<const T*>(p.x_r) + i * HC + h * C, q, LH, C, live);
+    load_att<V, NV>(att, p.att, h, q, LH, C, live);
 #pragma unroll
     for (int k = 0; k < NV; ++k)
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const int f = q * V + k * LH * V + v;
-        att[k][v] = (live && f < C) ? p.att[h * C + f] : 0.f;
-        gr[k][v] = 0.f;
-        gatt[k][v] = 0.f;
-      }
+      for (int v = 0; v < V; ++v) gr[k][v] = gatt[k][v] = 0.f;
   }
   float gdst = 0.f;
 
@@ -104,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_rows_k
           s = head_sum(d, LH);
         }
         if (ok[t]) {
-          const float alpha = __expf(s - lse_i);
+          const float alpha = expf(s - lse_i);
           const float ds = alpha * (dot * drop.weight(e, H, h) - delta_i);
           if (!V2) {
             const float dz = ds * dleaky(z[t], p.slope);

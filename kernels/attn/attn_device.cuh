@@ -29,12 +29,25 @@ constexpr int unroll_for(int nv) { return nv >= kUnroll ? 1 : kUnroll / nv; }
 // head's softmax state and per-head sums are LH-lane xor shuffles. All lanes
 // of a warp run the same loop trip counts (the warp's longest unit), so the
 // shuffles are never divergent.
+// The warp's longest unit (every lane gets it).
+__device__ __forceinline__ int warp_max(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
 struct Lane {
   int L, LH, g, l, q, h;
   int64_t u;
   bool hok;
+  int4 un;     // the unit (row, start, end, slot); an empty one past the last unit
+  int len;     // its edge count
+  int maxlen;  // the warp's longest unit (every lane gets it)
+  bool live;   // a real unit and a real head
 };
 
+// The lane layout and this lane's unit (every lane of the warp must call it:
+// warp_max shuffles).
 __device__ __forceinline__ Lane lane_of(const AttnParams& p) {
   Lane ln;
   const int lane = threadIdx.x & 31;
@@ -47,14 +60,12 @@ __device__ __forceinline__ Lane lane_of(const AttnParams& p) {
   ln.hok = ln.h < p.H;
   const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   ln.u = warp * (32 / p.L) + ln.g;
+  const bool valid = ln.u < p.num_units;
+  ln.un = valid ? p.units[ln.u] : make_int4(0, 0, 0, -1);
+  ln.len = ln.un.z - ln.un.y;
+  ln.maxlen = warp_max(ln.len);
+  ln.live = valid && ln.hok;
   return ln;
-}
-
-// The warp's longest unit (every lane gets it).
-__device__ __forceinline__ int warp_max(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
 }
 
 // Sum over the LH lanes of one head (aligned, power of two).
@@ -160,6 +171,20 @@ __device__ __forceinline__ void store_head_ws(float* base, const float (&src)[NV
       for (int v = 0; v < V; ++v) base[f + v] = src[k][v];
     }
   }
+}
+
+// GATv2's attention vector for this lane's elements of head h (0 where the
+// element is past C or the lane is not live).
+template <int V, int NV>
+__device__ __forceinline__ void load_att(float (&att)[NV][V], const float* a, int h, int q, int LH, int C,
+                                         bool live) {
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int f = q * V + k * LH * V + v;
+      att[k][v] = (live && f < C) ? a[h * C + f] : 0.f;
+    }
 }
 
 // Forward second pass: one block per heavy row merges the (acc[H*C], m[H],

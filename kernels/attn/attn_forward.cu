@@ -27,13 +27,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_forward_kernel(
   const Lane ln = lane_of(p);
   const int H = p.H, C = p.C, HC = H * C;
   const int LH = ln.LH, q = ln.q, h = ln.h;
-  const bool valid = ln.u < p.num_units;
-  int4 un = make_int4(0, 0, 0, -1);
-  if (valid) un = p.units[ln.u];
-  const int len = un.z - un.y;
-  const int maxlen = warp_max(len);
+  const int4 un = ln.un;
+  const int len = ln.len, maxlen = ln.maxlen;
   const int64_t i = un.x;
-  const bool live = valid && ln.hok;
+  const bool live = ln.live;
   const T* x = static_cast<const T*>(p.x);
   const T* edge = static_cast<const T*>(p.edge);
   const Dropout drop(p);
@@ -44,13 +41,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_forward_kernel(
     if (live && p.a_dst != nullptr) adst = p.a_dst[i * H + h];
   } else {
     load_head_f<T, V, NV>(xr, static_cast<const T*>(p.x_r) + i * HC + h * C, q, LH, C, live);
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const int f = q * V + k * LH * V + v;
-        att[k][v] = (live && f < C) ? p.att[h * C + f] : 0.f;
-      }
+    load_att<V, NV>(att, p.att, h, q, LH, C, live);
   }
 
   float m = -INFINITY, l = 0.f;
@@ -106,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_forward_kernel(
 #pragma unroll
       for (int t = 1; t < U; ++t) bm = fmaxf(bm, s[t]);
       if (bm > m) {
-        const float sc = __expf(m - bm);  // 0 while the state is empty (m = -inf)
+        const float sc = expf(m - bm);  // 0 while the state is empty (m = -inf)
         l *= sc;
 #pragma unroll
         for (int k = 0; k < NV; ++k)
@@ -117,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_forward_kernel(
 #pragma unroll
       for (int t = 0; t < U; ++t) {
         if (ok[t]) {
-          const float pe = __expf(s[t] - m);
+          const float pe = expf(s[t] - m);
           l += pe;
           const float pw = pe * drop.weight((int64_t)un.y + base + j + t, H, h);
 #pragma unroll
