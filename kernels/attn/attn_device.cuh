@@ -187,50 +187,133 @@ __device__ __forceinline__ void load_att(float (&att)[NV][V], const float* a, in
     }
 }
 
-// Forward second pass: one block per heavy row merges the (acc[H*C], m[H],
-// l[H]) states of its slots in slot order: out = sum acc_s e^(m_s - M) /
-// sum l_s e^(m_s - M), lse = M + log(sum ...).
+// Second passes: one block per heavy row. A hub row has hundreds of slots,
+// so the slots are split over G groups of threads (thread (g, f): feature f
+// of slots s0 + g, s0 + g + G, ...; G = kMergeThreads / features when the
+// features fit twice) and the G partial sums are added in group order: a
+// fixed order, so the result is deterministic (no atomics).
+constexpr int kMergeThreads = 512;
+constexpr int kMergeUnroll = 4;  // slots in flight per thread (independent partial sums)
+
+__host__ __device__ inline int merge_groups(int features) {
+  return features > 0 && features <= kMergeThreads / 2 ? kMergeThreads / features : 1;
+}
+
+// Dynamic shared memory of a merge block: per-head maxima (softmax only),
+// then G x F partials and F totals when G > 1.
+inline size_t merge_smem(int features, int heads) {
+  const int G = merge_groups(features);
+  return sizeof(float) * (heads + (G > 1 ? (size_t)(G + 1) * features : 0));
+}
+
+// Forward: merges the (acc[H*C], m[H], l[H]) states of a heavy row's slots:
+// out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), lse = M + log(sum
+// ...), M the maximum over the slots (found by one warp per head). Features
+// f < HC are acc elements, f >= HC the sums l of head f - HC.
 template <typename T>
-__global__ void merge_softmax_kernel(const int* __restrict__ heavy_rows,
-                                     const int* __restrict__ heavy_ptr, const float* __restrict__ ws,
-                                     int stride, int H, int C, T* __restrict__ out,
-                                     float* __restrict__ lse) {
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_softmax_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
+                         const float* __restrict__ ws, int stride, int H, int C, T* __restrict__ out,
+                         float* __restrict__ lse) {
+  extern __shared__ float sh[];
   const int64_t row = heavy_rows[blockIdx.x];
   const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
-  const int HC = H * C;
-  for (int f = threadIdx.x; f < HC + H; f += blockDim.x) {
-    const int h = f < HC ? f / C : f - HC;  // an element of head h, or head h's lse
+  const int HC = H * C, F = HC + H, G = merge_groups(F), FT = blockDim.x / G;
+  float* sM = sh;
+  float* sP = sh + H;      // [G][F] (G > 1)
+  float* sT = sP + G * F;  // [F] (G > 1)
+  const int lane = threadIdx.x & 31;
+  for (int h = threadIdx.x >> 5; h < H; h += blockDim.x >> 5) {
     float M = -INFINITY;
-    for (int s = s0; s < s1; ++s) M = fmaxf(M, ws[(int64_t)s * stride + HC + h]);
-    float l = 0.f, a = 0.f;
-    for (int s = s0; s < s1; ++s) {
-      const float* w = ws + (int64_t)s * stride;
-      const float m = w[HC + h];
-      if (m == -INFINITY) continue;
-      const float sc = expf(m - M);
-      l += w[HC + H + h] * sc;
-      if (f < HC) a += w[f] * sc;
+    for (int s = s0 + lane; s < s1; s += 32) M = fmaxf(M, ws[(int64_t)s * stride + HC + h]);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(kFullMask, M, o));
+    if (lane == 0) sM[h] = M;
+  }
+  __syncthreads();
+  const int g = threadIdx.x / FT;
+  if (g < G) {
+    for (int f = threadIdx.x % FT; f < F; f += FT) {
+      const int h = f < HC ? f / C : f - HC;
+      const int off = f < HC ? f : HC + H + h;
+      const float M = sM[h];
+      float ak[kMergeUnroll] = {}, lk[kMergeUnroll] = {};
+      const bool own_l = G == 1 && f < HC;  // one group: each thread its own sum
+      if (M != -INFINITY) {
+        for (int s = s0 + g; s < s1; s += kMergeUnroll * G) {
+#pragma unroll
+          for (int k = 0; k < kMergeUnroll; ++k) {
+            if (s + k * G < s1) {
+              const float* w = ws + (int64_t)(s + k * G) * stride;
+              const float m = w[HC + h];
+              const float sc = m == -INFINITY ? 0.f : expf(m - M);
+              ak[k] += m == -INFINITY ? 0.f : w[off] * sc;
+              if (own_l) lk[k] += m == -INFINITY ? 0.f : w[HC + H + h] * sc;
+            }
+          }
+        }
+      }
+      const float a = (ak[0] + ak[1]) + (ak[2] + ak[3]), l = (lk[0] + lk[1]) + (lk[2] + lk[3]);
+      if (G > 1) {
+        sP[g * F + f] = a;
+      } else if (f < HC) {
+        out[row * HC + f] = from_f<T>(l > 0.f ? a / l : 0.f);
+      } else {
+        lse[row * H + h] = a > 0.f ? M + logf(a) : -INFINITY;
+      }
     }
+  }
+  if (G == 1) return;
+  __syncthreads();
+  for (int f = threadIdx.x; f < F; f += blockDim.x) {
+    float a = 0.f;
+    for (int k = 0; k < G; ++k) a += sP[k * F + f];
+    sT[f] = a;
+  }
+  __syncthreads();
+  for (int f = threadIdx.x; f < F; f += blockDim.x) {
+    const int h = f < HC ? f / C : f - HC;
+    const float l = sT[HC + h];
     if (f < HC) {
-      out[row * HC + f] = from_f<T>(l > 0.f ? a / l : 0.f);
+      out[row * HC + f] = from_f<T>(l > 0.f ? sT[f] / l : 0.f);
     } else {
-      lse[row * H + h] = l > 0.f ? M + logf(l) : -INFINITY;
+      lse[row * H + h] = l > 0.f ? sM[h] + logf(l) : -INFINITY;
     }
   }
 }
 
-// Backward second pass: one block per heavy row sums its slots in slot
-// order; the first `n_t` floats of a slot go to out_t[row * n_t] (T), the
-// next `n_f` to out_f[row * n_f] (fp32).
+// Backward: sums a heavy row's slots; the first `n_t` floats of a slot go to
+// out_t[row * n_t] (T), the next `n_f` to out_f[row * n_f] (fp32).
 template <typename T>
-__global__ void merge_sum_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
-                                 const float* __restrict__ ws, int stride, int n_t, T* __restrict__ out_t,
-                                 int n_f, float* __restrict__ out_f) {
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_sum_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
+                     const float* __restrict__ ws, int stride, int n_t, T* __restrict__ out_t, int n_f,
+                     float* __restrict__ out_f) {
+  extern __shared__ float sh[];
   const int64_t row = heavy_rows[blockIdx.x];
   const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
-  for (int f = threadIdx.x; f < n_t + n_f; f += blockDim.x) {
+  const int F = n_t + n_f, G = merge_groups(F), FT = blockDim.x / G;
+  const int g = threadIdx.x / FT;
+  for (int f = threadIdx.x % FT; g < G && f < F; f += FT) {
+    float ak[kMergeUnroll] = {};
+    for (int s = s0 + g; s < s1; s += kMergeUnroll * G) {
+#pragma unroll
+      for (int k = 0; k < kMergeUnroll; ++k)
+        if (s + k * G < s1) ak[k] += ws[(int64_t)(s + k * G) * stride + f];
+    }
+    const float a = (ak[0] + ak[1]) + (ak[2] + ak[3]);
+    if (G > 1) {
+      sh[g * F + f] = a;
+    } else if (f < n_t) {
+      if (out_t != nullptr) out_t[row * n_t + f] = from_f<T>(a);
+    } else if (out_f != nullptr) {
+      out_f[row * n_f + f - n_t] = a;
+    }
+  }
+  if (G == 1) return;
+  __syncthreads();
+  for (int f = threadIdx.x; f < F; f += blockDim.x) {
     float a = 0.f;
-    for (int s = s0; s < s1; ++s) a += ws[(int64_t)s * stride + f];
+    for (int k = 0; k < G; ++k) a += sh[k * F + f];
     if (f < n_t) {
       if (out_t != nullptr) out_t[row * n_t + f] = from_f<T>(a);
     } else if (out_f != nullptr) {
@@ -243,8 +326,8 @@ template <typename T>
 inline void launch_merge_sum(const AttnParams& p, int n_t, T* out_t, int n_f, float* out_f,
                              cudaStream_t stream) {
   if (p.num_heavy == 0) return;
-  merge_sum_kernel<T><<<(unsigned)p.num_heavy, 128, 0, stream>>>(p.heavy_rows, p.heavy_ptr, p.ws,
-                                                                 p.ws_stride, n_t, out_t, n_f, out_f);
+  merge_sum_kernel<T><<<(unsigned)p.num_heavy, kMergeThreads, merge_smem(n_t + n_f, 0), stream>>>(
+      p.heavy_rows, p.heavy_ptr, p.ws, p.ws_stride, n_t, out_t, n_f, out_f);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

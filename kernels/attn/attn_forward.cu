@@ -8,7 +8,7 @@
 // state is rescaled by e^(m - m') only when the batch raises the maximum to
 // m', then every edge adds e^(s - m'). Light rows are written directly (out = acc / l, lse = m +
 // log l); the units of a heavy row write their (acc, m, l) to workspace
-// slots, merged in slot order by merge_softmax_kernel. No atomics.
+// slots, merged in a fixed order by merge_softmax_kernel. No atomics.
 //
 // This file: the kernel and its launcher (fp32, fp16, bf16); the entry
 // point is in attn_host.cpp.
@@ -141,7 +141,8 @@ void launch_forward(const AttnParams& p, cudaStream_t stream) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   if (p.num_heavy > 0) {
-    merge_softmax_kernel<T><<<(unsigned)p.num_heavy, 128, 0, stream>>>(
+    merge_softmax_kernel<T><<<(unsigned)p.num_heavy, kMergeThreads,
+                              merge_smem(p.H * p.C + p.H, p.H), stream>>>(
         p.heavy_rows, p.heavy_ptr, p.ws, p.ws_stride, p.H, p.C, static_cast<T*>(p.out), p.lse);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }

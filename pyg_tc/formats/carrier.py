@@ -37,6 +37,7 @@ from torch_geometric import EdgeIndex, Index
 from .csr import DEFAULT_CHUNK, CSRGraph, stale_error
 
 _ATTR = '_pyg_tc_graph'
+_DERIVED = '_pyg_tc_derived'
 aten = torch.ops.aten
 _CARRY_OPS = (aten._to_copy.default, aten.clone.default, aten._pin_memory.default)
 
@@ -103,7 +104,7 @@ def clear_graph(adj: Any) -> None:
     """Forget the formats cached on (or attached to) ``adj``, for both flows;
     the next call builds them again from the current edges. Needed only after
     a write the version counter does not see (see the module doc)."""
-    for name in (_ATTR, _ATTR + '_t2s'):
+    for name in (_ATTR, _ATTR + '_t2s', _DERIVED):
         if hasattr(adj, name):
             delattr(adj, name)
     if isinstance(adj, TCEdgeIndex):
@@ -115,6 +116,74 @@ def has_graph(adj: Any, flow: str = 'source_to_target') -> bool:
     (from a transform or an earlier call), without building anything."""
     return isinstance(adj, CSRGraph) or getattr(adj, _attr(flow), None) is not None or (
         isinstance(adj, Tensor) and adj.layout != torch.strided and hasattr(adj, _ATTR))
+
+
+def derived(adj: Tensor, num_src: int, num_dst: int, flow: str, name: Any,
+            build: Optional[Any] = None) -> Any:
+    """A format derived straight from a plain ``edge_index``'s edges (e.g.
+    GAT's graph with one self loop per node), cached on the tensor under
+    ``name`` with the staleness key of :func:`get_graph` (version, node
+    counts, device, flow), so a layer that needs only the derived graph never
+    keeps the plain one alive. ``build()`` makes it when missing (None:
+    lookup only, returns None when missing; under ``torch.compile`` nothing
+    is built)."""
+    key = _key(adj, num_src, num_dst, flow)
+    store = getattr(adj, _DERIVED, None)
+    entry = None if store is None else store.get(name)
+    if entry is not None:
+        ok = entry[0][1:] == key[1:] if torch.compiler.is_compiling() else entry[0] == key
+        if ok:
+            return entry[1]
+    if build is None or torch.compiler.is_compiling():
+        return None
+    value = build()
+    if store is None:
+        store = {}
+        try:
+            setattr(adj, _DERIVED, store)
+        except (AttributeError, TypeError):  # pragma: no cover - objects without __dict__
+            return value
+    store[name] = (key, value)
+    return value
+
+
+def format_bytes(adj: Any) -> int:
+    """Bytes of the pyg_tc formats cached on (or attached to) ``adj``: its
+    graphs, their memoised structures and derived formats (each storage
+    counted once); for memory reports."""
+    seen, visited, total = set(), set(), 0
+
+    def walk(obj: Any) -> None:
+        nonlocal total
+        if obj is None or id(obj) in visited:
+            return
+        visited.add(id(obj))
+        if isinstance(obj, Tensor):
+            if obj.layout != torch.strided:
+                return
+            st = obj.untyped_storage()
+            if st.data_ptr() not in seen:
+                seen.add(st.data_ptr())
+                total += st.nbytes()
+        elif isinstance(obj, (tuple, list)):
+            for v in obj:
+                walk(v)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                walk(v)
+        elif hasattr(obj, '__dict__') and type(obj).__module__.startswith('pyg_tc'):
+            walk(vars(obj))
+
+    for name in (_ATTR, _ATTR + '_t2s', _DERIVED):
+        walk(getattr(adj, name, None))
+    if isinstance(adj, CSRGraph):
+        walk(adj)
+    return total
+
+
+def has_derived(adj: Any) -> bool:
+    """Whether ``adj`` carries any derived format (:func:`derived`)."""
+    return getattr(adj, _DERIVED, None) is not None
 
 
 def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[CSRGraph] = None,

@@ -163,9 +163,14 @@ class TCLayer:
                 return 'message-passing hooks'
         if not isinstance(self.aggr, str) or self.aggr not in self._TC_AGGRS:
             return f'aggr={self.aggr!r}'
-        if torch.compiler.is_compiling() and not has_graph(adj, self.flow):
+        if torch.compiler.is_compiling() and not self._format_ready(adj):
             return 'torch.compile without a prebuilt format'
         return None
+
+    def _format_ready(self, adj: Any) -> bool:
+        """Whether ``adj`` carries the format this layer runs on (under
+        ``torch.compile`` nothing can be built)."""
+        return has_graph(adj, self.flow)
 
     def _run_pyg(self, *args: Any) -> Tensor:
         """PyG's own forward for this call (CBSR features densified)."""

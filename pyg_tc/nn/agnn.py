@@ -9,11 +9,12 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj
 
-from ..formats.carrier import resolve
+from ..formats.carrier import TCEdgeIndex, has_derived, has_graph, resolve
 from ..formats.csr import CSRGraph
 from ..ops import attn, dispatch
 from ._base import TCLayer, pyg_method
 from .conv import _loop_info, pyg_layer
+from .gat import _loop_key, loop_graph, loops_from_edges
 
 
 def _without_loops(g: CSRGraph) -> CSRGraph:
@@ -26,19 +27,6 @@ def _without_loops(g: CSRGraph) -> CSRGraph:
         keep[pos] = False
         return CSRGraph.from_coo(g.col[keep], g.row()[keep], g.num_cols, g.num_rows, g.chunk)
     return g.memo('without_loops', build)
-
-
-def _with_loops(g: CSRGraph) -> CSRGraph:
-    """``g`` with its self loops replaced by one loop per node (PyG's
-    ``remove_self_loops`` + ``add_self_loops``), built once per graph."""
-    def build():
-        row = g.row()
-        keep = g.col != row
-        n = min(g.num_rows, g.num_cols)
-        ar = torch.arange(n, device=g.device, dtype=torch.int32)
-        return CSRGraph.from_coo(torch.cat([g.col[keep], ar]), torch.cat([row[keep], ar]),
-                                 g.num_cols, g.num_rows, g.chunk)
-    return g.memo('with_loops', build)
 
 
 def edge_softmax(g: CSRGraph, score: Tensor, loop: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
@@ -94,21 +82,40 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
             return self._pyg_forward(x, edge_index)
         return self._tc_forward(x, edge_index)
 
+    def _format_ready(self, adj: Adj) -> bool:
+        return has_graph(adj, self.flow) or has_derived(adj)
+
+    def _loop_graph(self, adj: Adj, N: int) -> Optional[CSRGraph]:
+        """The graph the fused path runs on: with ``add_self_loops`` PyG's
+        ``remove_self_loops`` + ``add_self_loops`` (shared with GATConv's on
+        the same adjacency: :func:`pyg_tc.nn.gat.loops_from_edges` for a
+        plain ``edge_index``, else memoised on its graph). None: under
+        ``torch.compile`` it does not exist yet."""
+        compiling = torch.compiler.is_compiling()
+        if not self.add_self_loops:
+            return resolve(adj, size=(N, N), flow=self.flow)[0]
+        if isinstance(adj, Tensor) and adj.layout == torch.strided and not isinstance(adj, TCEdgeIndex):
+            lg = loops_from_edges(adj, N, N, self.flow, N, build=not compiling)
+            return None if lg is None else lg.graph
+        g, _ = resolve(adj, size=(N, N), flow=self.flow)
+        if compiling and _loop_key('append', N) not in g._memo:
+            return None
+        return loop_graph(g, N, 'append').graph
+
     @torch.jit.unused
     def _tc_forward(self, x: Tensor, edge_index: Adj) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 2 or self._pyg_reason(edge_index):
             return self._run_pyg(x, edge_index)
         N = x.size(0)
-        g, _ = resolve(edge_index, size=(N, N), flow=self.flow)  # edge values are ignored, as in PyG
-        if self.add_self_loops:
-            g = _without_loops(g)
         xn = F.normalize(x, p=2., dim=-1)
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         beta = self.beta.to(acc)
         if self.backend != 'sgt' and attn._fits(x.unsqueeze(1)):
             # fused: cosine scores on the graph with one loop per node, then
             # softmax and aggregation in one pass (no E x F tensor)
-            gl = _with_loops(g) if self.add_self_loops else g
+            gl = self._loop_graph(edge_index, N)
+            if gl is None:  # torch.compile before the self-loop graph exists
+                return self._run_pyg(x, edge_index)
             score = beta * dispatch.edge_scores(gl, xn, xn, self.backend).to(acc)
             out, _ = attn.gat_attention(gl, x.unsqueeze(1), score=score.unsqueeze(1),
                                         negative_slope=1.0,
@@ -117,6 +124,7 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
             if self.aggr == 'mean':  # PyG's mean over the row's messages, loop included
                 out = out / gl.degree().clamp(min=1).to(out.dtype).unsqueeze(1)
             return out
+        g, _ = resolve(edge_index, size=(N, N), flow=self.flow)  # edge values are ignored, as in PyG
         # tensor cores (or rows too wide for the fused kernel): SDDMM, edge softmax, SpMM,
         # existing loops dropped and every node's loop a fused diagonal term
         if self.add_self_loops:

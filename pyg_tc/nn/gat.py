@@ -5,9 +5,13 @@ row, with no per-edge message tensor.
 
 Self loops (``add_self_loops=True``, PyG's default) are structure: the graph
 without its loops and with one loop per node ``i < min(num_src, num_dst)``
-is built once per graph and memoised on its :class:`~pyg_tc.formats.CSRGraph`,
-together with the map from its CSR positions to "original edge or loop", by
-which edge features (and GAT's folded per-edge scores) are gathered.
+is built once per graph, together with the map from its CSR positions to
+"original edge or loop", by which edge features (and GAT's folded per-edge
+scores) are gathered. For a plain ``edge_index`` it is built straight from
+the edges and cached on the tensor, and the adjacency's own CSR graph is
+never built (one graph in memory, not two); an adjacency that carries a
+graph (a transform's ``TCEdgeIndex``, sparse tensors) has it memoised on
+that :class:`~pyg_tc.formats.CSRGraph`.
 """
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
@@ -23,8 +27,9 @@ from torch_geometric.utils import remove_self_loops as pyg_remove_self_loops
 from torch_geometric.utils import scatter
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ..formats.carrier import SparseTensor, resolve
-from ..formats.csr import CSRGraph, inverse_perm
+from ..formats.carrier import (SparseTensor, TCEdgeIndex, derived, has_derived, has_graph,
+                               plain_tensor, resolve)
+from ..formats.csr import DEFAULT_CHUNK, CSRGraph, inverse_perm
 from ..ops.attn import attention_weights, gat_attention, gat_logits, gatv2_attention, new_rng
 from ..ops.csr import acc_dtype
 from ._base import TCLayer, pyg_method
@@ -56,35 +61,76 @@ def _index_dtype(n: int) -> torch.dtype:
     return torch.int32 if n <= _INT32_MAX else torch.int64
 
 
+def _append_loops(src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loops: int,
+                  chunk: Optional[int]) -> LoopGraph:
+    """PyG's ``remove_self_loops`` + ``add_self_loops`` of the edges
+    ``src[e] -> dst[e]`` (in the adjacency's order): the kept edges keep their
+    order and one loop per node ``i < num_loops`` follows. Only ``ids`` is
+    kept as the edge map (the graph's ``perm`` is None): PyG's new edge order
+    is the ids' order (:func:`_pyg_order`), so one ``[E]`` array serves edge
+    features and the returned attention weights."""
+    E = src.numel()
+    loops = torch.arange(num_loops, device=src.device, dtype=src.dtype)
+    keep = src != dst
+    if bool(keep.all()):
+        graph = CSRGraph.from_coo(torch.cat([src, loops]), torch.cat([dst, loops]),
+                                  num_src, num_dst, chunk)
+        ids = graph.perm
+    else:
+        oid = keep.nonzero().flatten()
+        del keep
+        graph = CSRGraph.from_coo(torch.cat([src.index_select(0, oid), loops]),
+                                  torch.cat([dst.index_select(0, oid), loops]), num_src, num_dst, chunk)
+        ids = torch.cat([oid, loops.long() + E]).index_select(0, graph.perm.long())
+        ids = ids.to(_index_dtype(E + num_loops))
+    graph.perm = None  # ids is the only edge map kept (see _pyg_order)
+    return LoopGraph(graph, ids)
+
+
+def _edges_of(g: CSRGraph) -> Tuple[Tensor, Tensor]:
+    """(sources, targets) of ``g``'s edges in the adjacency's edge order."""
+    row, col = g.row(), g.col
+    if g.perm is None:
+        return col, row
+    p = g.perm.long()
+    src, dst = torch.empty_like(col), torch.empty_like(row)
+    src[p], dst[p] = col, row
+    return src, dst
+
+
+def _flow_edges(adj: Any, flow: str) -> Tuple[Tensor, Tensor]:
+    """(sources, targets) of a plain ``edge_index`` for ``flow``."""
+    data = plain_tensor(adj)
+    if data.dim() != 2 or data.size(0) != 2:
+        raise ValueError(f'pyg_tc: edge_index must be a [2, E] tensor, got shape {tuple(data.shape)}')
+    if data.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f'pyg_tc: edge_index must be int32 or int64, got {data.dtype}')
+    return (data[0], data[1]) if flow == 'source_to_target' else (data[1], data[0])
+
+
 def loop_graph(g: CSRGraph, num_loops: int, mode: str = 'append') -> LoopGraph:
     """``g`` with its self loops removed and one loop per node ``i <
     num_loops`` added, as PyG's layers do it; memoised on ``g``.
 
     ``mode='append'`` (``edge_index`` inputs; PyG's ``remove_self_loops`` +
-    ``add_self_loops``): the edges keep their order and the loops follow, so
-    the graph's ``perm`` maps CSR positions to PyG's new edge order.
-    ``'sorted'`` (``SparseTensor``; ``set_diag``) and ``'coalesce'``
-    (``torch.sparse``; PyG rebuilds a coalesced tensor, which merges repeated
-    entries): the CSR order is PyG's, sorted by (target, source).
+    ``add_self_loops``): see :func:`_append_loops`. ``'sorted'``
+    (``SparseTensor``; ``set_diag``) and ``'coalesce'`` (``torch.sparse``;
+    PyG rebuilds a coalesced tensor, which merges repeated entries): the CSR
+    order is PyG's, sorted by (target, source). A plain ``edge_index`` skips
+    ``g`` altogether (:func:`loops_from_edges`).
     """
     if mode not in ('append', 'sorted', 'coalesce'):
         raise ValueError(f'pyg_tc: unknown self-loop mode {mode!r}')
 
     def build() -> LoopGraph:
+        if mode == 'append':
+            src, dst = _edges_of(g)
+            return _append_loops(src, dst, g.num_cols, g.num_rows, num_loops, g.chunk)
         E, dev = g.num_edges, g.device
         row, col = g.row().long(), g.col.long()
         keep = (row != col).nonzero().flatten()
         oid = keep if g.perm is None else g.perm.long().index_select(0, keep)
         loops = torch.arange(num_loops, device=dev)
-        if mode == 'append':
-            oid, order = torch.sort(oid)  # the remaining edges in their given order
-            keep = keep.index_select(0, order)
-            src = torch.cat([col.index_select(0, keep), loops])
-            dst = torch.cat([row.index_select(0, keep), loops])
-            del row, col, keep
-            graph = CSRGraph.from_coo(src, dst, g.num_cols, g.num_rows, g.chunk)
-            ids = torch.cat([oid, loops + E]).index_select(0, graph.perm.long())
-            return LoopGraph(graph, ids.to(_index_dtype(E + num_loops)))
         r = torch.cat([row.index_select(0, keep), loops])
         c = torch.cat([col.index_select(0, keep), loops])
         ids = torch.cat([oid, loops + E])
@@ -101,8 +147,32 @@ def loop_graph(g: CSRGraph, num_loops: int, mode: str = 'append') -> LoopGraph:
     return g.memo(_loop_key(mode, num_loops), build)
 
 
+def loops_from_edges(adj: Tensor, num_src: int, num_dst: int, flow: str, num_loops: int,
+                     build: bool = True) -> Optional[LoopGraph]:
+    """The self-loop graph (``'append'`` mode) of a plain ``edge_index``,
+    built straight from its edges and cached on the tensor
+    (:func:`pyg_tc.formats.carrier.derived`): the plain CSR graph is never
+    built, so only one graph per ``edge_index`` stays in memory. ``num_src``
+    / ``num_dst`` as PyG's ``size`` (before ``flow``); ``build=False``: None
+    when not cached."""
+    if flow == 'target_to_source':
+        num_src, num_dst = num_dst, num_src
+
+    def make() -> LoopGraph:
+        src, dst = _flow_edges(adj, flow)
+        return _append_loops(src, dst, num_src, num_dst, num_loops, DEFAULT_CHUNK)
+    return derived(adj, num_src, num_dst, flow, _loop_key('append', num_loops),
+                   make if build else None)
+
+
 def _loop_key(mode: str, num_loops: int) -> tuple:
     return ('gat_loops', mode, int(num_loops))
+
+
+def _fill_index(src: Tensor, dst: Tensor, num_loops: int, by_source: bool) -> Tuple[Tensor, Tensor]:
+    node = src if by_source else dst
+    pos = ((src != dst) & (node < num_loops)).nonzero().flatten()
+    return pos, node.index_select(0, pos).long()
 
 
 def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False) -> Tuple[Tensor, Tensor]:
@@ -111,14 +181,8 @@ def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False) -> Tup
     ``by_source``, for ``flow='target_to_source'``) is below ``num_loops``,
     in edge order: what PyG's ``add_self_loops`` reduces for a string
     ``fill_value`` (e.g. ``'mean'``); memoised on ``g``."""
-    def build():
-        row, col = g.row().long(), g.col.long()
-        node = col if by_source else row
-        pos = ((row != col) & (node < num_loops)).nonzero().flatten()
-        oid = pos if g.perm is None else g.perm.long().index_select(0, pos)
-        oid, order = torch.sort(oid)  # PyG reduces in edge order
-        return oid, node.index_select(0, pos.index_select(0, order))
-    return g.memo(_fill_key(num_loops, by_source), build)
+    return g.memo(_fill_key(num_loops, by_source),
+                  lambda: _fill_index(*_edges_of(g), num_loops, by_source))
 
 
 def _fill_key(num_loops: int, by_source: bool) -> tuple:
@@ -132,15 +196,18 @@ def _inverse(g: CSRGraph) -> Optional[Tensor]:
     return g.memo('inverse_perm', lambda: inverse_perm(g.perm))
 
 
+def _pyg_order(g: CSRGraph, lg: Optional[LoopGraph]) -> Optional[Tensor]:
+    """CSR positions of the graph used in the order of PyG's edge index for
+    it (None: the orders agree): with self loops (``'append'`` mode) the kept
+    edges in their order and then the loops, i.e. ``ids`` sorted."""
+    if lg is None:
+        return _inverse(g)
+    return lg.graph.memo('pyg_order', lambda: torch.argsort(lg.ids.long()))
+
+
 def _in_csr_order(v: Tensor, g: CSRGraph) -> Tensor:
     """Per-edge rows ``v [E, ...]`` (adjacency order) in ``g``'s CSR order."""
     return v if g.perm is None else v.index_select(0, g.perm)
-
-
-def _in_edge_order(v: Tensor, g: CSRGraph) -> Tensor:
-    """Per-edge rows ``v [E, ...]`` (CSR order) in the adjacency's order."""
-    inv = _inverse(g)
-    return v if inv is None else v.index_select(0, inv)
 
 
 def _op_backend(backend: str) -> str:
@@ -198,25 +265,41 @@ class _GATBase(TCLayer):
         # PyG reduces over edge_index[1]: the message source for 'target_to_source'
         return self.flow == 'target_to_source' and not isinstance(adj, CSRGraph)
 
-    def _structure_ready(self, adj: Any, g: CSRGraph, num_loops: int,
-                         edge_attr: Optional[Tensor]) -> bool:
-        """Whether the structure this call needs (self-loop graph, loop-fill
-        index) exists: under torch.compile it cannot be built (data-dependent
-        shapes), so a missing one sends the call to PyG's path."""
+    def _format_ready(self, adj: Any) -> bool:
+        return has_graph(adj, self.flow) or has_derived(adj)
+
+    def _direct(self, adj: Any) -> bool:
+        """Whether this call's self-loop graph comes straight from a plain
+        ``edge_index`` (no CSR graph of the adjacency itself is built); an
+        adjacency that carries a graph (a transform's ``TCEdgeIndex``) or is
+        sparse has the loops memoised on its graph instead."""
+        return self.add_self_loops and isinstance(adj, Tensor) and adj.layout == torch.strided \
+            and not isinstance(adj, TCEdgeIndex)
+
+    def _graphs(self, adj: Any, size: Tuple[int, int], num_loops: int,
+                edge_attr: Optional[Tensor]) -> Tuple[Optional[CSRGraph], Optional[LoopGraph], bool]:
+        """(graph of the adjacency or None, self-loop graph or None, ready).
+        Under ``torch.compile`` a missing structure (self-loop graph,
+        loop-fill index) cannot be built (data-dependent shapes): ready is
+        then False and the call runs PyG's path."""
+        compiling = torch.compiler.is_compiling()
+        fill = edge_attr is not None and isinstance(self.fill_value, str)
+        if self._direct(adj):
+            lg = loops_from_edges(adj, size[0], size[1], self.flow, num_loops, build=not compiling)
+            ready = lg is not None and (not compiling or not fill or _fill_key(
+                num_loops, self._fill_by_source(adj)) in lg.graph._memo)
+            return None, lg, ready
+        g, _ = resolve(adj, size=size, flow=self.flow)
         mode = self._loop_mode(adj, g, num_loops)
         if mode is None:
-            return True
-        if _loop_key(*mode) not in g._memo:
-            return False
-        return edge_attr is None or not isinstance(self.fill_value, str) or \
-            _fill_key(mode[1], self._fill_by_source(adj)) in g._memo
+            return g, None, True
+        if compiling and (_loop_key(*mode) not in g._memo or fill and _fill_key(
+                mode[1], self._fill_by_source(adj)) not in g._memo):
+            return g, None, False
+        return g, loop_graph(g, mode[1], mode[0]), True
 
-    def _loops(self, adj: Any, g: CSRGraph, num_loops: int) -> Optional[LoopGraph]:
-        """The self-loop graph of this call (None without self loops)."""
-        mode = self._loop_mode(adj, g, num_loops)
-        return None if mode is None else loop_graph(g, mode[1], mode[0])
-
-    def _with_loop_rows(self, adj: Any, g: CSRGraph, attr: Tensor, num_loops: int) -> Tensor:
+    def _with_loop_rows(self, adj: Any, g: Optional[CSRGraph], lg: LoopGraph, attr: Tensor,
+                        num_loops: int) -> Tensor:
         """Edge features ``attr`` (one row per original edge) followed by
         those of the loops: PyG's ``compute_loop_attr`` (``fill_value``, or
         for a string the reduction over the node's other edges); indexed by
@@ -233,19 +316,24 @@ class _GATBase(TCLayer):
                 loop = loop.unsqueeze(0)
             loop = loop.expand(shape).contiguous()
         elif isinstance(fill, str):
-            ids, node = loop_fill_index(g, num_loops, self._fill_by_source(adj))
+            by_source = self._fill_by_source(adj)
+            if g is None:  # a plain edge_index: the index lives on its self-loop graph
+                ids, node = lg.graph.memo(_fill_key(num_loops, by_source), lambda: _fill_index(
+                    *_flow_edges(adj, self.flow), num_loops, by_source))
+            else:
+                ids, node = loop_fill_index(g, num_loops, by_source)
             loop = scatter(attr.index_select(0, ids), node, 0, num_loops, fill)
         else:
             raise AttributeError("No valid 'fill_value' provided")
         return torch.cat([attr, loop])
 
-    def _edge_rows(self, adj: Any, g: CSRGraph, lg: Optional[LoopGraph], attr: Tensor,
+    def _edge_rows(self, adj: Any, g: Optional[CSRGraph], lg: Optional[LoopGraph], attr: Tensor,
                    num_loops: int) -> Tensor:
         """Edge features for every edge of the graph used, in its CSR order
         (loops included)."""
         if lg is None:
             return _in_csr_order(attr, g)
-        return self._with_loop_rows(adj, g, attr, num_loops).index_select(0, lg.ids)
+        return self._with_loop_rows(adj, g, lg, attr, num_loops).index_select(0, lg.ids)
 
     def _dropout(self, device: Any) -> Tuple[float, Optional[Tensor]]:
         p = float(self.dropout) if self.training else 0.0
@@ -281,11 +369,12 @@ class _GATBase(TCLayer):
                 adj = adj.coalesce()
             _check_count(adj._nnz(), alpha)
             return set_sparse_value(adj, alpha), alpha
-        alpha = _in_edge_order(alpha, used)
+        order = _pyg_order(g, lg)
+        if order is not None:
+            alpha = alpha.index_select(0, order)
         if isinstance(adj, CSRGraph):
             ei = torch.stack([used.col.long(), used.row().long()])
-            inv = _inverse(used)
-            return (ei if inv is None else ei.index_select(1, inv)), alpha
+            return (ei if order is None else ei.index_select(1, order)), alpha
         if self.add_self_loops:
             adj, _ = pyg_remove_self_loops(adj)
             adj, _ = pyg_add_self_loops(adj, num_nodes=num_loops)
@@ -392,12 +481,12 @@ class GATConv(_GATBase, pyg_nn.GATConv):
         n_src = x_src.size(0)
         n_dst = n_src if x_dst is None else x_dst.size(0)
         num_loops = min(size) if size is not None else min(n_src, n_dst)
-        g, _ = resolve(edge_index, size=size or (n_src, n_dst), flow=self.flow)
         uses_attr = edge_attr is not None and self.lin_edge is not None
-        if torch.compiler.is_compiling() and not self._structure_ready(
-                edge_index, g, num_loops, edge_attr if uses_attr else None):
+        sizes = (n_src if size is None or size[0] is None else size[0],
+                 n_dst if size is None or size[1] is None else size[1])
+        g, lg, ready = self._graphs(edge_index, sizes, num_loops, edge_attr if uses_attr else None)
+        if not ready:
             return self._run_pyg(x, edge_index, edge_attr, size, return_attention_weights)
-        lg = self._loops(edge_index, g, num_loops)
         used = g if lg is None else lg.graph
 
         score = None
@@ -407,7 +496,7 @@ class GATConv(_GATBase, pyg_nn.GATConv):
             if lg is None:
                 score = _in_csr_order(ea @ att, g)
             else:  # original edges and loops, then gathered in CSR order
-                score = self._with_loop_rows(edge_index, g, ea, num_loops).matmul(att)
+                score = self._with_loop_rows(edge_index, g, lg, ea, num_loops).matmul(att)
                 score = score.index_select(0, lg.ids)
 
         p, rng = self._dropout(x_src.device)
@@ -502,11 +591,9 @@ class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
             x_r = self.lin_r(x_r).view(-1, H, C)
 
         num_loops = min(x_l.size(0), x_r.size(0))
-        g, _ = resolve(edge_index, size=(x_l.size(0), x_r.size(0)), flow=self.flow)
-        if torch.compiler.is_compiling() and not self._structure_ready(edge_index, g, num_loops,
-                                                                       edge_attr):
+        g, lg, ready = self._graphs(edge_index, (x_l.size(0), x_r.size(0)), num_loops, edge_attr)
+        if not ready:
             return self._run_pyg(x, edge_index, edge_attr, return_attention_weights)
-        lg = self._loops(edge_index, g, num_loops)
         used = g if lg is None else lg.graph
 
         edge = None

@@ -31,6 +31,7 @@ the Philox generator shared by kernels and references
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Tuple
 
 import torch
@@ -38,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._library import Op
-from ..formats.csr import CSRGraph
+from ..formats.csr import COOP_UNITS, CSRGraph, Schedule, build_schedule
 from . import dispatch
 from .csr import _rows, acc_dtype
 
@@ -264,8 +265,36 @@ _GRAPH = tuple(a.split()[1] for a in GRAPH_ARGS.split(', '))
 _GRAPH_TENSORS = tuple(a.split()[1] for a in GRAPH_ARGS.split(', ') if a.startswith('Tensor'))
 
 
+def small_graph_chunk(g: CSRGraph) -> int:
+    """Edges per unit of the attention kernels on a small graph (see
+    :func:`attention_schedules`): a quarter of the mean degree as a power of
+    two, in [8, 64]. Kernel-only sweeps on the H200: Cora and CiteSeer are
+    fastest at 8-16, Tolokers (mean degree 89) at 32; shorter units cost
+    more heavy-row merging."""
+    mean = g.num_edges / max(1, g.num_rows)
+    return int(min(64, max(8, 1 << max(0, math.ceil(math.log2(max(1.0, mean / 4)))))))
+
+
+def attention_schedules(g: CSRGraph) -> Tuple[Schedule, Schedule]:
+    """(forward, transpose) unit schedules of the attention kernels.
+
+    The fused kernels walk a unit with one group of lanes whose online
+    softmax serialises its edges; unlike the SpMM they have no cooperative
+    mode (a whole warp per unit), so on a graph small enough for that mode
+    (under ``COOP_UNITS`` units) a long row is the tail of the launch (Cora's
+    170-edge row: 58 us for the forward, 12 us for the whole SpMM). There the
+    rows are cut into units of :func:`small_graph_chunk` edges (heavy rows
+    merged by the second pass; Cora: 7.7 + 3 us), memoised on the graph;
+    larger graphs use the graph's own schedule."""
+    chunk = small_graph_chunk(g)
+    if g.chunk <= chunk or g.sched.units.size(0) >= COOP_UNITS:
+        return g.sched, g.t_sched
+    return g.memo(('attn_schedules', chunk), lambda: (
+        build_schedule(g.rowptr, chunk), build_schedule(g.t_rowptr, chunk)))
+
+
 def _graph_args(g: CSRGraph) -> tuple:
-    s, ts = g.sched, g.t_sched
+    s, ts = attention_schedules(g)
     return (g.rowptr, g.col, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, g.t_rowptr,
             g.t_col, g.t_perm, ts.units, ts.heavy_rows, ts.heavy_ptr, ts.num_slots)
 
@@ -587,9 +616,11 @@ def edge_softmax(g: CSRGraph, score: Tensor) -> Tensor:
 def emulate_attention(g: CSRGraph, x: Tensor, logits: Tensor, dropout: float = 0.0,
                       rng: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """CPU emulation of the fused forward (``kernels/attn/attn_forward.cu``)
-    on the same metadata: walks the units of ``g.sched`` (``row, start, end,
-    slot``), writes partial states to the same workspace slots and merges
-    heavy rows slot by slot, so a schedule bug shows in tests.
+    on the same metadata: walks the units of the kernels' schedule
+    (:func:`attention_schedules`: ``row, start, end, slot``), writes partial
+    states to the same workspace slots and merges heavy rows slot by slot
+    (the kernel adds the slots in interleaved groups: equal up to rounding),
+    so a schedule bug shows in tests.
 
     ``x [Ns, H, C]`` are the messages, ``logits [E, H]`` the per-edge scores
     in CSR order (:func:`gat_logits` / :func:`gatv2_logits`); attention
@@ -618,7 +649,7 @@ def emulate_attention(g: CSRGraph, x: Tensor, logits: Tensor, dropout: float = 0
         w_all = torch.ones(E, H, dtype=acc, device=dev)
     xs = x.to(acc)
     col = g.col.to(dev).long()
-    sch = g.sched
+    sch = attention_schedules(g)[0]
     u = sch.units.to(dev).long().view(-1, 4)
     row, start, end, slot = u.unbind(1)
     lens = end - start

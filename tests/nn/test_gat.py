@@ -531,6 +531,45 @@ def test_dropout(version, device):
     torch.testing.assert_close(a, out + bias, rtol=1e-5, atol=1e-5)
 
 
+def test_plain_edge_index_keeps_one_graph():
+    """A plain edge_index: the self-loop graph is built straight from its
+    edges and cached on the tensor; the plain CSR graph is never built, the
+    loop graph keeps one edge map (ids; its perm is None), AGNNConv shares
+    it, and an in-place edit of the edges rebuilds it."""
+    from pyg_tc.formats.carrier import format_bytes, has_graph
+    from pyg_tc.nn import AGNNConv
+    from pyg_tc.nn.gat import loops_from_edges
+    torch.manual_seed(0)
+    N, E = 300, 2000
+    ei = torch.randint(0, N, (2, E))
+    ei = ei[:, ei[0] != ei[1]]
+    x = torch.randn(N, 16)
+    ours, ref = GATConv(16, 8, heads=2), pyg_nn.GATConv(16, 8, heads=2)
+    ref.load_state_dict(ours.state_dict())
+    torch.testing.assert_close(ours(x, ei), ref(x, ei))
+    assert not has_graph(ei)
+    lg = loops_from_edges(ei, N, N, 'source_to_target', N, build=False)
+    assert lg is not None and lg.graph.perm is None and lg.graph.num_edges == ei.size(1) + N
+    assert torch.equal(lg.ids.sort().values, torch.arange(ei.size(1) + N, dtype=lg.ids.dtype))
+    one = format_bytes(ei)
+    assert one == format_bytes(lg.graph) + lg.ids.untyped_storage().nbytes()
+    AGNNConv()(x, ei)
+    assert format_bytes(ei) == one  # the same loop graph
+    get_graph(ei, size=(N, N))  # the plain graph, for a GCN layer, is a second one
+    assert format_bytes(ei) > 1.5 * one
+    # self loops in the input: dropped, ids map around them
+    ei2 = torch.cat([ei, torch.arange(0, N, 7).repeat(2, 1)], 1)[:, torch.randperm(ei.size(1) + 43)]
+    lg2 = loops_from_edges(ei2, N, N, 'source_to_target', N)
+    assert lg2.graph.perm is None and lg2.graph.num_edges == ei.size(1) + N
+    assert int(lg2.ids.max()) == ei2.size(1) + N - 1  # loops after all original ids
+    torch.testing.assert_close(ours(x, ei2), ref(x, ei2))
+    # an in-place edit: a new loop graph on the next call
+    with torch.no_grad():
+        ei2[0, :100] = torch.randint(0, N, (100,))
+    torch.testing.assert_close(ours(x, ei2), ref(x, ei2))
+    assert loops_from_edges(ei2, N, N, 'source_to_target', N, build=False) is not lg2
+
+
 # ---------------------------------------------------------------------------
 # torch.compile and gradcheck
 

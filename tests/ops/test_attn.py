@@ -598,8 +598,9 @@ def test_emulate_heads_channels(H, C):
 
 def test_emulate_shows_schedule_bugs():
     """A unit dropped from the schedule leaves NaN (light row) or poisons the
-    merge of its heavy row."""
-    g, _, _, _ = build('hub', chunk=64)
+    merge of its heavy row (chunk 8: the graph's own schedule is the
+    kernels', see attention_schedules)."""
+    g, _, _, _ = build('hub', chunk=8)
     inp = gat_inputs(g, 1, 2, seed=19)
     s = logits_of('gat', g, inp)
     u = g.sched.units
@@ -1021,3 +1022,20 @@ def test_cuda_rng_on_cpu_and_fresh_rng():
     torch.manual_seed(0)
     d, _ = call('gat', g, inp, dropout=0.5)
     assert torch.equal(c, d)
+
+
+def test_small_graph_schedules(monkeypatch):
+    """Small graphs (the SpMM's cooperative size) get attention units of
+    small_graph_chunk edges for both walks; larger ones keep the graph's."""
+    g, _, _, _ = build('hub')
+    c = attn.small_graph_chunk(g)
+    assert 8 <= c <= 64 and c & (c - 1) == 0
+    fwd, tr = attn.attention_schedules(g)
+    for s, rowptr in ((fwd, g.rowptr), (tr, g.t_rowptr)):
+        u = s.units.long()
+        assert int((u[:, 2] - u[:, 1]).max()) <= c < g.chunk
+        assert int((u[:, 2] - u[:, 1]).sum()) == g.num_edges
+        assert s.num_slots > 0  # the hub is split and merged
+    assert attn.attention_schedules(g)[0] is fwd  # memoised
+    monkeypatch.setattr(attn, 'COOP_UNITS', 0)  # a large graph: its own schedule
+    assert attn.attention_schedules(g)[0] is g.sched
