@@ -9,12 +9,12 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.typing import Adj
 
-from ..formats.carrier import TCEdgeIndex, has_derived, has_graph, resolve
+from ..formats.carrier import resolve
 from ..formats.csr import CSRGraph
 from ..ops import attn, dispatch
 from ._base import TCLayer, pyg_method
 from .conv import _loop_info, pyg_layer
-from .gat import _loop_key, loop_graph, loops_from_edges
+from .gat import _loop_key, format_ready, loop_graph, loops_from_edges, plain_edge_index
 
 
 def _without_loops(g: CSRGraph) -> CSRGraph:
@@ -83,7 +83,7 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
         return self._tc_forward(x, edge_index)
 
     def _format_ready(self, adj: Adj) -> bool:
-        return has_graph(adj, self.flow) or has_derived(adj)
+        return format_ready(adj, self.flow)
 
     def _loop_graph(self, adj: Adj, N: int) -> Optional[CSRGraph]:
         """The graph the fused path runs on: with ``add_self_loops`` PyG's
@@ -94,7 +94,7 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
         compiling = torch.compiler.is_compiling()
         if not self.add_self_loops:
             return resolve(adj, size=(N, N), flow=self.flow)[0]
-        if isinstance(adj, Tensor) and adj.layout == torch.strided and not isinstance(adj, TCEdgeIndex):
+        if plain_edge_index(adj):
             lg = loops_from_edges(adj, N, N, self.flow, N, build=not compiling)
             return None if lg is None else lg.graph
         g, _ = resolve(adj, size=(N, N), flow=self.flow)

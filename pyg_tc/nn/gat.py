@@ -147,6 +147,19 @@ def loop_graph(g: CSRGraph, num_loops: int, mode: str = 'append') -> LoopGraph:
     return g.memo(_loop_key(mode, num_loops), build)
 
 
+def plain_edge_index(adj: Any) -> bool:
+    """Whether ``adj`` is a plain ``edge_index`` (a strided tensor carrying no
+    transform's graph): its self-loop graph comes from
+    :func:`loops_from_edges`, not from a CSR graph of the adjacency."""
+    return isinstance(adj, Tensor) and adj.layout == torch.strided and not isinstance(adj, TCEdgeIndex)
+
+
+def format_ready(adj: Any, flow: str) -> bool:
+    """Whether ``adj`` carries a graph or a derived format (self-loop
+    layers, under ``torch.compile``; the exact check follows per call)."""
+    return has_graph(adj, flow) or has_derived(adj)
+
+
 def loops_from_edges(adj: Tensor, num_src: int, num_dst: int, flow: str, num_loops: int,
                      build: bool = True) -> Optional[LoopGraph]:
     """The self-loop graph (``'append'`` mode) of a plain ``edge_index``,
@@ -266,15 +279,7 @@ class _GATBase(TCLayer):
         return self.flow == 'target_to_source' and not isinstance(adj, CSRGraph)
 
     def _format_ready(self, adj: Any) -> bool:
-        return has_graph(adj, self.flow) or has_derived(adj)
-
-    def _direct(self, adj: Any) -> bool:
-        """Whether this call's self-loop graph comes straight from a plain
-        ``edge_index`` (no CSR graph of the adjacency itself is built); an
-        adjacency that carries a graph (a transform's ``TCEdgeIndex``) or is
-        sparse has the loops memoised on its graph instead."""
-        return self.add_self_loops and isinstance(adj, Tensor) and adj.layout == torch.strided \
-            and not isinstance(adj, TCEdgeIndex)
+        return format_ready(adj, self.flow)
 
     def _graphs(self, adj: Any, size: Tuple[int, int], num_loops: int,
                 edge_attr: Optional[Tensor]) -> Tuple[Optional[CSRGraph], Optional[LoopGraph], bool]:
@@ -284,7 +289,7 @@ class _GATBase(TCLayer):
         then False and the call runs PyG's path."""
         compiling = torch.compiler.is_compiling()
         fill = edge_attr is not None and isinstance(self.fill_value, str)
-        if self._direct(adj):
+        if self.add_self_loops and plain_edge_index(adj):
             lg = loops_from_edges(adj, size[0], size[1], self.flow, num_loops, build=not compiling)
             ready = lg is not None and (not compiling or not fill or _fill_key(
                 num_loops, self._fill_by_source(adj)) in lg.graph._memo)
