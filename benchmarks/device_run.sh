@@ -15,6 +15,7 @@
 # stalls = Nsight Compute stall reasons / pipe use of the TC-GNN and CSR SpMM ($NCU_ARGS for ncu_probe.py).
 # sass = SASS of the TC-GNN SpMM and Nsight Compute's source page (executed instructions per SASS
 #        line) of one SpMM call per case in $SASS_CASES (graph[:native]/dtype:F, default tolokers/float32:16).
+# halfprobe = HalfGNN SpMM/SDDMM per dtype, two-level on/off, config sweep (benchmarks/half_probe.py, $HALFPROBE_ARGS).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -37,6 +38,9 @@ rc=0
 if [[ ",$MODE," == *,probe,* ]]; then
   python benchmarks/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
   python benchmarks/memory_probe.py 2>&1 | tee -a "$OUT/probe.log" || rc=1
+fi
+if [[ ",$MODE," == *,halfprobe,* ]]; then  # half SpMM/SDDMM: dtypes, two-level on/off, config sweep
+  python benchmarks/half_probe.py --out "$OUT/half_probe.jsonl" ${HALFPROBE_ARGS:-} 2>&1 | tee "$OUT/half_probe.log" || rc=1
 fi
 if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
   ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM|sgt_spmm|sgt_reduce" --section SpeedOfLight \

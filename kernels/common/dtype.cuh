@@ -37,4 +37,28 @@ struct alignas(sizeof(T) * V) Pack {
 // Elements per 16-byte vector for a given scalar.
 template <typename T> constexpr int vec16() { return 16 / sizeof(T); }
 
+// Packed pairs of a half type (HFMA2 arithmetic, docs/halfgnn.md): Half2<T>
+// is __half2 / __nv_bfloat162; mirror2 puts one value in both halves; to_f2
+// converts a pair to fp32.
+template <typename T> struct Half2Of;
+template <> struct Half2Of<__half> { using type = __half2; };
+template <> struct Half2Of<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <typename T> using Half2 = typename Half2Of<T>::type;
+
+__device__ __forceinline__ __half2 mirror2(__half v) { return __half2half2(v); }
+__device__ __forceinline__ __nv_bfloat162 mirror2(__nv_bfloat16 v) { return __bfloat162bfloat162(v); }
+__device__ __forceinline__ float2 to_f2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 to_f2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+
+// The power of two s >= m (m >= 0), for scaling a batch of weights into
+// (0, 1] exactly (HalfGNN's discretised scaling); 1 when m is 0 or s would
+// not be finite (the batch's sum then fails the finite check and is redone
+// in fp32).
+__device__ __forceinline__ float pow2_ceil(float m) {
+  unsigned b = __float_as_uint(m);
+  if (b == 0u || b >= 0x7f000000u) return 1.f;  // 0, >= 2^127, inf, nan
+  if (b & 0x7fffffu) b = (b & 0x7f800000u) + 0x00800000u;
+  return __uint_as_float(b);
+}
+
 }  // namespace pyg_tc

@@ -30,6 +30,11 @@ namespace {
 //   fp16/bf16 16 lanes x 1) over blockIdx.y, so one slice of x is gathered by
 //   all blocks before the next.
 // The scalar path (odd widths that are not padded) uses one element per lane.
+// The half two-level path (fp16 / bf16 sum and mean, batches of 8 edges in
+// flight) has its own rule, from the sweep in benchmarks/half_probe.py
+// (docs/halfgnn.md): 4 lanes for rows of <= 4 vectors, 8 for <= 8, then 8
+// lanes x 2 vectors (256-byte slices), or 16 x 2 for rows of >= 32 vectors
+// when x stays in L2.
 constexpr int64_t kSmallX = 32ll << 20;
 
 bool supported(CsrSpmmConfig c) {
@@ -38,7 +43,8 @@ bool supported(CsrSpmmConfig c) {
 
 // PYG_TC_SPMM_CONFIG="L,NV" overrides the rule (for sweeps); checked here,
 // before any dispatch.
-CsrSpmmConfig choose_config(int64_t chunks, int elem_bytes, bool vec, int64_t x_bytes) {
+CsrSpmmConfig choose_config(int64_t chunks, int elem_bytes, bool vec, int64_t x_bytes,
+                            bool two_level) {
   if (const char* env = std::getenv("PYG_TC_SPMM_CONFIG")) {
     CsrSpmmConfig c{0, 0};
     TORCH_CHECK(std::sscanf(env, "%d,%d", &c.L, &c.NV) == 2 && supported(c),
@@ -46,6 +52,8 @@ CsrSpmmConfig choose_config(int64_t chunks, int elem_bytes, bool vec, int64_t x_
                 "' (L in 4,8,16,32 and NV in 1,2)");
     return c;
   }
+  if (two_level) return chunks <= 4 ? CsrSpmmConfig{4, 1} : chunks <= 8 ? CsrSpmmConfig{8, 1}
+                        : (chunks >= 32 && x_bytes <= kSmallX) ? CsrSpmmConfig{16, 2} : CsrSpmmConfig{8, 2};
   if (!vec) return chunks <= 8 ? CsrSpmmConfig{8, 1} : chunks <= 16 ? CsrSpmmConfig{16, 1}
                  : chunks <= 32 ? CsrSpmmConfig{32, 1} : CsrSpmmConfig{32, 2};
   if (chunks <= 4 && elem_bytes < 4) return {4, 1};
@@ -133,9 +141,17 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 
   const int64_t elem = xc.element_size();
   const bool vec_ok = (F * elem) % 16 == 0;
-  p.config = choose_config(vec_ok ? F * elem / 16 : F, (int)elem, vec_ok, xc.numel() * elem);
   p.coop = use_coop(units.size(0), x.device().index());
   p.vec = (F % vecw == 0) && aligned16(p.x) && aligned16(p.out);
+  // half types, vector path, sum / mean: the two-level half2 sum, except for
+  // rows of <= 4 vectors in cooperative mode (small graphs, F <= 32: fp32
+  // products measured 15% faster there, docs/halfgnn.md);
+  // PYG_TC_SPMM_TWO_LEVEL=0 / 1 switches it off / on (A/B sweeps, tests)
+  const char* tl = std::getenv("PYG_TC_SPMM_TWO_LEVEL");
+  const bool rule = !(p.coop && vec_ok && F * elem / 16 <= 4);
+  p.two_level = elem == 2 && p.vec && !is_max && (tl == nullptr ? rule : tl[0] != '0');
+  p.config = choose_config(vec_ok ? F * elem / 16 : F, (int)elem, vec_ok, xc.numel() * elem,
+                           p.two_level);
   auto stream = c10::cuda::getCurrentCUDAStream();
   PYG_TC_DTYPE_SWITCH(xc.scalar_type(), T, "pyg_tc_spmm", [&] { run_csr_spmm<T>(p, stream); });
   return out;
@@ -169,11 +185,11 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
   p.out = out.data_ptr();
   p.F = (int)F;
   // 16-byte vectors when the width and both bases allow, then as few lanes
-  // per unit (8, 16, 32) as the row's vectors (or elements) need
+  // per unit (4, 8, 16, 32) as the row's vectors (or elements) need
   const int64_t vecw = 16 / ac.element_size();
   p.vec = (F % vecw == 0) && aligned16(p.a) && aligned16(p.b);
   const int64_t chunks = p.vec ? F / vecw : F;
-  p.lanes = chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+  p.lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
   auto stream = c10::cuda::getCurrentCUDAStream();
   PYG_TC_DTYPE_SWITCH(ac.scalar_type(), T, "pyg_tc_sddmm", [&] { run_csr_sddmm<T>(p, stream); });
   return out;

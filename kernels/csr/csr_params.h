@@ -36,6 +36,7 @@ struct CsrSpmmParams {
   CsrSpmmConfig config{};
   bool coop{};  // the groups of a warp share one unit
   bool vec{};  // 16-byte vector path (else one element per lane)
+  bool two_level{};  // half vectors, sum / mean: the half2 two-level sum (docs/halfgnn.md)
 };
 
 struct CsrSddmmParams {
@@ -47,7 +48,7 @@ struct CsrSddmmParams {
   void* out{};  // one value per edge
   int F{};
   bool vec{};  // 16-byte vector path
-  int lanes{};  // lanes per unit: 8, 16 or 32
+  int lanes{};  // lanes per unit: 4, 8, 16 or 32
 };
 
 // Defined (for float, __half, __nv_bfloat16) in csr_spmm.cu / csr_sddmm.cu.

@@ -376,17 +376,18 @@ def emulate_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce:
 # Numerics of the fp16 two-level sum (HalfGNN, docs/halfgnn.md)
 
 def half2_two_level_sum(x: Tensor, w: Tensor, batch: int = 8, scale: bool = True) -> Tensor:
-    """The fp16 SpMM's two-level sum of one row, emulated on the CPU (the
-    specification of the half2 kernel path, docs/halfgnn.md):
-    ``sum_e w[e] * x[e]`` over the row's edges in order, in batches of
-    ``batch`` edges. Within a batch the products are summed in fp16 with one
-    rounding per fused multiply-add (HFMA2, the weight mirrored into both
-    halves of a half2), the weights scaled by a power of two (the batch's
-    largest ``|w|`` into [0.5, 1); HalfGNN's discretised scaling generalised
-    to any edge weights, so no weight is subnormal in fp16); each batch total
-    is scaled back and added to an fp32 accumulator. A batch whose fp16 total
-    is not finite is summed again in fp32, so no intermediate overflows.
-    ``x [E, F]`` fp16, ``w [E]``; returns ``[F]`` fp32."""
+    """The half SpMM's two-level sum of one unit of edges, emulated on the CPU
+    (the specification of the kernel's half2 path, docs/halfgnn.md):
+    ``sum_e w[e] * x[e]`` over the edges in order, in batches of ``batch``
+    edges (the kernel: 8, from the start of each unit). Within a batch the
+    products are summed in ``x``'s dtype (fp16 or bf16) with one rounding per
+    fused multiply-add (HFMA2, the weight mirrored into both halves of a
+    half2), the weights scaled by a power of two (the batch's largest ``|w|``
+    into (1/2, 1]; HalfGNN's discretised scaling generalised to any edge
+    weights, so no weight is subnormal in fp16); each batch total is scaled
+    back and added to an fp32 accumulator. If any batch total is not finite,
+    the whole sum is done again with fp32 products, so no intermediate
+    overflows. ``x [E, F]`` fp16 or bf16, ``w [E]``; returns ``[F]`` fp32."""
     E, F = x.shape
     nb = (E + batch - 1) // batch
     pad = nb * batch - E
@@ -396,12 +397,10 @@ def half2_two_level_sum(x: Tensor, w: Tensor, batch: int = 8, scale: bool = True
         s = torch.exp2(torch.ceil(torch.log2(wb.abs().amax(1).clamp(min=1e-300))))
     else:
         s = torch.ones(nb, dtype=torch.float64)
-    wh = (wb / s.unsqueeze(1)).half().double()
+    wh = (wb / s.unsqueeze(1)).to(x.dtype).double()
     part = torch.zeros(nb, F, dtype=torch.float64)
-    for k in range(batch):  # a * b + c exact in fp64, rounded once to fp16: HFMA2
-        part = (wh[:, k:k + 1] * xb[:, k] + part).half().double()
-    bad = ~torch.isfinite(part)
-    if bad.any():
-        exact = (wb.unsqueeze(2) * xb).sum(1).float().double() / s.unsqueeze(1)
-        part = torch.where(bad, exact, part)
+    for k in range(batch):  # a * b + c exact in fp64, rounded once: HFMA2
+        part = (wh[:, k:k + 1] * xb[:, k] + part).to(x.dtype).double()
+    if not torch.isfinite(part).all():
+        return (w.float().unsqueeze(1) * x.float()).sum(0)
     return (s.unsqueeze(1).float() * part.float()).sum(0)
