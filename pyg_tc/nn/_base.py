@@ -181,10 +181,12 @@ class TCLayer:
         """``reduce_{j -> i} value * x_j (+ diag_i * x_i)`` along ``node_dim``
         (CBSR features: the SpGEMM), on the layer's ``backend``
         (:func:`pyg_tc.ops.dispatch.aggregate`; a backend without the
-        reduction runs the CSR kernel)."""
+        reduction runs the CSR kernel). Inside ``torch.autocast('cuda')`` fp32
+        features are cast once to the autocast dtype
+        (:func:`~pyg_tc.ops.dispatch.autocast_features`)."""
         if isinstance(x, CBSR):
             return dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False)
-        x2, restore = node_major(x, self.node_dim)
+        x2, restore = node_major(dispatch.autocast_features(x), self.node_dim)
         return restore(dispatch.aggregate(g, x2, value, reduce, diag, t_value, self.backend,
                                           strict=False))
 

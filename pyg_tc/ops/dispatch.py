@@ -73,6 +73,21 @@ def family(op: str, check: Callable, features: str = 'x') -> None:
     FAMILIES[op] = Family(check, features)
 
 
+def autocast_features(x: Any) -> Any:
+    """Inside ``torch.autocast('cuda')``: fp32 CUDA features cast to the
+    autocast dtype (one cast kernel; autocast's lower-precision policy, as
+    for matmul), so the aggregation reads and writes half and the next
+    Linear needs no cast of its own (docs/halfgnn.md). fp64, half, CBSR
+    and CPU inputs, and everything outside autocast, are returned as they
+    are. Applied by the public :func:`spmm` / :func:`sddmm` and the layers'
+    aggregation, not by internal graph helpers (GCN's degree and
+    normalisation stay fp32)."""
+    if (isinstance(x, Tensor) and x.dtype == torch.float32 and x.is_cuda
+            and torch.is_autocast_enabled('cuda')):
+        return x.to(torch.get_autocast_dtype('cuda'))
+    return x
+
+
 def register(op: str, backend: str, reduces: Sequence[str] = ('sum', 'mean', 'max'),
              max_width: Optional[int] = None) -> Callable:
     """Decorator: ``fn(g, **checked_args)`` implements ``op`` for ``backend``."""
@@ -209,7 +224,7 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     if size is None and isinstance(x, (Tensor, CBSR)) and x.dim() == 2:
         size = _default_size(adj, x.size(0), flow)
     g, value = resolve(adj, size=size, flow=flow, edge_weight=edge_weight)
-    return aggregate(g, x, value, reduce, diag, backend=backend)
+    return aggregate(g, autocast_features(x), value, reduce, diag, backend=backend)
 
 
 def sddmm(a: Tensor, b: Tensor, adj: Any, *,
@@ -223,7 +238,7 @@ def sddmm(a: Tensor, b: Tensor, adj: Any, *,
     if size is None and isinstance(b, Tensor) and isinstance(a, Tensor):
         size = (b.size(0), a.size(0)) if flow == 'source_to_target' else (a.size(0), b.size(0))
     g, _ = resolve(adj, size=size, flow=flow)
-    out = edge_scores(g, a, b, backend)
+    out = edge_scores(g, autocast_features(a), autocast_features(b), backend)
     if g.perm is None:
         return out
     return out.index_select(0, g.memo('inverse_perm', lambda: inverse_perm(g.perm)))
