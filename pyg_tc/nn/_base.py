@@ -78,6 +78,51 @@ def dense(x: Any) -> Any:
     return x
 
 
+#: float16's largest finite value
+FP16_MAX = 65504.0
+
+
+def warn_fp16_sum(g: CSRGraph, layer: str) -> None:
+    """The overflow policy's notice (docs/halfgnn.md): an unweighted sum in
+    float16 over rows of more than 2048 neighbours can exceed 65504, and
+    then gives inf where the exact sum does not fit float16 (never silent
+    saturation). Once per graph, eager only (the graph's maximum degree is
+    read once and kept)."""
+    if torch.compiler.is_compiling() or g.num_rows == 0:
+        return
+    if 'fp16_sum_warned' in g._memo:
+        return
+    g._memo['fp16_sum_warned'] = True
+    deg = g.memo('max_degree', lambda: int(g.degree().max()))
+    if deg > 2048:
+        warnings.warn(
+            f'pyg_tc: {layer} sums up to {deg:,} neighbour features in float16: a row whose sum exceeds '
+            f'{FP16_MAX:.0f} gives inf (exactly where the fp32 sum does not fit float16). To avoid it use '
+            'torch.bfloat16 (fp32 range), or a normalised aggregation (aggr="mean", GCN normalisation), '
+            "which is scaled before it is rounded (HalfGNN's GIN variant: GINConv(nn, aggr='mean')).",
+            stacklevel=4)
+
+
+def autocast_input(x: Any) -> Any:
+    """A layer's input features (a tensor or a pair) through
+    :func:`~pyg_tc.ops.dispatch.autocast_features`: under autocast, one cast
+    per input tensor for all the layer's Linears (each would cast it again)."""
+    if isinstance(x, (tuple, list)):
+        return type(x)(dispatch.autocast_features(v) for v in x)
+    return dispatch.autocast_features(x)
+
+
+def add_bias(out: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """``out + bias``, in ``out``'s dtype when ``out`` is half and ``bias``
+    fp32 (under ``torch.autocast``: the layer's output stays half, as a
+    Linear's does, instead of being promoted to an fp32 ``N x F`` tensor)."""
+    if bias is None:
+        return out
+    if out.dtype != bias.dtype and out.dtype in (torch.float16, torch.bfloat16):
+        bias = bias.to(out.dtype)
+    return out + bias
+
+
 def _same(out: Tensor) -> Tensor:
     return out
 
@@ -186,7 +231,10 @@ class TCLayer:
         (:func:`~pyg_tc.ops.dispatch.autocast_features`)."""
         if isinstance(x, CBSR):
             return dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False)
-        x2, restore = node_major(dispatch.autocast_features(x), self.node_dim)
+        x = dispatch.autocast_features(x)
+        if x.dtype == torch.float16 and value is None and reduce == 'sum':
+            warn_fp16_sum(g, type(self).__name__)
+        x2, restore = node_major(x, self.node_dim)
         return restore(dispatch.aggregate(g, x2, value, reduce, diag, t_value, self.backend,
                                           strict=False))
 

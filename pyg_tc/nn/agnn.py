@@ -50,6 +50,17 @@ def edge_softmax(g: CSRGraph, score: Tensor, loop: Optional[Tensor] = None) -> T
     return e * g.per_edge(inv), el * inv
 
 
+def _unit_rows(x: Tensor) -> Tensor:
+    """``F.normalize(x, dim=-1)`` (PyG's); for half ``x`` the norms are summed
+    in fp32 and the result stays half (cosines lie in [-1, 1]): no fp32 copy
+    of the features, also under autocast (which would run the norm on one)."""
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return F.normalize(x, p=2., dim=-1)
+    with torch.autocast(x.device.type, enabled=False):
+        n = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
+    return x / n.clamp_min(1e-12).to(x.dtype)
+
+
 @pyg_layer(pyg_nn.AGNNConv)
 class AGNNConv(TCLayer, pyg_nn.AGNNConv):
     r"""Drop-in ``torch_geometric.nn.AGNNConv``:
@@ -106,8 +117,9 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
     def _tc_forward(self, x: Tensor, edge_index: Adj) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 2 or self._pyg_reason(edge_index):
             return self._run_pyg(x, edge_index)
+        x = dispatch.autocast_features(x)  # under autocast: the attention runs in half
         N = x.size(0)
-        xn = F.normalize(x, p=2., dim=-1)
+        xn = _unit_rows(x)
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         beta = self.beta.to(acc)
         if self.backend != 'sgt' and attn._fits(x.unsqueeze(1)):

@@ -24,7 +24,7 @@ from ..formats.carrier import SparseTensor, csr_order, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
 from ..ops import sddmm_graph, spmm_graph
-from ._base import KERNEL_REDUCE, TCLayer, dense, pyg_method
+from ._base import KERNEL_REDUCE, TCLayer, add_bias, autocast_input, dense, pyg_method
 
 BACKEND_DOC = """\
         backend (str, optional): pyg_tc's implementation of the sparse
@@ -250,7 +250,7 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
             out = self.lin(self._aggregate(g, x, value, reduce, diag))
         else:
             out = self._aggregate(g, self.lin(x), value, reduce, diag, t_value)
-        return out + self.bias if self.bias is not None else out
+        return add_bias(out, self.bias)
 
     def _normalized(self, adj: Any, edge_weight: Optional[Tensor], N: int,
                     dtype: torch.dtype) -> GCNNorm:
@@ -328,6 +328,7 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
                     size: Size = None) -> Tensor:
         if self._pyg_reason(edge_index):
             return self._run_pyg(x, edge_index, size)
+        x = autocast_input(x)  # lin_l and lin_r read one half copy
         if self.project and hasattr(self, 'lin'):  # as PyG: x[0] only
             x0, x_r = (x, x) if isinstance(x, (Tensor, CBSR)) else x
             x = (self.lin(dense(x0)).relu(), x_r)
@@ -336,9 +337,7 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
         if isinstance(src, CBSR):  # MaxK features: the SpGEMM kernel
             out = lin_l(self._aggregate(g, src, value, reduce))
         elif reduce != 'max' and lin_l.out_channels < lin_l.in_channels:
-            out = self._aggregate(g, F.linear(src, lin_l.weight), value, reduce)
-            if lin_l.bias is not None:
-                out = out + lin_l.bias
+            out = add_bias(self._aggregate(g, F.linear(src, lin_l.weight), value, reduce), lin_l.bias)
         else:
             out = lin_l(self._aggregate(g, src, value, reduce))
         if self.root_weight and x_r is not None:

@@ -32,7 +32,7 @@ from ..formats.carrier import (SparseTensor, TCEdgeIndex, derived, has_derived, 
 from ..formats.csr import DEFAULT_CHUNK, CSRGraph, inverse_perm
 from ..ops.attn import attention_weights, gat_attention, gat_logits, gatv2_attention, new_rng
 from ..ops.csr import acc_dtype
-from ._base import TCLayer, pyg_method
+from ._base import TCLayer, add_bias, autocast_input, pyg_method
 from .conv import pyg_layer
 
 # edge features x heads x channels elements per chunk of GATv2's returned logits
@@ -351,9 +351,7 @@ class _GATBase(TCLayer):
             out = out.mean(dim=1)
         if res is not None:
             out = out + res
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+        return add_bias(out, self.bias)
 
     def _weights(self, adj: Any, g: CSRGraph, lg: Optional[LoopGraph], alpha: Tensor,
                  num_loops: int) -> Any:
@@ -461,6 +459,7 @@ class GATConv(_GATBase, pyg_nn.GATConv):
                     return_attention_weights: Optional[bool] = None) -> Any:
         if self._gat_reason(x, edge_index, edge_attr, return_attention_weights):
             return self._run_pyg(x, edge_index, edge_attr, size, return_attention_weights)
+        x = autocast_input(x)  # the residual and the Linears read one half copy
         H, C = self.heads, self.out_channels
         res: Optional[Tensor] = None
         if isinstance(x, Tensor):
@@ -581,6 +580,7 @@ class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
             reason = 'no target features'
         if reason:
             return self._run_pyg(x, edge_index, edge_attr, return_attention_weights)
+        x = autocast_input(x)  # the residual and lin_l / lin_r read one half copy
         H, C = self.heads, self.out_channels
         res: Optional[Tensor] = None
         if isinstance(x, Tensor):
