@@ -16,6 +16,8 @@
 # sass = SASS of the TC-GNN SpMM and Nsight Compute's source page (executed instructions per SASS
 #        line) of one SpMM call per case in $SASS_CASES (graph[:native]/dtype:F, default tolokers/float32:16).
 # halfprobe = HalfGNN SpMM/SDDMM per dtype, two-level on/off, config sweep (benchmarks/half_probe.py, $HALFPROBE_ARGS).
+# half = HalfGNN suite: SpMM/SDDMM per dtype, 2-layer training steps fp32/fp16/bf16 vs PyG + autocast, accuracy
+#        (pyg_tc/bench/half.py, $HALF_ARGS, e.g. --part train or --part accuracy).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -102,6 +104,9 @@ if [[ ",$MODE," == *,gat,* ]]; then
 fi
 if [[ ",$MODE," == *,gatacc,* ]]; then
   python -m pyg_tc.bench.gat --part accuracy --out "$OUT/gat" ${GATACC_ARGS:-} 2>&1 | tee "$OUT/gat_accuracy.log" || rc=1
+fi
+if [[ ",$MODE," == *,half,* ]]; then  # HalfGNN suite: kernels, training steps, accuracy ($HALF_ARGS)
+  python -m pyg_tc.bench.half --out "$OUT/half" ${HALF_ARGS:-} 2>&1 | tee "$OUT/half.log" || rc=1
 fi
 if [[ ",$MODE," == *,bench,* || "$MODE" == all ]]; then
   python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1

@@ -8,7 +8,9 @@ cuSPARSE, on the Reddit-shaped graph, so `ncu` can tell what bounds them.
 --sgt[=GRAPH,...]: the tensor-core SpMM against the CSR kernel instead, on
 each graph (default the Reddit-shaped one) in RCM order, or in its own order
 as `graph:native`; cases F = 16 / 32 in fp32 / fp16, narrowed by
---cases=float32:32,..., e.g. `NCU_ARGS=--sgt=tolokers bash benchmarks/device_run.sh ncu`.
+--cases=float32:32,..., e.g. `NCU_ARGS=--sgt=tolokers bash benchmarks/device_run.sh ncu`;
+without --sgt, --cases=dtype:F,... picks the CSR SpMM cases on the Reddit-shaped graph
+(default float32:32,float32:256,float16:32,float16:256).
 """
 import sys
 
@@ -54,7 +56,10 @@ def main():
     g = CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], n, n)
     A = torch.sparse_csr_tensor(g.rowptr.long(), g.col.long(), torch.ones(g.num_edges, device='cuda'),
                                 (n, n))
-    for dt, F in ((torch.float32, 32), (torch.float32, 256), (torch.float16, 32), (torch.float16, 256)):
+    dts = {'float32': torch.float32, 'float16': torch.float16, 'bfloat16': torch.bfloat16}
+    for c in cases or ['float32:32', 'float32:256', 'float16:32', 'float16:256']:
+        d, _, f = c.partition(':')
+        dt, F = dts[d], int(f)
         x = torch.randn(n, F, device='cuda', dtype=dt)
         spmm_graph(g, x)
         torch.cuda.synchronize()

@@ -118,7 +118,9 @@ def pyg_dataset(cls_name: str, sub: str, folder: str, name: str, data_root=None,
             shutil.copytree(src, root / folder, ignore=shutil.ignore_patterns('processed'))
             for p in [root / folder, *(root / folder).rglob('*')]:
                 p.chmod(0o755 if p.is_dir() else 0o644)
-        ds = getattr(D, cls_name)(root=str(root), name=name, transform=transform)
+        # name None: a dataset without names (Actor), rooted at its own folder
+        kw, at = ({}, root / folder) if name is None else ({'name': name}, root)
+        ds = getattr(D, cls_name)(root=str(at), transform=transform, **kw)
         return [ds[i] for i in range(len(ds))]
 
     if cache_dir is not None:

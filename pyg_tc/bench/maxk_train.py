@@ -27,12 +27,13 @@ from .report import Col, Figure, Panel, Reporter, Table, Text, log
 from .timing import Stopwatch
 
 # name -> (sub-folder, folder, PyG class, PyG name, metric)
-DATASETS: Dict[str, Tuple[str, str, str, str, str]] = {
+DATASETS: Dict[str, Tuple[str, str, str, Optional[str], str]] = {
     'cora': ('planetoid', 'Cora', 'Planetoid', 'Cora', 'accuracy'),
     'citeseer': ('planetoid', 'CiteSeer', 'Planetoid', 'CiteSeer', 'accuracy'),
     'tolokers': ('heterophilous', 'tolokers', 'HeterophilousGraphDataset', 'Tolokers', 'roc_auc'),
     'minesweeper': ('heterophilous', 'minesweeper', 'HeterophilousGraphDataset', 'Minesweeper',
                     'roc_auc'),
+    'actor': ('', 'actor', 'Actor', None, 'accuracy'),
 }
 WARMUP_EPOCHS = 5
 CHECK_K, CHECK_POINTS = 32, 1.0
@@ -91,10 +92,12 @@ def build_model(args: argparse.Namespace, in_ch: int, out_ch: int, k: Optional[i
                    nonlinear='relu' if k is None else 'maxk', backend=args.backend)
 
 
-def fit(model, data, masks, metric: str, epochs: int, lr: float, weight_decay: float) -> dict:
+def fit(model, data, masks, metric: str, epochs: int, lr: float, weight_decay: float,
+        scaler: Optional['torch.amp.GradScaler'] = None) -> dict:
     """Full-batch training with Adam, val / test metric after each epoch (eval
     mode, no grad): the metrics at the first best-val epoch, the last loss and
-    the median epoch time (forward + backward + step) after the first 5."""
+    the median epoch time (forward + backward + step) after the first 5.
+    ``scaler``: a ``torch.amp.GradScaler`` (float16 autocast training)."""
     train, val, test = masks
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     x, y, ei = data.x, data.y, data.edge_index
@@ -104,8 +107,13 @@ def fit(model, data, masks, metric: str, epochs: int, lr: float, weight_decay: f
         sw.start()
         opt.zero_grad(set_to_none=True)
         loss = Fn.cross_entropy(model(x, ei)[train], y[train])
-        loss.backward()
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         sw.stop()
         model.eval()
         with torch.no_grad():
