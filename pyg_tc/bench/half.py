@@ -280,10 +280,13 @@ def targets(records: List[dict]) -> List[str]:
     tr = [r for r in records if r.get('kind') == 'train' and r['impl'] == 'pyg_tc' and r['precision'] != 'fp32'
           and r['graph'] == 'reddit' and r.get('speedup_vs_tc_fp32')]
     for r in tr:
+        pyg = next((p for p in records if p.get('kind') == 'train' and p['impl'] == 'pyg' and all(
+            p[k] == r[k] for k in ('graph', 'model', 'precision'))), {})
+        vs_pyg = (f'{r["speedup_vs_pyg"]:.1f}x PyG + autocast' if r.get('speedup_vs_pyg')
+                  else f'PyG + autocast: {pyg.get("status", "not run")}')
         lines.append(
             f'- Reddit-shaped {r["model"]} {r["precision"]}: {r["speedup_vs_tc_fp32"]:.2f}x pyg_tc fp32 (target '
-            f'{TARGETS["train_vs_fp32"]}), {fmt(r.get("speedup_vs_pyg"), ".1f")}x PyG + autocast (target '
-            f'{TARGETS["train_vs_pyg"]:.0f}), peak memory {fmt(r.get("peak_vs_tc_fp32"), ".2f")}x pyg_tc fp32 '
+            f'{TARGETS["train_vs_fp32"]}), {vs_pyg} (target {TARGETS["train_vs_pyg"]:.0f}x), peak memory {fmt(r.get("peak_vs_tc_fp32"), ".2f")}x pyg_tc fp32 '
             f'(extra above resident {fmt(r.get("extra_vs_tc_fp32"), ".2f")}x; target {TARGETS["memory_vs_fp32"]}); '
             f'losses finite: {r.get("finite")}')
     nan = [r for r in records if r.get('kind') == 'train' and r.get('status') == 'ok' and not r.get('finite')]
@@ -297,6 +300,10 @@ def targets(records: List[dict]) -> List[str]:
                      '(dataset x model x half dtype)' + ('; not within: ' + ', '.join(
                          f'{r["dataset"]} {r["model"]} {r["precision"]} {r["diff"]:+.2f} (paired spread '
                          f'{r["diff_std"]:.2f})' for r in bad) if bad else ''))
+        nan = [r for r in acc_rows(records) if r.get('nan_runs')]
+        if nan:
+            lines.append('- runs ending with a NaN loss: ' + ', '.join(
+                f'{r["dataset"]} {r["model"]} {r["precision"]} ({r["nan_runs"]} of {r["runs"]})' for r in nan))
     return lines
 
 
