@@ -1,0 +1,181 @@
+"""ES-SpMM's edge sampling (issue 18, ``../shared/papers/es-spmm.txt``):
+which edges a row keeps when it is capped at ``S`` neighbours, as a pure
+function of (row, slot, seed), and the sampled aggregation's reference.
+
+This module is the specification the CUDA kernel follows (and its test
+oracle): every function works on int64 tensors with integer arithmetic only,
+so the device computes the same slots bit for bit.
+
+A row of degree ``d <= S`` keeps all its edges, in CSR order (computed exactly;
+with ``S >=`` the largest degree the sampled op *is* the exact op, bitwise). A
+row of degree ``d > S`` keeps ``S`` edges, slot ``k`` (``0 <= k < S``) taking
+edge ``rowptr[row] + idx(k)`` with, per strategy:
+
+* ``'uniform'`` (the default): ``idx(k) = (P(k) + r) mod d``, ``P`` a keyed
+  pseudo-random permutation of ``[0, d)`` (an invertible mixer on the ``b``-bit
+  integers, ``2^(b-1) < d <= 2^b``, restricted to ``[0, d)`` by cycle walking)
+  and ``r`` a keyed offset in ``[0, d)``; keys from a 32-bit hash of ``(row,
+  seed)``. ``idx`` is a bijection, so the ``S`` slots are distinct (no
+  duplicate samples), and the rotation by ``r`` makes every edge's inclusion
+  probability over seeds exactly ``S / d`` (up to the ``d / 2^62`` bias of
+  ``r``): the Horvitz-Thompson weights below are unbiased.
+* ``'bucket'``: ``idx(k) = k``, the row's first ``S`` edges (the paper's Bucket).
+* ``'fastrand'``: ``idx(k) = (577 k) mod d`` (the paper's FastRand; it repeats
+  edges when ``gcd(577, d) > 1`` or ``577 S > d`` wraps onto earlier slots,
+  and ignores the seed: kept for comparison only).
+
+Estimators (the sampled result's expectation over seeds is the exact one for
+'uniform'): ``sum`` scales a capped row's kept terms by ``d / S``; ``mean``
+divides by the number kept (``min(d, S)``); edge values (GCN's symmetric
+normalisation from the full degrees, any user weight) multiply as in the
+exact op.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+SAMPLINGS = ('uniform', 'bucket', 'fastrand')
+FASTRAND_PRIME = 577
+_M32 = 0xFFFFFFFF
+_M31 = 0x7FFFFFFF
+
+
+def _mul32(x: Tensor, c: int) -> Tensor:
+    """``(x * c) mod 2^32`` for ``0 <= x < 2^32`` (int64, no overflow: two
+    16-bit halves of ``c``), as ``uint32`` multiplication on the device."""
+    lo = x * (c & 0xFFFF)
+    hi = ((x * (c >> 16)) & 0xFFFF) << 16
+    return (lo + hi) & _M32
+
+
+def hash32(x: Tensor) -> Tensor:
+    """A 32-bit integer mixer (``lowbias32``: xor-shift, multiply, twice) of
+    ``x mod 2^32``; int64 in, values in ``[0, 2^32)`` out."""
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_keys(row: Tensor, seed: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Four 32-bit keys per row (int64 tensors) from ``hash32`` of the row and
+    the seed: the permutation's xor, two odd multipliers (``< 2^31``), and
+    the high bits of the offset ``r``."""
+    s = hash32(torch.tensor(seed & _M32, dtype=torch.int64) ^ 0x9E3779B9)
+    k0 = hash32(row ^ s)
+    k1 = hash32(k0 ^ 0x85EBCA6B)
+    k2 = hash32(k1 ^ 0xC2B2AE35)
+    k3 = hash32(k2 ^ 0x27D4EB2F)
+    return k0, k1, k2, k3
+
+
+def _bits(d: Tensor) -> Tensor:
+    """``b`` with ``2^(b-1) < d <= 2^b`` (``b >= 1``), per row (int64)."""
+    b = torch.zeros_like(d)
+    v = (d - 1).clamp(min=1)
+    while bool((v > 0).any()):
+        b = b + (v > 0).long()
+        v = v >> 1
+    return b.clamp(min=1)
+
+
+def _mix(x: Tensor, b: Tensor, k0: Tensor, k1: Tensor, k2: Tensor) -> Tensor:
+    """A bijection of the ``b``-bit integers (per element ``b``): xor with a
+    key, multiply by an odd key, xor-shift right by ``ceil(b / 2)``, multiply,
+    xor-shift; every step is invertible modulo ``2^b``."""
+    m = (torch.ones_like(b) << b) - 1
+    h = (b + 1) >> 1
+    x = (x ^ k0) & m
+    x = (x * ((k1 & _M31) | 1)) & m
+    x = x ^ (x >> h)
+    x = (x * ((k2 & _M31) | 1)) & m
+    return x ^ (x >> h)
+
+
+def uniform_index(k: Tensor, d: Tensor, row: Tensor, seed: int) -> Tensor:
+    """``'uniform'``: slot ``k`` of a row of degree ``d > k`` -> the edge's
+    position in the row, ``(P(k) + r) mod d`` (module doc); int64 tensors of
+    one shape."""
+    k0, k1, k2, k3 = row_keys(row, seed)
+    b = _bits(d)
+    y = _mix(k, b, k0, k1, k2)
+    out = y >= d
+    while bool(out.any()):  # cycle walking: terminates, as k itself lies in [0, d)
+        y = torch.where(out, _mix(y, b, k0, k1, k2), y)
+        out = y >= d
+    r = (((k3 & _M31) << 31) | (hash32(k3 ^ 0x165667B1) & _M31)) % d
+    return (y + r) % d
+
+
+def slot_index(k: Tensor, d: Tensor, row: Tensor, sampling: str, seed: int) -> Tensor:
+    """Position in its row of the edge that slot ``k`` of a capped row keeps."""
+    if sampling == 'bucket':
+        return k
+    if sampling == 'fastrand':
+        return (k * FASTRAND_PRIME) % d
+    if sampling == 'uniform':
+        return uniform_index(k, d, row, seed)
+    raise ValueError(f"pyg_tc: sampling must be one of {SAMPLINGS}, got {sampling!r}")
+
+
+def check_sampling(max_neighbors: int, sampling: str) -> None:
+    """Raises for a cap below 1 or an unknown strategy."""
+    if isinstance(max_neighbors, bool) or not isinstance(max_neighbors, int) or max_neighbors < 1:
+        raise ValueError(f'pyg_tc: max_neighbors must be a positive int, got {max_neighbors!r}')
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"pyg_tc: sampling must be one of {SAMPLINGS}, got {sampling!r}")
+
+
+def sample_csr(rowptr: Tensor, max_neighbors: int, sampling: str = 'uniform',
+               seed: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    """The capped graph of a CSR: ``(rowptr_s, edge, scale)``. Row ``i`` keeps
+    ``min(deg_i, S)`` edges, positions ``edge[rowptr_s[i]:rowptr_s[i+1]]``
+    into the original edge arrays (``col[edge]``, ``value[edge]``): all of
+    them in CSR order when ``deg_i <= S``, else the ``S`` slots of
+    :func:`slot_index` in slot order. ``scale[i] = deg_i / S`` for capped rows,
+    1 otherwise (float64: the sum estimator's Horvitz-Thompson weight)."""
+    check_sampling(max_neighbors, sampling)
+    S = max_neighbors
+    rowptr = rowptr.long()
+    deg = rowptr[1:] - rowptr[:-1]
+    keep = deg.clamp(max=S)
+    rowptr_s = torch.zeros_like(rowptr)
+    torch.cumsum(keep, 0, out=rowptr_s[1:])
+    R, E_s = deg.numel(), int(rowptr_s[-1])
+    row = torch.repeat_interleave(torch.arange(R, device=rowptr.device), keep, output_size=E_s)
+    k = torch.arange(E_s, device=rowptr.device) - rowptr_s[:-1].index_select(0, row)
+    d = deg.index_select(0, row)
+    capped = d > S
+    idx = k.clone()
+    if bool(capped.any()):
+        idx[capped] = slot_index(k[capped], d[capped], row[capped], sampling, seed)
+    edge = rowptr[:-1].index_select(0, row) + idx
+    scale = torch.where(deg > S, deg.double() / S, torch.ones_like(deg, dtype=torch.float64))
+    return rowptr_s, edge, scale
+
+
+def sampled_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor,
+                           max_neighbors: int, sampling: str = 'uniform', seed: int = 0,
+                           reduce: str = 'sum', diag: Optional[Tensor] = None) -> Tensor:
+    """ES-SpMM's result on the CPU (and the oracle of the kernel): the exact
+    :func:`~pyg_tc.ops.spmm_reference` on :func:`sample_csr`'s graph, sums of
+    capped rows scaled by ``deg / S``, means over the kept edges, ``max`` over
+    the kept edges; ``diag`` (a self term) is never sampled."""
+    from .csr import spmm_reference
+    if reduce not in ('sum', 'mean', 'max'):
+        raise ValueError(f"pyg_tc: reduce must be 'sum', 'mean' or 'max', got {reduce!r}")
+    rowptr_s, edge, scale = sample_csr(rowptr, max_neighbors, sampling, seed)
+    col_s = col.long().index_select(0, edge)
+    v = None if value is None else value.index_select(0, edge)
+    if reduce == 'sum':
+        row = torch.repeat_interleave(torch.arange(scale.numel(), device=x.device),
+                                      rowptr_s[1:] - rowptr_s[:-1], output_size=edge.numel())
+        w = scale.index_select(0, row)
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        v = w.to(acc) if v is None else v.to(acc) * w.to(acc)
+    return spmm_reference(rowptr_s, col_s, v, x, diag, reduce)
