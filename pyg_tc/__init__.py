@@ -5,5 +5,6 @@ __version__ = '0.1.0'
 
 from . import formats, ops, transforms, nn  # noqa: E402
 from ._info import info  # noqa: E402
+from .ops.sample import sampled_aggregation  # noqa: E402
 
-__all__ = ['formats', 'ops', 'transforms', 'nn', 'info', '__version__']
+__all__ = ['formats', 'ops', 'transforms', 'nn', 'info', 'sampled_aggregation', '__version__']

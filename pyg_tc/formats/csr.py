@@ -157,6 +157,9 @@ class CSRGraph:
         self.sched, self.t_sched = sched, t_sched
         self.num_rows, self.num_cols, self.chunk = int(num_rows), int(num_cols), int(chunk)
         self.sgt = None  # TC-GNN SGT metadata (pyg_tc.formats.sgt.SGT), built on demand
+        # ES-SpMM: the sampling (pyg_tc.ops.sample.Sampling) layers apply on this graph by
+        # default (set by pyg_tc.transforms.CapNeighbors); None: exact aggregation
+        self.sampling = None
         self._memo: dict = {}
 
     def memo(self, key, fn):
@@ -258,6 +261,7 @@ class CSRGraph:
                      self.t_sched.to(device), self.num_rows, self.num_cols, self.chunk)
         if self.sgt is not None:
             g.sgt = self.sgt.to(device, non_blocking=non_blocking)
+        g.sampling = self.sampling
         return g
 
     def __repr__(self) -> str:

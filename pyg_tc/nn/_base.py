@@ -45,7 +45,7 @@ from torch_geometric.nn import MessagePassing
 from ..formats.carrier import has_graph, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
-from ..ops import dispatch, ensure
+from ..ops import dispatch, ensure, sample
 
 #: a layer's ``backend``: the ops' vocabulary plus PyG's own message passing
 BACKENDS = dispatch.BACKENDS + ('pyg',)
@@ -228,10 +228,19 @@ class TCLayer:
         (:func:`pyg_tc.ops.dispatch.aggregate`; a backend without the
         reduction runs the CSR kernel). Inside ``torch.autocast('cuda')`` fp32
         features are cast once to the autocast dtype
-        (:func:`~pyg_tc.ops.dispatch.autocast_features`)."""
+        (:func:`~pyg_tc.ops.dispatch.autocast_features`); inside
+        :func:`pyg_tc.sampled_aggregation` the sampled aggregation runs
+        (:func:`pyg_tc.ops.sample.sampled_aggregate`)."""
+        spec = sample.active() or g.sampling
         if isinstance(x, CBSR):
+            if spec is not None:
+                return sample.sampled_aggregate(g, x, value, reduce, diag, spec, self.backend, strict=False)
             return dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False)
         x = dispatch.autocast_features(x)
+        if spec is not None:  # inside pyg_tc.sampled_aggregation(...): ES-SpMM
+            x2, restore = node_major(x, self.node_dim)
+            return restore(sample.sampled_aggregate(g, x2, value, reduce, diag, spec, self.backend,
+                                                    strict=False))
         if x.dtype == torch.float16 and value is None and reduce == 'sum':
             warn_fp16_sum(g, type(self).__name__)
         x2, restore = node_major(x, self.node_dim)

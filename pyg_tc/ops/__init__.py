@@ -7,6 +7,8 @@
 * :mod:`~pyg_tc.ops.attn`: fuseGNN's fused attention (``attn_gat``,
   ``attn_gatv2`` and their backward ops) and ``edge_softmax``;
 * :mod:`~pyg_tc.ops.sort`: the int32 radix sort of the format builders;
+* :mod:`~pyg_tc.ops.sample`: ES-SpMM's edge sampling (capped rows, the
+  sampled aggregation and :func:`~pyg_tc.ops.sample.sampled_aggregation`);
 * :mod:`~pyg_tc.ops.dispatch`: the backend vocabulary and the one place that
   chooses an implementation per call (``'auto'``, ``'csr'``, ``'sgt'``,
   ``'reference'``; CBSR features take the CBSR kernels).
@@ -17,12 +19,13 @@ on a GPU with the kernels built; otherwise, and for float64, the
 pure-PyTorch reference runs through the same registered op.
 """
 from .._library import ensure
-from . import attn, cbsr, csr, dispatch, sgt, sort  # noqa: F401 (define the ops)
+from . import attn, cbsr, csr, dispatch, sample, sgt, sort  # noqa: F401 (define the ops)
 from .csr import (emulate_spmm, sddmm_graph, sddmm_reference, spmm_graph,  # noqa: F401
                   spmm_reference)
 from .attn import (attention_weights, edge_softmax, gat_attention,  # noqa: F401
                    gatv2_attention)
 from .dispatch import BACKENDS, aggregate, choose_backend, edge_scores, sddmm, spmm
+from .sample import sampled_aggregation, sampled_spmm_reference  # noqa: F401
 from .cbsr import (CBSR_KERNEL_WIDTH, MAXK_KERNEL_WIDTH, cbsr_spmm_graph,  # noqa: F401
                    cbsr_spmm_reference, cbsr_sspmm_reference, check_k, emulate_cbsr_spmm,
                    emulate_cbsr_sspmm, maxk, maxk_reference)
@@ -34,4 +37,5 @@ __all__ = ['spmm', 'sddmm', 'aggregate', 'edge_scores', 'spmm_graph', 'sddmm_gra
            'sgt_sddmm_cells', 'sgt_of', 'choose_backend', 'check_k', 'ensure', 'BACKENDS',
            'spmm_reference', 'sddmm_reference', 'maxk_reference', 'cbsr_spmm_reference',
            'cbsr_sspmm_reference', 'gat_attention', 'gatv2_attention', 'edge_softmax',
-           'attention_weights', 'emulate_spmm', 'emulate_cbsr_spmm', 'emulate_cbsr_sspmm']
+           'attention_weights', 'emulate_spmm', 'emulate_cbsr_spmm', 'emulate_cbsr_sspmm',
+           'sampled_aggregation', 'sampled_spmm_reference']

@@ -195,7 +195,9 @@ def _default_size(adj: Any, num_src: int, flow: str) -> Tuple[int, int]:
 
 def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str = 'sum', *,
          size: Optional[Tuple[Optional[int], Optional[int]]] = None,
-         flow: str = 'source_to_target', diag: Any = None, backend: str = 'auto') -> Tensor:
+         flow: str = 'source_to_target', diag: Any = None, backend: str = 'auto',
+         max_neighbors: Optional[int] = None, sampling: str = 'uniform',
+         seed: Optional[int] = None) -> Tensor:
     """Neighbour aggregation ``out[i] = reduce_{(j -> i)} w_ji * x[j]``.
 
     Args:
@@ -217,6 +219,15 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
             which are ``adj_t`` with rows = targets).
         diag: optional per-node (or scalar) self term ``diag[i] * x[i]``.
         backend: one of :data:`BACKENDS` (module doc).
+        max_neighbors: ES-SpMM (:mod:`pyg_tc.ops.sample`): rows with more
+            edges keep ``max_neighbors`` of them; sums are scaled by
+            ``deg / max_neighbors`` (unbiased), means average the kept edges;
+            rows with fewer edges are exact. None: the exact op.
+        sampling: ``'uniform'`` (distinct, unbiased), ``'bucket'`` (the first
+            ones) or ``'fastrand'`` (the paper's ``577 k mod deg``).
+        seed: the sample is a pure function of (row, slot, seed); None draws
+            a seed from PyTorch's default generator per call (a new sample
+            each call, reproducible under ``torch.manual_seed``).
 
     Returns ``[num_dst, F]`` in ``x``'s dtype. Differentiable in ``x``,
     ``edge_weight`` and ``diag``.
@@ -224,6 +235,10 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     if size is None and isinstance(x, (Tensor, CBSR)) and x.dim() == 2:
         size = _default_size(adj, x.size(0), flow)
     g, value = resolve(adj, size=size, flow=flow, edge_weight=edge_weight)
+    if max_neighbors is not None:
+        from .sample import Sampling, sampled_aggregate
+        return sampled_aggregate(g, autocast_features(x), value, REDUCE.get(reduce, reduce), diag,
+                                 Sampling(max_neighbors, sampling, seed), backend)
     return aggregate(g, autocast_features(x), value, reduce, diag, backend=backend)
 
 

@@ -32,7 +32,8 @@ exact op.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from contextlib import contextmanager
+from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -179,3 +180,100 @@ def sampled_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor],
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         v = w.to(acc) if v is None else v.to(acc) * w.to(acc)
     return spmm_reference(rowptr_s, col_s, v, x, diag, reduce)
+
+
+# ---------------------------------------------------------------------------
+# Sampled aggregation on a CSRGraph (the reference path: the capped graph is
+# built with PyTorch ops, then the exact kernel runs on it)
+
+class Sampling(NamedTuple):
+    """A sampled aggregation's settings: cap, strategy, seed (None: a fresh
+    seed from PyTorch's default generator per call, i.e. a new sample per
+    step for training; an int: the same sample every call)."""
+    max_neighbors: int
+    sampling: str = 'uniform'
+    seed: Optional[int] = 0
+
+    def resolved_seed(self) -> int:
+        """The seed of this call."""
+        if self.seed is None:
+            return int(torch.randint(0, 2**31 - 1, (), dtype=torch.int64))
+        return int(self.seed)
+
+
+def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
+    """``(graph, edge, row_scale)``: the capped :class:`CSRGraph` of ``g``
+    (:func:`sample_csr`), its edges' positions in ``g``'s CSR order and the
+    per-edge Horvitz-Thompson weight (float64); None when no row of ``g`` has
+    more than ``max_neighbors`` edges (the exact op applies). The latest
+    capped graph per (cap, strategy) is kept on ``g`` (a fixed seed builds
+    it once; a new seed per call replaces it)."""
+    from ..formats.csr import CSRGraph
+    if g.memo('max_degree', lambda: int(g.degree().max()) if g.num_rows else 0) <= max_neighbors:
+        return None
+    key = ('capped', max_neighbors, sampling)
+    hit = g._memo.get(key)
+    if hit is not None and hit[0] == seed:
+        return hit[1]
+    rowptr_s, edge, scale = sample_csr(g.rowptr, max_neighbors, sampling, seed)
+    gs = CSRGraph.from_csr(rowptr_s, g.col.index_select(0, edge), g.num_cols, g.chunk)
+    w = scale.index_select(0, gs.row().long())
+    g._memo[key] = (seed, (gs, edge, w))
+    return gs, edge, w
+
+
+def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, spec: Sampling,
+                      backend: str = 'auto', strict: bool = True) -> Tensor:
+    """ES-SpMM on a :class:`CSRGraph`: ``reduce`` over each row's kept edges
+    (module doc: sums scaled by ``deg / S`` on capped rows, means over the
+    kept edges), ``value`` (CSR order of ``g``) gathered for the kept edges,
+    ``diag`` not sampled. Differentiable in ``x``, ``value`` and ``diag``: the
+    backward is the exact transpose of the call's sample."""
+    from . import dispatch
+    check_sampling(spec.max_neighbors, spec.sampling)
+    capped = capped_graph(g, spec.max_neighbors, spec.sampling, spec.resolved_seed())
+    if capped is None:
+        return dispatch.aggregate(g, x, value, reduce, diag, backend=backend, strict=strict)
+    gs, edge, w = capped
+    v = None if value is None else value.index_select(0, edge)
+    if reduce == 'sum':
+        w = w.to(value.dtype if value is not None else
+                 torch.float64 if x.dtype == torch.float64 else torch.float32)
+        v = w if v is None else v * w
+    return dispatch.aggregate(gs, x, v, reduce, diag, backend=backend, strict=strict)
+
+
+# The enclosing sampled_aggregation's settings: a module-level slot (process-wide, like
+# torch's global flags) rather than a ContextVar, which torch.compile cannot trace: the layers
+# read it on every call, and with no sampling active compiled models keep no graph break.
+_ACTIVE: List[Optional[Sampling]] = [None]
+
+
+def active() -> Optional[Sampling]:
+    """The sampling of the enclosing :func:`sampled_aggregation` (None: exact)."""
+    return _ACTIVE[0]
+
+
+@contextmanager
+def sampled_aggregation(max_neighbors: int, sampling: str = 'uniform',
+                        seed: Optional[int] = 0) -> Iterator[Sampling]:
+    """Inside the block every pyg_tc layer's neighbour aggregation (GCN,
+    SAGE, GIN and the other SpMM-based layers) is ES-SpMM's sampled one,
+    without changing the model::
+
+        with pyg_tc.sampled_aggregation(max_neighbors=32):
+            out = model(x, edge_index)
+
+    ``seed=0`` (default): the same sample on every call (inference, and
+    what :class:`~pyg_tc.transforms.CapNeighbors` precomputes); ``seed=None``:
+    a new sample per call (training with sampling; reproducible under
+    ``torch.manual_seed``). Attention layers (GAT, GATv2, AGNN's fused path)
+    stay exact: a softmax over a sample is not an unbiased estimate. The
+    setting is process-wide (not per thread) and nests."""
+    spec = Sampling(max_neighbors, sampling, seed)
+    check_sampling(max_neighbors, sampling)
+    previous, _ACTIVE[0] = _ACTIVE[0], spec
+    try:
+        yield spec
+    finally:
+        _ACTIVE[0] = previous

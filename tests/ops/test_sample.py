@@ -152,3 +152,123 @@ def test_uniform_no_duplicates_reddit_shaped_cuda(S):
     # the same slots on the CPU (integer arithmetic only: the spec is device-independent)
     cpu = sample_csr(g.rowptr[:2001].cpu(), S, 'uniform', seed=1)[1]
     assert torch.equal(edge[:cpu.numel()].cpu(), cpu)
+
+
+# ---------------------------------------------------------------------------
+# The op (pyg_tc.ops.spmm(max_neighbors=...)) and the layers' switch
+
+def _graph(seed=0, n=120, e=4000):
+    from pyg_tc.formats import CSRGraph
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    ei = torch.cat([ei, torch.stack([torch.arange(600) % n, torch.zeros(600, dtype=torch.long)])], 1)  # a hub
+    rowptr, col = csr_of(ei, n)
+    return CSRGraph.from_csr(rowptr, col, n), rowptr, col, ei
+
+
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max'])
+@pytest.mark.parametrize('sampling', SAMPLINGS)
+def test_op_matches_reference(reduce, sampling):
+    from pyg_tc.ops import spmm
+    g, rowptr, col, _ = _graph()
+    x = torch.randn(120, 7, dtype=torch.float64)
+    w = torch.rand(col.numel(), dtype=torch.float64)
+    out = spmm(x, g, w, reduce, max_neighbors=16, sampling=sampling, seed=5)
+    ref = sampled_spmm_reference(rowptr, col, w, x, 16, sampling, 5, reduce)
+    torch.testing.assert_close(out, ref)
+    # S >= the largest degree: the exact op, bitwise
+    assert torch.equal(spmm(x, g, w, reduce, max_neighbors=10_000, sampling=sampling),
+                       spmm(x, g, w, reduce))
+
+
+def test_op_seed_none_draws_from_torch():
+    from pyg_tc.ops import spmm
+    g, *_ = _graph()
+    x = torch.randn(120, 4)
+    torch.manual_seed(0)
+    a = spmm(x, g, max_neighbors=8)
+    b = spmm(x, g, max_neighbors=8)
+    torch.manual_seed(0)
+    assert not torch.equal(a, b) and torch.equal(a, spmm(x, g, max_neighbors=8))
+
+
+def test_gradients_are_the_samples_transpose():
+    """gradcheck in float64: x, the edge weights and diag through the sampled op (fixed seed)."""
+    from pyg_tc.ops import spmm
+    g, *_ = _graph(n=40, e=600)
+    x = torch.randn(40, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(g.num_edges, dtype=torch.float64, requires_grad=True)
+    d = torch.rand(40, dtype=torch.float64, requires_grad=True)
+    for reduce in ('sum', 'mean'):
+        assert torch.autograd.gradcheck(
+            lambda x, w, d: spmm(x, g, w, reduce, diag=d, max_neighbors=6, seed=3), (x, w, d))
+    # edges that were not sampled get no gradient
+    out = spmm(x, g, w, max_neighbors=6, seed=3)
+    gw, = torch.autograd.grad(out.sum(), w)
+    _, edge, _ = sample_csr(g.rowptr, 6, 'uniform', 3)
+    kept = torch.zeros(g.num_edges, dtype=torch.bool)
+    kept[edge] = True
+    assert bool((gw[~kept] == 0).all()) and bool((gw[kept] != 0).all())
+
+
+@pytest.mark.parametrize('kind', ['gcn', 'sage', 'gin'])
+def test_layers_sampled_aggregation(kind):
+    import pyg_tc
+    _, _, _, ei = _graph(1)
+    torch.manual_seed(0)
+    conv = {'gcn': lambda: pyg_tc.nn.GCNConv(6, 5), 'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
+            'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5))}[kind]().double()
+    x = torch.rand(120, 6, dtype=torch.float64)
+    with torch.no_grad():
+        exact = conv(x, ei)
+        with pyg_tc.sampled_aggregation(10_000):
+            assert torch.equal(conv(x, ei), exact)  # nothing capped: exact
+        with pyg_tc.sampled_aggregation(8, seed=1) as spec:
+            one = conv(x, ei)
+            assert spec.max_neighbors == 8 and torch.equal(conv(x, ei), one)  # fixed seed
+        assert torch.equal(conv(x, ei), exact)  # the switch is off after the block
+        assert not torch.allclose(one, exact)
+        # unbiased (the layers are linear in the aggregation): the mean over seeds -> exact
+        acc = torch.zeros_like(exact)
+        for s in range(300):
+            with pyg_tc.sampled_aggregation(8, seed=s):
+                acc += conv(x, ei)
+    assert float((acc / 300 - exact).abs().max()) < 0.03 * float(exact.abs().max())
+
+
+def test_switch_arguments():
+    import pyg_tc
+    with pytest.raises(ValueError, match='max_neighbors'):
+        with pyg_tc.sampled_aggregation(0):
+            pass
+    with pytest.raises(ValueError, match='sampling'):
+        with pyg_tc.sampled_aggregation(4, 'topk'):
+            pass
+
+
+@pytest.mark.parametrize('kind', ['gcn', 'sage', 'gin'])
+def test_cap_neighbors_transform(kind):
+    """The transform's prebuilt capped graph gives what the switch gives."""
+    import pyg_tc
+    from torch_geometric.data import Data
+    from pyg_tc.transforms import CapNeighbors, DegreeBucketTransform
+    _, _, _, ei = _graph(2)
+    torch.manual_seed(0)
+    conv = {'gcn': lambda: pyg_tc.nn.GCNConv(6, 5), 'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
+            'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5))}[kind]()
+    x = torch.rand(120, 6)
+    data = CapNeighbors(8, 'uniform', seed=4)(Data(x=x, edge_index=ei.clone(), num_nodes=120))
+    g = DegreeBucketTransform.graph(data)
+    assert ('capped', 8, 'uniform') in g._memo  # built once, by the transform
+    with torch.no_grad():
+        out = conv(x, data.edge_index)
+        with pyg_tc.sampled_aggregation(8, 'uniform', seed=4):
+            want = conv(x, ei)
+        assert torch.equal(out, want)
+        with pyg_tc.sampled_aggregation(10_000):  # an enclosing switch takes precedence
+            assert torch.equal(conv(x, data.edge_index), conv(x, ei))
+    assert repr(CapNeighbors(8)) == "CapNeighbors(max_neighbors=8, sampling='uniform', seed=0)"
+    with pytest.raises(ValueError, match='seed'):
+        CapNeighbors(8, seed=None)
+    with pytest.raises(ValueError, match='max_neighbors'):
+        CapNeighbors(0)

@@ -1,0 +1,63 @@
+"""CapNeighbors: ES-SpMM's capped graph, built once for repeated inference."""
+from __future__ import annotations
+
+from typing import Optional
+
+from torch_geometric.data import Data
+from torch_geometric.data.datapipes import functional_transform
+from torch_geometric.transforms import BaseTransform
+
+from ..formats.carrier import TCEdgeIndex, attach, plain_tensor
+from ..formats.csr import DEFAULT_CHUNK, CSRGraph
+from ..ops.sample import Sampling, capped_graph, check_sampling
+
+
+@functional_transform('pyg_tc_cap_neighbors')
+class CapNeighbors(BaseTransform):
+    r"""Attaches the :class:`~pyg_tc.formats.CSRGraph` of ``data.edge_index``
+    (as :class:`DegreeBucketTransform`) together with ES-SpMM's capped graph
+    (:mod:`pyg_tc.ops.sample`): rows with more than ``max_neighbors`` edges
+    keep ``max_neighbors`` of them, chosen by ``sampling`` with ``seed``.
+    Every pyg_tc layer then aggregates over the capped graph (sums scaled by
+    ``deg / max_neighbors``, means over the kept edges; GCN's normalisation
+    from the full degrees), exactly as inside ``pyg_tc.sampled_aggregation(
+    max_neighbors, sampling, seed)``, without rebuilding it per call. An
+    enclosing :func:`pyg_tc.sampled_aggregation` takes precedence. The edge
+    order of ``data`` is kept (``edge_weight`` stays aligned).
+
+    Args:
+        max_neighbors: the cap ``S``.
+        sampling: ``'uniform'``, ``'bucket'`` or ``'fastrand'``.
+        seed: the sample's seed (a fixed sample; an int).
+        chunk: the schedule's unit size (:class:`DegreeBucketTransform`).
+    """
+
+    def __init__(self, max_neighbors: int, sampling: str = 'uniform', seed: int = 0,
+                 chunk: Optional[int] = DEFAULT_CHUNK):
+        check_sampling(max_neighbors, sampling)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f'CapNeighbors: seed must be an int (a fixed sample), got {seed!r}')
+        self.spec = Sampling(max_neighbors, sampling, seed)
+        self.chunk = chunk
+
+    def forward(self, data: Data) -> Data:
+        """Attach the graph, its capped graph and the sampling to ``data``."""
+        if 'edge_index' not in data or data.edge_index is None:
+            raise ValueError('CapNeighbors needs data.edge_index')
+        ei = data.edge_index
+        entry = getattr(ei, '_pyg_tc_graph', None) if isinstance(ei, TCEdgeIndex) else None
+        if entry is not None:
+            graph = entry[1]
+        else:
+            N = data.num_nodes
+            src = plain_tensor(ei)
+            graph = CSRGraph.from_coo(src[0], src[1], N, N, self.chunk)
+            data.edge_index = attach(ei, N, graph)
+        graph.sampling = self.spec
+        S, sampling, seed = self.spec
+        capped_graph(graph, S, sampling, seed)  # built now, reused by every call
+        return data
+
+    def __repr__(self) -> str:
+        S, sampling, seed = self.spec
+        return f'{self.__class__.__name__}(max_neighbors={S}, sampling={sampling!r}, seed={seed})'
