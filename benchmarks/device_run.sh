@@ -18,6 +18,8 @@
 # halfprobe = HalfGNN SpMM/SDDMM per dtype, two-level on/off, config sweep (benchmarks/half_probe.py, $HALFPROBE_ARGS).
 # half = HalfGNN suite: SpMM/SDDMM per dtype, 2-layer training steps fp32/fp16/bf16 vs PyG + autocast, accuracy
 #        (pyg_tc/bench/half.py, $HALF_ARGS, e.g. --part train or --part accuracy).
+# es = ES-SpMM accuracy of sampled inference per cap and strategy, and training with sampling
+#      (pyg_tc/bench/es_spmm.py, $ES_ARGS, e.g. --part accuracy,trainmode).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -107,6 +109,9 @@ if [[ ",$MODE," == *,gatacc,* ]]; then
 fi
 if [[ ",$MODE," == *,half,* ]]; then  # HalfGNN suite: kernels, training steps, accuracy ($HALF_ARGS)
   python -m pyg_tc.bench.half --out "$OUT/half" ${HALF_ARGS:-} 2>&1 | tee "$OUT/half.log" || rc=1
+fi
+if [[ ",$MODE," == *,es,* ]]; then  # ES-SpMM sampled-inference accuracy table ($ES_ARGS)
+  python -m pyg_tc.bench.es_spmm --out "$OUT/es" ${ES_ARGS:-} 2>&1 | tee "$OUT/es.log" || rc=1
 fi
 if [[ ",$MODE," == *,bench,* || "$MODE" == all ]]; then
   python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1
