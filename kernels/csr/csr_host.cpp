@@ -1,6 +1,7 @@
-// CSR family, host side: the entry points of spmm_csr and sddmm_csr (argument
-// checks, the launch configuration rules, the params struct) and their CUDA
-// registration. The kernels and launchers are in csr_spmm.cu / csr_sddmm.cu;
+// CSR family, host side: the entry points of spmm_csr, sddmm_csr and
+// sampled_spmm (argument checks, the launch configuration rules, the params
+// struct) and their CUDA registration. The kernels and launchers are in
+// csr_spmm.cu / csr_sddmm.cu / csr_sampled.cu;
 // the schemas are defined in Python (pyg_tc/ops).
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
@@ -210,11 +211,53 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
   return out;
 }
 
+// ES-SpMM (csr_sampled.cu): at most S edges per row, chosen in the kernel.
+at::Tensor sampled_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
+                             const std::optional<at::Tensor>& value, const at::Tensor& x,
+                             int64_t max_neighbors, int64_t sampling, int64_t seed,
+                             c10::string_view reduce) {
+  check_index(rowptr, "rowptr");
+  check_index(col, "col");
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "pyg_tc: x must be a 2-D CUDA tensor");
+  TORCH_CHECK(max_neighbors >= 1 && max_neighbors < (1ll << 31), "pyg_tc: max_neighbors must be in [1, 2^31)");
+  TORCH_CHECK(sampling >= 0 && sampling <= 2, "pyg_tc: sampling must be 0 (uniform), 1 (bucket) or 2 (fastrand)");
+  const int red = reduce == "sum" ? 0 : reduce == "mean" ? 1 : reduce == "max" ? 2 : -1;
+  TORCH_CHECK(red >= 0, "pyg_tc: reduce must be sum, mean or max");
+  c10::cuda::CUDAGuard guard(x.device());
+  const auto xc = x.contiguous();
+  const int64_t R = rowptr.size(0) - 1;
+  const int64_t F = xc.size(1);
+  TORCH_CHECK(F < (1ll << 31), "pyg_tc: feature width too large");
+  auto out = at::zeros({R, F}, xc.options());
+  if (R == 0 || F == 0) return out;
+  const EdgeValues w = edge_values(value, col.numel());
+  CsrSampledParams p;
+  p.rowptr = rowptr.data_ptr<int>();
+  p.col = col.data_ptr<int>();
+  p.value = w.ptr;
+  p.num_rows = R;
+  p.x = xc.data_ptr();
+  p.out = out.data_ptr();
+  p.F = (int)F;
+  p.S = (int)max_neighbors;
+  p.sampling = (int)sampling;
+  p.seed = static_cast<uint32_t>(seed & 0xFFFFFFFFll);
+  p.reduce = red;
+  const int64_t vecw = 16 / xc.element_size();
+  p.vec = (F % vecw == 0) && aligned16(p.x) && aligned16(p.out);
+  const int64_t chunks = p.vec ? F / vecw : F;
+  p.lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  PYG_TC_DTYPE_SWITCH(xc.scalar_type(), T, "pyg_tc_sampled_spmm", [&] { run_csr_sampled<T>(p, stream); });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_tc, CUDA, m) {
   m.impl("spmm_csr", &spmm_csr_cuda);
   m.impl("sddmm_csr", &sddmm_csr_cuda);
+  m.impl("sampled_spmm", &sampled_spmm_cuda);
 }
 
 }  // namespace pyg_tc

@@ -51,8 +51,27 @@ struct CsrSddmmParams {
   int lanes{};  // lanes per unit: 4, 8, 16 or 32
 };
 
-// Defined (for float, __half, __nv_bfloat16) in csr_spmm.cu / csr_sddmm.cu.
+// ES-SpMM (csr_sampled.cu): each row aggregates at most S of its edges,
+// chosen in the kernel by pyg_tc/ops/sample.py's integer specification.
+struct CsrSampledParams {
+  const int* rowptr{};
+  const int* col{};
+  const float* value{};  // edge values, nullptr = 1
+  int64_t num_rows{};
+  const void* x{};  // [N_src, F], the launcher's dtype
+  void* out{};  // [num_rows, F]
+  int F{};
+  int S{};  // max_neighbors
+  int sampling{};  // 0 uniform, 1 bucket, 2 fastrand
+  uint32_t seed{};  // the seed's low 32 bits
+  int reduce{};  // 0 sum, 1 mean, 2 max
+  bool vec{};  // 16-byte vector path
+  int lanes{};  // lanes per row: 4, 8, 16 or 32
+};
+
+// Defined (for float, __half, __nv_bfloat16) in csr_spmm.cu / csr_sddmm.cu / csr_sampled.cu.
 template <typename T> void run_csr_spmm(const CsrSpmmParams& p, cudaStream_t stream);
 template <typename T> void run_csr_sddmm(const CsrSddmmParams& p, cudaStream_t stream);
+template <typename T> void run_csr_sampled(const CsrSampledParams& p, cudaStream_t stream);
 
 }  // namespace pyg_tc

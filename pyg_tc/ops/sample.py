@@ -277,3 +277,44 @@ def sampled_aggregation(max_neighbors: int, sampling: str = 'uniform',
         yield spec
     finally:
         _ACTIVE[0] = previous
+
+
+# ---------------------------------------------------------------------------
+# The kernel op (kernels/csr/csr_sampled.cu): the rows' samples computed in the
+# kernel, no capped graph built, no host synchronisation
+
+def _sampled_ref(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor, max_neighbors: int,
+                 sampling: int, seed: int, reduce: str) -> Tensor:
+    return sampled_spmm_reference(rowptr, col, value, x, max_neighbors, SAMPLINGS[sampling], seed, reduce)
+
+
+def _sampled_backward(a, needs: dict, grad: Tensor) -> dict:
+    """The exact transpose of the call's sample: autograd through the
+    reference on the same (rows, slots, seed)."""
+    x = a.x.detach().requires_grad_(bool(needs['x']))
+    v = None if a.value is None else a.value.detach().requires_grad_(bool(needs['value']))
+    wanted = {n: t for n, t in (('x', x), ('value', v)) if t is not None and needs[n]}
+    if not wanted:
+        return {}
+    with torch.enable_grad():
+        out = _sampled_ref(a.rowptr, a.col, v, x, a.max_neighbors, a.sampling, a.seed, a.reduce)
+        grads = torch.autograd.grad(out, list(wanted.values()), grad.to(out.dtype))
+    return dict(zip(wanted, grads))
+
+
+def _define_op():
+    from .._library import Op
+    return Op(
+        'sampled_spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, int max_neighbors, int sampling, '
+        'int seed, str reduce) -> Tensor',
+        reference=_sampled_ref,
+        fake=lambda a: a.x.new_empty(a.rowptr.size(0) - 1, a.x.size(1)),
+        backward=_sampled_backward)
+
+
+#: ES-SpMM in one kernel call (CUDA; the reference elsewhere). Arguments: CSR
+#: ``rowptr`` / ``col`` (int32), fp32 ``value`` or None, ``x``, the cap, the
+#: strategy's index in :data:`SAMPLINGS`, the seed, the reduction. Status:
+#: compiled, its CUDA tests (tests/ops/test_sample.py) not yet run on a GPU,
+#: so :func:`sampled_aggregate` does not call it yet (docs/es_spmm.md).
+sampled_spmm = _define_op()

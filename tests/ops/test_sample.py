@@ -272,3 +272,60 @@ def test_cap_neighbors_transform(kind):
         CapNeighbors(8, seed=None)
     with pytest.raises(ValueError, match='max_neighbors'):
         CapNeighbors(0)
+
+
+# ---------------------------------------------------------------------------
+# The kernel op: on the CPU its reference, on CUDA csr_sampled.cu against it
+
+def _op_args(g, value, x, S, sampling, seed, reduce):
+    return (g.rowptr, g.col, value, x, S, SAMPLINGS.index(sampling), seed, reduce)
+
+
+def test_kernel_op_reference_and_gradients_cpu():
+    from pyg_tc.ops.sample import sampled_spmm
+    g, rowptr, col, _ = _graph(n=40, e=600)
+    x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(g.num_edges, dtype=torch.float64, requires_grad=True)
+    out = sampled_spmm(*_op_args(g, w, x, 6, 'uniform', 9, 'sum'))
+    torch.testing.assert_close(out, sampled_spmm_reference(rowptr, col, w, x, 6, 'uniform', 9, 'sum'))
+    for reduce in ('sum', 'mean'):
+        assert torch.autograd.gradcheck(lambda x, w: sampled_spmm(*_op_args(g, w, x, 6, 'uniform', 9, reduce)),
+                                        (x, w))
+    torch.library.opcheck(torch.ops.pyg_tc.sampled_spmm.default,
+                          _op_args(g, w.detach(), x.detach(), 6, 'fastrand', 1, 'mean'))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('F', [1, 7, 32, 64, 129, 256])
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max'])
+@pytest.mark.parametrize('sampling', SAMPLINGS)
+def test_kernel_matches_reference_cuda(dtype, F, reduce, sampling):
+    from pyg_tc.ops.sample import sampled_spmm
+    g, rowptr, col, _ = _graph(3, n=300, e=20_000)
+    gc = g.to('cuda')
+    x = torch.randn(300, F).to(dtype)
+    w = torch.rand(g.num_edges)
+    for S, value in ((8, w), (8, None), (64, w), (1, w)):
+        out = sampled_spmm(*_op_args(gc, None if value is None else value.cuda(), x.cuda(), S, sampling, 11,
+                                     reduce)).cpu()
+        ref = sampled_spmm_reference(rowptr, col, value, x.float(), S, sampling, 11, reduce)
+        assert out.dtype == dtype
+        tol = 1e-5 if dtype == torch.float32 else 1e-2 if dtype == torch.float16 else 4e-2
+        torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol * float(ref.abs().max().clamp(min=1)))
+
+
+@pytest.mark.cuda
+def test_kernel_reddit_shaped_uniform_cuda():
+    """The kernel's slots are the specification's on the Reddit-shaped graph:
+    one-hot features of each row's kept edge positions would be too large, so
+    compare sums of x = the column id (exact in fp32 for these magnitudes)."""
+    from pyg_tc.bench.graphs import load_graph
+    from pyg_tc.ops.sample import sampled_spmm
+    g = load_graph('reddit', 'cuda').csr()
+    x = torch.arange(g.num_cols, device='cuda', dtype=torch.float32).unsqueeze(1) / g.num_cols
+    for S in (32, 128):
+        out = sampled_spmm(g.rowptr, g.col, None, x, S, 0, 1, 'mean')
+        rs, edge, _ = sample_csr(g.rowptr, S, 'uniform', seed=1)
+        ref = spmm_reference(rs, g.col.index_select(0, edge), None, x, reduce='mean')
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
