@@ -18,8 +18,9 @@
 # halfprobe = HalfGNN SpMM/SDDMM per dtype, two-level on/off, config sweep (benchmarks/half_probe.py, $HALFPROBE_ARGS).
 # half = HalfGNN suite: SpMM/SDDMM per dtype, 2-layer training steps fp32/fp16/bf16 vs PyG + autocast, accuracy
 #        (pyg_tc/bench/half.py, $HALF_ARGS, e.g. --part train or --part accuracy).
-# es = ES-SpMM accuracy of sampled inference per cap and strategy, and training with sampling
-#      (pyg_tc/bench/es_spmm.py, $ES_ARGS, e.g. --part accuracy,trainmode).
+# es = ES-SpMM accuracy of sampled inference per cap and strategy, training with sampling, the sampled
+#      SpMM kernels vs cuSPARSE / exact / pre-sampled, 2-layer inference (pyg_tc/bench/es_spmm.py, $ES_ARGS,
+#      e.g. --part accuracy,trainmode or --part kernels,infer).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by

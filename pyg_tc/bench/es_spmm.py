@@ -20,7 +20,12 @@ projection ``A R`` of the adjacency onto 64 Gaussian columns, seed 0; random
 each node predicts its graph's class from its own one-hot node label; random
 60/20/20 node split per seed).
 
-``python -m pyg_tc.bench.es_spmm --out DIR [--part accuracy,trainmode]
+Part ``kernels`` (requirement 8): on the Reddit- and products-shaped graphs,
+per F and S, the in-kernel sampled SpMM (op ``sampled_spmm``) against
+cuSPARSE and pyg_tc on the full graph and on the pre-sampled graph; part
+``infer``: 2-layer GCN / SAGE inference per S against exact.
+
+``python -m pyg_tc.bench.es_spmm --out DIR [--part accuracy,trainmode,kernels,infer]
 [--datasets ...] [--seeds 5] [--caps 8,16,32,64,128,256]`` writes
 ``es_spmm.jsonl``, ``es_spmm.md``, ``es_spmm.png``. It runs on the CPU
 (the reference path) or the GPU.
@@ -195,6 +200,75 @@ def bench_dataset(name: str, a) -> Iterator[dict]:
                     f'({time.perf_counter() - t0:.1f} s)')
 
 
+# -- kernels and inference (requirement 8) ------------------------------------------------
+
+KERNEL_GRAPHS = ['reddit', 'products']
+TARGETS = {32: (15.0, 4.0), 128: (7.0, 2.0)}  # S: (x cuSPARSE full, x pyg_tc exact), Reddit-shaped F=32
+PRESAMPLED_TARGET = 1.2
+
+
+def bench_kernels(name: str, a) -> Iterator[dict]:
+    """Per F and S: the sampled SpMM (in-kernel sampling: the ``sampled_spmm``
+    op) against cuSPARSE and pyg_tc's exact kernel on the full graph, and
+    against cuSPARSE / pyg_tc on the pre-sampled graph (kernel-only times)."""
+    from ..formats import CSRGraph
+    from ..ops import spmm_graph
+    from .graphs import load_graph
+    from .timing import kernel_time
+    from ..ops.sample import sample_csr, sampled_spmm
+    dev = a.device
+    bg = load_graph(name, dev)
+    g = bg.csr()
+    N, E = bg.num_nodes, g.num_edges
+    t = lambda fn: kernel_time(fn, dev, rep=10, warmup=2).median_ms  # noqa: E731
+    full = torch.sparse_csr_tensor(g.rowptr.long(), g.col.long(), torch.ones(E, device=dev), (N, N))
+    for F in a.widths:
+        x = torch.randn(N, F, device=dev)
+        base = dict(kind='kernel', graph=name, nodes=N, edges=E, F=F)
+        cus, exact = t(lambda: torch.sparse.mm(full, x)), t(lambda: spmm_graph(g, x))
+        for S in a.caps:
+            rs, edge, scale = sample_csr(g.rowptr, S, 'uniform', seed=0)
+            gs = CSRGraph.from_csr(rs, g.col.index_select(0, edge), N, g.chunk)
+            w = scale.index_select(0, gs.row().long()).float()
+            pre = torch.sparse_csr_tensor(gs.rowptr.long(), gs.col.long(), w, (N, N))
+            rec = dict(base, S=S, kept=edge.numel() / E, cusparse_full_ms=cus, pyg_tc_exact_ms=exact,
+                       cusparse_presampled_ms=t(lambda: torch.sparse.mm(pre, x)),
+                       pyg_tc_presampled_ms=t(lambda: spmm_graph(gs, x, w)))
+            for sampling in a.samplings:
+                code = SAMPLINGS.index(sampling)
+                rec[f'{sampling}_ms'] = t(lambda: sampled_spmm(g.rowptr, g.col, None, x, S, code, 0, 'sum'))
+            u = rec.get('uniform_ms')
+            if u:
+                rec.update(x_cusparse_full=cus / u, x_pyg_tc_exact=exact / u,
+                           over_presampled=u / rec['pyg_tc_presampled_ms'])
+            yield rec
+            gs = pre = None
+
+
+def bench_infer(name: str, a) -> Iterator[dict]:
+    """2-layer GCN / SAGE inference (eval, no grad) per S against exact, per-call times."""
+    import pyg_tc
+    from .graphs import load_graph
+    from .timing import bench
+    dev = a.device
+    bg = load_graph(name, dev)
+    N = bg.num_nodes
+    x = torch.randn(N, 256, device=dev)
+    for kind in a.models:
+        torch.manual_seed(0)
+        model = Net(kind, 256, 41).to(dev).eval()
+        ei = bg.edge_index
+        with torch.no_grad():
+            model(x, ei)  # builds the format
+            exact = bench(lambda: model(x, ei), warmup=2, rep=10, device=dev).median_ms
+            for S in a.caps:
+                with pyg_tc.sampled_aggregation(S, 'uniform', seed=0):
+                    model(x, ei)  # (reference path: builds the capped graph once, fixed seed)
+                    ms = bench(lambda: model(x, ei), warmup=2, rep=10, device=dev).median_ms
+                yield dict(kind='infer', graph=name, model=kind, S=S, exact_ms=exact, sampled_ms=ms,
+                           speedup=exact / ms)
+
+
 def table_rows(records: List[dict]) -> List[dict]:
     """Per (dataset, model, training, S, sampling): mean test metric and mean loss vs exact (points)."""
     ac = [r for r in records if r.get('kind') == 'accuracy']
@@ -246,6 +320,22 @@ def reporter(out: str, env: dict) -> Reporter:
                                            if r['dataset'] == d and r['model'] == m],
                       'S', 'loss', 'series', style='line', logx=2, hline=TARGET_LOSS, title=f'{d} {m}',
                       ylabel='points lost') for d, m in dict.fromkeys((r['dataset'], r['model']) for r in rows)]
+    sections += [
+        Table('## Kernels: sampled SpMM (kernel-only ms)', 'kernel', [
+            k('graph'), k('F'), k('S'), k('kept', '.3f', 'kept edges'), k('cusparse_full_ms', '.3f', 'cuSPARSE full'),
+            k('pyg_tc_exact_ms', '.3f', 'pyg_tc exact'), k('cusparse_presampled_ms', '.3f', 'cuSPARSE pre-sampled'),
+            k('pyg_tc_presampled_ms', '.3f', 'pyg_tc pre-sampled'), k('uniform_ms', '.3f', 'in-kernel uniform'),
+            k('bucket_ms', '.3f', 'bucket'), k('fastrand_ms', '.3f', 'fastrand'),
+            k('x_cusparse_full', '.1f', 'x cuSPARSE full', True), k('x_pyg_tc_exact', '.1f', 'x pyg_tc exact', True),
+            k('over_presampled', '.2f', 'in-kernel / pyg_tc pre-sampled', True)],
+            note=f'Targets (Reddit-shaped, F=32): S=32 >= {TARGETS[32][0]}x cuSPARSE full and >= {TARGETS[32][1]}x '
+                 f'pyg_tc exact; S=128 >= {TARGETS[128][0]}x and {TARGETS[128][1]}x; in-kernel sampling <= '
+                 f'{PRESAMPLED_TARGET}x pyg_tc on the pre-sampled graph. Pre-sampled graphs: uniform, seed 0, '
+                 'sums scaled by deg / S as edge values.'),
+        Table('## 2-layer inference (per call ms, eval, no grad)', 'infer', [
+            k('graph'), k('model'), k('S'), k('exact_ms', '.2f', 'exact ms'), k('sampled_ms', '.2f', 'sampled ms'),
+            k('speedup', '.2f', 'x exact', True)]),
+    ]
     return Reporter(out, 'es_spmm.jsonl', 'es_spmm.md', 'ES-SpMM: sampled inference accuracy', env, 'first',
                     sections, [Figure('es_spmm.png', panels, ncols=4, title='accuracy lost by sampled inference')],
                     tag='es')
@@ -255,7 +345,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line (module doc)."""
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='es_out')
-    p.add_argument('--part', default='accuracy', help='comma list of accuracy, trainmode')
+    p.add_argument('--part', default='accuracy', help='comma list of accuracy, trainmode, kernels, infer')
+    p.add_argument('--graphs', default=','.join(KERNEL_GRAPHS), help='graphs of kernels / infer')
+    p.add_argument('--widths', default='32,128', help='feature widths of kernels')
     p.add_argument('--datasets', default=','.join(DATASETS))
     p.add_argument('--models', default='gcn,sage')
     p.add_argument('--caps', default=','.join(map(str, CAPS)))
@@ -272,7 +364,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a.parts, a.datasets, a.models, a.samplings = split(a.part), split(a.datasets), split(a.models), split(a.samplings)
     a.caps = [int(c) for c in split(a.caps)]
     bad = [d for d in a.datasets if d not in DATASETS] + [m for m in a.models if m not in ('gcn', 'sage')] + [
-        s for s in a.samplings if s not in SAMPLINGS] + [q for q in a.parts if q not in ('accuracy', 'trainmode')]
+        s for s in a.samplings if s not in SAMPLINGS] + [
+        q for q in a.parts if q not in ('accuracy', 'trainmode', 'kernels', 'infer')]
     if bad:
         p.error(f'unknown {bad}')
     a.device = torch.device(a.device)
@@ -282,8 +375,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a.data_root, a.cache_dir = Path(a.data_root), a.cache_dir and Path(a.cache_dir)
     t0 = time.perf_counter()
     rep = reporter(a.out, environment(a.device, args={k: str(v) for k, v in vars(a).items()}))
-    paths = rep.run([('dataset', d, lambda d=d: bench_dataset(d, a)) for d in a.datasets], a.device,
-                    budget_s=a.budget, t0=t0)
+    a.graphs, a.widths = split(a.graphs), [int(w) for w in split(a.widths)]
+    items = [(part, g, lambda g=g, f=fn: f(g, a)) for part, fn in (('kernels', bench_kernels), ('infer', bench_infer))
+             if part in a.parts for g in a.graphs]
+    if {'accuracy', 'trainmode'} & set(a.parts):
+        items += [('dataset', d, lambda d=d: bench_dataset(d, a)) for d in a.datasets]
+    paths = rep.run(items, a.device, budget_s=a.budget, t0=t0)
     print(open(paths['markdown']).read())
     return 0
 

@@ -30,3 +30,15 @@ def test_micro_f1_top_k():
     m = torch.tensor([True, True])
     # predicted {0, 2} and {0}; true {0, 2} and {1}: tp 2, |pred| 3, |true| 3
     assert es_spmm.metric_of(out, y, m, 'micro_f1') == 2 * 2 / 6
+
+
+def test_es_kernels_and_infer_parts(tmp_path):
+    """Code path of the timing parts on the CPU (references; not a measurement)."""
+    es_spmm.main(['--out', str(tmp_path), '--part', 'kernels,infer', '--graphs', 'tiny', '--caps', '4',
+                  '--widths', '8', '--models', 'gcn', '--device', 'cpu'])
+    recs = [json.loads(line) for line in open(tmp_path / 'es_spmm.jsonl')]
+    ker = [r for r in recs if r.get('kind') == 'kernel']
+    assert len(ker) == 1 and 0 < ker[0]['kept'] < 1
+    assert all(ker[0][f'{s}_ms'] > 0 for s in ('uniform', 'bucket', 'fastrand', 'pyg_tc_presampled'))
+    inf = [r for r in recs if r.get('kind') == 'infer']
+    assert len(inf) == 1 and inf[0]['sampled_ms'] > 0
