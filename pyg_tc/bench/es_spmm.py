@@ -369,10 +369,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if bad:
         p.error(f'unknown {bad}')
     a.device = torch.device(a.device)
-    if a.data_root is None:
-        from .maxk_train import default_data_root
-        a.data_root = default_data_root()
-    a.data_root, a.cache_dir = Path(a.data_root), a.cache_dir and Path(a.cache_dir)
+    from .maxk_train import data_paths
+    data_paths(a)
     t0 = time.perf_counter()
     rep = reporter(a.out, environment(a.device, args={k: str(v) for k, v in vars(a).items()}))
     a.graphs, a.widths = split(a.graphs), [int(w) for w in split(a.widths)]

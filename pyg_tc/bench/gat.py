@@ -64,7 +64,6 @@ import math
 import pickle
 import statistics
 import time
-from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -913,10 +912,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if bad:
         p.error(f'unknown accuracy dataset(s) {bad}')
     a.device = torch.device(a.device)
-    if a.data_root is None:
-        from .maxk_train import default_data_root
-        a.data_root = default_data_root()
-    a.data_root, a.cache_dir = Path(a.data_root), a.cache_dir and Path(a.cache_dir)
+    from .maxk_train import data_paths
+    data_paths(a)
     return a
 
 

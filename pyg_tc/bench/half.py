@@ -413,9 +413,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             p.error(f'unknown {what}(s) {bad}')
     if a.quick:
         a.widths, a.datasets, a.seeds, a.epochs, a.steps, a.rep = a.widths[:1], a.datasets[:1], 1, 5, 2, 2
-    if a.data_root is None:
-        from .maxk_train import default_data_root
-        a.data_root = default_data_root()
+    from .maxk_train import data_paths
+    data_paths(a)
     return a
 
 

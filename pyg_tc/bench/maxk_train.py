@@ -48,6 +48,13 @@ def default_data_root() -> Path:
         return Path('shared') / 'datasets'
 
 
+def data_paths(a) -> None:
+    """A benchmark CLI's ``a.data_root`` (default: :func:`default_data_root`)
+    and ``a.cache_dir`` (optional) as Paths, in place."""
+    a.data_root = Path(a.data_root) if a.data_root is not None else default_data_root()
+    a.cache_dir = Path(a.cache_dir) if getattr(a, 'cache_dir', None) else None
+
+
 def load_dataset(name: str, data_root: Path, cache_dir: Optional[Path] = None, normalize: bool = True):
     """The ``Data`` of ``name`` (Planetoid features row-normalized unless ``normalize=False``)."""
     import torch_geometric.transforms as T

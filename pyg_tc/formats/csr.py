@@ -237,6 +237,10 @@ class CSRGraph:
         """In-degree of every row (target), int64."""
         return (self.rowptr[1:] - self.rowptr[:-1]).long()
 
+    def max_degree(self) -> int:
+        """The largest in-degree (0 without rows); read from the device once per graph."""
+        return self.memo('max_degree', lambda: int(self.degree().max()) if self.num_rows else 0)
+
     def per_edge(self, v: Tensor) -> Tensor:
         """A per-row (target) tensor ``v [R, ...]`` repeated for every edge of
         its row, in CSR order."""
@@ -271,12 +275,11 @@ class CSRGraph:
 
     def stats(self) -> dict:
         """Shape and schedule statistics (rows, edges, degrees, units, heavy rows)."""
-        deg = self.degree()
         return {
             'rows': self.num_rows, 'cols': self.num_cols, 'edges': self.num_edges,
             'units': int(self.sched.units.size(0)), 'heavy_rows': int(self.sched.heavy_rows.numel()),
             'slots': self.sched.num_slots,
-            'max_degree': int(deg.max()) if deg.numel() else 0,
+            'max_degree': self.max_degree(),
         }
 
     # -- checks -------------------------------------------------------------

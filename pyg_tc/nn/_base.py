@@ -93,7 +93,7 @@ def warn_fp16_sum(g: CSRGraph, layer: str) -> None:
     if 'fp16_sum_warned' in g._memo:
         return
     g._memo['fp16_sum_warned'] = True
-    deg = g.memo('max_degree', lambda: int(g.degree().max()))
+    deg = g.max_degree()
     if deg > 2048:
         warnings.warn(
             f'pyg_tc: {layer} sums up to {deg:,} neighbour features in float16: a row whose sum exceeds '

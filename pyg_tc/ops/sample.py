@@ -209,7 +209,7 @@ def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
     capped graph per (cap, strategy) is kept on ``g`` (a fixed seed builds
     it once; a new seed per call replaces it)."""
     from ..formats.csr import CSRGraph
-    if g.memo('max_degree', lambda: int(g.degree().max()) if g.num_rows else 0) <= max_neighbors:
+    if g.max_degree() <= max_neighbors:
         return None
     key = ('capped', max_neighbors, sampling)
     hit = g._memo.get(key)
