@@ -232,20 +232,16 @@ class TCLayer:
         :func:`pyg_tc.sampled_aggregation` the sampled aggregation runs
         (:func:`pyg_tc.ops.sample.sampled_aggregate`)."""
         spec = sample.active() or g.sampling
-        if isinstance(x, CBSR):
-            if spec is not None:
-                return sample.sampled_aggregate(g, x, value, reduce, diag, spec, self.backend, strict=False)
-            return dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False)
-        x = dispatch.autocast_features(x)
-        if spec is not None:  # inside pyg_tc.sampled_aggregation(...): ES-SpMM
-            x2, restore = node_major(x, self.node_dim)
-            return restore(sample.sampled_aggregate(g, x2, value, reduce, diag, spec, self.backend,
+        restore = _same
+        if not isinstance(x, CBSR):
+            x = dispatch.autocast_features(x)
+            if spec is None and x.dtype == torch.float16 and value is None and reduce == 'sum':
+                warn_fp16_sum(g, type(self).__name__)
+            x, restore = node_major(x, self.node_dim)
+        if spec is not None:  # inside pyg_tc.sampled_aggregation(...) or on a CapNeighbors graph
+            return restore(sample.sampled_aggregate(g, x, value, reduce, diag, spec, self.backend,
                                                     strict=False))
-        if x.dtype == torch.float16 and value is None and reduce == 'sum':
-            warn_fp16_sum(g, type(self).__name__)
-        x2, restore = node_major(x, self.node_dim)
-        return restore(dispatch.aggregate(g, x2, value, reduce, diag, t_value, self.backend,
-                                          strict=False))
+        return restore(dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False))
 
     def _prepare(self, x: Any, adj: Any, size: Optional[Tuple[int, int]]):
         """(message source features, root features, graph, edge values in CSR

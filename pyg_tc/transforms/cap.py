@@ -7,9 +7,9 @@ from torch_geometric.data import Data
 from torch_geometric.data.datapipes import functional_transform
 from torch_geometric.transforms import BaseTransform
 
-from ..formats.carrier import TCEdgeIndex, attach, plain_tensor
-from ..formats.csr import DEFAULT_CHUNK, CSRGraph
+from ..formats.csr import DEFAULT_CHUNK
 from ..ops.sample import Sampling, capped_graph, check_sampling
+from .degree_bucket import DegreeBucketTransform
 
 
 @functional_transform('pyg_tc_cap_neighbors')
@@ -44,15 +44,8 @@ class CapNeighbors(BaseTransform):
         """Attach the graph, its capped graph and the sampling to ``data``."""
         if 'edge_index' not in data or data.edge_index is None:
             raise ValueError('CapNeighbors needs data.edge_index')
-        ei = data.edge_index
-        entry = getattr(ei, '_pyg_tc_graph', None) if isinstance(ei, TCEdgeIndex) else None
-        if entry is not None:
-            graph = entry[1]
-        else:
-            N = data.num_nodes
-            src = plain_tensor(ei)
-            graph = CSRGraph.from_coo(src[0], src[1], N, N, self.chunk)
-            data.edge_index = attach(ei, N, graph)
+        data = DegreeBucketTransform(self.chunk)(data)  # the graph, attached (kept if already there)
+        graph = DegreeBucketTransform.graph(data)
         graph.sampling = self.spec
         S, sampling, seed = self.spec
         capped_graph(graph, S, sampling, seed)  # built now, reused by every call
