@@ -214,7 +214,8 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
 // ES-SpMM (csr_sampled.cu): at most S edges per row, chosen in the kernel.
 at::Tensor sampled_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
                              const std::optional<at::Tensor>& value, const at::Tensor& x,
-                             int64_t max_neighbors, int64_t sampling, int64_t seed,
+                             const std::optional<at::Tensor>& diag,
+                             const std::optional<at::Tensor>& row_order, int64_t max_neighbors, int64_t sampling, int64_t seed,
                              c10::string_view reduce) {
   check_index(rowptr, "rowptr");
   check_index(col, "col");
@@ -228,10 +229,21 @@ at::Tensor sampled_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   const int64_t R = rowptr.size(0) - 1;
   const int64_t F = xc.size(1);
   TORCH_CHECK(F < (1ll << 31), "pyg_tc: feature width too large");
-  auto out = at::zeros({R, F}, xc.options());
+  auto out = at::empty({R, F}, xc.options());  // the kernel writes every element
   if (R == 0 || F == 0) return out;
   const EdgeValues w = edge_values(value, col.numel());
+  DiagValues dg;
+  if (diag.has_value()) {
+    TORCH_CHECK(red != 2, "pyg_tc: diag is not supported with reduce='max'");
+    TORCH_CHECK(xc.size(0) == R, "pyg_tc: diag needs a square adjacency");
+    dg = diag_values(*diag, R, "pyg_tc: diag must be float32 CUDA with N entries or one");
+  }
   CsrSampledParams p;
+  if (row_order.has_value()) {
+    check_index(*row_order, "row_order");
+    TORCH_CHECK(row_order->numel() == R, "pyg_tc: row_order must have one entry per row");
+    p.order = row_order->data_ptr<int>();
+  }
   p.rowptr = rowptr.data_ptr<int>();
   p.col = col.data_ptr<int>();
   p.value = w.ptr;
@@ -243,6 +255,8 @@ at::Tensor sampled_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   p.sampling = (int)sampling;
   p.seed = static_cast<uint32_t>(seed & 0xFFFFFFFFll);
   p.reduce = red;
+  p.diag = dg.ptr;
+  p.diag_stride = dg.stride;
   const int64_t vecw = 16 / xc.element_size();
   p.vec = (F % vecw == 0) && aligned16(p.x) && aligned16(p.out);
   const int64_t chunks = p.vec ? F / vecw : F;

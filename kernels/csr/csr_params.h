@@ -55,6 +55,7 @@ struct CsrSddmmParams {
 // chosen in the kernel by pyg_tc/ops/sample.py's integer specification.
 struct CsrSampledParams {
   const int* rowptr{};
+  const int* order{};  // rows in the order the warps take them (degrees descending), nullptr = 0..R-1
   const int* col{};
   const float* value{};  // edge values, nullptr = 1
   int64_t num_rows{};
@@ -65,6 +66,8 @@ struct CsrSampledParams {
   int sampling{};  // 0 uniform, 1 bucket, 2 fastrand
   uint32_t seed{};  // the seed's low 32 bits
   int reduce{};  // 0 sum, 1 mean, 2 max
+  const float* diag{};  // the self term diag[i] x[i] (never sampled), nullptr = none
+  int64_t diag_stride{};
   bool vec{};  // 16-byte vector path
   int lanes{};  // lanes per row: 4, 8, 16 or 32
 };

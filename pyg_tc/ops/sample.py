@@ -201,6 +201,19 @@ class Sampling(NamedTuple):
         return int(self.seed)
 
 
+def row_order(g) -> Tensor:
+    """The rows of ``g`` by degree, descending (int32, once per graph): the
+    kernel's warps take rows in this order, so the rows sharing a warp keep
+    nearly equal counts ``min(deg, S)`` for every cap ``S``."""
+    return g.memo('row_order', lambda: torch.sort(g.degree(), descending=True, stable=True)[1].int())
+
+
+def _built(g, max_neighbors: int, sampling: str, seed: int):
+    """The capped graph of this (cap, strategy, seed) if one is kept on ``g``."""
+    hit = g._memo.get(('capped', max_neighbors, sampling))
+    return hit[1] if hit is not None and hit[0] == seed else None
+
+
 def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
     """``(graph, edge, row_scale)``: the capped :class:`CSRGraph` of ``g``
     (:func:`sample_csr`), its edges' positions in ``g``'s CSR order and the
@@ -211,14 +224,13 @@ def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
     from ..formats.csr import CSRGraph
     if g.max_degree() <= max_neighbors:
         return None
-    key = ('capped', max_neighbors, sampling)
-    hit = g._memo.get(key)
-    if hit is not None and hit[0] == seed:
-        return hit[1]
+    hit = _built(g, max_neighbors, sampling, seed)
+    if hit is not None:
+        return hit
     rowptr_s, edge, scale = sample_csr(g.rowptr, max_neighbors, sampling, seed)
     gs = CSRGraph.from_csr(rowptr_s, g.col.index_select(0, edge), g.num_cols, g.chunk)
     w = scale.index_select(0, gs.row().long())
-    g._memo[key] = (seed, (gs, edge, w))
+    g._memo[('capped', max_neighbors, sampling)] = (seed, (gs, edge, w))
     return gs, edge, w
 
 
@@ -228,13 +240,33 @@ def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, 
     (module doc: sums scaled by ``deg / S`` on capped rows, means over the
     kept edges), ``value`` (CSR order of ``g``) gathered for the kept edges,
     ``diag`` not sampled. Differentiable in ``x``, ``value`` and ``diag``: the
-    backward is the exact transpose of the call's sample."""
+    backward is the exact transpose of the call's sample.
+
+    Two paths, one sample (results equal up to fp32 rounding order): a capped
+    graph kept on ``g`` for this seed (built by
+    :class:`~pyg_tc.transforms.CapNeighbors` or an earlier training call) runs
+    the exact engine on it, the fastest inference; otherwise, without
+    gradients on CUDA, the :data:`sampled_spmm` kernel computes each row's
+    sample itself (nothing built, no host synchronisation); with gradients,
+    on the CPU, for float64 or CBSR features the capped graph is built
+    (:func:`capped_graph`) and the exact engine runs on it, forward and
+    transposed backward."""
     from . import dispatch
+    from .._library import use_kernel
+    from .csr import check_spmm
     check_sampling(spec.max_neighbors, spec.sampling)
-    capped = capped_graph(g, spec.max_neighbors, spec.sampling, spec.resolved_seed())
-    if capped is None:
+    seed = spec.resolved_seed()
+    if g.max_degree() <= spec.max_neighbors:  # nothing capped: the exact op, bitwise
         return dispatch.aggregate(g, x, value, reduce, diag, backend=backend, strict=strict)
-    gs, edge, w = capped
+    built = _built(g, spec.max_neighbors, spec.sampling, seed)
+    a = check_spmm(g, x, value, reduce, diag)
+    if built is None and isinstance(x, Tensor) and backend in ('auto', 'csr') and use_kernel(x) and not (
+            torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                            for t in (x, a['value'], a['diag']))):
+        return sampled_spmm(g.rowptr, g.col, a['value'], x, a['diag'], row_order(g), spec.max_neighbors,
+                            SAMPLINGS.index(spec.sampling), seed, a['reduce'],
+                            differentiable=(x, a['value'], a['diag']))
+    gs, edge, w = capped_graph(g, spec.max_neighbors, spec.sampling, seed)
     v = None if value is None else value.index_select(0, edge)
     if reduce == 'sum':
         w = w.to(value.dtype if value is not None else
@@ -283,9 +315,10 @@ def sampled_aggregation(max_neighbors: int, sampling: str = 'uniform',
 # The kernel op (kernels/csr/csr_sampled.cu): the rows' samples computed in the
 # kernel, no capped graph built, no host synchronisation
 
-def _sampled_ref(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor, max_neighbors: int,
-                 sampling: int, seed: int, reduce: str) -> Tensor:
-    return sampled_spmm_reference(rowptr, col, value, x, max_neighbors, SAMPLINGS[sampling], seed, reduce)
+def _sampled_ref(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor, diag: Optional[Tensor],
+                 max_neighbors: int, sampling: int, seed: int, reduce: str) -> Tensor:
+    return sampled_spmm_reference(rowptr, col, value, x, max_neighbors, SAMPLINGS[sampling], seed, reduce,
+                                  diag).to(x.dtype)
 
 
 def _sampled_backward(a, needs: dict, grad: Tensor) -> dict:
@@ -293,11 +326,12 @@ def _sampled_backward(a, needs: dict, grad: Tensor) -> dict:
     reference on the same (rows, slots, seed)."""
     x = a.x.detach().requires_grad_(bool(needs['x']))
     v = None if a.value is None else a.value.detach().requires_grad_(bool(needs['value']))
-    wanted = {n: t for n, t in (('x', x), ('value', v)) if t is not None and needs[n]}
+    dg = None if a.diag is None else a.diag.detach().requires_grad_(bool(needs['diag']))
+    wanted = {n: t for n, t in (('x', x), ('value', v), ('diag', dg)) if t is not None and needs[n]}
     if not wanted:
         return {}
     with torch.enable_grad():
-        out = _sampled_ref(a.rowptr, a.col, v, x, a.max_neighbors, a.sampling, a.seed, a.reduce)
+        out = _sampled_ref(a.rowptr, a.col, v, x, dg, a.max_neighbors, a.sampling, a.seed, a.reduce)
         grads = torch.autograd.grad(out, list(wanted.values()), grad.to(out.dtype))
     return dict(zip(wanted, grads))
 
@@ -305,16 +339,18 @@ def _sampled_backward(a, needs: dict, grad: Tensor) -> dict:
 def _define_op():
     from .._library import Op
     return Op(
-        'sampled_spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, int max_neighbors, int sampling, '
-        'int seed, str reduce) -> Tensor',
+        'sampled_spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor? diag, Tensor? row_order, '
+        'int max_neighbors, int sampling, int seed, str reduce) -> Tensor',
         reference=_sampled_ref,
         fake=lambda a: a.x.new_empty(a.rowptr.size(0) - 1, a.x.size(1)),
         backward=_sampled_backward)
 
 
 #: ES-SpMM in one kernel call (CUDA; the reference elsewhere). Arguments: CSR
-#: ``rowptr`` / ``col`` (int32), fp32 ``value`` or None, ``x``, the cap, the
-#: strategy's index in :data:`SAMPLINGS`, the seed, the reduction. Status:
-#: compiled, its CUDA tests (tests/ops/test_sample.py) not yet run on a GPU,
-#: so :func:`sampled_aggregate` does not call it yet (docs/es_spmm.md).
+#: ``rowptr`` / ``col`` (int32), fp32 ``value`` or None, ``x``, fp32 ``diag``
+#: (1 or N entries; the self term, never sampled) or None, ``row_order`` (int32,
+#: a permutation of the rows, the order the warps take them: :func:`row_order`;
+#: None = natural order; it changes the speed, never the result), the cap, the
+#: strategy's index in :data:`SAMPLINGS`, the seed, the reduction. Its
+#: backward runs autograd through the reference on the same sample.
 sampled_spmm = _define_op()

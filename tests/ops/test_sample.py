@@ -7,7 +7,7 @@ import torch
 
 from pyg_tc.bench.graphs import rmat
 from pyg_tc.ops import spmm_reference
-from pyg_tc.ops.sample import (FASTRAND_PRIME, SAMPLINGS, sample_csr, sampled_spmm_reference,
+from pyg_tc.ops.sample import (FASTRAND_PRIME, SAMPLINGS, row_order, sample_csr, sampled_spmm_reference,
                                uniform_index)
 
 
@@ -277,8 +277,8 @@ def test_cap_neighbors_transform(kind):
 # ---------------------------------------------------------------------------
 # The kernel op: on the CPU its reference, on CUDA csr_sampled.cu against it
 
-def _op_args(g, value, x, S, sampling, seed, reduce):
-    return (g.rowptr, g.col, value, x, S, SAMPLINGS.index(sampling), seed, reduce)
+def _op_args(g, value, x, S, sampling, seed, reduce, diag=None, order=None):
+    return (g.rowptr, g.col, value, x, diag, order, S, SAMPLINGS.index(sampling), seed, reduce)
 
 
 def test_kernel_op_reference_and_gradients_cpu():
@@ -306,13 +306,19 @@ def test_kernel_matches_reference_cuda(dtype, F, reduce, sampling):
     gc = g.to('cuda')
     x = torch.randn(300, F).to(dtype)
     w = torch.rand(g.num_edges)
-    for S, value in ((8, w), (8, None), (64, w), (1, w)):
+    order = row_order(gc)
+    for S, value, o in ((8, w, None), (8, None, order), (64, w, order), (1, w, order)):
         out = sampled_spmm(*_op_args(gc, None if value is None else value.cuda(), x.cuda(), S, sampling, 11,
-                                     reduce)).cpu()
+                                     reduce, order=o)).cpu()
         ref = sampled_spmm_reference(rowptr, col, value, x.float(), S, sampling, 11, reduce)
         assert out.dtype == dtype
         tol = 1e-5 if dtype == torch.float32 else 1e-2 if dtype == torch.float16 else 4e-2
         torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol * float(ref.abs().max().clamp(min=1)))
+    if reduce != 'max':  # the self term (GCN's self loop, GIN's 1 + eps), never sampled
+        for diag in (torch.rand(300), torch.tensor([1.5])):
+            out = sampled_spmm(*_op_args(gc, w.cuda(), x.cuda(), 8, sampling, 2, reduce, diag.cuda())).cpu()
+            ref = sampled_spmm_reference(rowptr, col, w, x.float(), 8, sampling, 2, reduce, diag)
+            torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol * float(ref.abs().max().clamp(min=1)))
 
 
 @pytest.mark.cuda
@@ -325,7 +331,32 @@ def test_kernel_reddit_shaped_uniform_cuda():
     g = load_graph('reddit', 'cuda').csr()
     x = torch.arange(g.num_cols, device='cuda', dtype=torch.float32).unsqueeze(1) / g.num_cols
     for S in (32, 128):
-        out = sampled_spmm(g.rowptr, g.col, None, x, S, 0, 1, 'mean')
+        out = sampled_spmm(g.rowptr, g.col, None, x, None, row_order(g), S, 0, 1, 'mean')
         rs, edge, _ = sample_csr(g.rowptr, S, 'uniform', seed=1)
         ref = spmm_reference(rs, g.col.index_select(0, edge), None, x, reduce='mean')
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('kind', ['gcn', 'sage', 'gin'])
+def test_layers_kernel_path_cuda(kind):
+    """Inference on CUDA runs the kernel (no capped graph built); with gradients
+    the capped graph and the exact engine run: the same sample, equal results."""
+    import pyg_tc
+    from pyg_tc.formats import CSRGraph
+    _, rowptr, col, ei = _graph(1)
+    torch.manual_seed(0)
+    conv = {'gcn': lambda: pyg_tc.nn.GCNConv(6, 5), 'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
+            'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5))}[kind]().cuda()
+    x, ei = torch.rand(120, 6, device='cuda'), ei.cuda()
+    with pyg_tc.sampled_aggregation(8, seed=1):
+        with torch.no_grad():
+            fast = conv(x, ei)
+        slow = conv(x.requires_grad_(), ei)
+    torch.testing.assert_close(fast, slow.detach(), rtol=1e-5, atol=1e-6)
+    g = CSRGraph.from_csr(rowptr, col, 120).to('cuda')
+    xs = torch.rand(120, 16, device='cuda')
+    out = pyg_tc.ops.spmm(xs, g, max_neighbors=8, seed=3)
+    assert not any(k[0] == 'capped' for k in g._memo if isinstance(k, tuple))  # nothing built
+    ref = sampled_spmm_reference(rowptr, col, None, xs.cpu(), 8, 'uniform', 3)
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
