@@ -48,9 +48,9 @@ if [[ ",$MODE," == *,halfprobe,* ]]; then  # half SpMM/SDDMM: dtypes, two-level 
   python benchmarks/half_probe.py --out "$OUT/half_probe.jsonl" ${HALFPROBE_ARGS:-} 2>&1 | tee "$OUT/half_probe.log" || rc=1
 fi
 if [[ ",$MODE," == *,ncu,* ]]; then  # profile (Firecracker machines only)
-  ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM|sgt_spmm|sgt_reduce" --section SpeedOfLight \
+  ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM|sgt_spmm|sgt_reduce|sampled_spmm" --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section InstructionStats \
-      --section LaunchStats \
+      --section LaunchStats --metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,dram__bytes_read.sum \
       python benchmarks/ncu_probe.py ${NCU_ARGS:-} > "$OUT/ncu.txt" 2>&1 || rc=1
   tail -5 "$OUT/ncu.txt"
 fi

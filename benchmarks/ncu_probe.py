@@ -11,6 +11,9 @@ as `graph:native`; cases F = 16 / 32 in fp32 / fp16, narrowed by
 --cases=float32:32,..., e.g. `NCU_ARGS=--sgt=tolokers bash benchmarks/device_run.sh ncu`;
 without --sgt, --cases=dtype:F,... picks the CSR SpMM cases on the Reddit-shaped graph
 (default float32:32,float32:256,float16:32,float16:256).
+--sampled=S[,S...]: ES-SpMM instead, fp32 F = 32 on the Reddit-shaped graph, per cap: the
+in-kernel uniform and bucket sampled SpMM, then pyg_tc's exact kernel on the pre-sampled graph
+(`NCU_ARGS=--sampled=8,128 bash benchmarks/device_run.sh ncu`).
 """
 import sys
 
@@ -41,12 +44,33 @@ def sgt_cases(name: str, cases=None):
         print(f'sgt case {dt} F={F}', flush=True)
 
 
+def sampled_cases(caps):
+    from pyg_tc.ops.sample import row_order, sample_csr, sampled_spmm
+    bg = load_graph('reddit', device='cuda')
+    n = bg.num_nodes
+    g = bg.csr()
+    order = row_order(g)
+    x = torch.randn(n, 32, device='cuda')
+    for S in caps:
+        rs, edge, scale = sample_csr(g.rowptr, S, 'uniform', seed=0)
+        gs = CSRGraph.from_csr(rs, g.col.index_select(0, edge), n, g.chunk)
+        w = scale.index_select(0, gs.row().long()).float()
+        for code in (0, 1):  # uniform, bucket
+            sampled_spmm(g.rowptr, g.col, None, x, None, order, S, code, 0, 'sum')
+        spmm_graph(gs, x, w)
+        torch.cuda.synchronize()
+        print(f'sampled case S={S}: uniform, bucket, pre-sampled', flush=True)
+
+
 def main():
     cases = None
     for a in sys.argv[1:]:
         if a.startswith('--cases='):  # e.g. float32:16,float32:32
             cases = a.partition('=')[2].split(',')
     for a in sys.argv[1:]:
+        if a.startswith('--sampled='):
+            sampled_cases([int(v) for v in a.partition('=')[2].split(',')])
+            return
         if a == '--sgt' or a.startswith('--sgt='):
             for name in (a.partition('=')[2] or 'reddit').split(','):  # graph[:native]
                 sgt_cases(name, cases)

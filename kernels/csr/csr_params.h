@@ -70,6 +70,7 @@ struct CsrSampledParams {
   int64_t diag_stride{};
   bool vec{};  // 16-byte vector path
   int lanes{};  // lanes per row: 4, 8, 16 or 32
+  int slices{1};  // feature slices over blockIdx.y (each L * V wide; the last loops on)
 };
 
 // Defined (for float, __half, __nv_bfloat16) in csr_spmm.cu / csr_sddmm.cu / csr_sampled.cu.

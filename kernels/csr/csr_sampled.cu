@@ -121,7 +121,7 @@ sampled_spmm_kernel(const CsrSampledParams p) {
       w = val ? __ldg(val + e) : 1.f;
     }
   };
-  for (int f0 = 0; f0 < p.F; f0 += L * V) {
+  for (int f0 = blockIdx.y * L * V; f0 < p.F; f0 += gridDim.y * L * V) {
     const int f = f0 + l * V;
     const bool fin = f < p.F;
     float acc[V];
@@ -187,7 +187,7 @@ void launch_sampled(const CsrSampledParams& p, cudaStream_t stream) {
   const int64_t rows_per_block = (kThreads / 32) * G;
   const int64_t blocks = (p.num_rows + rows_per_block - 1) / rows_per_block;
   if (blocks == 0) return;
-  sampled_spmm_kernel<T, V, L><<<(unsigned)blocks, kThreads, 0, stream>>>(p);
+  sampled_spmm_kernel<T, V, L><<<dim3((unsigned)blocks, (unsigned)p.slices), kThreads, 0, stream>>>(p);
 }
 
 }  // namespace

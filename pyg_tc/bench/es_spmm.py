@@ -232,6 +232,11 @@ def bench_kernels(name: str, a) -> Iterator[dict]:
             gs = CSRGraph.from_csr(rs, g.col.index_select(0, edge), N, g.chunk)
             w = scale.index_select(0, gs.row().long()).float()
             pre = torch.sparse_csr_tensor(gs.rowptr.long(), gs.col.long(), w, (N, N))
+            # index bytes read: in-kernel, the 32-byte sectors of col that the sampled positions touch;
+            # pre-sampled, the capped graph's col and edge values, read in order
+            sectors = lambda e: 32 * torch.unique(e.long() // 8).numel() / 2**20  # noqa: E731
+            base.update(uniform_col_mib=sectors(edge), bucket_col_mib=sectors(sample_csr(g.rowptr, S, 'bucket')[1]),
+                        presampled_index_mib=8 * edge.numel() / 2**20)
             rec = dict(base, S=S, kept=edge.numel() / E, cusparse_full_ms=cus, pyg_tc_exact_ms=exact,
                        cusparse_presampled_ms=t(lambda: torch.sparse.mm(pre, x)),
                        pyg_tc_presampled_ms=t(lambda: spmm_graph(gs, x, w)))
@@ -332,6 +337,16 @@ def reporter(out: str, env: dict) -> Reporter:
                                            if r['dataset'] == d and r['model'] == m],
                       'S', 'loss', 'series', style='line', logx=2, hline=TARGET_LOSS, title=f'{d} {m}',
                       ylabel='points lost') for d, m in dict.fromkeys((r['dataset'], r['model']) for r in rows)]
+
+    def kernel_panels(records):
+        ks = [r for r in records if r.get('kind') == 'kernel']
+        series = (('cusparse_presampled_ms', 'cuSPARSE pre-sampled'), ('pyg_tc_presampled_ms', 'pyg_tc pre-sampled'),
+                  ('uniform_ms', 'in-kernel uniform'), ('bucket_ms', 'in-kernel bucket'))
+        return [Panel(lambda _, g=g, F=F: [dict(S=r['S'], ms=r[key], series=label) for r in ks
+                                           if r['graph'] == g and r['F'] == F for key, label in series if key in r],
+                      'S', 'ms', 'series', style='line', logx=2, title=f'{g} F={F} (cuSPARSE full '
+                      f'{next(r["cusparse_full_ms"] for r in ks if r["graph"] == g and r["F"] == F):.1f} ms)',
+                      ylabel='kernel ms') for g, F in dict.fromkeys((r['graph'], r['F']) for r in ks)]
     sections += [
         Table('## Kernels: sampled SpMM (kernel-only ms)', 'kernel', [
             k('graph'), k('F'), k('S'), k('kept', '.3f', 'kept edges'), k('cusparse_full_ms', '.3f', 'cuSPARSE full'),
@@ -339,6 +354,8 @@ def reporter(out: str, env: dict) -> Reporter:
             k('pyg_tc_presampled_ms', '.3f', 'pyg_tc pre-sampled'), k('uniform_ms', '.3f', 'in-kernel uniform'),
             k('bucket_ms', '.3f', 'bucket'), k('fastrand_ms', '.3f', 'fastrand'),
             k('uniform_natural_ms', '.3f', 'uniform, rows unordered'),
+            k('uniform_col_mib', '.0f', 'uniform: col MiB read'), k('bucket_col_mib', '.0f', 'bucket: col MiB'),
+            k('presampled_index_mib', '.0f', 'pre-sampled: col + values MiB'),
             k('x_cusparse_full', '.1f', 'x cuSPARSE full', True), k('x_pyg_tc_exact', '.1f', 'x pyg_tc exact', True),
             k('over_presampled', '.2f', 'in-kernel / pyg_tc pre-sampled', True)],
             note=f'Targets (Reddit-shaped, F=32): S=32 >= {TARGETS[32][0]}x cuSPARSE full and >= {TARGETS[32][1]}x '
@@ -353,7 +370,9 @@ def reporter(out: str, env: dict) -> Reporter:
                  'the same sample built once by the transform, the exact kernel on the capped graph.'),
     ]
     return Reporter(out, 'es_spmm.jsonl', 'es_spmm.md', 'ES-SpMM: sampled inference accuracy', env, 'first',
-                    sections, [Figure('es_spmm.png', panels, ncols=4, title='accuracy lost by sampled inference')],
+                    sections, [Figure('es_spmm.png', panels, ncols=4, title='accuracy lost by sampled inference'),
+                               Figure('es_spmm_kernels.png', kernel_panels, ncols=2,
+                                      title='sampled SpMM, kernel-only ms per cap S')],
                     tag='es')
 
 

@@ -360,3 +360,26 @@ def test_layers_kernel_path_cuda(kind):
     assert not any(k[0] == 'capped' for k in g._memo if isinstance(k, tuple))  # nothing built
     ref = sampled_spmm_reference(rowptr, col, None, xs.cpu(), 8, 'uniform', 3)
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('dtype, F', [(torch.float32, 128), (torch.bfloat16, 256)])
+def test_kernel_feature_slices_cuda(dtype, F):
+    """x over 256 MiB with rows over 256 bytes: the kernel splits the features
+    into 256-byte slices over blockIdx.y (csr_host.cpp); same result."""
+    from pyg_tc.formats import CSRGraph
+    from pyg_tc.ops.sample import sampled_spmm
+    n = 600_000
+    gen = torch.Generator(device='cuda').manual_seed(0)
+    dst = torch.cat([torch.randint(0, n, (2_000_000,), device='cuda', generator=gen),
+                     torch.zeros(5000, dtype=torch.long, device='cuda')])  # a capped hub
+    src = torch.randint(0, n, (dst.numel(),), device='cuda', generator=gen)
+    g = CSRGraph.from_coo(src, dst, n, n)
+    x = torch.randn(n, F, device='cuda', generator=gen).to(dtype)
+    assert x.numel() * x.element_size() > 256 * 2**20
+    w = torch.rand(g.num_edges, device='cuda', generator=gen)
+    for S, reduce in ((4, 'sum'), (16, 'mean')):
+        out = sampled_spmm(g.rowptr, g.col, w, x, None, row_order(g), S, 0, 5, reduce)
+        ref = sampled_spmm_reference(g.rowptr, g.col, w, x.float(), S, 'uniform', 5, reduce)
+        tol = 1e-5 if dtype == torch.float32 else 4e-2
+        torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol * float(ref.abs().max()))
