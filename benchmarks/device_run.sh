@@ -21,6 +21,8 @@
 # es = ES-SpMM accuracy of sampled inference per cap and strategy, training with sampling, the sampled
 #      SpMM kernels vs cuSPARSE / exact / pre-sampled, 2-layer inference (pyg_tc/bench/es_spmm.py, $ES_ARGS,
 #      e.g. --part accuracy,trainmode or --part kernels,infer).
+# minibatch = NeighborLoader training per batch (sampling / transfer / format build / compute), PyG's layers vs
+#      pyg_tc's on the same batches (pyg_tc/bench/minibatch.py, $MINIBATCH_ARGS; needs .device_data/wheels).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -113,6 +115,12 @@ if [[ ",$MODE," == *,half,* ]]; then  # HalfGNN suite: kernels, training steps, 
 fi
 if [[ ",$MODE," == *,es,* ]]; then  # ES-SpMM sampled-inference accuracy table ($ES_ARGS)
   python -m pyg_tc.bench.es_spmm --out "$OUT/es" ${ES_ARGS:-} 2>&1 | tee "$OUT/es.log" || rc=1
+fi
+if [[ ",$MODE," == *,minibatch,* ]]; then  # NeighborLoader training, PyG vs pyg_tc on the same batches ($MINIBATCH_ARGS)
+  # the sampler backend: torch_scatter / torch_sparse wheels for this machine, carried in .device_data/wheels
+  # (cp ../shared/wheels/gpu-machine/*.whl .device_data/wheels/)
+  python -m pip install -q --no-deps .device_data/wheels/*.whl 2>&1 | tail -2
+  python -m pyg_tc.bench.minibatch --out "$OUT/minibatch" ${MINIBATCH_ARGS:-} 2>&1 | tee "$OUT/minibatch.log" || rc=1
 fi
 if [[ ",$MODE," == *,bench,* || "$MODE" == all ]]; then
   python -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1

@@ -1,0 +1,195 @@
+"""Mini-batch training suite (issue 19): ``NeighborLoader`` batches through
+pyg_tc's layers and PyG's, the same batches for both.
+
+Per graph: node features (``--width`` Gaussian columns, seed 0) and random
+labels (``--classes``) on the CPU, a ``NeighborLoader`` (fan-out
+``--fanout``, ``--batch-size`` seeds, shuffled with a seeded generator) whose
+first ``--batches`` batches are sampled once and timed (sampling). Then per
+model (3-layer GraphSAGE / GCN / GAT, hidden ``--hidden``) and
+implementation (PyG's layers on a plain ``edge_index``, pyg_tc's layers with
+the format built per batch on the GPU by ``DegreeBucketTransform``), one
+warm-up pass and one timed pass over those batches, split into transfer
+(``batch.to(device)``), format build (pyg_tc only) and compute (forward,
+backward, Adam step), each ended by a device synchronisation; the loss per
+batch, and its largest difference to PyG's (same initial weights). A record
+per (graph, model, implementation) with the per-batch means, the format
+build's share and pyg_tc's compute speed-up over PyG's.
+
+``python -m pyg_tc.bench.minibatch --out DIR [--graphs reddit,products,tolokers]
+[--models sage,gcn,gat] [--batches 30]`` writes ``minibatch.jsonl``,
+``minibatch.md``, ``minibatch.png``; needs a sampler backend (pyg-lib or
+torch_sparse; ``../shared/wheels``).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Iterator, Optional, Sequence
+
+import torch
+import torch.nn.functional as Fn
+
+from .report import Col, Figure, Panel, Reporter, Table, environment
+
+MODELS = ('sage', 'gcn', 'gat')
+IMPLS = ('pyg', 'pyg_tc')
+
+
+class Net(torch.nn.Module):
+    """A stack of ``kind`` layers from ``lib``; ReLU between them."""
+
+    def __init__(self, lib, kind: str, dims: Sequence[int]):
+        super().__init__()
+        make = {'sage': lambda i, o: lib.SAGEConv(i, o), 'gcn': lambda i, o: lib.GCNConv(i, o),
+                'gat': lambda i, o: lib.GATConv(i, o, heads=1)}[kind]
+        self.convs = torch.nn.ModuleList(make(i, o) for i, o in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x, edge_index):
+        """Logits of every node of the batch."""
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = x.relu()
+        return x
+
+
+def sample(name: str, a) -> tuple:
+    """The graph's ``Data`` on the CPU and its first ``a.batches`` batches; sampling ms per batch."""
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+    from .graphs import load_graph
+    bg = load_graph(name, 'cpu')
+    g = torch.Generator().manual_seed(0)
+    n = bg.num_nodes
+    data = Data(x=torch.randn(n, a.width, generator=g), y=torch.randint(0, a.classes, (n,), generator=g),
+                edge_index=bg.edge_index, num_nodes=n)
+    loader = NeighborLoader(data, num_neighbors=a.fanout, batch_size=a.batch_size, shuffle=True,
+                            generator=torch.Generator().manual_seed(0))
+    it = iter(loader)
+    t0 = time.perf_counter()
+    batches = [next(it) for _ in range(a.batches)]
+    return bg, batches, 1e3 * (time.perf_counter() - t0) / len(batches)
+
+
+def run_impl(impl: str, kind: str, batches: list, a) -> dict:
+    """One warm-up and one timed pass of ``impl`` over ``batches``: per-batch means and losses."""
+    import torch_geometric.nn as pyg_nn
+    import pyg_tc
+    from ..transforms import DegreeBucketTransform
+    dev = a.device
+    sync = torch.cuda.synchronize if dev.type == 'cuda' else (lambda: None)
+    torch.manual_seed(0)
+    model = Net(pyg_tc.nn if impl == 'pyg_tc' else pyg_nn, kind, [a.width, a.hidden, a.hidden, a.classes]).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    build = DegreeBucketTransform() if impl == 'pyg_tc' else None
+    times = {'transfer': [], 'build': [], 'compute': []}
+    losses = []
+    for timed in (False, True):
+        for b in batches:
+            sync()
+            t0 = time.perf_counter()
+            b = b.to(dev, non_blocking=True)
+            sync()
+            t1 = time.perf_counter()
+            t2 = t1  # PyG's layers build nothing
+            if build is not None:
+                b = build(b)
+                sync()
+                t2 = time.perf_counter()
+            opt.zero_grad()
+            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
+            loss.backward()
+            opt.step()
+            sync()
+            t3 = time.perf_counter()
+            if timed:
+                for k, v in (('transfer', t1 - t0), ('build', t2 - t1), ('compute', t3 - t2)):
+                    times[k].append(1e3 * v)
+                losses.append(float(loss))
+    mean = {f'{k}_ms': statistics.mean(v) for k, v in times.items()}
+    total = sum(mean.values())
+    return dict(mean, total_ms=total, build_share=mean['build_ms'] / total, losses=losses,
+                peak_mib=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == 'cuda' else None)
+
+
+def bench_graph(name: str, a) -> Iterator[dict]:
+    """Records of one graph: its batches, then every (model, implementation)."""
+    bg, batches, sample_ms = sample(name, a)
+    nodes = statistics.mean(b.num_nodes for b in batches)
+    edges = statistics.mean(b.edge_index.size(1) for b in batches)
+    base = dict(graph=name, nodes=bg.num_nodes, edges=bg.num_edges, batch_nodes=nodes, batch_edges=edges,
+                sample_ms=sample_ms)
+    for kind in a.models:
+        recs = {}
+        for impl in IMPLS:
+            if a.device.type == 'cuda':
+                torch.cuda.reset_peak_memory_stats(a.device)
+            recs[impl] = run_impl(impl, kind, batches, a)
+        ref = recs['pyg']['losses']
+        for impl, r in recs.items():
+            diff = max(abs(x - y) for x, y in zip(r['losses'], ref))
+            out = dict(base, kind='minibatch', model=kind, impl=impl, loss_first=r['losses'][0],
+                       loss_last=r['losses'][-1], loss_max_diff_vs_pyg=diff,
+                       **{k: v for k, v in r.items() if k != 'losses'})
+            if impl == 'pyg_tc':
+                out.update(compute_speedup=recs['pyg']['compute_ms'] / r['compute_ms'],
+                           total_speedup=recs['pyg']['total_ms'] / r['total_ms'])
+            yield out
+
+
+def reporter(out: str, env: dict) -> Reporter:
+    """``minibatch.jsonl``, ``minibatch.md``, ``minibatch.png``."""
+    k = lambda key, spec='', h=None, bold=False: Col(h or key, key, spec, bold)  # noqa: E731
+    table = Table('## NeighborLoader training, per batch (ms, means over the timed pass)', 'minibatch', [
+        k('graph'), k('model'), k('impl'), k('batch_nodes', ',.0f', 'batch nodes'),
+        k('batch_edges', ',.0f', 'batch edges'), k('sample_ms', '.1f', 'sampling (CPU)'),
+        k('transfer_ms', '.2f', 'transfer'), k('build_ms', '.2f', 'format build'), k('compute_ms', '.2f', 'compute'),
+        k('total_ms', '.2f', 'transfer + build + compute'), k('build_share', '.1%', 'build share'),
+        k('compute_speedup', '.2f', 'compute x PyG', True), k('total_speedup', '.2f', 'total x PyG', True),
+        k('peak_mib', ',.0f', 'peak MiB'), k('loss_last', '.4f', 'last loss'),
+        k('loss_max_diff_vs_pyg', '.1e', 'max loss diff vs PyG')],
+        note='The same sampled batches for both implementations; compute = forward + backward + Adam step. '
+             'Sampling is done once per graph (CPU, the loader\'s own sampler) and shown per batch.')
+
+    def panels(records):
+        rs = [r for r in records if r.get('kind') == 'minibatch']
+        return [Panel(lambda _, g=g: [dict(r, series=r['impl'], label=r['model']) for r in rs if r['graph'] == g],
+                      'label', 'compute_ms', 'series', style='bar', title=f'{g}: compute per batch',
+                      ylabel='ms') for g in dict.fromkeys(r['graph'] for r in rs)]
+    return Reporter(out, 'minibatch.jsonl', 'minibatch.md', 'Mini-batch training (NeighborLoader)', env, 'first',
+                    [table], [Figure('minibatch.png', panels, ncols=3, title='per-batch compute, PyG vs pyg_tc')],
+                    tag='minibatch')
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Command line (module doc)."""
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--out', default='minibatch_out')
+    p.add_argument('--graphs', default='reddit,products,tolokers')
+    p.add_argument('--models', default=','.join(MODELS))
+    p.add_argument('--batches', type=int, default=30)
+    p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--fanout', default='15,10,5')
+    p.add_argument('--width', type=int, default=128)
+    p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--classes', type=int, default=41)
+    p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    p.add_argument('--budget', type=float)
+    a = p.parse_args(argv)
+    split = lambda s: [t.strip() for t in s.split(',') if t.strip()]  # noqa: E731
+    a.graphs, a.models, a.fanout = split(a.graphs), split(a.models), [int(f) for f in split(a.fanout)]
+    bad = [m for m in a.models if m not in MODELS]
+    if bad:
+        p.error(f'unknown models {bad}')
+    a.device = torch.device(a.device)
+    t0 = time.perf_counter()
+    rep = reporter(a.out, environment(a.device, args={k: str(v) for k, v in vars(a).items()}))
+    items = [('graph', g, lambda g=g: bench_graph(g, a)) for g in a.graphs]
+    paths = rep.run(items, a.device, budget_s=a.budget, t0=t0)
+    print(open(paths['markdown']).read())
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+"""The mini-batch suite (pyg_tc/bench/minibatch.py) at toy size on the CPU:
+records per (model, implementation), the same losses as PyG's layers, and
+the three outputs. Needs a sampler backend (skips with the reason)."""
+import json
+
+import pytest
+
+
+def test_minibatch_suite_cpu(tmp_path):
+    from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
+    if not (WITH_PYG_LIB or WITH_TORCH_SPARSE):
+        pytest.skip('neighbour sampling needs pyg-lib or torch_sparse')
+    from pyg_tc.bench.minibatch import main
+    out = tmp_path / 'mb'
+    assert main(['--out', str(out), '--graphs', 'tiny', '--models', 'sage,gat', '--batches', '3',
+                 '--batch-size', '64', '--fanout', '5,5', '--width', '16', '--hidden', '16',
+                 '--classes', '5', '--device', 'cpu']) == 0
+    recs = [json.loads(line) for line in open(out / 'minibatch.jsonl')]
+    mb = [r for r in recs if r.get('kind') == 'minibatch']
+    assert {(r['model'], r['impl']) for r in mb} == {(m, i) for m in ('sage', 'gat') for i in ('pyg', 'pyg_tc')}
+    for r in mb:
+        assert r['loss_max_diff_vs_pyg'] < 1e-4  # the same batches, the same weights
+        assert r['compute_ms'] > 0 and r['sample_ms'] > 0
+        assert (r['build_ms'] > 0) == (r['impl'] == 'pyg_tc')
+    assert (out / 'minibatch.md').is_file() and (out / 'minibatch.png').is_file()
