@@ -138,12 +138,13 @@ def tu_dataset(request, tmp_path_factory):
 @pytest.mark.parametrize('kind', ['gin', 'gcn'])
 def test_graph_classification_dataloader_matches_pyg(tu_dataset, kind, device):
     """GIN / GCN + sum pooling on DataLoader batches of a TU dataset (the
-    batched graph's format built per batch by the transform)."""
+    batched graph's format built once per batch by the transform: a format
+    attached to single graphs does not survive collation)."""
     from torch_geometric.loader import DataLoader
     ds = tu_dataset[:256]
-    ds.transform = DegreeBucketTransform()
     torch.manual_seed(0)
-    batches = [b for _, b in zip(range(STEPS), DataLoader(ds, batch_size=32, shuffle=True))]
+    batches = [DegreeBucketTransform()(b) for _, b in zip(range(STEPS), DataLoader(ds, batch_size=32, shuffle=True))]
+    assert isinstance(batches[0].edge_index, pyg_tc.formats.TCEdgeIndex)
     ref, ours = twins(kind, [ds.num_features, 32, 32], device)
     torch.manual_seed(1)
     heads = [torch.nn.Linear(32, ds.num_classes).to(device) for _ in range(2)]
