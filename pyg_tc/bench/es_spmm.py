@@ -235,9 +235,9 @@ def bench_kernels(name: str, a) -> Iterator[dict]:
             # index bytes read: in-kernel, the 32-byte sectors of col that the sampled positions touch;
             # pre-sampled, the capped graph's col and edge values, read in order
             sectors = lambda e: 32 * torch.unique(e.long() // 8).numel() / 2**20  # noqa: E731
-            base.update(uniform_col_mib=sectors(edge), bucket_col_mib=sectors(sample_csr(g.rowptr, S, 'bucket')[1]),
-                        presampled_index_mib=8 * edge.numel() / 2**20)
             rec = dict(base, S=S, kept=edge.numel() / E, cusparse_full_ms=cus, pyg_tc_exact_ms=exact,
+                       uniform_col_mib=sectors(edge), bucket_col_mib=sectors(sample_csr(g.rowptr, S, 'bucket')[1]),
+                       presampled_index_mib=8 * edge.numel() / 2**20,
                        cusparse_presampled_ms=t(lambda: torch.sparse.mm(pre, x)),
                        pyg_tc_presampled_ms=t(lambda: spmm_graph(gs, x, w)))
             for sampling in a.samplings:

@@ -266,7 +266,7 @@ def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, 
         return sampled_spmm(g.rowptr, g.col, a['value'], x, a['diag'], row_order(g), spec.max_neighbors,
                             SAMPLINGS.index(spec.sampling), seed, a['reduce'],
                             differentiable=(x, a['value'], a['diag']))
-    gs, edge, w = capped_graph(g, spec.max_neighbors, spec.sampling, seed)
+    gs, edge, w = built if built is not None else capped_graph(g, spec.max_neighbors, spec.sampling, seed)
     v = None if value is None else value.index_select(0, edge)
     if reduce == 'sum':
         w = w.to(value.dtype if value is not None else
