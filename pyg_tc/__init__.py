@@ -1,10 +1,58 @@
-"""pyg_tc: drop-in PyG layers and transforms on hand-written CUDA sparse kernels."""
+"""pyg_tc: drop-in PyG layers and transforms on hand-written CUDA sparse kernels.
+
+The package imports lazily (PEP 562): ``import pyg_tc`` loads neither torch nor
+torch_geometric, so ``pyg-tc --help`` answers at once. ``pyg_tc.nn``,
+``pyg_tc.ops``, ``pyg_tc.formats``, ``pyg_tc.transforms``, ``pyg_tc.info`` and
+``pyg_tc.sampled_aggregation`` are imported on first access, and so is any
+other submodule (``pyg_tc.bench``); ``from pyg_tc import nn`` and ``import
+pyg_tc.nn`` work as before.
+
+The ``torch.ops.pyg_tc.*`` ops are defined when :mod:`pyg_tc.ops` is imported,
+which ``pyg_tc.nn``, ``pyg_tc.transforms``, ``pyg_tc.sampled_aggregation`` and
+:func:`pyg_tc.info` (when it builds the kernels) all do. Code that calls
+``torch.ops.pyg_tc.<op>`` directly imports :mod:`pyg_tc.ops` first; a bare
+``import pyg_tc`` no longer defines them.
+"""
 from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any, List
 
 __version__ = '0.1.0'
 
-from . import formats, ops, transforms, nn  # noqa: E402
-from ._info import info  # noqa: E402
-from .ops.sample import sampled_aggregation  # noqa: E402
-
 __all__ = ['formats', 'ops', 'transforms', 'nn', 'info', 'sampled_aggregation', '__version__']
+
+#: lazily imported name -> (module, attribute or None for the module itself)
+_LAZY = {
+    'formats': ('.formats', None),
+    'ops': ('.ops', None),
+    'transforms': ('.transforms', None),
+    'nn': ('.nn', None),
+    'info': ('._info', 'info'),
+    'sampled_aggregation': ('.ops.sample', 'sampled_aggregation'),
+}
+
+if TYPE_CHECKING:  # what static tools (and IDEs) see
+    from . import formats, nn, ops, transforms
+    from ._info import info
+    from .ops.sample import sampled_aggregation
+
+
+def __getattr__(name: str) -> Any:
+    """Imports a public name, or a submodule, on first access (and keeps it)."""
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = importlib.import_module(module, __name__)
+        if attr is not None:
+            value = getattr(value, attr)
+    elif not name.startswith('__') and importlib.util.find_spec(f'{__name__}.{name}') is not None:
+        value = importlib.import_module(f'.{name}', __name__)
+    else:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(__all__))

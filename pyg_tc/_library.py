@@ -23,10 +23,13 @@ a ``{argument name: gradient}`` dict::
         backward=_backward)                        # _backward(a, needs, grad) -> {'x': ..., 'value': ...}
 
 Layering: ``_kernels`` (build) < this module < ``formats`` < ``ops.dispatch``
-< ``ops.<family>`` < ``nn``; nothing here imports another pyg_tc package.
+< ``ops.<family>`` < ``nn``; nothing here imports another pyg_tc package at
+import time (:func:`ensure` imports :mod:`pyg_tc.ops` when first called, so
+every op is defined before the CUDA fallbacks are registered).
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import threading
 from types import SimpleNamespace
@@ -173,12 +176,14 @@ class Op:
 
 
 def op(name: str) -> Op:
-    """The op ``name`` (its module must have been imported: ``import pyg_tc``
-    imports every op module)."""
+    """The op ``name`` (importing :mod:`pyg_tc.ops`, which defines every op,
+    if it is not defined yet)."""
+    if name not in OPS:
+        importlib.import_module(f'{NAMESPACE}.ops')
     try:
         return OPS[name]
     except KeyError:
-        raise RuntimeError(f'pyg_tc: op {name!r} is not defined (import pyg_tc.ops first)') from None
+        raise RuntimeError(f'pyg_tc: op {name!r} is not defined') from None
 
 
 def ensure() -> bool:
@@ -188,6 +193,9 @@ def ensure() -> bool:
     kernels are loaded."""
     if _STATE['ready']:
         return _STATE['kernels']
+    # every op must be defined before the CUDA fallbacks below are registered;
+    # ``import pyg_tc`` is lazy and may not have imported the op modules yet
+    importlib.import_module(f'{NAMESPACE}.ops')
     with _LOCK:
         if not _STATE['ready']:
             loaded = _kernels.load()

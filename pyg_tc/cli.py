@@ -1,4 +1,9 @@
-"""Command line: ``pyg-tc info`` and ``pyg-tc bench`` (also ``python -m pyg_tc``)."""
+"""Command line: ``pyg-tc info`` and ``pyg-tc bench`` (also ``python -m pyg_tc``).
+
+The parser is built without importing torch or torch_geometric (``pyg_tc``
+and ``pyg_tc.bench`` import lazily, the ``bench`` options live in the
+torch-free :mod:`pyg_tc.bench.cli_args`), so ``--help`` and argument errors
+answer at once; a command imports what it needs when it runs."""
 from __future__ import annotations
 
 import argparse
@@ -41,9 +46,9 @@ def _bench(args) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``pyg-tc`` (``info`` / ``bench``); returns the exit code."""
-    from .bench.runner import add_arguments
+def parser() -> argparse.ArgumentParser:
+    """The ``pyg-tc`` argument parser (imports no torch)."""
+    from .bench.cli_args import add_arguments
     p = argparse.ArgumentParser(prog='pyg-tc', description='pyg_tc: PyG layers on CUDA sparse kernels')
     sub = p.add_subparsers(dest='command', required=True)
     pi = sub.add_parser('info', help='versions, GPU and kernel status (builds the kernels on a GPU)')
@@ -53,7 +58,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pb = sub.add_parser('bench', help='run the benchmark suite (JSON + markdown + PNG in --out)')
     add_arguments(pb)
     pb.set_defaults(func=_bench)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``pyg-tc`` (``info`` / ``bench``); returns the exit code."""
+    args = parser().parse_args(argv)
     return args.func(args)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import pyg_tc  # noqa: F401 (defines the ops)
+import pyg_tc.ops  # noqa: F401 (defines the ops)
 from pyg_tc import _library
 from pyg_tc._library import OPS, Op
 

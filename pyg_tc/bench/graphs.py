@@ -9,10 +9,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
+
+from .catalog import ALL_NAMES, CPU_SUITE, GPU_SUITE, QUICK_GPU_SUITE, REAL, SYNTHETIC  # noqa: F401
 
 
 def default_device() -> torch.device:
@@ -76,15 +78,6 @@ class BenchGraph:
         return CSRGraph.from_coo(self.edge_index[0], self.edge_index[1], self.num_nodes, self.num_nodes)
 
 
-# name -> (nodes, edges, large)
-SYNTHETIC: Dict[str, Tuple[int, int, bool]] = {
-    'reddit': (233_000, 96_700_000, True),
-    'products': (2_449_029, 104_000_000, True),
-    'arxiv': (169_343, 2_100_000, True),
-    'tiny': (2_000, 20_000, False),
-}
-
-
 # -- shared datasets folder ---------------------------------------------------
 
 def shared_dir() -> Path:
@@ -143,25 +136,6 @@ def _from_data(graphs: list) -> Tuple[Tensor, int]:
     from torch_geometric.data import Batch
     d = graphs[0] if len(graphs) == 1 else Batch.from_data_list(graphs)
     return d.edge_index, int(d.num_nodes)
-
-
-# name -> (source: PyG dataset (class, sub-folder, folder, name) or .mat (path, key), large, description)
-REAL: Dict[str, Tuple[tuple, bool, str]] = {
-    'cora': (('Planetoid', 'planetoid', 'Cora', 'Cora'), False, 'Planetoid Cora'),
-    'citeseer': (('Planetoid', 'planetoid', 'CiteSeer', 'CiteSeer'), False, 'Planetoid CiteSeer'),
-    'tolokers': (('HeterophilousGraphDataset', 'heterophilous', 'tolokers', 'Tolokers'), True,
-                 'HeterophilousGraphDataset Tolokers'),
-    'proteins': (('TUDataset', 'tu', 'PROTEINS_full', 'PROTEINS_full'), False,
-                 'TUDataset PROTEINS_full, all graphs as one batch'),
-    'blogcatalog': (('misc/blogcatalog.mat', 'network'), True, 'BlogCatalog (deepwalk .mat, symmetric)'),
-    'cornell5': (('misc/facebook100/Cornell5.mat', 'A'), True, 'Facebook100 Cornell5 (.mat, symmetric)'),
-}
-
-GPU_SUITE: List[str] = ['reddit', 'products', 'arxiv', 'cora', 'citeseer', 'tolokers', 'proteins',
-                        'blogcatalog', 'cornell5']
-QUICK_GPU_SUITE: List[str] = ['arxiv', 'cora', 'tolokers', 'cornell5']
-CPU_SUITE: List[str] = ['tiny']
-ALL_NAMES: List[str] = list(SYNTHETIC) + list(REAL)
 
 
 def resolve_names(spec: Optional[str], default: List[str]) -> List[str]:

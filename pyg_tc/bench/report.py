@@ -16,6 +16,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -26,9 +27,35 @@ import torch
 from .timing import free, short_error
 
 
+#: the progress bars on screen (innermost last; :meth:`Reporter.run`): log lines go above them
+_BARS: List[Any] = []
+
+
 def log(msg: str) -> None:
-    """Prints one progress line at once (the device logs are tee-d)."""
-    print(msg, flush=True)
+    """Prints one progress line at once (the device logs are tee-d); above the
+    progress bar while one is shown, so neither garbles the other."""
+    if _BARS:
+        type(_BARS[-1]).write(msg, file=sys.stdout)
+        sys.stdout.flush()
+    else:
+        print(msg, flush=True)
+
+
+def progress_bar(total: int, tag: str):
+    """A tqdm bar over a run's items on stderr, or None. Shown only when both
+    stdout and stderr are a terminal: the per-record log lines stay the
+    record of a run, and logs that are redirected or tee-d (the device runs:
+    ``2>&1 | tee``; ``| tee`` would race the bar on the terminal) get no bar
+    frames, only the ``(i/n, elapsed)`` line of each item. tqdm comes with
+    torch_geometric; without it, no bar."""
+    interactive = all(getattr(f, 'isatty', lambda: False)() for f in (sys.stdout, sys.stderr))
+    if not interactive or total < 1:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=tag, unit='item', file=sys.stderr, dynamic_ncols=True, leave=True)
 
 
 def now() -> str:
@@ -335,28 +362,45 @@ class Reporter:
     def run(self, items: Iterable[Tuple[str, Any, Callable[[], Iterable[dict]]]], device=None,
             budget_s: Optional[float] = None, t0: Optional[float] = None) -> Dict[str, str]:
         """Runs ``(section, item, records())`` items in order with a progress
-        line each; a failure becomes a 'skipped' record (a traceback for
-        unexpected errors). Memory is freed and the outputs are rewritten after
-        each item; ``budget_s``: start no item after that many seconds."""
+        line each (and a progress bar on a terminal: ``progress_bar``); a
+        failure becomes a 'skipped' record (a traceback for unexpected errors).
+        Memory is freed and the outputs are rewritten after each item;
+        ``budget_s``: start no item after that many seconds."""
         items = list(items)
         t0 = time.perf_counter() if t0 is None else t0
-        for i, (section, item, fn) in enumerate(items):
-            elapsed = time.perf_counter() - t0
-            if budget_s is not None and elapsed > budget_s:
-                self.note(f'time budget of {budget_s:.0f} s spent: skipped '
-                          + ', '.join(f'{s} {it}' for s, it, _ in items[i:]))
-                break
-            log(f'[{self.tag}] ({i + 1}/{len(items)}, {elapsed:.0f} s) {section} {item}')
-            try:
-                for r in fn():
-                    self.add(r)
-            except Exception as e:  # missing dataset, OOM outside a timed case, ...
-                self.note(f'{section} {item}: skipped ({short_error(e)})', 'skip')
-                if not isinstance(e, (FileNotFoundError, torch.OutOfMemoryError)):
-                    traceback.print_exc()
-                self.add(dict(kind='skipped', section=section, item=item, status=short_error(e)), quiet=True)
-            free(device)
-            self.write()
+        bar = progress_bar(len(items), self.tag)
+        if bar is not None:
+            _BARS.append(bar)
+        try:
+            for i, (section, item, fn) in enumerate(items):
+                elapsed = time.perf_counter() - t0
+                if budget_s is not None and elapsed > budget_s:
+                    self.note(f'time budget of {budget_s:.0f} s spent: skipped '
+                              + ', '.join(f'{s} {it}' for s, it, _ in items[i:]))
+                    break
+                log(f'[{self.tag}] ({i + 1}/{len(items)}, {elapsed:.0f} s) {section} {item}')
+                if bar is not None:
+                    bar.set_postfix_str(f'{section} {item}')
+                try:
+                    for r in fn():
+                        self.add(r)
+                except Exception as e:  # missing dataset, OOM outside a timed case, ...
+                    self.note(f'{section} {item}: skipped ({short_error(e)})', 'skip')
+                    if not isinstance(e, (FileNotFoundError, torch.OutOfMemoryError)):
+                        if bar is not None:
+                            with type(bar).external_write_mode(file=sys.stderr):
+                                traceback.print_exc()
+                        else:
+                            traceback.print_exc()
+                    self.add(dict(kind='skipped', section=section, item=item, status=short_error(e)), quiet=True)
+                free(device)
+                self.write()
+                if bar is not None:
+                    bar.update()
+        finally:
+            if bar is not None:
+                bar.close()
+                _BARS.remove(bar)
         paths = self.write()
         log(f'[done] {time.perf_counter() - t0:.1f} s; wrote ' + ', '.join(paths.values()))
         return paths

@@ -19,14 +19,14 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 import torch
 
 from . import graphs as G
+from .cli_args import DTYPE_NAMES, MODELS, add_arguments  # noqa: F401 (add_arguments: re-exported)
 from .graphs import BenchGraph
 from .report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
 from .timing import (Skip, bench, copy_bandwidth, free, measure, sparse_baseline, sparse_csr, speedups, train_case,
                      warm_up)
 
-DTYPES: Dict[str, torch.dtype] = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+DTYPES: Dict[str, torch.dtype] = dict(zip(DTYPE_NAMES, (torch.float32, torch.float16, torch.bfloat16)))
 WIDTHS = (32, 64, 128, 256)
-MODELS = ('gcn', 'sage', 'gin')
 IMPLS = {'pyg': 'torch_geometric.nn', 'pyg_tc': 'pyg_tc.nn'}
 
 
@@ -327,25 +327,8 @@ def run(cfg: Config) -> Dict[str, str]:
     return paths
 
 
-def add_arguments(p) -> None:
-    """The ``bench`` options (shared by ``pyg-tc bench`` and ``benchmarks/run_suite.py``)."""
-    p.add_argument('--graphs', help='comma list of graphs or groups (all, large, synthetic, real); '
-                   f'known: {", ".join(G.ALL_NAMES)}; env PYG_TC_BENCH_GRAPHS')
-    p.add_argument('--widths', help='comma list of feature widths (default 32,64,128,256); env PYG_TC_BENCH_WIDTHS')
-    p.add_argument('--dtypes', help='comma list of fp32,fp16,bf16 (default all); env PYG_TC_BENCH_DTYPES')
-    p.add_argument('--out', default='bench_out', help='output directory (default ./bench_out)')
-    p.add_argument('--training', action=argparse.BooleanOptionalAction, default=True,
-                   help='also run the end-to-end training step benchmark (default on)')
-    p.add_argument('--train-graphs', help='graphs for the training benchmark (default reddit on a '
-                   'GPU, tiny on the CPU; arxiv with --quick); env PYG_TC_BENCH_TRAIN_GRAPHS')
-    p.add_argument('--train-models', default='gcn', help=f'comma list of {",".join(MODELS)} (default gcn)')
-    p.add_argument('--quick', action='store_true', help='a small subset with fewer repetitions')
-    p.add_argument('--budget', type=float, default=None, metavar='SECONDS',
-                   help='start no new graph after this many seconds (outputs stay complete)')
-
-
 def config_from_args(a) -> Config:
-    """The Config of parsed ``add_arguments`` options."""
+    """The Config of parsed :func:`~pyg_tc.bench.cli_args.add_arguments` options."""
     return make_config(a.graphs, a.widths, a.dtypes, a.out, a.training, a.quick, a.train_graphs, a.train_models,
                        a.budget)
 

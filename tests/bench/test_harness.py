@@ -180,3 +180,44 @@ def test_maxk_suite_runs_on_the_cpu(tmp_path):
         assert r[f'{i}_ms'] > 0, i
     assert r['spgemm_rel_err'] < 1e-5 and r['spgemm_vs_cpu_sparse'] > 0 and r['select_vs_topk'] > 0
     assert '## Kernels (Figure 8)' in (out / 'maxk.md').read_text()
+
+
+class _Tty:
+    """A text stream that says it is a terminal."""
+
+    def __init__(self):
+        self.parts = []
+
+    def write(self, s):
+        self.parts.append(s)
+        return len(s)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+    def text(self):
+        return ''.join(self.parts)
+
+
+def test_progress_bar_on_a_terminal_only_and_log_lines_stay_whole(tmp_path, monkeypatch, capsys):
+    pytest.importorskip('tqdm')
+    from pyg_tc.bench import report
+
+    def items():
+        return [('cases', g, lambda g=g: iter([dict(kind='case', graph=g, F=1, ours_ms=1.0)])) for g in ('g1', 'g2')]
+
+    _toy_reporter(tmp_path / 'a').run(items())  # captured output is no terminal: no bar
+    out, err = capsys.readouterr()
+    assert '[toy] (2/2, ' in out and '[toy] case graph=g2 F=1: ours 1.0000 ms' in out and '\r' not in out + err
+    assert report.progress_bar(2, 'toy') is None
+    out, err = _Tty(), _Tty()
+    monkeypatch.setattr(sys, 'stdout', out)
+    monkeypatch.setattr(sys, 'stderr', err)
+    _toy_reporter(tmp_path / 'b').run(items())
+    lines = out.text().splitlines()
+    assert '[toy] (1/2, 0 s) cases g1' in lines and '[toy] case graph=g2 F=1: ours 1.0000 ms' in lines
+    assert '2/2' in err.text() and 'cases g2' in err.text()  # the bar, with the current item, on stderr
+    assert not report._BARS  # closed
