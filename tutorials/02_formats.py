@@ -30,7 +30,7 @@ The script checks that a GCN layer on the RCM + SGT graph, with every backend, g
 predictions (mapped back) as on the original graph, then ends with one row per format: what it
 is for, the time to build it on this device (a transform's own work: the SGT row builds the CSR
 graph and the SGT of the already reordered graph), the median time of one aggregation
-(``pyg_tc.ops.spmm``, sum, 32 features) and its max |difference| from the plain ``edge_index``
+(``pyg_tc.ops.spmm``, sum, 32 features) and its largest absolute difference from the plain ``edge_index``
 result (all ~0: formats change speed, never results). On a CPU-only machine pyg_tc runs its
 pure-PyTorch reference (the header says so): every format gives the same numbers there (up to
 fp32 rounding), and the times say nothing about the kernels. Run on a GPU for those.

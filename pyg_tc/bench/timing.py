@@ -92,7 +92,7 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """(max - min) / median: how noisy the repetitions were."""
+        """How noisy the repetitions were, as ``(max - min) / median``."""
         return (self.max_ms - self.min_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
     def as_dict(self, prefix: str) -> Dict[str, float]:
@@ -320,7 +320,7 @@ def measure(rec: dict, impls: Mapping[str, Union[Callable, Impl, Skip]], device,
     Per ``name``: ``name_<k>`` for each ``k`` of ``errors(output, ref)`` when
     ``ref`` is given; with ``per_call`` the :class:`Timing` fields ``name_ms``, ...
     plus kernel-only ``name_graph_ms`` on a GPU; else kernel-only ``name_ms``.
-    A :class:`Skip` or an unsupported-dtype error gives ``name_skipped`` (the
+    A ``Skip`` or an unsupported-dtype error gives ``name_skipped`` (the
     reason, logged once), any other failure ``name_error``."""
     for name, impl in impls.items():
         if isinstance(impl, Skip):

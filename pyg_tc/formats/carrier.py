@@ -22,7 +22,7 @@ changed behind it (through ``edge_index.data``, ``torch.no_grad`` writes to a
 tensor's ``.data``, a numpy array sharing the memory (``torch.from_numpy``),
 or another view's storage written by a C extension) keeps its old format and
 is aggregated over the old edges. After such a write call
-:func:`clear_graph` on the tensor (or use a new tensor); a ``cached=True``
+:func:`~pyg_tc.formats.clear_graph` on the tensor (or use a new tensor); a ``cached=True``
 GCNConv also keeps its normalised graph until ``conv._cached_edge_index =
 None`` (or ``reset_parameters()``), exactly like PyG's.
 """

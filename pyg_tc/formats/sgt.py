@@ -161,7 +161,7 @@ class _CellSum(torch.autograd.Function):
 
 
 class SGT:
-    """SGT metadata of a :class:`CSRGraph`, both directions (module doc)."""
+    """SGT metadata of a :class:`~pyg_tc.formats.CSRGraph`, both directions (module doc)."""
 
     def __init__(self, fwd: SGTDir, bwd: SGTDir, edge_order: Tensor, dup_ptr: Optional[Tensor],
                  edge_cell: Tensor, t_cell: Tensor, num_edges: int):

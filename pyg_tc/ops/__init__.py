@@ -8,13 +8,13 @@
   ``attn_gatv2`` and their backward ops) and ``edge_softmax``;
 * :mod:`~pyg_tc.ops.sort`: the int32 radix sort of the format builders;
 * :mod:`~pyg_tc.ops.sample`: ES-SpMM's edge sampling (capped rows, the
-  sampled aggregation and :func:`~pyg_tc.ops.sample.sampled_aggregation`);
+  sampled aggregation and :func:`~pyg_tc.sampled_aggregation`);
 * :mod:`~pyg_tc.ops.dispatch`: the backend vocabulary and the one place that
   chooses an implementation per call (``'auto'``, ``'csr'``, ``'sgt'``,
   ``'reference'``; CBSR features take the CBSR kernels).
 
 Each op module holds its schema, checks, reference, fake kernel and
-autograd (:class:`pyg_tc._library.Op`). CUDA kernels run fp32 / fp16 / bf16
+autograd (an op of the private ``pyg_tc._library``). CUDA kernels run fp32 / fp16 / bf16
 on a GPU with the kernels built; otherwise, and for float64, the
 pure-PyTorch reference runs through the same registered op.
 """

@@ -24,9 +24,9 @@ target-side terms and of per-edge inputs) and one over the cached transpose
 tensor, only the per-edge gradients that are inputs' shapes (``score``,
 ``edge``).
 
-Also here: :func:`edge_softmax` (the building block of unfused compositions),
+Also here: :func:`~pyg_tc.ops.edge_softmax` (the building block of unfused compositions),
 the Philox generator shared by kernels and references
-(:func:`philox_uniform`, :func:`dropout_keep`) and :func:`attention_weights`
+(:func:`philox_uniform`, :func:`dropout_keep`) and :func:`~pyg_tc.ops.attention_weights`
 (PyG's ``alpha`` for ``return_attention_weights``).
 """
 from __future__ import annotations

@@ -240,7 +240,7 @@ def _spmm_reference(g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str
 
 def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
                diag: Optional[Tensor] = None, t_value: Optional[Tensor] = None) -> Tensor:
-    """SpMM on a :class:`CSRGraph` with the CSR kernel (the reference where
+    """SpMM on a :class:`~pyg_tc.formats.CSRGraph` with the CSR kernel (the reference where
     no kernel applies), edge values already in CSR order.
 
     ``out[i] = reduce_{e: i <- j} value[e] * x[j]  (+ diag[i] * x[i])``.

@@ -3,7 +3,7 @@
 Vocabulary (``backend=`` of every op front-end and layer):
 
 * ``'auto'``: the faster of the CSR and tensor-core kernels for the graph,
-  width, dtype and op, measured once per graph (see :func:`choose_backend`);
+  width, dtype and op, measured once per graph (see :func:`~pyg_tc.ops.choose_backend`);
   CSR where only that applies.
 * ``'csr'``: the CSR engine (any graph, sum / mean / max).
 * ``'sgt'``: TC-GNN's tensor-core kernels over the graph's SGT (sum, mean).
@@ -19,7 +19,7 @@ choice falls back to ``'reference'``; on the CPU the kernel backends run
 their registered op, whose CPU implementation is the reference (so the
 op's autograd formulas are what the CPU tests check).
 
-Layers pass their ``backend`` down (:func:`aggregate`, :func:`edge_scores`)
+Layers pass their ``backend`` down (:func:`~pyg_tc.ops.aggregate`, :func:`~pyg_tc.ops.edge_scores`)
 and never choose. This module imports only :mod:`pyg_tc.formats` and the op
 framework; the op modules import it.
 """
@@ -171,7 +171,7 @@ def aggregate(g: CSRGraph, x: Any, value: Optional[Tensor] = None, reduce: str =
     a :class:`~pyg_tc.formats.CSRGraph` (rows = targets) with edge values in
     CSR order; ``x`` dense ``[num_src, F]`` or CBSR. ``t_value``: ``value``
     in transpose order (saves a gather per backward). ``strict`` as in
-    :func:`choose`."""
+    :func:`~pyg_tc.ops.dispatch.choose`."""
     return run('spmm', g, x, value, reduce, diag, t_value=t_value, backend=backend, strict=strict)
 
 

@@ -38,6 +38,7 @@ from typing import Iterator, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+#: the strategies, in the order of the kernel op's ``sampling`` index
 SAMPLINGS = ('uniform', 'bucket', 'fastrand')
 FASTRAND_PRIME = 577
 _M32 = 0xFFFFFFFF
@@ -164,7 +165,7 @@ def sampled_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor],
                            max_neighbors: int, sampling: str = 'uniform', seed: int = 0,
                            reduce: str = 'sum', diag: Optional[Tensor] = None) -> Tensor:
     """ES-SpMM's result on the CPU (and the oracle of the kernel): the exact
-    :func:`~pyg_tc.ops.spmm_reference` on :func:`sample_csr`'s graph, sums of
+    :func:`~pyg_tc.ops.spmm_reference` on :func:`~pyg_tc.ops.sample.sample_csr`'s graph, sums of
     capped rows scaled by ``deg / S``, means over the kept edges, ``max`` over
     the kept edges; ``diag`` (a self term) is never sampled."""
     from .csr import spmm_reference
@@ -215,7 +216,7 @@ def _built(g, max_neighbors: int, sampling: str, seed: int):
 
 
 def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
-    """``(graph, edge, row_scale)``: the capped :class:`CSRGraph` of ``g``
+    """``(graph, edge, row_scale)``: the capped :class:`~pyg_tc.formats.CSRGraph` of ``g``
     (:func:`sample_csr`), its edges' positions in ``g``'s CSR order and the
     per-edge Horvitz-Thompson weight (float64); None when no row of ``g`` has
     more than ``max_neighbors`` edges (the exact op applies). The latest
@@ -236,7 +237,7 @@ def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
 
 def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, spec: Sampling,
                       backend: str = 'auto', strict: bool = True) -> Tensor:
-    """ES-SpMM on a :class:`CSRGraph`: ``reduce`` over each row's kept edges
+    """ES-SpMM on a :class:`~pyg_tc.formats.CSRGraph`: ``reduce`` over each row's kept edges
     (module doc: sums scaled by ``deg / S`` on capped rows, means over the
     kept edges), ``value`` (CSR order of ``g``) gathered for the kept edges,
     ``diag`` not sampled. Differentiable in ``x``, ``value`` and ``diag``: the
@@ -246,7 +247,7 @@ def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, 
     graph kept on ``g`` for this seed (built by
     :class:`~pyg_tc.transforms.CapNeighbors` or an earlier training call) runs
     the exact engine on it, the fastest inference; otherwise, without
-    gradients on CUDA, the :data:`sampled_spmm` kernel computes each row's
+    gradients on CUDA, the ``sampled_spmm`` kernel op computes each row's
     sample itself (nothing built, no host synchronisation); with gradients,
     on the CPU, for float64 or CBSR features the capped graph is built
     (:func:`capped_graph`) and the exact engine runs on it, forward and
@@ -282,7 +283,7 @@ _ACTIVE: List[Optional[Sampling]] = [None]
 
 
 def active() -> Optional[Sampling]:
-    """The sampling of the enclosing :func:`sampled_aggregation` (None: exact)."""
+    """The sampling of the enclosing :func:`~pyg_tc.sampled_aggregation` (None: exact)."""
     return _ACTIVE[0]
 
 

@@ -2,7 +2,7 @@
 ``2**end_bit``, as (sorted keys, int32 permutation): the radix sort the
 format builders use on the GPU (about half the memory of ``torch.sort``,
 which returns int64 indices). Kernel: ``kernels/sort/``. Callers:
-:func:`pyg_tc.formats.csr.sort_int32` (through :func:`pyg_tc._library.op`,
+:func:`pyg_tc.formats.csr.sort_int32` (through the private ``pyg_tc._library.op``,
 so the formats do not import this package)."""
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ class DegreeBucketTransform(BaseTransform):
     Args:
         chunk: maximum edges per scheduling unit (rows above it are "heavy");
             None picks it from the edge count (:func:`pyg_tc.formats.csr.auto_chunk`).
-        validate: run :meth:`CSRGraph.validate` after building (slow; tests).
+        validate: run :meth:`~pyg_tc.formats.CSRGraph.validate` after building (slow; tests).
     """
 
     def __init__(self, chunk: Optional[int] = DEFAULT_CHUNK, validate: bool = False):

@@ -30,7 +30,7 @@ class SGTTransform(DegreeBucketTransform):
         unit_blocks: blocks per work unit (windows with more are split);
             None: ``pyg_tc.formats.sgt.DEFAULT_UNIT_BLOCKS`` (64).
         chunk: the CSR schedule's chunk (see :class:`DegreeBucketTransform`).
-        validate: run :meth:`SGT.validate` after building (slow; tests).
+        validate: run :meth:`~pyg_tc.formats.sgt.SGT.validate` after building (slow; tests).
     """
 
     def __init__(self, window: int = WINDOW, unit_blocks: Optional[int] = None,

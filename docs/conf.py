@@ -1,0 +1,148 @@
+"""Sphinx configuration of pyg_tc's documentation (PyG's conventions: autodoc +
+napoleon for the Google-style ``Args:`` / ``Shapes:`` docstrings, MyST for the
+markdown pages).
+
+Build (from the repository root; CI runs both with warnings as errors)::
+
+    python -m sphinx -W --keep-going -n -b html docs docs/_build/html
+    PYG_TC_DOCS_OFFLINE=1 python -m sphinx -W --keep-going -n -b linkcheck docs docs/_build/linkcheck
+
+``PYG_TC_DOCS_OFFLINE=1`` makes the link check skip external http(s) URLs (no
+network on CI's machines); every local link (pages, ``page.md#anchor``,
+results files, figures) is still checked, by MyST and Sphinx during the read
+phase (an unresolved one is a warning, so an error under ``-W``) and by the
+linkcheck builder. Without it the link check also fetches external URLs.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # document the working tree, installed or not
+
+import pyg_tc  # noqa: E402
+
+project = 'pyg_tc'
+author = 'pyg_tc contributors'
+copyright = 'pyg_tc contributors, MIT license'
+release = version = pyg_tc.__version__
+
+extensions = [
+    'sphinx.ext.autodoc',
+    'sphinx.ext.napoleon',
+    'sphinx.ext.mathjax',
+    'sphinx.ext.viewcode',
+    'myst_parser',
+]
+
+source_suffix = {'.rst': 'restructuredtext', '.md': 'markdown'}
+root_doc = 'index'
+exclude_patterns = ['_build', 'Thumbs.db', '.DS_Store']
+# docs/results/ also holds raw records (.jsonl, .txt, .log): they are not pages,
+# the pages link them as downloads. Its .md files are pages (the generated
+# tables, in the Results toctree of results.md).
+
+# --- MyST ------------------------------------------------------------------
+# Headings get slug anchors down to level 4, so ``page.md#some-heading`` links
+# are resolved, and checked, at build time (an unknown anchor is a warning).
+myst_heading_anchors = 4
+
+# --- autodoc / napoleon (Google style, as PyG) -----------------------------
+autodoc_member_order = 'bysource'
+autodoc_typehints = 'signature'
+autodoc_default_options = {'show-inheritance': True}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+napoleon_custom_sections = ['Shapes']  # PyG's layer docstrings: rendered as a rubric + list
+
+# --- nitpicky mode (-n) -----------------------------------------------------
+# pyg_tc's own references must resolve. References into other packages cannot
+# (no intersphinx: the build is offline and the html must not depend on other
+# sites), so type annotations, ``Bases:`` and docstring references to torch,
+# PyG and the standard library are ignored; nothing else is.
+nitpick_ignore_regex = [
+    (r'py:.*', r'(torch|torch_geometric|torch_sparse|torch_scatter|numpy|scipy|typing|'
+               r'collections|pathlib)(\..*)?'),
+    # PyG's SAGEConv annotates ``aggr`` with its Aggregation class unqualified
+    (r'py:class', r'Aggregation'),
+    # PyG's docstring convention (pyg_tc's layers repeat PyG's docstrings) marks
+    # literal values and argument names with :obj: (:obj:`True`, :obj:`"auto"`,
+    # :obj:`edge_index`): not references. :obj: references to pyg_tc names must
+    # still resolve.
+    (r'py:obj', r'(?!pyg_tc\b).*'),
+    # napoleon's "(bool, optional)" / "**kwargs (optional)" argument types
+    (r'py:class', r'optional'),
+    # PyG's GATv2Conv docstring (appended to ours by pyg_tc.nn.conv.pyg_layer)
+    # refers to a class GATv2 that PyG does not have.
+    (r'py:class', r'GATv2'),
+]
+
+# --- HTML -------------------------------------------------------------------
+html_theme = 'alabaster'
+html_title = f'pyg_tc {release}'
+html_theme_options = {
+    'description': 'PyG layers on hand-written CUDA sparse kernels',
+    'fixed_sidebar': True,
+    'show_relbars': True,
+}
+html_static_path: list[str] = []
+
+# --- link check -------------------------------------------------------------
+linkcheck_timeout = 15
+linkcheck_retries = 2
+if os.environ.get('PYG_TC_DOCS_OFFLINE') == '1':
+    # No network: skip external URLs only; local links are still checked.
+    linkcheck_ignore = [r'https?://.*', r'mailto:.*']
+
+
+# --- hooks -------------------------------------------------------------------
+def _public_path(cls) -> str:
+    """The shortest public import path of a class of another package
+    (``torch_geometric.nn.GCNConv``, not ``...conv.gcn_conv.GCNConv``)."""
+    parts = cls.__module__.split('.')
+    for i in range(1, len(parts) + 1):
+        try:
+            if getattr(importlib.import_module('.'.join(parts[:i])), cls.__name__, None) is cls:
+                return f"{'.'.join(parts[:i])}.{cls.__name__}"
+        except ImportError:
+            pass
+    return f'{cls.__module__}.{cls.__qualname__}'
+
+
+def _public_bases(app, name, obj, options, bases):
+    """``Bases:`` lists public classes only: a private pyg_tc base (``_GATBase``,
+    ``pyg_tc.nn._base.TCLayer``) is replaced by its own bases, ``object`` is
+    dropped next to another base, and another package's class is named by
+    its full public path (``pyg_tc.nn.GCNConv`` derives from
+    ``torch_geometric.nn.GCNConv``, which a bare ``GCNConv`` would hide)."""
+    def public(cls):
+        path = f'{cls.__module__}.{cls.__qualname__}'
+        if not (path.startswith('pyg_tc.') and any(p.startswith('_') for p in path.split('.'))):
+            return [cls]
+        return [b for base in cls.__bases__ for b in public(base)]
+
+    new = []
+    for base in bases:
+        new += [b for b in public(base) if b not in new]
+    new = [b for b in new if b is not object] or new
+    bases[:] = [b if not isinstance(b, type) or b.__module__ in ('builtins', 'typing')
+                or b.__module__.startswith('pyg_tc') else f':py:class:`{_public_path(b)}`'
+                for b in new]
+
+
+def _no_builtin_doc(app, what, name, obj, options, lines):
+    """A constant re-exported by a package (``pyg_tc.ops.BACKENDS``) has no
+    ``#:`` comment there, and autodoc would show its type's docstring (a
+    tuple's, a str's); the page describes it instead."""
+    if what in ('data', 'attribute') and type(obj).__module__ == 'builtins' \
+            and lines and '\n'.join(lines).strip() == (type(obj).__doc__ or '').strip():
+        lines.clear()
+
+
+def setup(app):
+    app.connect('autodoc-process-bases', _public_bases)
+    app.connect('autodoc-process-docstring', _no_builtin_doc)
