@@ -28,14 +28,15 @@ medium row, heavy rows spread over many warps).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from .. import _library
 
-DEFAULT_CHUNK = None  # None: auto_chunk(num_edges)
+#: edges per schedule unit by default; None: :func:`auto_chunk` picks it from the edge count
+DEFAULT_CHUNK = None
 _INT32_MAX = 2**31 - 1
 
 
@@ -66,33 +67,69 @@ def auto_chunk(num_edges: int, num_rows: int = 1 << 30) -> int:
     return int(min(1024, max(128, 1 << max(0, (num_edges >> 16)).bit_length())))
 
 
-def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK) -> Schedule:
-    """Degree-bucket schedule of a CSR ``rowptr`` (runs on rowptr's device)."""
-    if chunk is None:
-        chunk = auto_chunk(int(rowptr[-1]), rowptr.numel() - 1)
-    if chunk < 1:
-        raise ValueError(f'chunk must be positive, got {chunk}')
-    dev = rowptr.device
+def _schedule_counts(rowptr: Tensor, chunk: int) -> tuple:
+    """Device half of :func:`build_schedule`: units per row ``n``, their
+    inclusive sums, the heavy mask and the heavy units' sums; and the three
+    sizes (units, slots, heavy rows) as one tensor, read by the caller with
+    one synchronisation for any number of schedules."""
     rp = rowptr.long()
-    R = rp.numel() - 1
     deg = rp[1:] - rp[:-1]
     n = torch.div(deg + chunk - 1, chunk, rounding_mode='floor').clamp_(min=1)
     csum = torch.cumsum(n, 0)
-    U = int(csum[-1]) if R > 0 else 0
+    heavy = n > 1
+    hn = torch.where(heavy, n, torch.zeros_like(n))
+    hcsum = torch.cumsum(hn, 0)
+    zero = rp.new_zeros(1)
+    sizes = torch.cat([csum[-1:], hcsum[-1:], heavy.sum().view(1)]) if n.numel() else zero.repeat(3)
+    return (rp, n, csum, heavy, hn, hcsum), sizes
+
+
+def _schedule_finish(parts: tuple, chunk: int, U: int, num_slots: int, H: int) -> Schedule:
+    """Host half of :func:`build_schedule`, given the sizes: no synchronisation."""
+    rp, n, csum, heavy, hn, hcsum = parts
+    dev = rp.device
+    R = rp.numel() - 1
+    if H == 0:  # no heavy row (most mini-batches): one unit per row, a third of the launches
+        start, end = rp[:-1], rp[1:]
+        order = torch.sort(end - start, descending=True, stable=True)[1]
+        units = torch.stack([order, start[order], end[order], torch.full_like(order, -1)], 1)
+        empty = torch.zeros(0, dtype=torch.int32, device=dev)
+        return Schedule(units.to(torch.int32), empty, torch.zeros(1, dtype=torch.int32, device=dev), 0)
     row = torch.repeat_interleave(torch.arange(R, device=dev), n, output_size=U)
     k = torch.arange(U, device=dev) - (csum - n)[row]
     start = rp[row] + k * chunk
     end = torch.minimum(start + chunk, rp[row + 1])
-    heavy = n > 1
-    hn = torch.where(heavy, n, torch.zeros_like(n))
-    hcsum = torch.cumsum(hn, 0)
-    num_slots = int(hcsum[-1]) if R > 0 else 0
     slot = torch.where(heavy[row], (hcsum - hn)[row] + k, torch.full_like(k, -1))
     order = torch.sort(end - start, descending=True, stable=True)[1]
     units = torch.stack([row, start, end, slot], 1)[order].to(torch.int32).contiguous()
-    heavy_rows = heavy.nonzero().flatten()
+    # heavy rows in order, without nonzero()'s synchronisation: the i-th heavy
+    # row goes to slot i, every other row to a discarded slot H
+    heavy_rows = torch.empty(H + 1, dtype=torch.long, device=dev)
+    if R:
+        dest = torch.where(heavy, torch.cumsum(heavy, 0) - 1, torch.full_like(n, H))
+        heavy_rows.scatter_(0, dest, torch.arange(R, device=dev))
+    heavy_rows = heavy_rows[:H]
     heavy_ptr = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), torch.cumsum(n[heavy_rows], 0)])
     return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), num_slots)
+
+
+def build_schedules(rowptrs: Sequence[Tensor], chunk: int) -> List[Schedule]:
+    """:func:`build_schedule` of several ``rowptr`` with one device
+    synchronisation in all (the sizes of every schedule are read together)."""
+    if chunk < 1:
+        raise ValueError(f'chunk must be positive, got {chunk}')
+    counts = [_schedule_counts(rp, chunk) for rp in rowptrs]
+    sizes = torch.cat([c[1] for c in counts]).tolist() if counts else []
+    return [_schedule_finish(parts, chunk, *sizes[3 * i:3 * i + 3]) for i, (parts, _) in enumerate(counts)]
+
+
+def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK,
+                   num_edges: Optional[int] = None) -> Schedule:
+    """Degree-bucket schedule of a CSR ``rowptr`` (runs on rowptr's device;
+    one synchronisation, two without ``chunk`` and ``num_edges``)."""
+    if chunk is None:
+        chunk = auto_chunk(int(rowptr[-1]) if num_edges is None else num_edges, rowptr.numel() - 1)
+    return build_schedules([rowptr], chunk)[0]
 
 
 def stale_error(fmt: str, changes: dict, fix: str) -> ValueError:
@@ -111,12 +148,13 @@ def inverse_perm(p: Tensor) -> Tensor:
     return inv
 
 
-def csr_rows(rowptr: Tensor) -> Tensor:
+def csr_rows(rowptr: Tensor, num_edges: Optional[int] = None) -> Tensor:
     """Row index of every CSR position as int32, by a marker cumsum: no int64
     temporary of the edge count (``repeat_interleave`` builds one, 800 MB on
-    a 100M-edge graph)."""
+    a 100M-edge graph). Give ``num_edges`` to avoid reading it from the
+    device (a synchronisation)."""
     R = rowptr.numel() - 1
-    E = int(rowptr[-1]) if R >= 0 else 0
+    E = num_edges if num_edges is not None else (int(rowptr[-1]) if R >= 0 else 0)
     m = torch.zeros(E + 1, dtype=torch.int32, device=rowptr.device)
     if R > 1:
         m.index_add_(0, rowptr[1:R].long(), torch.ones(R - 1, dtype=torch.int32, device=rowptr.device))
@@ -135,12 +173,17 @@ def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
     return values, perm.to(torch.int32)
 
 
+def _out_of_range(idx: Tensor, n: int) -> bool:
+    """Whether any of ``idx`` lies outside [0, n) (one synchronisation)."""
+    lo, hi = torch.stack([idx.min(), idx.max()]).tolist()
+    return lo < 0 or hi >= n
+
+
 def _rowptr_from_sorted(rows_sorted: Tensor, R: int) -> Tensor:
-    counts = torch.bincount(rows_sorted, minlength=R) if rows_sorted.numel() else \
-        torch.zeros(R, dtype=torch.long, device=rows_sorted.device)
-    rowptr = torch.zeros(R + 1, dtype=torch.long, device=rows_sorted.device)
-    torch.cumsum(counts, 0, out=rowptr[1:])
-    return rowptr.to(torch.int32)
+    """``rowptr`` of sorted int32 row indices in [0, R): a binary search per
+    row (no synchronisation, unlike ``bincount``)."""
+    bounds = torch.arange(R + 1, dtype=torch.int32, device=rows_sorted.device)
+    return torch.searchsorted(rows_sorted.to(torch.int32), bounds, out_int32=True)
 
 
 class CSRGraph:
@@ -182,15 +225,21 @@ class CSRGraph:
         E = src.numel()
         if E > _INT32_MAX or num_src > _INT32_MAX or num_dst > _INT32_MAX:
             raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
+        is_sorted = True
         if E > 0:
-            mn = torch.minimum(src.min(), dst.min())
-            mx_s, mx_d = src.max(), dst.max()
-            bad = (mn < 0) | (mx_s >= num_src) | (mx_d >= num_dst)
-            if bool(bad):
+            # one synchronisation: the range check and whether the edges are
+            # already sorted by target (NeighborLoader's batches are: CSC order)
+            unsorted = (dst[1:] < dst[:-1]).any().to(src.dtype).view(1)
+            mn, mx_s, mx_d, uns = torch.cat([torch.minimum(src.min(), dst.min()).view(1),
+                                             src.max().view(1), dst.max().view(1), unsorted]).tolist()
+            if mn < 0 or mx_s >= num_src or mx_d >= num_dst:
                 raise IndexError(
                     f'pyg_tc: edge index out of range: sources must lie in [0, {num_src}) and '
-                    f'targets in [0, {num_dst}); found min {int(mn)}, max source {int(mx_s)}, '
-                    f'max target {int(mx_d)}')
+                    f'targets in [0, {num_dst}); found min {mn}, max source {mx_s}, max target {mx_d}')
+            is_sorted = not uns
+        if is_sorted:  # the edge order is the CSR order: no sort, perm None
+            rowptr = _rowptr_from_sorted(dst, num_dst)
+            return cls._finish(rowptr, src.to(torch.int32).contiguous(), None, num_dst, num_src, chunk)
         # Temporaries are dropped as soon as possible: on a 100M-edge graph each
         # int32 edge array is 400 MB and torch.sort's int64 indices 800 MB.
         rows, perm = sort_int32(dst.to(torch.int32), num_dst)
@@ -205,7 +254,7 @@ class CSRGraph:
         """An adjacency already in CSR (rows = targets); ``perm`` is None."""
         R = rowptr.numel() - 1
         E = col.numel()
-        if E > 0 and (int(col.min()) < 0 or int(col.max()) >= num_cols):
+        if E > 0 and _out_of_range(col, num_cols):
             raise IndexError(f'pyg_tc: column index out of range [0, {num_cols})')
         rowptr = rowptr.to(torch.int32).contiguous()
         col = col.to(torch.int32).contiguous()
@@ -218,9 +267,9 @@ class CSRGraph:
         t_rows, t_perm = sort_int32(col, C)
         t_rowptr = _rowptr_from_sorted(t_rows, C)
         del t_rows
-        t_col = csr_rows(rowptr).index_select(0, t_perm)
-        return cls(rowptr, col, perm, t_rowptr, t_col, t_perm,
-                   build_schedule(rowptr, chunk), build_schedule(t_rowptr, chunk), R, C, chunk)
+        t_col = csr_rows(rowptr, col.numel()).index_select(0, t_perm)
+        sched, t_sched = build_schedules([rowptr, t_rowptr], chunk)
+        return cls(rowptr, col, perm, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -247,8 +296,8 @@ class CSRGraph:
         return v.repeat_interleave(self.degree(), dim=0, output_size=self.num_edges)
 
     def row(self) -> Tensor:
-        """Target index of every CSR edge, int32 (see :func:`csr_rows`)."""
-        return csr_rows(self.rowptr)
+        """Target index of every CSR edge, int32 (see :func:`~pyg_tc.formats.csr.csr_rows`)."""
+        return csr_rows(self.rowptr, self.num_edges)
 
     def transpose(self) -> 'CSRGraph':
         """The reversed graph (sources become rows), sharing all tensors."""

@@ -74,6 +74,14 @@ def _acc(t: Any) -> torch.dtype:
     return torch.float64 if dt == torch.float64 else torch.float32
 
 
+def _count(idx: Tensor, n: int, dtype: torch.dtype) -> Tensor:
+    """Occurrences of every value of ``idx`` in [0, n) as ``dtype``: an
+    ``index_add`` (exact: integer sums), unlike ``bincount`` no device
+    synchronisation."""
+    return torch.zeros(n, dtype=dtype, device=idx.device).index_add_(
+        0, idx, torch.ones(idx.numel(), dtype=dtype, device=idx.device))
+
+
 def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
     """CSR positions of self loops and their rows (structure only: cached on g)."""
     def find():
@@ -129,7 +137,7 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
     if w is None:
         deg = g.degree().to(dtype)
         if has_loops:
-            deg = deg - torch.bincount(lrow, minlength=N).to(dtype)
+            deg = deg - _count(lrow, N, dtype)
     else:
         deg = spmm_graph(g, torch.ones(g.num_cols, 1, device=g.device, dtype=dtype), w).view(-1)
     if diag_w is not None:
@@ -182,7 +190,7 @@ def _mean_with_loops(g: CSRGraph, value: Tensor, diag: Tensor) -> Tuple[Tensor, 
     pos, lrow = _loop_info(g)
     cnt = g.degree().to(diag.dtype) + 1
     if pos.numel():
-        cnt = cnt - torch.bincount(lrow, minlength=g.num_rows).to(diag.dtype)
+        cnt = cnt - _count(lrow, g.num_rows, diag.dtype)
     inv = 1.0 / cnt
     return value * g.per_edge(inv), diag * inv
 

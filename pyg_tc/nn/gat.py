@@ -72,18 +72,57 @@ def _append_loops(src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loop
     E = src.numel()
     loops = torch.arange(num_loops, device=src.device, dtype=src.dtype)
     keep = src != dst
-    if bool(keep.all()):
+    if E and num_loops <= num_dst:
+        # one synchronisation: loops present, target order (NeighborLoader's
+        # batches), and the range check the merge below needs
+        flags = torch.stack([keep.all(), (dst[1:] >= dst[:-1]).all()]).to(src.dtype)
+        no_loops, in_order, mn, mx_s, mx_d = torch.cat([flags, torch.minimum(src.min(), dst.min()).view(1),
+                                                         src.max().view(1), dst.max().view(1)]).tolist()
+        if mn >= 0 and mx_s < num_src and mx_d < num_dst and no_loops and in_order:
+            return _merge_loops(src, dst, num_src, num_dst, num_loops, chunk)
+        no_loops = bool(no_loops)
+    else:
+        no_loops = bool(keep.all())
+    if no_loops:
         graph = CSRGraph.from_coo(torch.cat([src, loops]), torch.cat([dst, loops]),
                                   num_src, num_dst, chunk)
-        ids = graph.perm
+        ids = graph.perm if graph.perm is not None else torch.arange(
+            E + num_loops, device=src.device, dtype=_index_dtype(E + num_loops))
     else:
         oid = keep.nonzero().flatten()
         del keep
         graph = CSRGraph.from_coo(torch.cat([src.index_select(0, oid), loops]),
                                   torch.cat([dst.index_select(0, oid), loops]), num_src, num_dst, chunk)
-        ids = torch.cat([oid, loops.long() + E]).index_select(0, graph.perm.long())
+        ids = torch.cat([oid, loops.long() + E])
+        if graph.perm is not None:
+            ids = ids.index_select(0, graph.perm.long())
         ids = ids.to(_index_dtype(E + num_loops))
     graph.perm = None  # ids is the only edge map kept (see _pyg_order)
+    return LoopGraph(graph, ids)
+
+
+def _merge_loops(src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loops: int,
+                 chunk: Optional[int]) -> LoopGraph:
+    """:func:`_append_loops` of edges without self loops already in target
+    order: the stable sort by target would put node ``i``'s loop right after
+    its row's edges, so the CSR is written directly (no sort, no
+    synchronisation): edge ``e`` of row ``r`` moves ``min(r, num_loops)``
+    places on, the loop of row ``i`` ends its row."""
+    dev, E = src.device, src.numel()
+    rp = torch.searchsorted(dst.to(torch.int32), torch.arange(num_dst + 1, dtype=torch.int32, device=dev),
+                            out_int32=True).long()
+    before = torch.arange(num_dst + 1, device=dev).clamp_(max=num_loops)  # loops of the rows above
+    M = E + num_loops
+    idt = _index_dtype(M)
+    col = torch.empty(M, dtype=torch.int32, device=dev)
+    ids = torch.empty(M, dtype=idt, device=dev)
+    pos = torch.arange(E, device=dev) + dst.long().clamp(max=num_loops)
+    col[pos] = src.to(torch.int32)
+    ids[pos] = torch.arange(E, device=dev, dtype=idt)
+    lpos = rp[1:num_loops + 1] + torch.arange(num_loops, device=dev)
+    col[lpos] = torch.arange(num_loops, device=dev, dtype=torch.int32)
+    ids[lpos] = torch.arange(E, M, device=dev, dtype=idt)
+    graph = CSRGraph._finish((rp + before).to(torch.int32), col, None, num_dst, num_src, chunk)
     return LoopGraph(graph, ids)
 
 
@@ -403,7 +442,7 @@ class GATConv(_GATBase, pyg_nn.GATConv):
       ``M[h, d] = sum_c W_edge[h C + c, d] a_e[h, c]`` it is ``edge_attr @
       M^T`` (``E x heads``), so ``lin_edge`` never runs on the edges.
     * Self loops (``add_self_loops=True``) are built once per graph
-      (:func:`loop_graph`); a loop's edge features follow ``fill_value``
+      (``pyg_tc.nn.gat.loop_graph``); a loop's edge features follow ``fill_value``
       exactly as PyG's ``add_self_loops`` computes them.
     * ``return_attention_weights``: PyG's edge index (or sparse adjacency)
       with the loops added, and the coefficients (after dropout) in its

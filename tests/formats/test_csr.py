@@ -60,9 +60,12 @@ def check_csr_matches_coo(g: CSRGraph, ei: torch.Tensor, ns: int, nd: int) -> No
     E = src.numel()
     assert g.num_rows == nd and g.num_cols == ns and g.num_edges == E
     for t in (g.rowptr, g.col, g.perm, g.t_rowptr, g.t_col, g.t_perm):
-        assert t.dtype == torch.int32 and t.is_contiguous()
+        assert t is None or (t.dtype == torch.int32 and t.is_contiguous())
     assert g.rowptr.numel() == nd + 1 and g.t_rowptr.numel() == ns + 1
-    perm = g.perm.long().cpu()
+    # perm is None exactly when the edges already are in CSR (target) order
+    in_order = bool((dst[:-1] <= dst[1:]).all())
+    assert (g.perm is None) == in_order
+    perm = torch.arange(E) if g.perm is None else g.perm.long().cpu()
     assert torch.equal(torch.sort(perm)[0], torch.arange(E))
     assert torch.equal(g.col.long().cpu(), src[perm])
     assert torch.equal(g.row().cpu(), dst[perm])
@@ -83,10 +86,13 @@ def check_csr_matches_coo(g: CSRGraph, ei: torch.Tensor, ns: int, nd: int) -> No
 
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('chunk', CHUNKS, ids=lambda c: f'chunk{c}')
+@pytest.mark.parametrize('presorted', [False, True], ids=['any_order', 'target_order'])
 @pytest.mark.parametrize('kind', GRAPH_KINDS)
-def test_from_coo_invariants(kind, chunk, device):
+def test_from_coo_invariants(kind, chunk, device, presorted):
     ei, n = make_graph(kind, device)
     ns, nd = sizes(n)
+    if presorted:  # NeighborLoader's batches: sorted by target, no sort needed (perm None)
+        ei = ei[:, torch.sort(ei[1], stable=True)[1]]
     g = CSRGraph.from_coo(ei[0], ei[1], ns, nd, chunk=chunk)
     assert g.validate() is g
     assert g.device == ei.device
@@ -162,8 +168,10 @@ def test_build_cpu_equals_cuda(kind, chunk):
     gpu = CSRGraph.from_coo(ei[0].cuda(), ei[1].cuda(), ns, nd, chunk=chunk)
     assert gpu.device.type == 'cuda'
     gpu.validate()
+    assert (cpu.perm is None) == (gpu.perm is None)  # None: the edges were in target order
     for name in ('rowptr', 'col', 'perm', 't_rowptr', 't_col', 't_perm'):
-        assert torch.equal(getattr(cpu, name), getattr(gpu, name).cpu()), name
+        if getattr(cpu, name) is not None:
+            assert torch.equal(getattr(cpu, name), getattr(gpu, name).cpu()), name
     for a, b in ((cpu.sched, gpu.sched), (cpu.t_sched, gpu.t_sched)):
         assert torch.equal(a.units, b.units.cpu())
         assert torch.equal(a.heavy_rows, b.heavy_rows.cpu())

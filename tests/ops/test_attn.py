@@ -233,13 +233,13 @@ def check_against_reference(model, g, inp, dtype, slope=0.2, dropout=0.0, rng=No
 
 def oracle(model, ei, nd, inp, slope=0.2, keep=None, perm=None):
     """fp64 ``(out, lse)``; ``inp`` per-edge tensors in CSR order (``perm``:
-    CSR position -> original edge, as ``CSRGraph.perm``)."""
+    CSR position -> original edge, as ``CSRGraph.perm``; None: the identity)."""
     i64 = {k: v.detach().double().cpu() for k, v in inp.items()}
     ei = ei.cpu()
     src, dst = ei[0], ei[1]
     E = src.numel()
     inv = torch.empty(E, dtype=torch.long)
-    inv[perm.long().cpu()] = torch.arange(E)  # original edge -> CSR position
+    inv[torch.arange(E) if perm is None else perm.long().cpu()] = torch.arange(E)  # original edge -> CSR position
     x = i64['x']
     H = x.size(1)
     if model == 'gat':

@@ -8,6 +8,7 @@ import torch
 
 from pyg_tc import ops
 from pyg_tc.formats import CSRGraph
+from pyg_tc.formats.carrier import csr_order
 from pyg_tc.formats.sgt import SGT
 from pyg_tc.ops.sgt import emulate_sddmm, emulate_spmm
 from pyg_tc.ops import sgt_of, sgt_sddmm_cells, sgt_spmm_cells
@@ -133,15 +134,15 @@ def test_split_windows_and_warps(unit_blocks, dtype):
     g, ei, ns, nd = _graph('hub', unit_blocks)
     x = features(ns, 40, dtype, 'cuda', seed=1)
     w = edge_weights(ei.size(1), device='cuda', seed=2)
-    cells = sgt_of(g).cell_values(w[g.perm.long()])
+    cells = sgt_of(g).cell_values(csr_order(w, g))
     ref = spmm_oracle(x, ei, nd, w)
     mag = spmm_magnitude(x, ei, nd, w)
     for warps in (1, 2, 4, 8):
         out = sgt_spmm_cells(g, x, cells, warps=warps)
         assert_close_ref(out, ref, mag, dtype, f'warps={warps}')
         s = sgt_of(g).edge_values(sgt_sddmm_cells(g, x, x, warps=warps))
-        e = sddmm_oracle(x, x, ei)[g.perm.long()]
-        assert_close_ref(s, e, sddmm_oracle(x.abs(), x.abs(), ei)[g.perm.long()], dtype, f'sddmm w={warps}')
+        e = csr_order(sddmm_oracle(x, x, ei), g)
+        assert_close_ref(s, e, csr_order(sddmm_oracle(x.abs(), x.abs(), ei), g), dtype, f'sddmm w={warps}')
 
 
 @pytest.mark.cuda
@@ -167,7 +168,7 @@ def test_spmm_dense_and_sparse_stages(dtype, F):
     x = features(N, F, dtype, 'cuda', seed=1)
     w = edge_weights(ei.size(1), device='cuda', seed=2)
     for warps in (1, 4):
-        out = sgt_spmm_cells(g, x, s.cell_values(w[g.perm.long()]), warps=warps)
+        out = sgt_spmm_cells(g, x, s.cell_values(csr_order(w, g)), warps=warps)
         assert_close_ref(out, spmm_oracle(x, ei, N, w), spmm_magnitude(x, ei, N, w), dtype, f'warps={warps}')
 
 
@@ -256,7 +257,7 @@ def test_emulation_matches_reference(kind, unit_blocks):
     s.validate(g)
     x = features(ns, 19, torch.float64, seed=1)
     w = edge_weights(ei.size(1), torch.float64, seed=2)
-    cells = s.cell_values(w[g.perm.long()])
+    cells = s.cell_values(csr_order(w, g))
     out = emulate_spmm(s.fwd, cells, x.float())
     assert torch.allclose(out.double(), spmm_oracle(x, ei, nd, w), atol=1e-4, rtol=1e-4)
     y = features(nd, 19, torch.float64, seed=3)
@@ -264,7 +265,7 @@ def test_emulation_matches_reference(kind, unit_blocks):
     ref_t = spmm_oracle(y, ei.flip(0), ns, w)
     assert torch.allclose(t_out.double(), ref_t, atol=1e-4, rtol=1e-4)
     sd = s.edge_values(emulate_sddmm(s.fwd, y.float(), x.float()))
-    assert torch.allclose(sd.double(), sddmm_oracle(y, x, ei)[g.perm.long()], atol=1e-4, rtol=1e-4)
+    assert torch.allclose(sd.double(), csr_order(sddmm_oracle(y, x, ei), g), atol=1e-4, rtol=1e-4)
 
 
 def test_spmm_warps_rule():

@@ -7,6 +7,7 @@ from torch_geometric import EdgeIndex
 
 import pyg_tc
 from pyg_tc.formats import CSRGraph
+from pyg_tc.formats.carrier import csr_order
 from pyg_tc.ops import emulate_spmm
 from pyg_tc.ops import spmm
 
@@ -183,7 +184,7 @@ def test_csrgraph_input(reduce, device):
     w = edge_weights(ei.size(1), device=device)
     x = features(n, 24, device=device)
     check(spmm(x, g, w, reduce), x, ei, n, w, reduce)  # weights in edge_index order
-    check(pyg_tc.ops.spmm_graph(g, x, w[g.perm.long()], reduce), x, ei, n, w, reduce)
+    check(pyg_tc.ops.spmm_graph(g, x, csr_order(w, g), reduce), x, ei, n, w, reduce)
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -340,7 +341,7 @@ def test_emulate_spmm(kind, chunk, reduce, transpose):
     ns, nd = sizes(n)
     g = CSRGraph.from_coo(ei[0], ei[1], ns, nd, chunk=chunk)
     w = edge_weights(ei.size(1))
-    w_csr = w[g.perm.long()]
+    w_csr = csr_order(w, g)
     if chunk < 256 and ei.size(1):
         assert g.sched.num_slots > 0  # heavy-row splitting is exercised
     use_diag = reduce != 'max' and ns == nd
