@@ -120,22 +120,55 @@ class Op:
 
     def __call__(self, *args: Any, differentiable: Optional[Sequence[Any]] = None) -> Any:
         """Call the op (loading the kernels on first use). Given the inputs
-        that can need gradients (``differentiable``), an eager call where
-        none does skips the autograd layer: the Python wrapper
-        ``register_autograd`` installs costs several microseconds, the whole
-        kernel time on small graphs. Without ``differentiable`` (e.g. inside
-        a backward formula, which must stay twice differentiable) the call
-        always goes through autograd."""
+        that can need gradients (``differentiable``), an eager call skips the
+        autograd wrapper ``register_autograd`` installs, which costs about
+        0.3 ms of host time per call (measured on an H100 host, more than the
+        SpMM of a mini-batch: benchmarks/layer_overhead.py): where no input
+        needs a gradient the op runs below autograd; where one does, the same
+        formulas run through a ``torch.autograd.Function`` (:meth:`_function`).
+        With grad mode off (inference, and a backward formula's calls unless
+        the backward builds a graph) nothing can record a graph, so the op
+        runs below autograd too. Otherwise, without ``differentiable`` (a
+        backward formula under ``create_graph``) and under ``torch.compile``,
+        the call goes through the registered op and its autograd (what
+        ``opcheck`` tests)."""
         op = self._overload
         if op is None:
             ensure()
             op = self._overload = self.overload
-        if differentiable is None or torch.compiler.is_compiling() or (
-                torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                                for t in differentiable)):
+        if torch.compiler.is_compiling():
             return op(*args)
+        if torch.is_grad_enabled():
+            if differentiable is None:
+                return op(*args)
+            if any(t is not None and t.requires_grad for t in differentiable):
+                if self._backward is None or len(args) != len(self.args):
+                    return op(*args)
+                return self._function().apply(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return op(*args)
+
+    def _function(self) -> type:
+        """The op as a ``torch.autograd.Function`` with the registered
+        formulas (same saved tensors, constants and gradients as the
+        ``register_autograd`` path; backward formulas call ops through
+        autograd, so double backward works as there). Built once."""
+        fn = self.__dict__.get('_fn')
+        if fn is None:
+            me = self
+
+            def forward(ctx: Any, *args: Any) -> Any:
+                with torch._C._AutoDispatchBelowAutograd():
+                    out = me._overload(*args)
+                me._setup(ctx, args, out)
+                return out
+
+            def backward(ctx: Any, *grads: Any) -> tuple:
+                return me._backward_impl(ctx, *grads)
+            # named after the op: its grad_fn reads <op>_functionBackward
+            fn = self._fn = type(f'{self.name}_function', (torch.autograd.Function,),
+                                 {'forward': staticmethod(forward), 'backward': staticmethod(backward)})
+        return fn
 
     def named(self, args: Sequence[Any]) -> SimpleNamespace:
         """The positional arguments of a call, by schema name."""

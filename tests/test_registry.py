@@ -85,3 +85,34 @@ def test_backward_returning_an_unknown_input_raises():
 def test_ensure_reports_the_kernels():
     loaded = _library.ensure()
     assert loaded == _library.kernels_loaded() == pyg_tc._kernels.status()['loaded']
+
+
+def test_eager_calls_skip_the_registered_autograd_wrapper(monkeypatch):
+    """Op.__call__ with ``differentiable``: the same values and gradients as
+    the registered op (torch.library's autograd), through an
+    autograd.Function when an input needs a gradient (a cheaper host path)
+    and below autograd when none does or grad mode is off."""
+    from pyg_tc.formats import CSRGraph
+    from pyg_tc.ops import spmm_graph
+    op = OPS['spmm_csr']
+    torch.manual_seed(0)
+    ei = torch.tensor([[1, 2, 0, 1, 2, 0], [0, 0, 2, 2, 2, 1]])
+    g = CSRGraph.from_coo(ei[0], ei[1], 3, 3)
+    value = torch.rand(6, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    seen = []
+    call = Op.__call__
+    monkeypatch.setattr(Op, '__call__', lambda self, *a, **k: seen.append(a) or call(self, *a, **k))
+    fast = spmm_graph(g, x, value, 'sum')
+    monkeypatch.undo()
+    assert type(fast.grad_fn).__name__ == 'spmm_csr_functionBackward'
+    slow = op.overload(*seen[0])  # the registered op: torch.library's autograd
+    assert type(slow.grad_fn).__name__ != type(fast.grad_fn).__name__
+    gout = torch.randn_like(fast)
+    torch.testing.assert_close(fast, slow, rtol=0, atol=0)
+    torch.testing.assert_close(torch.autograd.grad(fast, (value, x), gout),
+                               torch.autograd.grad(slow, (value, x), gout), rtol=0, atol=0)
+    assert torch.autograd.gradgradcheck(lambda v, xx: spmm_graph(g, xx, v, 'sum'), (value, x))
+    with torch.no_grad():
+        assert spmm_graph(g, x, value, 'sum').grad_fn is None
+    assert spmm_graph(g, x.detach(), value.detach(), 'sum').grad_fn is None
