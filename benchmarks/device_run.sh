@@ -23,6 +23,8 @@
 #      e.g. --part accuracy,trainmode or --part kernels,infer).
 # minibatch = NeighborLoader training per batch (sampling / transfer / format build / compute), PyG's layers vs
 #      pyg_tc's on the same batches (pyg_tc/bench/minibatch.py, $MINIBATCH_ARGS; needs .device_data/wheels).
+# graphcls = tutorials/05_graph_classification.py at full size (GIN on PROTEINS_full / ENZYMES DataLoader batches).
+# overhead = host issue time / wall / launches of one layer and of the format build (benchmarks/layer_overhead.py).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
 # .device_data/ holds a copy of ../shared/datasets (ignored by git, carried by
@@ -115,6 +117,13 @@ if [[ ",$MODE," == *,half,* ]]; then  # HalfGNN suite: kernels, training steps, 
 fi
 if [[ ",$MODE," == *,es,* ]]; then  # ES-SpMM sampled-inference accuracy table ($ES_ARGS)
   python -m pyg_tc.bench.es_spmm --out "$OUT/es" ${ES_ARGS:-} 2>&1 | tee "$OUT/es.log" || rc=1
+fi
+if [[ ",$MODE," == *,overhead,* ]]; then  # host cost of one layer / the format build on a mini-batch-sized graph
+  python benchmarks/layer_overhead.py ${OVERHEAD_ARGS:-} 2>&1 | tee "$OUT/overhead.log" || rc=1
+fi
+if [[ ",$MODE," == *,graphcls,* ]]; then  # tutorial 5 at full size: DataLoader GIN, PyG vs pyg_tc ($GRAPHCLS_ARGS)
+  rm -rf /tmp/tut && mkdir -p /tmp/tut && cp -r "$PYG_TC_SHARED/datasets/tu" /tmp/tut/
+  python tutorials/05_graph_classification.py --root /tmp/tut ${GRAPHCLS_ARGS:-} 2>&1 | tee "$OUT/graphcls.log" || rc=1
 fi
 if [[ ",$MODE," == *,minibatch,* ]]; then  # NeighborLoader training, PyG vs pyg_tc on the same batches ($MINIBATCH_ARGS)
   # the sampler backend: torch_scatter / torch_sparse wheels for this machine, carried in .device_data/wheels

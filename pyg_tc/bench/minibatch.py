@@ -23,6 +23,7 @@ torch_sparse; ``../shared/wheels``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 from typing import Iterator, Optional, Sequence
@@ -66,9 +67,8 @@ def sample(name: str, a) -> tuple:
                 edge_index=bg.edge_index, num_nodes=n)
     loader = NeighborLoader(data, num_neighbors=a.fanout, batch_size=a.batch_size, shuffle=True,
                             generator=torch.Generator().manual_seed(0))
-    it = iter(loader)
     t0 = time.perf_counter()
-    batches = [next(it) for _ in range(a.batches)]
+    batches = list(itertools.islice(loader, a.batches))  # fewer on a small graph (Tolokers: 12)
     return bg, batches, 1e3 * (time.perf_counter() - t0) / len(batches)
 
 
@@ -107,15 +107,106 @@ def run_impl(impl: str, kind: str, batches: list, a) -> dict:
                 for k, v in (('transfer', t1 - t0), ('build', t2 - t1), ('compute', t3 - t2)):
                     times[k].append(1e3 * v)
                 losses.append(float(loss))
+    if a.profile:
+        profile_impl(f'{a.graph} {kind} {impl}', model, opt, build, batches[:5], a)
     mean = {f'{k}_ms': statistics.mean(v) for k, v in times.items()}
     total = sum(mean.values())
     return dict(mean, total_ms=total, build_share=mean['build_ms'] / total, losses=losses,
                 peak_mib=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == 'cuda' else None)
 
 
+def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
+    """Appends to ``a.profile`` where the time of ``batches`` goes: device
+    synchronisations per phase (``torch.cuda.set_sync_debug_mode``) and the
+    profiler's top operators by CPU and by device time."""
+    import warnings
+    from torch.profiler import ProfilerActivity, profile, record_function
+    dev = a.device
+
+    def step(b):
+        with record_function('transfer'):
+            b = b.to(dev, non_blocking=True)
+        if build is not None:
+            with record_function('build'):
+                b = build(b)
+        with record_function('compute'):
+            opt.zero_grad()
+            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
+            loss.backward()
+            opt.step()
+        return b
+
+    lines = [f'==== {title}']
+    if dev.type == 'cuda':
+        for phase in ('transfer', 'build', 'compute'):
+            b = batches[0]
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter('always')
+                torch.cuda.set_sync_debug_mode('warn')
+                try:
+                    if phase == 'transfer':
+                        b = b.to(dev, non_blocking=True)
+                    else:
+                        b = b.to(dev)
+                        if phase == 'build' and build is not None:
+                            b = build(b)
+                        elif phase == 'compute':
+                            b = build(b) if build is not None else b
+                            torch.cuda.synchronize()
+                            w.clear()
+                            opt.zero_grad()
+                            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
+                            loss.backward()
+                            opt.step()
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+            where = {}
+            for m in w:
+                if 'synchroniz' in str(m.message):
+                    where[f'{m.filename}:{m.lineno}'] = where.get(f'{m.filename}:{m.lineno}', 0) + 1
+            lines.append(f'syncs in {phase}: {sum(where.values())} ' + ', '.join(
+                f'{k.split("site-packages/")[-1].split("pyg_tc/")[-1]} x{v}' for k, v in where.items()))
+    import cProfile
+    import io
+    import pstats
+    bs = [b.to(dev) for b in batches]
+    bs = [build(b) if build is not None else b for b in bs]
+    pr = cProfile.Profile()
+    pr.enable()
+    for b in bs:
+        opt.zero_grad()
+        loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
+        loss.backward()
+        opt.step()
+    pr.disable()
+    if build is not None:
+        bs = [b.to(dev) for b in batches]
+        pr.enable()
+        for b in bs:
+            build(b)
+        pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats('tottime').print_stats(45)
+    lines.append(s.getvalue())
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == 'cuda' else [])
+    with profile(activities=acts) as prof:
+        for b in batches:
+            step(b)
+        if dev.type == 'cuda':
+            torch.cuda.synchronize()
+    ka = prof.key_averages()
+    dkey = 'self_device_time_total' if dev.type == 'cuda' else 'self_cpu_time_total'
+    lines.append(ka.table(sort_by='cpu_time_total', row_limit=40, max_name_column_width=60))
+    lines.append(ka.table(sort_by=dkey, row_limit=40, max_name_column_width=60))
+    with open(a.profile, 'a') as f:
+        f.write('\n'.join(lines) + '\n')
+
+
 def bench_graph(name: str, a) -> Iterator[dict]:
     """Records of one graph: its batches, then every (model, implementation)."""
     bg, batches, sample_ms = sample(name, a)
+    a.graph = name
     nodes = statistics.mean(b.num_nodes for b in batches)
     edges = statistics.mean(b.edge_index.size(1) for b in batches)
     base = dict(graph=name, nodes=bg.num_nodes, edges=bg.num_edges, batch_nodes=nodes, batch_edges=edges,
@@ -176,6 +267,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--classes', type=int, default=41)
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--budget', type=float)
+    p.add_argument('--profile', help='append a profile of 5 batches per (graph, model, impl) to this file')
     a = p.parse_args(argv)
     split = lambda s: [t.strip() for t in s.split(',') if t.strip()]  # noqa: E731
     a.graphs, a.models, a.fanout = split(a.graphs), split(a.models), [int(f) for f in split(a.fanout)]

@@ -168,6 +168,7 @@ def hetero_graph(cora):
     """Cora split into two node types by id parity ('a' even, 'b' odd), its
     edges typed by their endpoints (four relations, all non-empty)."""
     from torch_geometric.data import HeteroData
+    cora = cora.cpu()  # built on the CPU (the fixture may live on the GPU); callers move it
     n = cora.num_nodes
     kind = torch.arange(n) % 2
     local = torch.arange(n) // 2
