@@ -25,11 +25,13 @@ the build is part of pyg_tc's time per epoch.
 
 The check: PyG's ``GINConv`` and pyg_tc's start from the same weights and see the same batches
 (a seeded generator shuffles both loaders alike) of a fixed random 80/20 split per seed. Their
-loss curves must agree step for step and their test accuracies match. ``max loss diff`` comes out 0
+loss curves must agree step for step and their test accuracies match. The loss difference (relative,
+at the first step, over the first epoch, over all epochs) comes out 0
 on a CPU, where the reference sums like PyG; on a GPU the kernels sum in another order (and PyG's
-scatter-add with atomics in no fixed order), so expect float round-off there: small in the first
-epoch, growing over hundreds of Adam steps as two trainings that differ in round-off drift
-apart (the accuracy over 5 seeds is the comparison that matters then). Accuracy is averaged over 5 seeds (``--small``: 1 seed, 5 epochs,
+scatter-add with atomics in no fixed order), so expect float round-off at the first step and drift
+after it: two trainings that differ in round-off move apart step by step, fast where the loss
+spikes (PROTEINS_full's raw features give first-epoch losses up to 10), and then the accuracy
+over 5 seeds is the comparison that matters. Accuracy is averaged over 5 seeds (``--small``: 1 seed, 5 epochs,
 a random 300 graphs per dataset, so lower scores). ``ms / epoch`` includes loading and collating
 the batches. On a CPU pyg_tc runs its pure-PyTorch reference (``pyg_tc.info()['backend']``,
 printed above the table), which is not faster than PyG: the speed comes from the GPU kernels.
@@ -133,23 +135,24 @@ def main():
                 model = GIN(layers, ds.num_features, ds.num_classes).to(a.device)
                 model.load_state_dict(init)  # the same initial weights (and state_dict keys)
                 acc, ms, curves[impl] = train(model, prep, train_ds, test_ds, epochs, seed, a.device)
-                d = [abs(x - y) for x, y in zip(curves[impl], curves['PyG'])]
+                d = [abs(x - y) / abs(y) for x, y in zip(curves[impl], curves['PyG'])]
                 first = -(-len(train_ds) // 32)  # the steps of the first epoch
-                runs[impl].append((acc, ms, max(d[:first]), max(d)))
+                runs[impl].append((acc, ms, d[0], max(d[:first]), max(d)))
         for impl, per_seed in runs.items():
-            accs, mss, d1, diffs = zip(*per_seed)
+            accs, mss, d0, d1, diffs = zip(*per_seed)
             std = statistics.stdev(accs) if len(accs) > 1 else 0.0
-            rows.append((name, impl, len(accs), statistics.mean(accs), std, statistics.mean(mss), max(d1),
+            rows.append((name, impl, len(accs), statistics.mean(accs), std, statistics.mean(mss), max(d0), max(d1),
                          max(diffs)))
 
     print(f'\nGIN (3 layers, hidden 64, sum pooling), {epochs} epochs, batches of 32, 80/20 split, '
           f'on {a.device} (pyg_tc backend: {backend})\n')
-    print('| dataset | layers | seeds | test accuracy | ms / epoch | max loss diff vs PyG, first epoch '
-          '| max loss diff vs PyG, all epochs |')
-    print('|---|---|---|---|---|---|---|')
-    for name, impl, n, acc, std, ms, d1, diff in rows:
-        d1, d = ('-', '-') if impl == 'PyG' else (f'{d1:.1e}', f'{diff:.1e}')
-        print(f'| {name} | {impl} | {n} | {100 * acc:.1f} ± {100 * std:.1f}% | {ms:.1f} | {d1} | {d} |')
+    print('| dataset | layers | seeds | test accuracy | ms / epoch | loss vs PyG: first step | first epoch '
+          '| all epochs |')
+    print('|---|---|---|---|---|---|---|---|')
+    for name, impl, n, acc, std, ms, d0, d1, diff in rows:
+        d = ['-'] * 3 if impl == 'PyG' else [f'{v:.1e}' for v in (d0, d1, diff)]
+        print(f'| {name} | {impl} | {n} | {100 * acc:.1f} ± {100 * std:.1f}% | {ms:.1f} | {" | ".join(d)} |')
+    print('\n(loss vs PyG: the largest relative difference of the step losses, over the seeds)')
 
 
 if __name__ == '__main__':
