@@ -13,7 +13,10 @@ warm-up pass and one timed pass over those batches, split into transfer
 backward, Adam step), each ended by a device synchronisation; the loss per
 batch, and its largest difference to PyG's (same initial weights). A record
 per (graph, model, implementation) with the per-batch means, the format
-build's share and pyg_tc's compute speed-up over PyG's.
+build's share and pyg_tc's compute speed-up over PyG's. Then (``--epoch``,
+the default) an epoch the way PyG's recipes train: loader workers
+(``--workers``) sampling ahead, pinned memory and ``PrefetchLoader``, against
+the same work done one phase after the other.
 
 ``python -m pyg_tc.bench.minibatch --out DIR [--graphs reddit,products,tolokers]
 [--models sage,gcn,gat] [--batches 30]`` writes ``minibatch.jsonl``,
@@ -56,7 +59,7 @@ class Net(torch.nn.Module):
 
 
 def sample(name: str, a) -> tuple:
-    """The graph's ``Data`` on the CPU and its first ``a.batches`` batches; sampling ms per batch."""
+    """The graph, its ``Data`` on the CPU, its first ``a.batches`` batches and the sampling ms per batch."""
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
     from .graphs import load_graph
@@ -69,7 +72,7 @@ def sample(name: str, a) -> tuple:
                             generator=torch.Generator().manual_seed(0))
     t0 = time.perf_counter()
     batches = list(itertools.islice(loader, a.batches))  # fewer on a small graph (Tolokers: 12)
-    return bg, batches, 1e3 * (time.perf_counter() - t0) / len(batches)
+    return bg, data, batches, 1e3 * (time.perf_counter() - t0) / len(batches)
 
 
 def run_impl(impl: str, kind: str, batches: list, a) -> dict:
@@ -113,6 +116,49 @@ def run_impl(impl: str, kind: str, batches: list, a) -> dict:
     total = sum(mean.values())
     return dict(mean, total_ms=total, build_share=mean['build_ms'] / total, losses=losses,
                 peak_mib=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == 'cuda' else None)
+
+
+def run_epoch(impl: str, kind: str, data, a) -> dict:
+    """A pass over ``a.batches`` batches the way PyG's recipes train: the
+    loader's ``a.workers`` worker processes sample ahead, batches come in
+    pinned memory and ``PrefetchLoader`` copies the next one to the GPU on a
+    side stream while the current one trains; pyg_tc builds its format on
+    the GPU in the loop. One warm-up pass (workers started, caches filled),
+    then one timed pass; the batches are sampled afresh (not the ones the
+    per-batch records used)."""
+    import torch_geometric.nn as pyg_nn
+    from torch_geometric.loader import NeighborLoader, PrefetchLoader
+    import pyg_tc
+    from ..transforms import DegreeBucketTransform
+    dev = a.device
+    cuda = dev.type == 'cuda'
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    torch.manual_seed(0)
+    model = Net(pyg_tc.nn if impl == 'pyg_tc' else pyg_nn, kind, [a.width, a.hidden, a.hidden, a.classes]).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    build = DegreeBucketTransform() if impl == 'pyg_tc' else None
+    loader = NeighborLoader(data, num_neighbors=a.fanout, batch_size=a.batch_size, shuffle=True,
+                            num_workers=a.workers, persistent_workers=a.workers > 0, pin_memory=cuda,
+                            generator=torch.Generator().manual_seed(0))
+    source = PrefetchLoader(loader, dev) if cuda else loader
+    for timed in (False, True):
+        sync()
+        t0 = time.perf_counter()
+        n = 0
+        for b in itertools.islice(source, a.batches):
+            b = b.to(dev)  # a no-op after PrefetchLoader
+            if build is not None:
+                b = build(b)
+            opt.zero_grad()
+            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
+            loss.backward()
+            opt.step()
+            n += 1
+        sync()
+        dt = time.perf_counter() - t0
+    del source, loader  # stops the workers
+    return dict(epoch_ms=1e3 * dt, epoch_batches=n, epoch_batch_ms=1e3 * dt / n, workers=a.workers,
+                final_loss=float(loss.detach()))
 
 
 def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
@@ -205,7 +251,7 @@ def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
 
 def bench_graph(name: str, a) -> Iterator[dict]:
     """Records of one graph: its batches, then every (model, implementation)."""
-    bg, batches, sample_ms = sample(name, a)
+    bg, data, batches, sample_ms = sample(name, a)
     a.graph = name
     nodes = statistics.mean(b.num_nodes for b in batches)
     edges = statistics.mean(b.edge_index.size(1) for b in batches)
@@ -227,6 +273,17 @@ def bench_graph(name: str, a) -> Iterator[dict]:
                 out.update(compute_speedup=recs['pyg']['compute_ms'] / r['compute_ms'],
                            total_speedup=recs['pyg']['total_ms'] / r['total_ms'])
             yield out
+        if not a.epoch:
+            continue
+        ep = {impl: run_epoch(impl, kind, data, a) for impl in IMPLS}
+        for impl, e in ep.items():
+            # serial: the same work one phase after the other (the per-batch records)
+            serial = sample_ms + recs[impl]['total_ms']
+            out = dict(base, kind='epoch', model=kind, impl=impl, serial_batch_ms=serial,
+                       overlap_speedup=serial / e['epoch_batch_ms'], **e)
+            if impl == 'pyg_tc':
+                out['epoch_speedup'] = ep['pyg']['epoch_batch_ms'] / e['epoch_batch_ms']
+            yield out
 
 
 def reporter(out: str, env: dict) -> Reporter:
@@ -243,13 +300,22 @@ def reporter(out: str, env: dict) -> Reporter:
         note='The same sampled batches for both implementations; compute = forward + backward + Adam step. '
              'Sampling is done once per graph (CPU, the loader\'s own sampler) and shown per batch.')
 
+    epoch = Table('## An epoch with sampling overlapped (ms per batch)', 'epoch', [
+        k('graph'), k('model'), k('impl'), k('workers', 'd', 'loader workers'), k('epoch_batches', 'd', 'batches'),
+        k('serial_batch_ms', '.2f', 'serial: sampling + transfer + build + compute'),
+        k('epoch_batch_ms', '.2f', 'overlapped epoch'), k('overlap_speedup', '.2f', 'overlap gain'),
+        k('epoch_speedup', '.2f', 'epoch x PyG', True), k('final_loss', '.4f', 'last loss')],
+        note='NeighborLoader with worker processes, pinned memory and PrefetchLoader (the next batch copied to '
+             'the GPU on a side stream); freshly sampled batches, one warm-up pass then one timed pass. '
+             'serial = the per-batch table\'s phases one after the other.')
+
     def panels(records):
         rs = [r for r in records if r.get('kind') == 'minibatch']
         return [Panel(lambda _, g=g: [dict(r, series=r['impl'], label=r['model']) for r in rs if r['graph'] == g],
                       'label', 'compute_ms', 'series', style='bar', title=f'{g}: compute per batch',
                       ylabel='ms') for g in dict.fromkeys(r['graph'] for r in rs)]
     return Reporter(out, 'minibatch.jsonl', 'minibatch.md', 'Mini-batch training (NeighborLoader)', env, 'first',
-                    [table], [Figure('minibatch.png', panels, ncols=3, title='per-batch compute, PyG vs pyg_tc')],
+                    [table, epoch], [Figure('minibatch.png', panels, ncols=3, title='per-batch compute, PyG vs pyg_tc')],
                     tag='minibatch')
 
 
@@ -267,6 +333,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--classes', type=int, default=41)
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--budget', type=float)
+    p.add_argument('--epoch', action=argparse.BooleanOptionalAction, default=True,
+                   help='also time an epoch with sampling overlapped (workers, pinned memory, prefetch)')
+    p.add_argument('--workers', type=int, default=8, help='loader worker processes of the overlapped epoch')
     p.add_argument('--profile', help='append a profile of 5 batches per (graph, model, impl) to this file')
     a = p.parse_args(argv)
     split = lambda s: [t.strip() for t in s.split(',') if t.strip()]  # noqa: E731

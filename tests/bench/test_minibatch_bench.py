@@ -14,7 +14,7 @@ def test_minibatch_suite_cpu(tmp_path):
     out = tmp_path / 'mb'
     assert main(['--out', str(out), '--graphs', 'tiny', '--models', 'sage,gat', '--batches', '3',
                  '--batch-size', '64', '--fanout', '5,5', '--width', '16', '--hidden', '16',
-                 '--classes', '5', '--device', 'cpu']) == 0
+                 '--classes', '5', '--device', 'cpu', '--workers', '1']) == 0
     recs = [json.loads(line) for line in open(out / 'minibatch.jsonl')]
     mb = [r for r in recs if r.get('kind') == 'minibatch']
     assert {(r['model'], r['impl']) for r in mb} == {(m, i) for m in ('sage', 'gat') for i in ('pyg', 'pyg_tc')}
@@ -22,4 +22,12 @@ def test_minibatch_suite_cpu(tmp_path):
         assert r['loss_max_diff_vs_pyg'] < 1e-4  # the same batches, the same weights
         assert r['compute_ms'] > 0 and r['sample_ms'] > 0
         assert (r['build_ms'] > 0) == (r['impl'] == 'pyg_tc')
+    # the overlapped epoch: one record per (model, implementation), timed over the same number of batches
+    ep = [r for r in recs if r.get('kind') == 'epoch']
+    assert {(r['model'], r['impl']) for r in ep} == {(m, i) for m in ('sage', 'gat') for i in ('pyg', 'pyg_tc')}
+    for r in ep:
+        assert r['epoch_batches'] == 3 and r['epoch_batch_ms'] > 0 and r['workers'] == 1
+        assert ('epoch_speedup' in r) == (r['impl'] == 'pyg_tc')
+    md = (out / 'minibatch.md').read_text()
+    assert '## An epoch with sampling overlapped' in md
     assert (out / 'minibatch.md').is_file() and (out / 'minibatch.png').is_file()
