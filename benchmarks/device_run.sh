@@ -24,6 +24,7 @@
 # minibatch = NeighborLoader training per batch (sampling / transfer / format build / compute), PyG's layers vs
 #      pyg_tc's on the same batches (pyg_tc/bench/minibatch.py, $MINIBATCH_ARGS; needs .device_data/wheels).
 # graphcls = tutorials/05_graph_classification.py at full size (GIN on PROTEINS_full / ENZYMES DataLoader batches).
+# ddp = tutorials/09_multi_gpu.py on every GPU count up to the machine's (Tolokers, products-shaped; $DDP_GRAPHS, $DDP_ARGS).
 # overhead = host issue time / wall / launches of one layer and of the format build (benchmarks/layer_overhead.py).
 # TEST_ARGS narrows the CUDA tests (default: the whole tests/ folder).
 #
@@ -124,6 +125,14 @@ fi
 if [[ ",$MODE," == *,graphcls,* ]]; then  # tutorial 5 at full size: DataLoader GIN, PyG vs pyg_tc ($GRAPHCLS_ARGS)
   rm -rf /tmp/tut && mkdir -p /tmp/tut && cp -r "$PYG_TC_SHARED/datasets/tu" /tmp/tut/
   python tutorials/05_graph_classification.py --root /tmp/tut ${GRAPHCLS_ARGS:-} 2>&1 | tee "$OUT/graphcls.log" || rc=1
+fi
+if [[ ",$MODE," == *,ddp,* ]]; then  # tutorial 9: DDP + per-rank NeighborLoader, 1..N GPUs, PyG vs pyg_tc ($DDP_ARGS)
+  python -m pip install -q --no-deps .device_data/wheels/*.whl 2>&1 | tail -2
+  rm -rf /tmp/tut && mkdir -p /tmp/tut && cp -r "$PYG_TC_SHARED/datasets/heterophilous" "$PYG_TC_SHARED/datasets/planetoid" /tmp/tut/
+  ngpu=$(nvidia-smi -L | wc -l); counts=$(seq -s, 1 "$ngpu")
+  for g in ${DDP_GRAPHS:-tolokers products}; do
+    NCCL_NVLS_ENABLE=0 python tutorials/09_multi_gpu.py --root /tmp/tut --graph "$g" --scaling "$counts" ${DDP_ARGS:-} 2>&1 | tee -a "$OUT/ddp.log" || rc=1
+  done
 fi
 if [[ ",$MODE," == *,minibatch,* ]]; then  # NeighborLoader training, PyG vs pyg_tc on the same batches ($MINIBATCH_ARGS)
   # the sampler backend: torch_scatter / torch_sparse wheels for this machine, carried in .device_data/wheels

@@ -1,0 +1,339 @@
+"""Tutorial 9: multi-GPU training with DistributedDataParallel and NeighborLoader.
+
+When one GPU is not fast enough, PyG's recipe is data parallelism over mini-batches: one process
+per GPU (``torchrun --nproc_per_node=N``), ``torch.distributed`` (NCCL between GPUs, gloo on
+CPUs), the model wrapped in ``DistributedDataParallel`` (DDP), and every process ("rank")
+running its own ``NeighborLoader`` over its share of the training nodes. pyg_tc's layers drop into
+that recipe unchanged: there is no pyg_tc communication layer, DDP averages the gradients of
+whatever layers the model has::
+
+    torchrun --nproc_per_node=2 tutorials/09_multi_gpu.py --graph tolokers
+
+    # per rank (see run() below):
+    dist.init_process_group('nccl')                       # rank / world size from torchrun
+    model = DDP(SAGE(pyg_tc.nn, ...).to(device), device_ids=[device])
+    share = train_nodes.view(world_size, -1)[rank]        # equal shares: equal steps per rank
+    loader = NeighborLoader(data, input_nodes=share, num_neighbors=[15, 10], ...)
+    for batch in loader:
+        batch = DegreeBucketTransform()(batch.to(device))  # pyg_tc's format, built on this GPU
+        loss = F.cross_entropy(model(batch.x, batch.edge_index)[:batch.batch_size], ...)
+        loss.backward()                                    # DDP all-reduces the gradients here
+
+What to watch for:
+
+* **Equal steps.** DDP's all-reduce is collective: a rank with one batch more waits forever. The
+  training nodes are shuffled once with a seed every rank shares and cut into ``world_size``
+  equal shares (the remainder, fewer than ``world_size`` nodes, sits out the epoch).
+* **The graph in memory once.** Run as ``python tutorials/09_multi_gpu.py`` the script starts its
+  own processes (``torch.multiprocessing.spawn``) and hands them the graph in shared memory
+  (``data.share_memory_()``): one copy however many ranks. Under ``torchrun`` the ranks are
+  separate programs; local rank 0 saves the graph once and every rank memory-maps that file
+  (``torch.load(..., mmap=True)``), so the operating system keeps one copy in its page cache.
+* **Evaluation.** Each rank scores its share of the test nodes; the counts are summed over the
+  ranks (``all_reduce``) before dividing, so the accuracy is that of all test nodes.
+* **pyg_tc's caches** are per process and per device: a batch's format is built on the rank's
+  own GPU and cached on its ``edge_index``; ``backend='auto'`` tunes only graphs that carry SGT
+  metadata (mini-batches do not), so every rank runs the same CSR kernels. The CUDA kernels are
+  built once per machine: rank 0 builds them (``pyg_tc.info()``) while the others wait at a
+  barrier and then load the finished library (torch's extension build also holds a file lock).
+
+``--check`` (on with ``--small``, which CI runs on two CPU processes with gloo) verifies the
+recipe: after the epoch every rank holds bitwise the same parameters, and rank 0 replays all
+ranks' batches in one process (each step: the ranks' losses divided by ``world_size``, one
+backward, one Adam step, which is what DDP's averaged gradients give) and compares the losses
+and parameters. The table has one row per (processes, layers): epoch time, speed-up over one
+process, pyg_tc's speed-up over PyG's layers at the same process count, and test accuracy.
+``--scaling 1,2,4`` runs each process count in turn (spawned; one GPU per process). Without a
+sampler backend (pyg-lib or torch_sparse) the batches are full k-hop subgraphs of the seeds.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import torch_geometric.nn
+import torch_geometric.typing
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch_geometric.data import Data
+from torch_geometric.utils import k_hop_subgraph
+
+import pyg_tc
+import pyg_tc.nn
+from pyg_tc.transforms import DegreeBucketTransform
+
+LAYERS = {'PyG': torch_geometric.nn, 'pyg_tc': pyg_tc.nn}
+
+
+class Net(torch.nn.Module):
+    """Two SAGE (mean) or GAT (4 heads) layers; ``layers`` is where the convolutions come from."""
+
+    def __init__(self, layers, model: str, cin: int, hidden: int, cout: int):
+        super().__init__()
+        if model == 'sage':
+            self.conv1, self.conv2 = layers.SAGEConv(cin, hidden), layers.SAGEConv(hidden, cout)
+        else:
+            self.conv1 = layers.GATConv(cin, hidden // 4, heads=4)
+            self.conv2 = layers.GATConv(hidden, cout, heads=1)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def load(a) -> Data:
+    """The graph on the CPU with features, labels, train / test masks and ``num_classes``."""
+    g = torch.Generator().manual_seed(0)
+    if a.graph == 'cora':
+        from torch_geometric.datasets import Planetoid
+        data = Planetoid(os.path.join(a.root, 'planetoid'), 'Cora')[0]
+        data.num_classes = 7
+    elif a.graph == 'tolokers':
+        from torch_geometric.datasets import HeterophilousGraphDataset
+        data = HeterophilousGraphDataset(os.path.join(a.root, 'heterophilous'), 'Tolokers')[0]
+        data.train_mask, data.test_mask = data.train_mask[:, 0].contiguous(), data.test_mask[:, 0].contiguous()
+        del data.val_mask
+        data.num_classes = 2
+    else:  # products-shaped R-MAT graph (pyg_tc's benchmark generator), random features and labels
+        from pyg_tc.bench.graphs import load_graph
+        bg = load_graph('products', 'cpu')
+        n = bg.num_nodes
+        data = Data(x=torch.randn(n, 100, generator=g), y=torch.randint(0, 47, (n,), generator=g),
+                    edge_index=bg.edge_index, num_nodes=n)
+        r = torch.rand(n, generator=g)
+        data.train_mask, data.test_mask = r < 0.08, r > 0.9  # ogbn-products: 8% training nodes
+        data.num_classes = 47
+    return data
+
+
+class KHopLoader:
+    """Without a sampler backend: batches of seeds, each with its full k-hop subgraph, seeds first."""
+
+    def __init__(self, data, seeds, hops: int, batch_size: int, generator):
+        self.data, self.seeds, self.hops, self.batch_size, self.generator = data, seeds, hops, batch_size, generator
+
+    def __iter__(self):
+        d = self.data
+        for s in self.seeds[torch.randperm(self.seeds.numel(), generator=self.generator)].split(self.batch_size):
+            subset = k_hop_subgraph(s, self.hops, d.edge_index, num_nodes=d.num_nodes)[0]
+            batch = d.subgraph(torch.cat([s, subset[~torch.isin(subset, s)]]))
+            batch.batch_size = s.numel()
+            yield batch
+
+
+def make_loader(data, seeds, a, seed: int, shuffle: bool = True):
+    gen = torch.Generator().manual_seed(seed)
+    if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
+        from torch_geometric.loader import NeighborLoader
+        return NeighborLoader(data, num_neighbors=a.fanout, input_nodes=seeds, batch_size=a.batch_size,
+                              shuffle=shuffle, generator=gen)
+    return KHopLoader(data, seeds, len(a.fanout), a.batch_size, gen)
+
+
+def prepare(batch, layers: str, device):
+    """The batch on this rank's device; pyg_tc's format built there."""
+    batch = batch.to(device)
+    return DegreeBucketTransform()(batch) if layers == 'pyg_tc' else batch
+
+
+def loss_of(model, b):
+    n = b.batch_size
+    return F.cross_entropy(model(b.x, b.edge_index)[:n], b.y[:n])
+
+
+def flat_params(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
+
+
+def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
+    """One rank's training (after init_process_group): epochs, evaluation, the check."""
+    cuda = a.device == 'cuda'
+    device = torch.device(f'cuda:{rank % torch.cuda.device_count()}') if cuda else torch.device('cpu')
+    if cuda:
+        torch.cuda.set_device(device)
+    if rank == 0:
+        pyg_tc.info()  # builds the CUDA kernels once (the other ranks wait at the barrier)
+    dist.barrier()
+    pyg_tc.info()
+    # the same shuffled training nodes on every rank, cut into equal shares
+    train = data.train_mask.nonzero().view(-1)
+    train = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(0))]
+    share = train[:train.numel() // world * world].view(world, -1)[rank]
+    torch.manual_seed(0)
+    model = Net(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    ddp = DDP(model.to(device), device_ids=[device] if cuda else None)
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    record = []  # --check: this rank's (CPU batch, loss) per step
+    times = []
+    for epoch in range(a.epochs):
+        ddp.train()
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for b in make_loader(data, share, a, seed=1000 * epoch + rank):
+            cpu = b
+            b = prepare(b, layers, device)
+            opt.zero_grad()
+            loss = loss_of(ddp, b)
+            loss.backward()  # DDP averages the gradients over the ranks here
+            opt.step()
+            if a.check:
+                record.append((cpu, float(loss.detach())))
+        if cuda:
+            torch.cuda.synchronize()
+        t = torch.tensor([time.perf_counter() - t0])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the epoch ends with the slowest rank
+        times.append(float(t))
+    # evaluation: every rank scores its share of the test nodes; counts summed over the ranks
+    ddp.eval()
+    test = data.test_mask.nonzero().view(-1).tensor_split(world)[rank]
+    counts = torch.zeros(2, dtype=torch.long)
+    with torch.no_grad():
+        for b in make_loader(data, test, a, seed=0, shuffle=False):
+            b = prepare(b, layers, device)
+            pred = model(b.x, b.edge_index)[:b.batch_size].argmax(1)  # the module: no DDP sync
+            counts += torch.tensor([int((pred == b.y[:b.batch_size]).sum()), b.batch_size])
+    dist.all_reduce(counts)
+    out = dict(processes=world, layers=layers, model=a.model, graph=a.graph,
+               epoch_s=statistics.median(times[1:] or times), accuracy=float(counts[0] / counts[1]),
+               steps=share.numel() // a.batch_size + (share.numel() % a.batch_size > 0))
+    if a.check:
+        out.update(check(rank, world, a, model, init, record, layers, device, data))
+    return out
+
+
+def check(rank, world, a, model, init, record, layers, device, data) -> dict:
+    """Identical parameters on every rank; rank 0 replays every rank's batches in one process."""
+    mine = flat_params(model)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    same = max(float((p - every[0]).abs().max()) for p in every)
+    records = [None] * world
+    dist.all_gather_object(records, record)
+    if rank != 0:
+        return {}
+    ref = Net(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
+    ref.load_state_dict(init)
+    ref = ref.to(device)
+    opt = torch.optim.Adam(ref.parameters(), lr=0.01)
+    loss_diff = 0.0
+    for step in zip(*records):  # step i of every rank
+        opt.zero_grad()
+        for b, ddp_loss in step:
+            loss = loss_of(ref, prepare(b, layers, device))
+            (loss / world).backward()
+            loss_diff = max(loss_diff, abs(float(loss.detach()) - ddp_loss))
+        opt.step()
+    param_diff = float((flat_params(ref) - mine).abs().max())
+    return dict(ranks_param_diff=same, loss_diff_vs_single=loss_diff, param_diff_vs_single=param_diff)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def spawned(rank: int, world: int, a, data: Data, layers: str, port: int, result: str) -> None:
+    """Entry of a process started by torch.multiprocessing.spawn."""
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('nccl' if a.device == 'cuda' else 'gloo', rank=rank, world_size=world)
+    try:
+        out = run(rank, world, a, data, layers)
+        if rank == 0:
+            with open(result, 'a') as f:
+                f.write(json.dumps(out) + '\n')
+    finally:
+        dist.destroy_process_group()
+
+
+def under_torchrun(a) -> None:
+    """``torchrun``: this process is one rank; the graph is memory-mapped from a file local rank 0 wrote."""
+    dist.init_process_group('nccl' if a.device == 'cuda' else 'gloo')
+    rank, world = dist.get_rank(), dist.get_world_size()
+    path = os.path.join(a.root, f'ddp_{a.graph}.pt')
+    if int(os.environ.get('LOCAL_RANK', rank)) == 0 and not os.path.exists(path):
+        torch.save(load(a), path + '.tmp')
+        os.replace(path + '.tmp', path)
+    dist.barrier()
+    data = torch.load(path, mmap=True, weights_only=False)
+    try:
+        for layers in a.layers:
+            out = run(rank, world, a, data, layers)
+            if rank == 0:
+                print_table([out])
+    finally:
+        dist.destroy_process_group()
+
+
+def print_table(rows) -> None:
+    one = {(r['layers']): r['epoch_s'] for r in rows if r['processes'] == 1}
+    pyg = {r['processes']: r['epoch_s'] for r in rows if r['layers'] == 'PyG'}
+    r0 = rows[0]
+    print(f'\n{r0["graph"]}, 2-layer {r0["model"].upper()}, DDP + per-rank mini-batches\n')
+    print('| processes | layers | steps / rank | epoch s | speed-up vs 1 process | x PyG | test accuracy |')
+    print('|---|---|---|---|---|---|---|')
+    for r in rows:
+        s1 = f'{one[r["layers"]] / r["epoch_s"]:.2f}' if r['layers'] in one else '-'
+        xp = f'{pyg[r["processes"]] / r["epoch_s"]:.2f}' if r['layers'] == 'pyg_tc' and r['processes'] in pyg else '-'
+        print(f'| {r["processes"]} | {r["layers"]} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} | '
+              f'{100 * r["accuracy"]:.1f}% |')
+    for r in rows:
+        if 'ranks_param_diff' in r:
+            ok = r['ranks_param_diff'] == 0 and r['loss_diff_vs_single'] < 1e-5 and r['param_diff_vs_single'] < 1e-5
+            print(f'\ncheck ({r["processes"]} processes, {r["layers"]}): parameters on every rank identical '
+                  f'(max diff {r["ranks_param_diff"]:.1e}); against one process replaying every rank\'s batches: '
+                  f'losses max diff {r["loss_diff_vs_single"]:.1e}, parameters {r["param_diff_vs_single"]:.1e}: '
+                  f'{"OK" if ok else "FAILED"}')
+            if not ok:
+                raise SystemExit(1)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--root', default='data')
+    p.add_argument('--small', action='store_true', help='Cora, 2 CPU processes, 1 epoch, with --check (CI)')
+    p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    p.add_argument('--graph', choices=['cora', 'tolokers', 'products'], default='tolokers')
+    p.add_argument('--model', choices=['sage', 'gat'], default='sage')
+    p.add_argument('--layers', default='PyG,pyg_tc', help='comma-separated: PyG, pyg_tc')
+    p.add_argument('--scaling', help='process counts to run in turn (spawned), e.g. 1,2,4')
+    p.add_argument('--epochs', type=int, default=4)
+    p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--fanout', default='15,10')
+    p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
+    a = p.parse_args()
+    a.layers = [s for s in a.layers.split(',') if s]
+    a.fanout = [int(f) for f in a.fanout.split(',')]
+    if a.small:
+        a.graph, a.layers, a.epochs, a.batch_size, a.hidden, a.check = 'cora', ['pyg_tc'], 1, 32, 32, True
+        a.scaling = a.scaling or '2'
+    if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:
+        return under_torchrun(a)
+    counts = [int(c) for c in (a.scaling or str(max(torch.cuda.device_count(), 1) if a.device == 'cuda'
+                                               else 2)).split(',')]
+    data = load(a)
+    data.share_memory_()  # the spawned ranks get these tensors without a copy
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, 'rows.jsonl')
+        for world in counts:
+            for layers in a.layers:
+                torch.multiprocessing.spawn(spawned, args=(world, a, data, layers, free_port(), result),
+                                            nprocs=world, join=True)
+        with open(result) as f:
+            rows = [json.loads(line) for line in f]
+    print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; sampler: '
+          f'{"NeighborLoader " + str(a.fanout) if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE else "k-hop subgraphs (no sampler backend)"})')
+    print_table(rows)
+
+
+if __name__ == '__main__':
+    main()
