@@ -58,6 +58,26 @@ def test_second_process_reuses_the_build():
     assert seconds < 10, f'second process rebuilt the kernels ({seconds:.1f} s)'
 
 
+@pytest.mark.cuda
+def test_concurrent_first_builds_compile_once(tmp_path):
+    """Two processes started together on a machine without a build (as the
+    ranks of ``torchrun`` are): both load the kernels and every translation
+    unit is compiled once (torch's build lock in the build directory; a
+    second concurrent ninja run would log the objects twice or fail)."""
+    code = 'import pyg_tc, json; i = pyg_tc.info(); print(json.dumps([i["kernels"], i["build_dir"]]))'
+    env = {**os.environ, 'PYTHONPATH': str(REPO_ROOT), 'PYG_TC_BUILD_DIR': str(tmp_path / 'build')}
+    procs = [subprocess.Popen([sys.executable, '-c', code], cwd=REPO_ROOT, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=1800) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    results = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+    assert [r[0] for r in results] == ['loaded', 'loaded'] and results[0][1] == results[1][1]
+    log = Path(results[0][1]) / '.ninja_log'
+    built = [line.split('\t')[3] for line in log.read_text().splitlines()[1:] if line.strip()]
+    assert built and len(built) == len(set(built)), 'an object was compiled twice'
+    assert sum(o.endswith('.o') for o in built) == len(_kernels.sources())
+
+
 # ---------------------------------------------------------------- layout and sources
 
 def _tree_tus(root: Path):
