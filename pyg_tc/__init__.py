@@ -15,9 +15,9 @@ which ``pyg_tc.nn``, ``pyg_tc.transforms``, ``pyg_tc.sampled_aggregation`` and
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING
+
+from . import _lazy
 
 __version__ = '0.1.0'
 
@@ -39,20 +39,4 @@ if TYPE_CHECKING:  # what static tools (and IDEs) see
     from .ops.sample import sampled_aggregation
 
 
-def __getattr__(name: str) -> Any:
-    """Imports a public name, or a submodule, on first access (and keeps it)."""
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        value = importlib.import_module(module, __name__)
-        if attr is not None:
-            value = getattr(value, attr)
-    elif not name.startswith('__') and importlib.util.find_spec(f'{__name__}.{name}') is not None:
-        value = importlib.import_module(f'.{name}', __name__)
-    else:
-        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy.attach(__name__, _LAZY, __all__)

@@ -18,9 +18,9 @@ Measured results live in ``docs/`` (benchmarks.md, maxk.md, tcgnn.md).
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING
+
+from .. import _lazy
 
 __all__ = ['BenchGraph', 'load_graph', 'rmat', 'shared_dir', 'Config', 'main', 'make_config', 'run',
            'bench_graph', 'summarize', 'Timing', 'bench', 'copy_bandwidth', 'track_memory',
@@ -41,17 +41,5 @@ if TYPE_CHECKING:
     from .timing import Timing, bench, copy_bandwidth, kernel_time, measure, track_memory
 
 
-def __getattr__(name: str) -> Any:
-    """Imports a public name, or a submodule, on first access (and keeps it)."""
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f'.{_LAZY[name]}', __name__), name)
-    elif not name.startswith('__') and importlib.util.find_spec(f'{__name__}.{name}') is not None:
-        value = importlib.import_module(f'.{name}', __name__)
-    else:
-        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy.attach(__name__, {name: (f'.{module}', name) for name, module in _LAZY.items()},
+                                    __all__)
