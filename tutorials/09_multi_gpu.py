@@ -187,21 +187,22 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
                 record.append((cpu, float(loss.detach())))
         if cuda:
             torch.cuda.synchronize()
-        t = torch.tensor([time.perf_counter() - t0])
+        t = torch.tensor([time.perf_counter() - t0], device=device)  # (NCCL reduces GPU tensors only)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the epoch ends with the slowest rank
         times.append(float(t))
     # evaluation: every rank scores its share of the test nodes; counts summed over the ranks
     ddp.eval()
     test = data.test_mask.nonzero().view(-1).tensor_split(world)[rank]
-    counts = torch.zeros(2, dtype=torch.long)
+    counts = torch.zeros(2, dtype=torch.long, device=device)
     with torch.no_grad():
         for b in make_loader(data, test, a, seed=0, shuffle=False):
             b = prepare(b, layers, device)
             pred = model(b.x, b.edge_index)[:b.batch_size].argmax(1)  # the module: no DDP sync
-            counts += torch.tensor([int((pred == b.y[:b.batch_size]).sum()), b.batch_size])
+            counts[0] += (pred == b.y[:b.batch_size]).sum()
+            counts[1] += b.batch_size
     dist.all_reduce(counts)
     out = dict(processes=world, layers=layers, model=a.model, graph=a.graph,
-               epoch_s=statistics.median(times[1:] or times), accuracy=float(counts[0] / counts[1]),
+               epoch_s=statistics.median(times[1:] or times), accuracy=float(counts[0]) / max(int(counts[1]), 1),
                steps=share.numel() // a.batch_size + (share.numel() % a.batch_size > 0))
     if a.check:
         out.update(check(rank, world, a, model, init, record, layers, device, data))
@@ -210,10 +211,11 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
 
 def check(rank, world, a, model, init, record, layers, device, data) -> dict:
     """Identical parameters on every rank; rank 0 replays every rank's batches in one process."""
-    mine = flat_params(model)
+    mine = flat_params(model).to(device)
     every = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(every, mine)
     same = max(float((p - every[0]).abs().max()) for p in every)
+    mine = mine.cpu()
     records = [None] * world
     dist.all_gather_object(records, record)
     if rank != 0:
