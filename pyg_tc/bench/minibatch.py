@@ -26,6 +26,7 @@ torch_sparse; ``../shared/wheels``).
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import statistics
 import time
@@ -56,6 +57,15 @@ class Net(torch.nn.Module):
             if i < len(self.convs) - 1:
                 x = x.relu()
         return x
+
+
+def train_step(model, opt, b) -> torch.Tensor:
+    """One Adam step on a batch: cross-entropy over its seed nodes; the loss."""
+    opt.zero_grad()
+    loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
+    loss.backward()
+    opt.step()
+    return loss
 
 
 def sample(name: str, a) -> tuple:
@@ -100,10 +110,7 @@ def run_impl(impl: str, kind: str, batches: list, a) -> dict:
                 b = build(b)
                 sync()
                 t2 = time.perf_counter()
-            opt.zero_grad()
-            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
-            loss.backward()
-            opt.step()
+            loss = train_step(model, opt, b)
             sync()
             t3 = time.perf_counter()
             if timed:
@@ -149,10 +156,7 @@ def run_epoch(impl: str, kind: str, data, a) -> dict:
             b = b.to(dev)  # a no-op after PrefetchLoader
             if build is not None:
                 b = build(b)
-            opt.zero_grad()
-            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
-            loss.backward()
-            opt.step()
+            loss = train_step(model, opt, b)
             n += 1
         sync()
         dt = time.perf_counter() - t0
@@ -176,43 +180,28 @@ def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
             with record_function('build'):
                 b = build(b)
         with record_function('compute'):
-            opt.zero_grad()
-            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
-            loss.backward()
-            opt.step()
+            train_step(model, opt, b)
         return b
 
     lines = [f'==== {title}']
     if dev.type == 'cuda':
-        for phase in ('transfer', 'build', 'compute'):
-            b = batches[0]
+        def syncs(phase: str, fn):
+            """Runs ``fn`` with synchronisation warnings on; one line: where they came from."""
             torch.cuda.synchronize()
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter('always')
                 torch.cuda.set_sync_debug_mode('warn')
                 try:
-                    if phase == 'transfer':
-                        b = b.to(dev, non_blocking=True)
-                    else:
-                        b = b.to(dev)
-                        if phase == 'build' and build is not None:
-                            b = build(b)
-                        elif phase == 'compute':
-                            b = build(b) if build is not None else b
-                            torch.cuda.synchronize()
-                            w.clear()
-                            opt.zero_grad()
-                            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
-                            loss.backward()
-                            opt.step()
+                    out = fn()
                 finally:
                     torch.cuda.set_sync_debug_mode(0)
-            where = {}
-            for m in w:
-                if 'synchroniz' in str(m.message):
-                    where[f'{m.filename}:{m.lineno}'] = where.get(f'{m.filename}:{m.lineno}', 0) + 1
+            where = collections.Counter(f'{m.filename}:{m.lineno}' for m in w if 'synchroniz' in str(m.message))
             lines.append(f'syncs in {phase}: {sum(where.values())} ' + ', '.join(
                 f'{k.split("site-packages/")[-1].split("pyg_tc/")[-1]} x{v}' for k, v in where.items()))
+            return out
+        b = syncs('transfer', lambda: batches[0].to(dev, non_blocking=True))
+        b = syncs('build', lambda: build(b) if build is not None else b)
+        syncs('compute', lambda: train_step(model, opt, b))
     import cProfile
     import io
     import pstats
@@ -221,10 +210,7 @@ def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
     pr = cProfile.Profile()
     pr.enable()
     for b in bs:
-        opt.zero_grad()
-        loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
-        loss.backward()
-        opt.step()
+        train_step(model, opt, b)
     pr.disable()
     if build is not None:
         bs = [b.to(dev) for b in batches]
