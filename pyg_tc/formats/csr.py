@@ -38,6 +38,7 @@ from .. import _library
 #: edges per schedule unit by default; None: :func:`auto_chunk` picks it from the edge count
 DEFAULT_CHUNK = None
 _INT32_MAX = 2**31 - 1
+_KEEP_ROWS = 1 << 24  # edges up to which CSRGraph._finish reuses the row array (_rows_to_keep)
 
 
 class Schedule(NamedTuple):
@@ -89,12 +90,8 @@ def _schedule_finish(parts: tuple, chunk: int, U: int, num_slots: int, H: int) -
     rp, n, csum, heavy, hn, hcsum = parts
     dev = rp.device
     R = rp.numel() - 1
-    if H == 0:  # no heavy row (most mini-batches): one unit per row, a third of the launches
-        start, end = rp[:-1], rp[1:]
-        order = torch.sort(end - start, descending=True, stable=True)[1]
-        units = torch.stack([order, start[order], end[order], torch.full_like(order, -1)], 1)
-        empty = torch.zeros(0, dtype=torch.int32, device=dev)
-        return Schedule(units.to(torch.int32), empty, torch.zeros(1, dtype=torch.int32, device=dev), 0)
+    if H == 0:
+        return _light_schedule(rp)
     row = torch.repeat_interleave(torch.arange(R, device=dev), n, output_size=U)
     k = torch.arange(U, device=dev) - (csum - n)[row]
     start = rp[row] + k * chunk
@@ -113,14 +110,36 @@ def _schedule_finish(parts: tuple, chunk: int, U: int, num_slots: int, H: int) -
     return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), num_slots)
 
 
+def _light_schedule(rowptr: Tensor) -> Schedule:
+    """The schedule of a ``rowptr`` without heavy rows (every degree <=
+    chunk; most mini-batches): one direct unit per row, longest first, no
+    slots. What :func:`_schedule_finish` gives for it, in a few launches."""
+    rp = rowptr.to(torch.int32)
+    R = rp.numel() - 1
+    units = torch.stack([torch.arange(R, dtype=torch.int32, device=rp.device), rp[:-1], rp[1:],
+                         torch.full((R,), -1, dtype=torch.int32, device=rp.device)], 1)
+    order = torch.sort(units[:, 2] - units[:, 1], descending=True, stable=True)[1]
+    return Schedule(units[order], units.new_zeros(0), units.new_zeros(1), 0)
+
+
 def build_schedules(rowptrs: Sequence[Tensor], chunk: int) -> List[Schedule]:
     """:func:`build_schedule` of several ``rowptr`` with one device
-    synchronisation in all (the sizes of every schedule are read together)."""
+    synchronisation in all when no row is heavy (the largest degrees are read
+    together), two otherwise (then the sizes of the schedules with heavy rows
+    are read together)."""
     if chunk < 1:
         raise ValueError(f'chunk must be positive, got {chunk}')
-    counts = [_schedule_counts(rp, chunk) for rp in rowptrs]
+    if not rowptrs:
+        return []
+    top = torch.stack([(rp[1:] - rp[:-1]).max() if rp.numel() > 1 else rp.new_zeros(())
+                       for rp in rowptrs]).tolist()
+    out: List[Optional[Schedule]] = [None if m > chunk else _light_schedule(rp) for rp, m in zip(rowptrs, top)]
+    heavy = [i for i, m in enumerate(top) if m > chunk]
+    counts = [_schedule_counts(rowptrs[i], chunk) for i in heavy]
     sizes = torch.cat([c[1] for c in counts]).tolist() if counts else []
-    return [_schedule_finish(parts, chunk, *sizes[3 * i:3 * i + 3]) for i, (parts, _) in enumerate(counts)]
+    for k, (i, (parts, _)) in enumerate(zip(heavy, counts)):
+        out[i] = _schedule_finish(parts, chunk, *sizes[3 * k:3 * k + 3])
+    return out
 
 
 def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK,
@@ -171,6 +190,14 @@ def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
         return _library.op('sort_int32')(keys, bits)
     values, perm = torch.sort(keys, stable=True)
     return values, perm.to(torch.int32)
+
+
+def _rows_to_keep(rows: Tensor) -> Optional[Tensor]:
+    """The sorted row array for :meth:`CSRGraph._finish` to reuse (four
+    launches fewer, which matters on mini-batches), or None above
+    ``_KEEP_ROWS`` edges: there the transpose's sort gets the memory to itself
+    and the array is rebuilt after it."""
+    return rows if rows.numel() <= _KEEP_ROWS else None
 
 
 def _out_of_range(idx: Tensor, n: int) -> bool:
@@ -229,24 +256,29 @@ class CSRGraph:
         if E > 0:
             # one synchronisation: the range check and whether the edges are
             # already sorted by target (NeighborLoader's batches are: CSC order)
-            unsorted = (dst[1:] < dst[:-1]).any().to(src.dtype).view(1)
-            mn, mx_s, mx_d, uns = torch.cat([torch.minimum(src.min(), dst.min()).view(1),
-                                             src.max().view(1), dst.max().view(1), unsorted]).tolist()
+            s_lo, s_hi = torch.aminmax(src)
+            d_lo, d_hi = torch.aminmax(dst)
+            unsorted = (dst[1:] < dst[:-1]).any().to(src.dtype)
+            mn, mx_s, mx_d, uns = torch.stack([torch.minimum(s_lo, d_lo), s_hi, d_hi, unsorted]).tolist()
             if mn < 0 or mx_s >= num_src or mx_d >= num_dst:
                 raise IndexError(
                     f'pyg_tc: edge index out of range: sources must lie in [0, {num_src}) and '
                     f'targets in [0, {num_dst}); found min {mn}, max source {mx_s}, max target {mx_d}')
             is_sorted = not uns
         if is_sorted:  # the edge order is the CSR order: no sort, perm None
-            rowptr = _rowptr_from_sorted(dst, num_dst)
-            return cls._finish(rowptr, src.to(torch.int32).contiguous(), None, num_dst, num_src, chunk)
+            rows = dst.to(torch.int32)
+            rowptr = _rowptr_from_sorted(rows, num_dst)
+            keep = _rows_to_keep(rows)
+            del rows
+            return cls._finish(rowptr, src.to(torch.int32).contiguous(), None, num_dst, num_src, chunk, keep)
         # Temporaries are dropped as soon as possible: on a 100M-edge graph each
         # int32 edge array is 400 MB and torch.sort's int64 indices 800 MB.
         rows, perm = sort_int32(dst.to(torch.int32), num_dst)
         rowptr = _rowptr_from_sorted(rows, num_dst)
-        del rows
         col = src.to(torch.int32).index_select(0, perm)
-        return cls._finish(rowptr, col, perm, num_dst, num_src, chunk)
+        keep = _rows_to_keep(rows)
+        del rows
+        return cls._finish(rowptr, col, perm, num_dst, num_src, chunk, keep)
 
     @classmethod
     def from_csr(cls, rowptr: Tensor, col: Tensor, num_cols: int,
@@ -261,13 +293,19 @@ class CSRGraph:
         return cls._finish(rowptr, col, None, R, num_cols, chunk)
 
     @classmethod
-    def _finish(cls, rowptr, col, perm, R, C, chunk) -> 'CSRGraph':
+    def _finish(cls, rowptr, col, perm, R, C, chunk, rows=None) -> 'CSRGraph':
+        """The transpose and both schedules of a CSR; ``rows``: the int32 row
+        of every CSR position when the caller has it (:func:`_rows_to_keep`),
+        else rebuilt after the sort."""
         if chunk is None:
             chunk = auto_chunk(col.numel(), R)
         t_rows, t_perm = sort_int32(col, C)
         t_rowptr = _rowptr_from_sorted(t_rows, C)
         del t_rows
-        t_col = csr_rows(rowptr, col.numel()).index_select(0, t_perm)
+        if rows is None:
+            rows = csr_rows(rowptr, col.numel())
+        t_col = rows.index_select(0, t_perm)
+        del rows
         sched, t_sched = build_schedules([rowptr, t_rowptr], chunk)
         return cls(rowptr, col, perm, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
 
