@@ -1,7 +1,8 @@
 """HalfGNN probe (issue 17): kernel-only times of the CSR SpMM and SDDMM in
 fp32 / fp16 / bf16, the half SpMM with and without the two-level half2 sum
 (PYG_TC_SPMM_TWO_LEVEL) and over every (lanes, vectors) config
-(PYG_TC_SPMM_CONFIG), to choose the half rules in kernels/csr/csr_host.cpp.
+(PYG_TC_SPMM_CONFIG), the SDDMM with 4 and 8 edges in flight per lane
+(PYG_TC_SDDMM_INFLIGHT), to choose the half rules in kernels/csr/csr_host.cpp.
 
     python benchmarks/half_probe.py [--graphs reddit,products,arxiv,tolokers] [--widths 32,64,128,256]
         [--out probe.jsonl] [--no-sweep] [--accuracy GRAPH] [--casts]
@@ -73,11 +74,14 @@ def main(argv=None):
                 x32 = torch.randn(n, F, device='cuda')
                 rec['spmm_fp32'] = timed(lambda: spmm_graph(g, x32, w))
                 rec['sddmm_fp32'] = timed(lambda: sddmm_graph(g, x32, x32))
+                rec['sddmm_fp32_u8'] = timed(lambda: sddmm_graph(g, x32, x32), PYG_TC_SDDMM_INFLIGHT='8')
                 for dn in ('fp16', 'bf16'):
                     x = x32.to(DT[dn])
                     rec[f'spmm_{dn}'] = timed(lambda: spmm_graph(g, x, w))
                     rec[f'spmm_{dn}_fp32products'] = timed(lambda: spmm_graph(g, x, w), PYG_TC_SPMM_TWO_LEVEL='0')
                     rec[f'sddmm_{dn}'] = timed(lambda: sddmm_graph(g, x, x))
+                    for u in '48':
+                        rec[f'sddmm_{dn}_u{u}'] = timed(lambda: sddmm_graph(g, x, x), PYG_TC_SDDMM_INFLIGHT=u)
                     if not a.no_sweep and dn == 'fp16':
                         for c in CONFIGS:
                             for tl in '01':
@@ -93,7 +97,9 @@ def main(argv=None):
                       f'fp16 {rec["spmm_fp16"]:.4f} (fp32 products {rec["spmm_fp16_fp32products"]:.4f}) '
                       f'bf16 {rec["spmm_bf16"]:.4f} (fp32 products {rec["spmm_bf16_fp32products"]:.4f}); '
                       f'best fp16 {best[1]} {best[0]:.4f}; sddmm fp32 {rec["sddmm_fp32"]:.4f} '
-                      f'fp16 {rec["sddmm_fp16"]:.4f} bf16 {rec["sddmm_bf16"]:.4f}', flush=True)
+                      f'fp16 {rec["sddmm_fp16"]:.4f} (u4 {rec["sddmm_fp16_u4"]:.4f} u8 {rec["sddmm_fp16_u8"]:.4f}) '
+                      f'bf16 {rec["sddmm_bf16"]:.4f} (u4 {rec["sddmm_bf16_u4"]:.4f} u8 {rec["sddmm_bf16_u8"]:.4f})',
+                      flush=True)
             torch.cuda.empty_cache()
 
 

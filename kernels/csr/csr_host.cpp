@@ -208,6 +208,18 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
   p.vec = (p.F % vecw == 0) && aligned16(p.a) && aligned16(p.b);
   const int64_t chunks = p.vec ? p.F / vecw : p.F;
   p.lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
+  // edges in flight per lane: 8 for half types on the vector path when the
+  // gathered b stays in L2 (<= 32 MiB), else 4 (H100 sweep, docs/halfgnn.md:
+  // Reddit-shaped F = 32 / 64 fp16 1.13x / 1.53x -> 1.23x / 1.63x fp32, bf16
+  // 1.15x / 1.38x -> 1.28x / 1.60x; with b beyond L2 and for fp32, 8 is 4-16%
+  // slower); PYG_TC_SDDMM_INFLIGHT=4 / 8 forces it (sweeps, tests)
+  const bool b_in_l2 = bc.size(0) * p.F * bc.element_size() <= kSmallX;
+  p.inflight = (bc.element_size() == 2 && p.vec && b_in_l2) ? 8 : 4;
+  if (const char* env = std::getenv("PYG_TC_SDDMM_INFLIGHT")) {
+    TORCH_CHECK((env[0] == '4' || env[0] == '8') && env[1] == '\0',
+                "pyg_tc: unsupported PYG_TC_SDDMM_INFLIGHT='", env, "' (4 or 8)");
+    p.inflight = env[0] - '0';
+  }
   auto stream = c10::cuda::getCurrentCUDAStream();
   PYG_TC_DTYPE_SWITCH(ac.scalar_type(), T, "pyg_tc_sddmm", [&] { run_csr_sddmm<T>(p, stream); });
   return out;

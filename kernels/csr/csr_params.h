@@ -49,6 +49,7 @@ struct CsrSddmmParams {
   int F{};
   bool vec{};  // 16-byte vector path
   int lanes{};  // lanes per unit: 4, 8, 16 or 32
+  int inflight{4};  // edges whose row loads a lane keeps in flight: 4 or 8
 };
 
 // ES-SpMM (csr_sampled.cu): each row aggregates at most S of its edges,

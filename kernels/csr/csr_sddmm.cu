@@ -61,19 +61,51 @@ __device__ __forceinline__ void lane_dots(float (&d)[U], const T* __restrict__ a
   }
 }
 
-// Edges go U = 4 at a time (their row loads in flight together). Half
+// Reduce-scatter of U dot products over the L lanes of a group (recursive
+// halving: at offset O each lane keeps the half of its values selected by
+// bit O of its lane and adds the partner's other half, so a step costs N / 2
+// shuffles for N values left; once one value is left, the remaining offsets
+// are a plain shuffle-add). Afterwards lane l holds K = max(U / L, 1) full
+// sums, of edges first + 0 .. first + K - 1 of the U; with L > U only the lanes
+// whose low bits (mask L / U - 1) are zero hold them.
+template <int N, int O>
+__device__ __forceinline__ void reduce_scatter(float* d, const int l, int& first) {
+  if constexpr (O > 0) {
+    if constexpr (N > 1) {
+      const bool hi = l & O;
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) {
+        const float keep = hi ? d[i + N / 2] : d[i];
+        const float send = hi ? d[i] : d[i + N / 2];
+        d[i] = keep + __shfl_xor_sync(kFullMask, send, O);
+      }
+      if (hi) first += N / 2;
+      reduce_scatter<N / 2, O / 2>(d, l, first);
+    } else {
+      d[0] += __shfl_xor_sync(kFullMask, d[0], O);
+      reduce_scatter<1, O / 2>(d, l, first);
+    }
+  }
+}
+
+// Edges go U at a time (their row loads in flight together; U = 4, or 8 for
+// half rows gathered from L2, csr_host.cpp), in windows of W = max(L, U) edges
+// whose column indices the group loads at once (R = W / L per lane). Half
 // types on the vector path use lane_dots<HALF>; an edge whose half product
 // sum is not finite (an fp16 product or partial beyond 65504) is computed
 // again with fp32 products (warp-uniform, rare), so the result is inf only
 // where the fp32 dot product does not fit the dtype.
-template <typename T, int V, int L>
+template <typename T, int V, int L, int U>
 __global__ void __launch_bounds__(kThreads)
 sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
                    const int* __restrict__ col, const T* __restrict__ a,
                    const T* __restrict__ b, T* __restrict__ out, int F) {
   constexpr int G = 32 / L;
   constexpr bool HALF = V == 8 && sizeof(T) == 2;
-  constexpr int U = 4;  // edges in flight
+  constexpr int W = L < U ? U : L;
+  constexpr int R = W / L;
+  constexpr int K = U > L ? U / L : 1;         // sums a lane holds after the reduce-scatter
+  constexpr int LOW = L > U ? L / U - 1 : 0;   // lanes with these bits set hold none
   const int lane = threadIdx.x & 31;
   const int g = lane / L;
   const int l = lane % L;
@@ -87,17 +119,19 @@ sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
   for (int o = 16; o > 0; o >>= 1) maxlen = max(maxlen, __shfl_xor_sync(kFullMask, maxlen, o));
   const T* ar = a + (int64_t)un.x * F;
 
-  for (int base = 0; base < maxlen; base += L) {
+  for (int base = 0; base < maxlen; base += W) {
     const int n = len - base;
-    const int c = l < n ? __ldg(col + un.y + base + l) : 0;
-    const int jn = min(L, maxlen - base);
-    for (int j = 0; j < jn; j += U) {
+    int c[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) c[r] = r * L + l < n ? __ldg(col + un.y + base + r * L + l) : 0;
+    const int jn = min(W, maxlen - base);
+    for (int j = 0; j < jn; j += U) {  // R > 1: W = U, one pass (j = 0)
       float d[U];
       const T* br[U];
       bool ok[U];
 #pragma unroll
       for (int t = 0; t < U; ++t) {
-        const int cj = __shfl_sync(kFullMask, c, g * L + ((j + t) & (L - 1)));
+        const int cj = __shfl_sync(kFullMask, c[R == 1 ? 0 : t / L], g * L + ((j + t) & (L - 1)));
         br[t] = b + (int64_t)cj * F;
         ok[t] = j + t < n;
       }
@@ -108,28 +142,24 @@ sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
         for (int t = 0; t < U; ++t) bad |= !isfinite(d[t]);
         if (__any_sync(kFullMask, bad)) lane_dots<false, T, V, L, U>(d, ar, br, ok, l, F);
       }
-      // reduce-scatter of the U = 4 dot products over the group (L + 1
-      // shuffles per lane instead of 4 log2 L): after the L/2 and L/4 steps
-      // each lane holds one edge's partial, edge t = 2 [l & L/2] + [l & L/4]
-      const bool hi = l & (L / 2), mid = l & (L / 4);
-      const float e0 = (hi ? d[2] : d[0]) + __shfl_xor_sync(kFullMask, hi ? d[0] : d[2], L / 2);
-      const float e1 = (hi ? d[3] : d[1]) + __shfl_xor_sync(kFullMask, hi ? d[1] : d[3], L / 2);
-      float r = (mid ? e1 : e0) + __shfl_xor_sync(kFullMask, mid ? e0 : e1, L / 4);
+      int first = 0;
+      reduce_scatter<U, L / 2>(d, l, first);
+      if ((l & LOW) == 0) {
 #pragma unroll
-      for (int o = L / 8; o > 0; o >>= 1) r += __shfl_xor_sync(kFullMask, r, o);
-      const int t = 2 * hi + mid;
-      if ((l & (L / 4 - 1)) == 0 && j + t < n) out[un.y + base + j + t] = from_f<T>(r);
+        for (int i = 0; i < K; ++i)
+          if (j + first + i < n) out[un.y + base + j + first + i] = from_f<T>(d[i]);
+      }
     }
   }
 }
 
-template <typename T, int V, int L>
+template <typename T, int V, int L, int U>
 void launch_sddmm(const CsrSddmmParams& p, cudaStream_t stream) {
   constexpr int G = 32 / L;
-  const int64_t U = p.num_units;
-  const int64_t blocks = (U + (kThreads / 32) * G - 1) / ((kThreads / 32) * G);
-  sddmm_units_kernel<T, V, L><<<(unsigned)blocks, kThreads, 0, stream>>>(
-      p.units, U, p.col, static_cast<const T*>(p.a), static_cast<const T*>(p.b), static_cast<T*>(p.out), p.F);
+  const int64_t nu = p.num_units;
+  const int64_t blocks = (nu + (kThreads / 32) * G - 1) / ((kThreads / 32) * G);
+  sddmm_units_kernel<T, V, L, U><<<(unsigned)blocks, kThreads, 0, stream>>>(
+      p.units, nu, p.col, static_cast<const T*>(p.a), static_cast<const T*>(p.b), static_cast<T*>(p.out), p.F);
 }
 
 }  // namespace
@@ -138,7 +168,9 @@ template <typename T>
 void run_csr_sddmm(const CsrSddmmParams& p, cudaStream_t stream) {
   PYG_TC_BOOL_SWITCH(p.vec, VEC, [&] {
     constexpr int V = VEC ? vec16<T>() : 1;
-    PYG_TC_INT_SWITCH(p.lanes, L, (4, 8, 16, 32), [&] { launch_sddmm<T, V, L>(p, stream); });
+    PYG_TC_INT_SWITCH(p.lanes, L, (4, 8, 16, 32), [&] {
+      PYG_TC_INT_SWITCH(p.inflight, U, (4, 8), [&] { launch_sddmm<T, V, L, U>(p, stream); });
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
