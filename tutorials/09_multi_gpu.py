@@ -153,6 +153,9 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     """One rank's training (after init_process_group): epochs, evaluation, the check."""
     cuda = a.device == 'cuda'
     device = torch.device(f'cuda:{rank % torch.cuda.device_count()}') if cuda else torch.device('cpu')
+    # each rank gets its share of the CPU cores for sampling and host work (as torchrun's
+    # OMP_NUM_THREADS): W processes of all cores each oversubscribe the host
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     if cuda:
         torch.cuda.set_device(device)
     if rank == 0:
@@ -202,7 +205,7 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
             counts[1] += b.batch_size
     dist.all_reduce(counts)
     out = dict(processes=world, layers=layers, model=a.model, graph=a.graph,
-               epoch_s=statistics.median(times[1:] or times), accuracy=float(counts[0]) / max(int(counts[1]), 1),
+               epoch_s=statistics.median(times[1:] or times), epoch_times=times, accuracy=float(counts[0]) / max(int(counts[1]), 1),
                steps=share.numel() // a.batch_size + (share.numel() % a.batch_size > 0))
     if a.check:
         out.update(check(rank, world, a, model, init, record, layers, device, data))
@@ -310,6 +313,7 @@ def main():
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--fanout', default='15,10')
     p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--json', help='also write the table rows (with every epoch time) to this file')
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
     a.layers = [s for s in a.layers.split(',') if s]
@@ -335,6 +339,9 @@ def main():
     print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; sampler: '
           f'{"NeighborLoader " + str(a.fanout) if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE else "k-hop subgraphs (no sampler backend)"})')
     print_table(rows)
+    if a.json:
+        with open(a.json, 'w') as f:
+            f.writelines(json.dumps(r) + '\n' for r in rows)
 
 
 if __name__ == '__main__':
