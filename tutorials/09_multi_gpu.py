@@ -134,7 +134,7 @@ def make_loader(data, seeds, a, seed: int, shuffle: bool = True):
     if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
         from torch_geometric.loader import NeighborLoader
         return NeighborLoader(data, num_neighbors=a.fanout, input_nodes=seeds, batch_size=a.batch_size,
-                              shuffle=shuffle, generator=gen)
+                              shuffle=shuffle, generator=gen)  # its .generator: the shuffle draws from it per epoch
     return KHopLoader(data, seeds, len(a.fanout), a.batch_size, gen)
 
 
@@ -177,13 +177,15 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
     record = []  # --check: this rank's (CPU batch, loss) per step
     times = []
+    loader = make_loader(data, share, a, seed=0)  # once: NeighborLoader's setup converts the graph to CSC
     for epoch in range(a.epochs):
+        loader.generator.manual_seed(1000 * epoch + rank)  # this epoch's shuffle, as a fresh loader's
         ddp.train()
         if cuda:
             torch.cuda.synchronize()
         dist.barrier()
         t0 = time.perf_counter()
-        for b in make_loader(data, share, a, seed=1000 * epoch + rank):
+        for b in loader:
             cpu = b
             b = prepare(b, layers, device)
             opt.zero_grad()
@@ -338,8 +340,11 @@ def main():
             for layers in a.layers:
                 torch.multiprocessing.spawn(spawned, args=(world, a, data, layers, free_port(), result),
                                             nprocs=world, join=True)
-        with open(result) as f:
-            rows = [json.loads(line) for line in f]
+                with open(result) as f:
+                    rows = [json.loads(line) for line in f]
+                print(f'[{world} processes, {layers}] epoch {rows[-1]["epoch_s"]:.3f} s '
+                      f'(epochs: {", ".join(f"{t:.3f}" for t in rows[-1]["epoch_times"])}), '
+                      f'test accuracy {100 * rows[-1]["accuracy"]:.1f}%', flush=True)
     print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; sampler: '
           f'{"NeighborLoader " + str(a.fanout) if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE else "k-hop subgraphs (no sampler backend)"})')
     print_table(rows)
