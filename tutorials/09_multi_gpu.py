@@ -33,6 +33,9 @@ What to watch for:
   (``torchrun`` sets ``OMP_NUM_THREADS`` for the same reason): ranks that each start a thread
   per core fight over the cores while they sample and build, and two of them made the two-GPU
   epoch slower than one GPU's (Tolokers on two H100s: 0.71 s against 0.35 s; 0.18 s with shares).
+* **Sampling ahead.** ``--workers N`` gives each rank N ``NeighborLoader`` worker processes
+  (``num_workers``), forked from the rank so they share its graph (a spawned rank would otherwise
+  spawn its workers and pickle the graph to each); they sample while the GPU trains.
 * **Evaluation.** Each rank scores its share of the test nodes; the counts are summed over the
   ranks (``all_reduce``) before dividing, so the accuracy is that of all test nodes.
 * **pyg_tc's caches** are per process and per device: a batch's format is built on the rank's
@@ -134,7 +137,11 @@ def make_loader(data, seeds, a, seed: int, shuffle: bool = True):
     if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
         from torch_geometric.loader import NeighborLoader
         return NeighborLoader(data, num_neighbors=a.fanout, input_nodes=seeds, batch_size=a.batch_size,
-                              shuffle=shuffle, generator=gen)  # its .generator: the shuffle draws from it per epoch
+                              shuffle=shuffle, generator=gen,  # its .generator: the shuffle draws from it per epoch
+                              num_workers=a.workers, persistent_workers=a.workers > 0,
+                              # a spawned rank's default start method is spawn, which would pickle the
+                              # shared graph to every worker: fork them (they never touch CUDA)
+                              multiprocessing_context='fork' if a.workers > 0 and os.name == 'posix' else None)
     return KHopLoader(data, seeds, len(a.fanout), a.batch_size, gen)
 
 
@@ -319,6 +326,8 @@ def main():
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--fanout', default='15,10')
     p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--workers', type=int, default=0,
+                   help='sampling worker processes per rank (NeighborLoader num_workers; 0: the rank samples)')
     p.add_argument('--json', help='also write the table rows (with every epoch time) to this file')
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
