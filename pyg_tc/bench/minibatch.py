@@ -235,6 +235,12 @@ def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
         f.write('\n'.join(lines) + '\n')
 
 
+def _past_budget(a) -> bool:
+    """Whether ``--budget`` seconds have passed since the run started (checked
+    before each model and each epoch part, not only before each graph)."""
+    return a.budget is not None and time.perf_counter() - a.t0 > a.budget
+
+
 def bench_graph(name: str, a) -> Iterator[dict]:
     """Records of one graph: its batches, then every (model, implementation)."""
     bg, data, batches, sample_ms = sample(name, a)
@@ -244,6 +250,9 @@ def bench_graph(name: str, a) -> Iterator[dict]:
     base = dict(graph=name, nodes=bg.num_nodes, edges=bg.num_edges, batch_nodes=nodes, batch_edges=edges,
                 sample_ms=sample_ms)
     for kind in a.models:
+        if _past_budget(a):
+            print(f'[minibatch] time budget of {a.budget:.0f} s spent: {name} {kind} and later skipped', flush=True)
+            break
         recs = {}
         for impl in IMPLS:
             if a.device.type == 'cuda':
@@ -260,6 +269,9 @@ def bench_graph(name: str, a) -> Iterator[dict]:
                            total_speedup=recs['pyg']['total_ms'] / r['total_ms'])
             yield out
         if not a.epoch:
+            continue
+        if _past_budget(a):
+            print(f'[minibatch] time budget of {a.budget:.0f} s spent: {name} {kind} epoch skipped', flush=True)
             continue
         ep = {impl: run_epoch(impl, kind, data, a) for impl in IMPLS}
         for impl, e in ep.items():
@@ -318,7 +330,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument('--hidden', type=int, default=256)
     p.add_argument('--classes', type=int, default=41)
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    p.add_argument('--budget', type=float)
+    p.add_argument('--budget', type=float, help='seconds: start no graph, model or epoch part after that')
     p.add_argument('--epoch', action=argparse.BooleanOptionalAction, default=True,
                    help='also time an epoch with sampling overlapped (workers, pinned memory, prefetch)')
     p.add_argument('--workers', type=int, default=8, help='loader worker processes of the overlapped epoch')
@@ -332,6 +344,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a.device = torch.device(a.device)
     t0 = time.perf_counter()
     rep = reporter(a.out, environment(a.device, args={k: str(v) for k, v in vars(a).items()}))
+    a.t0 = t0
     items = [('graph', g, lambda g=g: bench_graph(g, a)) for g in a.graphs]
     paths = rep.run(items, a.device, budget_s=a.budget, t0=t0)
     print(open(paths['markdown']).read())
