@@ -58,6 +58,7 @@ import json
 import os
 import socket
 import statistics
+import sys
 import tempfile
 import time
 
@@ -136,12 +137,12 @@ def make_loader(data, seeds, a, seed: int, shuffle: bool = True):
     gen = torch.Generator().manual_seed(seed)
     if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
         from torch_geometric.loader import NeighborLoader
+        # a spawned rank's default start method is spawn, which would pickle the shared graph to
+        # every worker: on Linux fork them (they never touch CUDA)
+        ctx = 'fork' if a.workers > 0 and sys.platform.startswith('linux') else None
         return NeighborLoader(data, num_neighbors=a.fanout, input_nodes=seeds, batch_size=a.batch_size,
                               shuffle=shuffle, generator=gen,  # its .generator: the shuffle draws from it per epoch
-                              num_workers=a.workers, persistent_workers=a.workers > 0,
-                              # a spawned rank's default start method is spawn, which would pickle the
-                              # shared graph to every worker: fork them (they never touch CUDA)
-                              multiprocessing_context='fork' if a.workers > 0 and os.name == 'posix' else None)
+                              num_workers=a.workers, persistent_workers=a.workers > 0, multiprocessing_context=ctx)
     return KHopLoader(data, seeds, len(a.fanout), a.batch_size, gen)
 
 
