@@ -219,7 +219,8 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
             counts[1] += b.batch_size
     dist.all_reduce(counts)
     out = dict(processes=world, layers=layers, model=a.model, graph=a.graph,
-               epoch_s=statistics.median(times[1:] or times), epoch_times=times, accuracy=float(counts[0]) / max(int(counts[1]), 1),
+               epoch_s=statistics.median(times[1:] or times), epoch_times=times,
+               accuracy=float(counts[0]) / max(int(counts[1]), 1),
                steps=share.numel() // a.batch_size + (share.numel() % a.batch_size > 0))
     if a.check:
         out.update(check(rank, world, a, model, init, record, layers, device, data))
