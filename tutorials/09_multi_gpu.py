@@ -50,7 +50,9 @@ ranks' batches in one process (each step: the ranks' losses divided by ``world_s
 backward, one Adam step, which is what DDP's averaged gradients give) and compares the losses
 and parameters. The table has one row per (processes, layers): epoch time, speed-up over one
 process, pyg_tc's speed-up over PyG's layers at the same process count, and test accuracy.
-``--scaling 1,2,4`` runs each process count in turn (spawned; one GPU per process). Without a
+``--scaling 1,2,4`` runs each process count in turn (spawned; one GPU per process);
+``--layers loader`` adds rows that only sample and transfer the batches: the floor under any
+model's epoch with this loader. Without a
 sampler backend (pyg-lib or torch_sparse) the batches are full k-hop subgraphs of the seeds.
 """
 import argparse
@@ -178,35 +180,28 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     train = data.train_mask.nonzero().view(-1)
     train = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(0))]
     share = train[:train.numel() // world * world].view(world, -1)[rank]
+    steps = share.numel() // a.batch_size + (share.numel() % a.batch_size > 0)
+    loader = make_loader(data, share, a, seed=0)  # once: NeighborLoader's setup converts the graph to CSC
+    if layers == 'loader':  # the floor of any epoch: sampling and transfer, no model
+        return dict(processes=world, layers=layers, model=a.model, graph=a.graph, steps=steps,
+                    accuracy=None, **epoch_times(loader, a, rank, device, lambda b: b.to(device)))
     torch.manual_seed(0)
     model = Net(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
     init = {k: v.clone() for k, v in model.state_dict().items()}
     ddp = DDP(model.to(device), device_ids=[device] if cuda else None)
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
     record = []  # --check: this rank's (CPU batch, loss) per step
-    times = []
-    loader = make_loader(data, share, a, seed=0)  # once: NeighborLoader's setup converts the graph to CSC
-    for epoch in range(a.epochs):
-        loader.generator.manual_seed(1000 * epoch + rank)  # this epoch's shuffle, as a fresh loader's
-        ddp.train()
-        if cuda:
-            torch.cuda.synchronize()
-        dist.barrier()
-        t0 = time.perf_counter()
-        for b in loader:
-            cpu = b
-            b = prepare(b, layers, device)
-            opt.zero_grad()
-            loss = loss_of(ddp, b)
-            loss.backward()  # DDP averages the gradients over the ranks here
-            opt.step()
-            if a.check:
-                record.append((cpu, float(loss.detach())))
-        if cuda:
-            torch.cuda.synchronize()
-        t = torch.tensor([time.perf_counter() - t0], device=device)  # (NCCL reduces GPU tensors only)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the epoch ends with the slowest rank
-        times.append(float(t))
+
+    def train_step(cpu):
+        b = prepare(cpu, layers, device)
+        opt.zero_grad()
+        loss = loss_of(ddp, b)
+        loss.backward()  # DDP averages the gradients over the ranks here
+        opt.step()
+        if a.check:
+            record.append((cpu, float(loss.detach())))
+    ddp.train()
+    timed = epoch_times(loader, a, rank, device, train_step)
     # evaluation: every rank scores its share of the test nodes; counts summed over the ranks
     ddp.eval()
     test = data.test_mask.nonzero().view(-1).tensor_split(world)[rank]
@@ -218,13 +213,31 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
             counts[0] += (pred == b.y[:b.batch_size]).sum()
             counts[1] += b.batch_size
     dist.all_reduce(counts)
-    out = dict(processes=world, layers=layers, model=a.model, graph=a.graph,
-               epoch_s=statistics.median(times[1:] or times), epoch_times=times,
-               accuracy=float(counts[0]) / max(int(counts[1]), 1),
-               steps=share.numel() // a.batch_size + (share.numel() % a.batch_size > 0))
+    out = dict(processes=world, layers=layers, model=a.model, graph=a.graph, steps=steps,
+               accuracy=float(counts[0]) / max(int(counts[1]), 1), **timed)
     if a.check:
         out.update(check(rank, world, a, model, init, record, layers, device, data))
     return out
+
+
+def epoch_times(loader, a, rank: int, device, step) -> dict:
+    """``a.epochs`` epochs of ``step(batch)`` over ``loader``; each epoch's time is the slowest rank's."""
+    cuda = device.type == 'cuda'
+    times = []
+    for epoch in range(a.epochs):
+        loader.generator.manual_seed(1000 * epoch + rank)  # this epoch's shuffle, as a fresh loader's
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for b in loader:
+            step(b)
+        if cuda:
+            torch.cuda.synchronize()
+        t = torch.tensor([time.perf_counter() - t0], device=device)  # (NCCL reduces GPU tensors only)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the epoch ends with the slowest rank
+        times.append(float(t))
+    return dict(epoch_s=statistics.median(times[1:] or times), epoch_times=times)
 
 
 def check(rank, world, a, model, init, record, layers, device, data) -> dict:
@@ -302,8 +315,8 @@ def print_table(rows) -> None:
     for r in rows:
         s1 = f'{one[r["layers"]] / r["epoch_s"]:.2f}' if r['layers'] in one else '-'
         xp = f'{pyg[r["processes"]] / r["epoch_s"]:.2f}' if r['layers'] == 'pyg_tc' and r['processes'] in pyg else '-'
-        print(f'| {r["processes"]} | {r["layers"]} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} | '
-              f'{100 * r["accuracy"]:.1f}% |')
+        acc = '-' if r['accuracy'] is None else f'{100 * r["accuracy"]:.1f}%'
+        print(f'| {r["processes"]} | {r["layers"]} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} | {acc} |')
     for r in rows:
         if 'ranks_param_diff' in r:
             ok = r['ranks_param_diff'] == 0 and r['loss_diff_vs_single'] < 1e-5 and r['param_diff_vs_single'] < 1e-5
@@ -322,7 +335,8 @@ def main():
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--graph', choices=['cora', 'tolokers', 'products'], default='tolokers')
     p.add_argument('--model', choices=['sage', 'gat'], default='sage')
-    p.add_argument('--layers', default='PyG,pyg_tc', help='comma-separated: PyG, pyg_tc')
+    p.add_argument('--layers', help="comma-separated: PyG, pyg_tc, loader (sampling and transfer only: the "
+                   "epoch's floor); default PyG,pyg_tc (pyg_tc with --small)")
     p.add_argument('--scaling', help='process counts to run in turn (spawned), e.g. 1,2,4')
     p.add_argument('--epochs', type=int, default=4)
     p.add_argument('--batch-size', type=int, default=1024)
@@ -333,10 +347,12 @@ def main():
     p.add_argument('--json', help='also write the table rows (with every epoch time) to this file')
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
-    a.layers = [s for s in a.layers.split(',') if s]
+    a.layers = [s for s in (a.layers or ('pyg_tc' if a.small else 'PyG,pyg_tc')).split(',') if s]
+    if set(a.layers) - {'PyG', 'pyg_tc', 'loader'}:
+        p.error(f'--layers: unknown {sorted(set(a.layers) - {"PyG", "pyg_tc", "loader"})}')
     a.fanout = [int(f) for f in a.fanout.split(',')]
     if a.small:
-        a.graph, a.layers, a.epochs, a.batch_size, a.hidden, a.check = 'cora', ['pyg_tc'], 1, 32, 32, True
+        a.graph, a.epochs, a.batch_size, a.hidden, a.check = 'cora', 1, 32, 32, True
         a.scaling = a.scaling or '2'
     if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:
         return under_torchrun(a)
@@ -353,11 +369,13 @@ def main():
                                             nprocs=world, join=True)
                 with open(result) as f:
                     rows = [json.loads(line) for line in f]
+                acc = rows[-1]['accuracy']
                 print(f'[{world} processes, {layers}] epoch {rows[-1]["epoch_s"]:.3f} s '
-                      f'(epochs: {", ".join(f"{t:.3f}" for t in rows[-1]["epoch_times"])}), '
-                      f'test accuracy {100 * rows[-1]["accuracy"]:.1f}%', flush=True)
-    print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; sampler: '
-          f'{"NeighborLoader " + str(a.fanout) if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE else "k-hop subgraphs (no sampler backend)"})')
+                      f'(epochs: {", ".join(f"{t:.3f}" for t in rows[-1]["epoch_times"])})'
+                      + ('' if acc is None else f', test accuracy {100 * acc:.1f}%'), flush=True)
+    sampled = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
+    sampler = f'NeighborLoader {a.fanout}' if sampled else 'k-hop subgraphs (no sampler backend)'
+    print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; sampler: {sampler})')
     print_table(rows)
     if a.json:
         with open(a.json, 'w') as f:

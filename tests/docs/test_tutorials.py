@@ -64,3 +64,20 @@ def test_multi_gpu_tutorial_with_loader_workers(data_root, tmp_path):
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert 'parameters on every rank identical (max diff 0.0e+00)' in r.stdout and ': OK' in r.stdout
+
+
+def test_multi_gpu_tutorial_loader_floor(data_root, tmp_path):
+    """``--layers loader,pyg_tc``: a row that only samples and transfers (the epoch's floor, no
+    model, no accuracy) next to pyg_tc's checked row."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES='', OMP_NUM_THREADS='1')
+    r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small', '--root',
+                        str(data_root), '--device', 'cpu', '--layers', 'loader,pyg_tc'],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [line.split('|')[1:-1] for line in r.stdout.splitlines() if line.startswith('| 2 |')]
+    assert [c[1].strip() for c in rows] == ['loader', 'pyg_tc']
+    assert rows[0][-1].strip() == '-' and rows[1][-1].strip().endswith('%')
+    assert ': OK' in r.stdout
+    bad = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--layers', 'dgl'],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "unknown ['dgl']" in bad.stderr
