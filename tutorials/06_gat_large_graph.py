@@ -46,7 +46,8 @@ edges (PyG's step should fit on an 80 GB GPU there), then the whole graph; ``--s
    after a warm-up step that also builds pyg_tc's format), ``peak MiB`` on CUDA
    (``torch.cuda.max_memory_allocated`` over the timed steps after ``reset_peak_memory_stats``;
    absolute: features, graph, weights and pyg_tc's cached format included; ``n/a (CPU)`` on a
-   CPU), and ``kept for backward MiB``: the tensors autograd saves during one step's forward,
+   CPU), ``resident MiB`` (what was allocated when the timed steps began: the peak less this is
+   the step's own memory), and ``kept for backward MiB``: the tensors autograd saves during one step's forward,
    each storage counted once (``torch.autograd.graph.saved_tensors_hooks``, on any device),
    the input features and the weights included. Between the two graphs of a run PyG's grows
    by about 630 bytes per edge, pyg_tc's by 12: its graph format's int32 index arrays, which
@@ -90,16 +91,22 @@ class GAT(torch.nn.Module):
 
 
 def kept_for_backward(fn):
-    """(result of ``fn()``, MiB of the tensors autograd saves while it runs; each storage once)."""
+    """(result of ``fn()``, MiB of the tensors autograd saves while it runs; each storage once).
+    The result is for measuring only, not for ``backward()``: the pack hook holds the storages
+    until ``fn`` returns (so no address is reused and counted once for two) but gives autograd
+    nothing to keep (a hook that returned the tensor itself would tie outputs that their own
+    ``grad_fn`` saves, as ELU's, into a cycle autograd cannot free: every call leaked its graph)."""
     storages = {}
 
     def pack(t):
         s = t.untyped_storage()
-        storages[s.data_ptr()] = s.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        storages[s.data_ptr()] = s
+
+    def unpack(_):
+        raise RuntimeError('kept_for_backward: measured only, not for backward()')
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         out = fn()
-    return out, sum(storages.values()) / MIB
+    return out, sum(s.nbytes() for s in storages.values()) / MIB
 
 
 def measure(model, x, y, edge_index, ref, reps: int, sync):
@@ -123,10 +130,11 @@ def measure(model, x, y, edge_index, ref, reps: int, sync):
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x, edge_index), y).backward()
     torch.manual_seed(0)
-    _, res['kept'] = kept_for_backward(lambda: F.cross_entropy(model(x, edge_index), y))  # (not backpropagated)
+    res['kept'] = kept_for_backward(lambda: F.cross_entropy(model(x, edge_index), y))[1]  # (loss dropped)
     step()  # warm-up
     if cuda:
         torch.cuda.reset_peak_memory_stats(x.device)
+        res['resident'] = torch.cuda.memory_allocated(x.device) / MIB
     times = []
     for _ in range(reps):
         sync()
@@ -188,17 +196,18 @@ def main():
 
     print(f'\n2-layer GAT (examples/gat.py: 8 heads x 8, then 1 x {CLASSES}; {IN} input features), '
           f'forward + backward on {a.device} (pyg_tc backend: {backend})\n')
-    print('| graph | nodes | edges + loops | layers | ms / step | peak MiB | kept for backward MiB '
+    print('| graph | nodes | edges + loops | layers | ms / step | peak MiB | resident MiB | kept for backward MiB '
           '| max abs out diff vs PyG | max abs grad diff vs PyG |')
-    print('|---|---|---|---|---|---|---|---|---|')
+    print('|---|---|---|---|---|---|---|---|---|---|')
     for label, N, E_loops, name, r in rows:
         if r is None:
-            cells = ['out of memory', 'out of memory', '-', '-', '-']
+            cells = ['out of memory', 'out of memory', '-', '-', '-', '-']
         else:
-            peak = 'n/a (CPU)' if r['peak'] is None else f'{r["peak"]:,.0f}'
+            peak, resident = ('n/a (CPU)',) * 2 if r['peak'] is None else \
+                (f'{r["peak"]:,.0f}', f'{r["resident"]:,.0f}')
             diffs = ['-', '-'] if name == 'PyG' else \
                 [f'{r[k]:.1e}' if k in r else '- (no PyG result)' for k in ('out_diff', 'grad_diff')]
-            cells = [f'{r["ms"]:.1f}', peak, f'{r["kept"]:,.1f}', *diffs]
+            cells = [f'{r["ms"]:.1f}', peak, resident, f'{r["kept"]:,.1f}', *diffs]
         print(f'| {label} | {N:,} | {E_loops:,} | {name} | ' + ' | '.join(cells) + ' |')
 
 
