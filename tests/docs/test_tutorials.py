@@ -81,3 +81,43 @@ def test_multi_gpu_tutorial_loader_floor(data_root, tmp_path):
     bad = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--layers', 'dgl'],
                          env=env, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "unknown ['dgl']" in bad.stderr
+
+
+def test_gat_tutorial_measuring_keeps_nothing_alive():
+    """Tutorial 6's ``kept_for_backward`` counts what autograd saves without keeping it: an op
+    that saves its own output (as ELU does) once leaked its whole graph through the hook, which
+    kept PyG's 60 GB forward allocated on the GPU through pyg_tc's measurement."""
+    import gc
+    import importlib.util
+    import weakref
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location('tutorial6', REPO_ROOT / 'tutorials' / '06_gat_large_graph.py')
+    tutorial = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tutorial)
+
+    class Exp(torch.autograd.Function):  # saves its output, like ELU's and softmax's formulas
+        @staticmethod
+        def forward(ctx, a):
+            out = a.exp()
+            ctx.save_for_backward(out)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.saved_tensors[0]
+
+    x, w, refs = torch.randn(50, 8), torch.randn(8, 8, requires_grad=True), []
+
+    def fn():
+        y = Exp.apply(x @ w)
+        refs.append(weakref.ref(y))
+        return y.sum()
+    loss, kept = tutorial.kept_for_backward(fn)
+    assert kept == pytest.approx(2 * 50 * 8 * 4 / 2 ** 20)  # x (for w's gradient) and exp's output
+    with pytest.raises(RuntimeError, match='not for backward'):
+        loss.backward()
+    del loss
+    gc.collect()
+    assert refs[0]() is None
