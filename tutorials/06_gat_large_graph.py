@@ -97,8 +97,9 @@ def kept_for_backward(fn):
     """(result of ``fn()``, MiB of the tensors autograd saves while it runs; each storage once).
     The result is for measuring only, not for ``backward()``: the pack hook holds the storages
     until ``fn`` returns (so no address is reused and counted once for two) but gives autograd
-    nothing to keep (a hook that returned the tensor itself would tie outputs that their own
-    ``grad_fn`` saves, as ELU's, into a cycle autograd cannot free: every call leaked its graph)."""
+    nothing to keep (a hook that returned the tensor itself would tie an output that its own
+    ``grad_fn`` saves, as ``exp`` in PyG's softmax does, into a cycle autograd cannot free: every
+    call leaked its graph)."""
     storages = {}
 
     def pack(t):

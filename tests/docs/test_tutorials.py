@@ -85,7 +85,7 @@ def test_multi_gpu_tutorial_loader_floor(data_root, tmp_path):
 
 def test_gat_tutorial_measuring_keeps_nothing_alive():
     """Tutorial 6's ``kept_for_backward`` counts what autograd saves without keeping it: an op
-    that saves its own output (as ELU does) once leaked its whole graph through the hook, which
+    that saves its own output (as ``exp`` does) once leaked its whole graph through the hook, which
     kept PyG's 60 GB forward allocated on the GPU through pyg_tc's measurement."""
     import gc
     import importlib.util
@@ -97,7 +97,7 @@ def test_gat_tutorial_measuring_keeps_nothing_alive():
     tutorial = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tutorial)
 
-    class Exp(torch.autograd.Function):  # saves its output, like ELU's and softmax's formulas
+    class Exp(torch.autograd.Function):  # saves its output, as exp's formula does
         @staticmethod
         def forward(ctx, a):
             out = a.exp()
