@@ -80,6 +80,7 @@ import pyg_tc.nn
 from pyg_tc.transforms import DegreeBucketTransform
 
 LAYERS = {'PyG': torch_geometric.nn, 'pyg_tc': pyg_tc.nn}
+SAMPLED = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE  # NeighborLoader works
 
 
 class Net(torch.nn.Module):
@@ -139,7 +140,7 @@ class KHopLoader:
 
 def make_loader(data, seeds, a, seed: int, shuffle: bool = True):
     gen = torch.Generator().manual_seed(seed)
-    if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
+    if SAMPLED:
         from torch_geometric.loader import NeighborLoader
         # a spawned rank's default start method is spawn, which would pickle the shared graph to
         # every worker: on Linux fork them (they never touch CUDA)
@@ -351,8 +352,9 @@ def main():
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
     a.layers = [s for s in (a.layers or ('pyg_tc' if a.small else 'PyG,pyg_tc')).split(',') if s]
-    if set(a.layers) - {'PyG', 'pyg_tc', 'loader'}:
-        p.error(f'--layers: unknown {sorted(set(a.layers) - {"PyG", "pyg_tc", "loader"})}')
+    unknown = set(a.layers) - set(LAYERS) - {'loader'}
+    if unknown:
+        p.error(f'--layers: unknown {sorted(unknown)}')
     a.fanout = [int(f) for f in a.fanout.split(',')]
     if a.workers is None:  # on GPUs the CPU sampler is the bottleneck: sample ahead (docs/distributed.md)
         a.workers = 4 if a.device == 'cuda' else 0
@@ -378,8 +380,7 @@ def main():
                 print(f'[{world} processes, {layers}] epoch {rows[-1]["epoch_s"]:.3f} s '
                       f'(epochs: {", ".join(f"{t:.3f}" for t in rows[-1]["epoch_times"])})'
                       + ('' if acc is None else f', test accuracy {100 * acc:.1f}%'), flush=True)
-    sampled = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
-    sampler = f'NeighborLoader {a.fanout}' if sampled else 'k-hop subgraphs (no sampler backend)'
+    sampler = f'NeighborLoader {a.fanout}' if SAMPLED else 'k-hop subgraphs (no sampler backend)'
     print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; sampler: {sampler})')
     print_table(rows)
     if a.json:
