@@ -21,7 +21,7 @@ from . import _lazy
 
 __version__ = '0.1.0'
 
-__all__ = ['formats', 'ops', 'transforms', 'nn', 'info', 'sampled_aggregation', '__version__']
+__all__ = ['formats', 'ops', 'transforms', 'nn', 'loader', 'info', 'sampled_aggregation', '__version__']
 
 #: lazily imported name -> (module, attribute or None for the module itself)
 _LAZY = {
@@ -29,12 +29,13 @@ _LAZY = {
     'ops': ('.ops', None),
     'transforms': ('.transforms', None),
     'nn': ('.nn', None),
+    'loader': ('.loader', None),
     'info': ('._info', 'info'),
     'sampled_aggregation': ('.ops.sample', 'sampled_aggregation'),
 }
 
 if TYPE_CHECKING:  # what static tools (and IDEs) see
-    from . import formats, nn, ops, transforms
+    from . import formats, loader, nn, ops, transforms
     from ._info import info
     from .ops.sample import sampled_aggregation
 

@@ -8,6 +8,7 @@
 
 #include "attn/attn_params.h"
 #include "common/dtype.cuh"
+#include "common/philox.cuh"
 
 namespace pyg_tc {
 namespace attn {
@@ -81,21 +82,9 @@ __device__ __forceinline__ float dleaky(float z, float slope) { return z > 0.f ?
 // the first output word as a 24-bit uniform in [0, 1). Same generator as
 // pyg_tc.ops.attn.philox_uniform.
 __device__ __forceinline__ float philox_uniform(uint64_t seed, uint64_t offset, uint64_t idx) {
-  uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)(idx >> 32);
-  uint32_t c2 = (uint32_t)offset, c3 = (uint32_t)(offset >> 32);
-  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-#pragma unroll
-  for (int r = 0; r < 10; ++r) {
-    const uint32_t h0 = __umulhi(0xD2511F53u, c0), l0 = 0xD2511F53u * c0;
-    const uint32_t h1 = __umulhi(0xCD9E8D57u, c2), l1 = 0xCD9E8D57u * c2;
-    c0 = h1 ^ c1 ^ k0;
-    c1 = l1;
-    c2 = h0 ^ c3 ^ k1;
-    c3 = l0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return (float)(c0 >> 8) * (1.f / 16777216.f);
+  const uint4 w = philox4x32((uint32_t)idx, (uint32_t)(idx >> 32), (uint32_t)offset,
+                             (uint32_t)(offset >> 32), (uint32_t)seed, (uint32_t)(seed >> 32));
+  return (float)(w.x >> 8) * (1.f / 16777216.f);
 }
 
 // Attention dropout of one call: the weight of (edge e, head h) is

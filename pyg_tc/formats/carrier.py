@@ -187,15 +187,17 @@ def has_derived(adj: Any) -> bool:
 
 
 def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[CSRGraph] = None,
-           chunk: Optional[int] = DEFAULT_CHUNK) -> TCEdgeIndex:
+           chunk: Optional[int] = DEFAULT_CHUNK, sort_order: Optional[str] = None) -> TCEdgeIndex:
     """Wrap ``edge_index`` (edge order unchanged) as a :class:`TCEdgeIndex`
-    carrying its graph; builds the graph on ``edge_index``'s device if needed."""
+    carrying its graph; builds the graph on ``edge_index``'s device if needed.
+    ``sort_order`` (``'row'`` / ``'col'``) declares an order the edges are
+    already in, as ``EdgeIndex`` does (not checked)."""
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError('pyg_tc: edge_index must be a [2, E] tensor')
     if num_nodes is None:
         num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
     data = plain_tensor(edge_index)
-    ei = EdgeIndex(data.contiguous(), sparse_size=(num_nodes, num_nodes))
+    ei = EdgeIndex(data.contiguous(), sparse_size=(num_nodes, num_nodes), sort_order=sort_order)
     if graph is None:
         graph = CSRGraph.from_coo(data[0], data[1], num_nodes, num_nodes, chunk)
     ei.__class__ = TCEdgeIndex

@@ -122,17 +122,26 @@ def _light_schedule(rowptr: Tensor) -> Schedule:
     return Schedule(units[order], units.new_zeros(0), units.new_zeros(1), 0)
 
 
-def build_schedules(rowptrs: Sequence[Tensor], chunk: int) -> List[Schedule]:
+def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
+                    max_degrees: Optional[Sequence[Optional[int]]] = None) -> List[Schedule]:
     """:func:`build_schedule` of several ``rowptr`` with one device
     synchronisation in all when no row is heavy (the largest degrees are read
     together), two otherwise (then the sizes of the schedules with heavy rows
-    are read together)."""
+    are read together). ``max_degrees``: an upper bound of a ``rowptr``'s
+    largest degree where the caller knows one (a sampled batch: its largest
+    fan-out), so it is not read; none read means no synchronisation."""
     if chunk < 1:
         raise ValueError(f'chunk must be positive, got {chunk}')
     if not rowptrs:
         return []
-    top = torch.stack([(rp[1:] - rp[:-1]).max() if rp.numel() > 1 else rp.new_zeros(())
-                       for rp in rowptrs]).tolist()
+    known = list(max_degrees) if max_degrees is not None else [None] * len(rowptrs)
+    unknown = [i for i, m in enumerate(known) if m is None]
+    if unknown:
+        read = torch.stack([(rowptrs[i][1:] - rowptrs[i][:-1]).max() if rowptrs[i].numel() > 1
+                            else rowptrs[i].new_zeros(()) for i in unknown]).tolist()
+        for i, m in zip(unknown, read):
+            known[i] = m
+    top = known
     out: List[Optional[Schedule]] = [None if m > chunk else _light_schedule(rp) for rp, m in zip(rowptrs, top)]
     heavy = [i for i, m in enumerate(top) if m > chunk]
     counts = [_schedule_counts(rowptrs[i], chunk) for i in heavy]
@@ -293,10 +302,21 @@ class CSRGraph:
         return cls._finish(rowptr, col, None, R, num_cols, chunk)
 
     @classmethod
-    def _finish(cls, rowptr, col, perm, R, C, chunk, rows=None) -> 'CSRGraph':
+    def from_sampled(cls, rowptr: Tensor, col: Tensor, rows: Tensor, num_nodes: int,
+                     max_degree: Optional[int] = None, chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
+        """The graph of a sampled mini-batch (:mod:`pyg_tc.loader`): its edges
+        come sorted by target with every index in range, so ``rowptr``,
+        ``col`` and ``rows`` (int32, the target of every edge) are taken as
+        they are; ``max_degree`` bounds the in-degrees (the largest fan-out)
+        when known. Only the transpose and the schedules are built."""
+        return cls._finish(rowptr, col, None, num_nodes, num_nodes, chunk, rows, max_degree)
+
+    @classmethod
+    def _finish(cls, rowptr, col, perm, R, C, chunk, rows=None, max_degree=None) -> 'CSRGraph':
         """The transpose and both schedules of a CSR; ``rows``: the int32 row
         of every CSR position when the caller has it (:func:`_rows_to_keep`),
-        else rebuilt after the sort."""
+        else rebuilt after the sort; ``max_degree``: a bound of the forward
+        in-degrees, when known (see :func:`build_schedules`)."""
         if chunk is None:
             chunk = auto_chunk(col.numel(), R)
         t_rows, t_perm = sort_int32(col, C)
@@ -306,7 +326,7 @@ class CSRGraph:
             rows = csr_rows(rowptr, col.numel())
         t_col = rows.index_select(0, t_perm)
         del rows
-        sched, t_sched = build_schedules([rowptr, t_rowptr], chunk)
+        sched, t_sched = build_schedules([rowptr, t_rowptr], chunk, [max_degree, None])
         return cls(rowptr, col, perm, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
 
     # -- properties ---------------------------------------------------------

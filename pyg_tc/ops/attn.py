@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._library import Op
+from .._philox import U32 as _U32, philox4x32  # noqa: F401 (re-exported for the tests)
 from ..formats.csr import COOP_UNITS, CSRGraph, Schedule, build_schedule
 from . import dispatch
 from .csr import _rows, acc_dtype
@@ -48,36 +49,7 @@ from .csr import _rows, acc_dtype
 ATTN_MAX_HEAD_BYTES = 2048
 
 # ---------------------------------------------------------------------------
-# Philox 4x32-10 (Salmon et al., SC'11), the same generator as kernels/attn/attn_device.cuh
-
-_M0, _M1 = 0xD2511F53, 0xCD9E8D57
-_W0, _W1 = 0x9E3779B9, 0xBB67AE85
-_U32 = 0xFFFFFFFF
-
-
-def _mulhilo(a: Tensor, m: int) -> Tuple[Tensor, Tensor]:
-    """(high, low) 32-bit words of ``a * m`` for uint32 values held in int64
-    (split in 16-bit halves so no product overflows int64)."""
-    lo16, hi16 = m & 0xFFFF, m >> 16
-    p1 = a * lo16
-    p2 = a * hi16
-    hi = (p2 + (p1 >> 16)) >> 16
-    lo = (((p2 & 0xFFFF) << 16) + p1) & _U32
-    return hi, lo
-
-
-def philox4x32(c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor, k0: Tensor, k1: Tensor
-               ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Philox 4x32-10 of counters ``(c0, c1, c2, c3)`` under key ``(k0, k1)``:
-    uint32 words held in int64 tensors (broadcast), four output words."""
-    for rnd in range(10):
-        h0, l0 = _mulhilo(c0, _M0)
-        h1, l1 = _mulhilo(c2, _M1)
-        c0, c1, c2, c3 = h1 ^ c1 ^ k0, l1, h0 ^ c3 ^ k1, l0
-        if rnd < 9:
-            k0, k1 = (k0 + _W0) & _U32, (k1 + _W1) & _U32
-    return c0, c1, c2, c3
-
+# dropout on Philox 4x32-10 (pyg_tc._philox), the same generator as kernels/common/philox.cuh
 
 def philox_uniform(rng: Tensor, idx: Tensor) -> Tensor:
     """Uniform floats in [0, 1) (24-bit) for counters ``idx`` (int64) under

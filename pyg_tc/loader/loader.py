@@ -1,0 +1,300 @@
+"""``NeighborLoader`` / ``LinkNeighborLoader`` with PyG's signatures whose
+batches are sampled, gathered and formatted on the GPU.
+
+Each is PyG's loader (a subclass: every argument, field and behaviour of
+PyG's batches) with three changes:
+
+* sampling runs on the GPU (:class:`~pyg_tc.loader.NeighborSampler`), in
+  this process (``num_workers`` is ignored, with a warning: the sampler
+  needs no workers);
+* node and edge attributes are gathered on the GPU, from the GPU when they
+  live there, else from pinned host memory over UVA (a pinned copy is made
+  once, on the first batch, for attributes in ordinary host memory): a
+  feature matrix larger than the GPU's memory works;
+* the batch's ``edge_index`` is an ``EdgeIndex`` (sorted by target) carrying
+  pyg_tc's CSR (:class:`~pyg_tc.formats.TCEdgeIndex`): pyg_tc's layers build
+  no format for it; PyG's layers take it as any ``EdgeIndex``.
+
+On a GPU, batch ``i + 1`` is sampled and gathered on a side stream when it is
+asked for, so it overlaps the step of batch ``i`` that is still running on
+the GPU (a loop that synchronises every step, e.g. ``loss.item()``, gives the
+overlap up). Without CUDA (``device='cpu'``), the same batches come from the
+pure-PyTorch reference.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any, Dict, Iterator, List, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.loader import LinkNeighborLoader as PyGLinkNeighborLoader
+from torch_geometric.loader import NeighborLoader as PyGNeighborLoader
+from torch_geometric.loader.base import DataLoaderIterator
+from torch_geometric.sampler import SamplerOutput
+
+from ..formats.carrier import attach
+from ..ops import neighbor as ops
+from .sampler import NeighborSampler
+
+
+def _tensors(obj: Any, seen: set) -> Iterator[Tensor]:
+    """Every tensor reachable from a batch (its attributes, the format's
+    arrays), each once."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v, seen)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v, seen)
+    elif isinstance(obj, Data):
+        for v in obj._store.values():
+            yield from _tensors(v, seen)
+    elif hasattr(obj, '__dict__') and type(obj).__module__.startswith('pyg_tc'):
+        yield from _tensors(vars(obj), seen)
+    if isinstance(obj, Tensor):
+        for name in ('_pyg_tc_graph', '_pyg_tc_derived'):
+            if hasattr(obj, name):
+                yield from _tensors(getattr(obj, name), seen)
+
+
+class _SideStream:
+    """Produces a loader's batches on a side CUDA stream: the current stream
+    waits for each batch (an event, no host synchronisation), and every tensor
+    of the batch is recorded on it, so the caching allocator does not hand its
+    memory to the side stream while the step still reads it."""
+
+    def __init__(self, it: Iterator, device: torch.device):
+        self.it, self.device = it, device
+        self.stream = torch.cuda.Stream(device)
+
+    def __iter__(self) -> '_SideStream':
+        return self
+
+    def __next__(self) -> Any:
+        with torch.cuda.stream(self.stream):
+            batch = next(self.it)
+        main = torch.cuda.current_stream(self.device)
+        main.wait_stream(self.stream)
+        for t in _tensors(batch, set()):
+            if t.is_cuda:
+                t.record_stream(main)
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.it)
+
+
+class _GPULoader:
+    """What the two loaders share: the workers check, the gather sources, the
+    batch's node and edge attributes and ``edge_index`` from a
+    ``SamplerOutput``, and the side-stream iterator."""
+    _sampler: NeighborSampler
+
+    @staticmethod
+    def _loader_kwargs(kwargs: Dict[str, Any], device: torch.device) -> Dict[str, Any]:
+        workers = kwargs.get('num_workers', 0)
+        if workers:
+            warnings.warn(f'pyg_tc.loader: sampling runs in this process (on {device}); num_workers={workers} '
+                          'is ignored', stacklevel=3)
+        if kwargs.get('pin_memory') and device.type == 'cuda':
+            warnings.warn('pyg_tc.loader: batches are made on the GPU; pin_memory=True is ignored', stacklevel=3)
+            kwargs['pin_memory'] = False
+        kwargs['num_workers'] = 0
+        kwargs.pop('persistent_workers', None)
+        kwargs.pop('prefetch_factor', None)
+        return kwargs
+
+    def _source(self, key: str, value: Tensor) -> Tensor:
+        """Where attribute ``key`` is gathered from: itself on the sampler's
+        device or on a CPU sampler, else a pinned copy (made once per tensor)."""
+        dev = self._sampler.device
+        if dev.type != 'cuda' or value.device == dev or value.is_pinned():
+            return value
+        if value.is_cuda:
+            raise ValueError(f'pyg_tc.loader: data.{key} is on {value.device} but the sampler runs on {dev}')
+        cache = self.__dict__.setdefault('_pinned', {})
+        hit = cache.get(key)
+        if hit is None or hit[0] is not value or hit[1] != value._version:
+            hit = cache[key] = (value, value._version, value.contiguous().pin_memory())
+        return hit[2]
+
+    def _gather(self, key: str, value: Any, index: Tensor, dim: int) -> Any:
+        if not isinstance(value, Tensor):
+            raise NotImplementedError(f'pyg_tc.loader: attribute {key!r} of type {type(value).__name__} is not a '
+                                      "tensor; use PyG's loader")
+        src = self._source(key, value)
+        if dim == 0 and (src.device == index.device or src.is_pinned()):
+            return ops.gather_rows(src.contiguous(), index)
+        return src.index_select(dim, index.to(src.device)).to(index.device)
+
+    def _filter_data(self, out: SamplerOutput) -> Optional[Data]:
+        """The batch of a homogeneous ``SamplerOutput`` (PyG's ``filter_data``
+        on the GPU), or None when PyG's path must make it."""
+        graph = getattr(out, 'pyg_tc_graph', None)
+        data = self.data
+        if graph is None or not isinstance(data, Data):
+            return None
+        edge_index, g = graph
+        store = data._store
+        batch = copy.copy(data)
+        for key, value in store.items():
+            if key == 'num_nodes':
+                batch.num_nodes = out.node.numel()
+            elif key == 'edge_index':
+                batch.edge_index = attach(edge_index, out.node.numel(), g, sort_order='col')
+            elif key == 'adj_t':
+                raise NotImplementedError("pyg_tc.loader: data.adj_t is not supported; use PyG's loader")
+            elif store.is_node_attr(key):
+                batch[key] = self._gather(key, value, out.node, data.__cat_dim__(key, value, store))
+            elif store.is_edge_attr(key):
+                batch[key] = self._gather(key, value, out.edge, data.__cat_dim__(key, value, store))
+        batch.n_id = out.node
+        batch.e_id = out.edge
+        batch.batch = out.batch
+        batch.num_sampled_nodes = out.num_sampled_nodes
+        batch.num_sampled_edges = out.num_sampled_edges
+        return batch
+
+    def _get_iterator(self) -> Iterator:
+        it = DataLoaderIterator(torch.utils.data.DataLoader._get_iterator(self), self.filter_fn)
+        if self._sampler.device.type == 'cuda':
+            return _SideStream(it, self._sampler.device)
+        return it
+
+
+class NeighborLoader(_GPULoader, PyGNeighborLoader):
+    r"""PyG's :class:`torch_geometric.loader.NeighborLoader`, sampled on the
+    GPU (see the module doc): same arguments, same batches' fields
+    (``x``, ``y``, ``edge_index``, edge attributes, ``n_id``, ``e_id``,
+    ``input_id``, ``batch_size``, ``num_sampled_nodes``,
+    ``num_sampled_edges``), same semantics as PyG's sampler, with the batch's
+    CSR attached to ``edge_index``.
+
+    Args:
+        data (torch_geometric.data.Data): the graph, on the CPU or the GPU.
+        num_neighbors (List[int]): fan-out per hop (``-1``: all neighbours).
+        device (torch.device, optional): where batches are sampled and
+            gathered (default: the current CUDA device, else the CPU).
+        graph_memory (str, optional): see :class:`NeighborSampler`.
+        **kwargs: every other argument of PyG's ``NeighborLoader``
+            (``input_nodes``, ``batch_size``, ``shuffle``, ``replace``,
+            ``transform``, ...). ``neighbor_sampler=`` takes a
+            :class:`NeighborSampler` built beforehand.
+    """
+
+    def __init__(self, data: Data, num_neighbors: List[int], input_nodes: Any = None,
+                 input_time: Optional[Tensor] = None, replace: bool = False, subgraph_type: str = 'directional',
+                 disjoint: bool = False, temporal_strategy: str = 'uniform', time_attr: Optional[str] = None,
+                 weight_attr: Optional[str] = None, transform: Any = None, transform_sampler_output: Any = None,
+                 is_sorted: bool = False, filter_per_worker: Optional[bool] = None,
+                 neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True,
+                 device: Optional[Any] = None, graph_memory: str = 'auto', **kwargs):
+        if neighbor_sampler is None:
+            neighbor_sampler = NeighborSampler(
+                data, num_neighbors, subgraph_type=subgraph_type, replace=replace, disjoint=disjoint,
+                temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
+                is_sorted=is_sorted, directed=directed, device=device, graph_memory=graph_memory)
+        self._sampler = neighbor_sampler
+        _check_input(input_nodes)
+        super().__init__(data, num_neighbors, input_nodes=input_nodes, input_time=input_time,
+                         transform=transform, transform_sampler_output=transform_sampler_output,
+                         filter_per_worker=False, neighbor_sampler=neighbor_sampler,
+                         **self._loader_kwargs(kwargs, neighbor_sampler.device))
+
+    def filter_fn(self, out: SamplerOutput) -> Any:
+        """PyG's ``filter_fn`` with the batch made by :meth:`_filter_data`."""
+        if self.transform_sampler_output:
+            out = self.transform_sampler_output(out)
+        data = self._filter_data(out) if isinstance(out, SamplerOutput) else None
+        if data is None:
+            keep, self.transform_sampler_output = self.transform_sampler_output, None
+            try:
+                return PyGNeighborLoader.filter_fn(self, out)
+            finally:
+                self.transform_sampler_output = keep
+        data.input_id = out.metadata[0]
+        data.seed_time = out.metadata[1]
+        data.batch_size = out.metadata[0].size(0)
+        return data if self.transform is None else self.transform(data)
+
+
+class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
+    r"""PyG's :class:`torch_geometric.loader.LinkNeighborLoader`, sampled on
+    the GPU (see the module doc): same arguments (``edge_label_index``,
+    ``edge_label``, ``neg_sampling`` binary or triplet, ...) and batches
+    (``edge_label_index`` / ``edge_label``, or ``src_index`` /
+    ``dst_pos_index`` / ``dst_neg_index``), with the batch's CSR attached to
+    ``edge_index``.
+
+    Args:
+        data (torch_geometric.data.Data): the graph, on the CPU or the GPU.
+        num_neighbors (List[int]): fan-out per hop (``-1``: all neighbours).
+        device (torch.device, optional): where batches are sampled and
+            gathered (default: the current CUDA device, else the CPU).
+        graph_memory (str, optional): see :class:`NeighborSampler`.
+        **kwargs: every other argument of PyG's ``LinkNeighborLoader``.
+    """
+
+    def __init__(self, data: Data, num_neighbors: List[int], edge_label_index: Any = None,
+                 edge_label: Optional[Tensor] = None, edge_label_time: Optional[Tensor] = None,
+                 replace: bool = False, subgraph_type: str = 'directional', disjoint: bool = False,
+                 temporal_strategy: str = 'uniform', neg_sampling: Any = None, neg_sampling_ratio: Any = None,
+                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None, transform: Any = None,
+                 transform_sampler_output: Any = None, is_sorted: bool = False,
+                 filter_per_worker: Optional[bool] = None, neighbor_sampler: Optional[NeighborSampler] = None,
+                 directed: bool = True, device: Optional[Any] = None, graph_memory: str = 'auto', **kwargs):
+        if neighbor_sampler is None:
+            neighbor_sampler = NeighborSampler(
+                data, num_neighbors, subgraph_type=subgraph_type, replace=replace, disjoint=disjoint,
+                temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
+                is_sorted=is_sorted, directed=directed, device=device, graph_memory=graph_memory)
+        self._sampler = neighbor_sampler
+        if isinstance(edge_label_index, Tensor):
+            _check_input(edge_label_index, 'edge_label_index', dim=1)
+        super().__init__(data, num_neighbors, edge_label_index=edge_label_index, edge_label=edge_label,
+                         edge_label_time=edge_label_time, neg_sampling=neg_sampling,
+                         neg_sampling_ratio=neg_sampling_ratio, time_attr=time_attr, transform=transform,
+                         transform_sampler_output=transform_sampler_output, filter_per_worker=False,
+                         neighbor_sampler=neighbor_sampler, **self._loader_kwargs(kwargs, neighbor_sampler.device))
+
+    def filter_fn(self, out: SamplerOutput) -> Any:
+        """PyG's ``filter_fn`` with the batch made by :meth:`_filter_data`."""
+        if self.transform_sampler_output:
+            out = self.transform_sampler_output(out)
+        data = self._filter_data(out) if isinstance(out, SamplerOutput) else None
+        if data is None:
+            keep, self.transform_sampler_output = self.transform_sampler_output, None
+            try:
+                return PyGLinkNeighborLoader.filter_fn(self, out)
+            finally:
+                self.transform_sampler_output = keep
+        data.input_id = out.metadata[0]
+        if self.neg_sampling is None or self.neg_sampling.is_binary():
+            data.edge_label_index = out.metadata[1]
+            data.edge_label = out.metadata[2]
+            data.edge_label_time = out.metadata[3]
+        elif self.neg_sampling.is_triplet():
+            data.src_index = out.metadata[1]
+            data.dst_pos_index = out.metadata[2]
+            data.dst_neg_index = out.metadata[3]
+            data.seed_time = out.metadata[4]
+            del data.edge_label_index
+            del data.edge_label_time
+        return data if self.transform is None else self.transform(data)
+
+
+def _check_input(index: Any, what: str = 'input_nodes', dim: int = 0) -> None:
+    """An empty ``input_nodes`` / ``edge_label_index`` is an error (PyG's
+    loader would yield no batch at all, silently)."""
+    if isinstance(index, tuple):  # (node type, nodes): heterogeneous, the sampler says so
+        return
+    if isinstance(index, Tensor) and index.size(dim if index.dim() > dim else 0) == 0:
+        raise ValueError(f'pyg_tc.loader: {what} is empty: there is nothing to sample from')

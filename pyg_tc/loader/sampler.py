@@ -1,0 +1,227 @@
+"""``NeighborSampler``: PyG's neighbour sampling on the GPU, whose batches
+carry pyg_tc's CSR.
+
+A ``torch_geometric.sampler.BaseSampler``: plug it into PyG's loaders
+(``NeighborLoader(..., neighbor_sampler=...)``, ``LinkNeighborLoader(...,
+neighbor_sampler=...)``) or use :class:`pyg_tc.loader.NeighborLoader`, which
+also gathers the batch's features on the GPU and attaches the format to its
+``edge_index``. The sampling itself is the op
+:data:`pyg_tc.ops.neighbor.neighbor_sample` (its module doc is the
+specification).
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, NegativeSampling, NodeSamplerInput,
+                                     SamplerOutput)
+from torch_geometric.sampler.base import SubgraphType
+from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
+
+from ..formats.csr import CSRGraph, sort_int32
+from ..ops import neighbor as ops
+
+_INT32_MAX = 2 ** 31 - 1
+GRAPH_MEMORY = ('auto', 'device', 'pinned')
+
+
+def _csc(edge_index: Tensor, num_nodes: int, is_sorted: bool):
+    """``(colptr int64 [N+1], row int32 [E], perm int32 [E] or None)``: the
+    edges sorted stably by target on ``edge_index``'s device (``perm``:
+    CSC position -> edge id)."""
+    src, dst = edge_index[0], edge_index[1]
+    perm = None
+    if not is_sorted:
+        dst, perm = sort_int32(dst.to(torch.int32), num_nodes)
+        src = src.index_select(0, perm)
+    bounds = torch.arange(num_nodes + 1, dtype=dst.dtype, device=dst.device)
+    colptr = torch.searchsorted(dst.contiguous(), bounds).to(torch.int64)
+    return colptr, src.to(torch.int32).contiguous(), perm
+
+
+class NeighborSampler(BaseSampler):
+    r"""Uniform neighbour sampling on the GPU with the semantics of PyG's
+    :class:`torch_geometric.sampler.NeighborSampler` (pyg-lib's): seeds
+    first, then each hop's new nodes in order of first appearance; per
+    target, ``k`` distinct in-neighbours chosen uniformly (all of them when
+    ``k >= degree`` or ``k = -1``; ``k`` independent draws with
+    ``replace=True``); ``num_sampled_nodes`` / ``num_sampled_edges`` per hop.
+    Each output also carries the batch's :class:`~pyg_tc.formats.CSRGraph`,
+    which falls out of the sampling (edges come sorted by target), so
+    pyg_tc's layers build nothing for it (:class:`pyg_tc.loader.NeighborLoader`
+    attaches it).
+
+    Randomness comes from ``torch``'s default generator (one 62-bit draw per
+    batch keys the kernel's counter-based generator): ``torch.manual_seed``
+    makes batches reproducible, and every batch draws new ones. On the CPU
+    the pure-PyTorch reference gives the same batches as the GPU.
+
+    Args:
+        data (torch_geometric.data.Data): the graph (``edge_index``; its edge
+            and node attributes are gathered by the loader). Heterogeneous
+            graphs and remote stores are not supported (use PyG's sampler).
+        num_neighbors (List[int]): fan-out per hop (``-1``: all neighbours).
+        subgraph_type (str, optional): ``'directional'`` (default) or
+            ``'bidirectional'`` (edges made two-way after sampling, as PyG;
+            such batches carry no format). ``'induced'`` is not supported.
+        replace (bool, optional): sample with replacement.
+        disjoint (bool, optional): not supported (``NotImplementedError``).
+        is_sorted (bool, optional): ``edge_index`` is already sorted by
+            target (no sort at construction).
+        device (torch.device, optional): where sampling runs (default: the
+            current CUDA device, else the CPU).
+        graph_memory (str, optional): where the sampler keeps the graph's
+            CSC on a GPU: ``'device'``, ``'pinned'`` (host memory read by the
+            kernels over UVA, for graphs that do not fit) or ``'auto'``
+            (default: the device when it has room for the CSC three times
+            over, else pinned).
+
+    The other arguments of PyG's sampler (``temporal_strategy``,
+    ``time_attr``, ``weight_attr``, ``share_memory``, ``directed``) are
+    accepted; temporal and weighted sampling raise ``NotImplementedError``.
+    """
+
+    def __init__(self, data: Data, num_neighbors: List[int], subgraph_type: Union[SubgraphType, str] = 'directional',
+                 replace: bool = False, disjoint: bool = False, temporal_strategy: str = 'uniform',
+                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None, is_sorted: bool = False,
+                 share_memory: bool = False, directed: bool = True, device: Optional[Any] = None,
+                 graph_memory: str = 'auto'):
+        if not isinstance(data, Data):
+            raise NotImplementedError(
+                f'pyg_tc.loader.NeighborSampler samples homogeneous Data objects, got {type(data).__name__}: '
+                'use torch_geometric.sampler.NeighborSampler (PyG\'s loaders without neighbor_sampler=) '
+                'for heterogeneous graphs and remote stores')
+        if not directed:
+            subgraph_type = SubgraphType.induced
+        self.subgraph_type = SubgraphType(subgraph_type)
+        unsupported = {'disjoint=True': disjoint, f'time_attr={time_attr!r}': time_attr is not None,
+                       f'weight_attr={weight_attr!r}': weight_attr is not None,
+                       "subgraph_type='induced'": self.subgraph_type == SubgraphType.induced}
+        for what, bad in unsupported.items():
+            if bad:
+                raise NotImplementedError(f'pyg_tc.loader.NeighborSampler: {what} is not supported; '
+                                          "use PyG's own sampler (drop neighbor_sampler=, or use "
+                                          'torch_geometric.loader.NeighborLoader)')
+        if graph_memory not in GRAPH_MEMORY:
+            raise ValueError(f'pyg_tc: graph_memory must be one of {GRAPH_MEMORY}, got {graph_memory!r}')
+        if 'edge_index' not in data or data.edge_index is None:
+            raise NotImplementedError('pyg_tc.loader.NeighborSampler needs data.edge_index (adj_t / '
+                                      "SparseTensor graphs: use PyG's sampler)")
+        self.num_neighbors = ops.check_fanouts(num_neighbors)
+        self.replace = bool(replace)
+        self.disjoint = False
+        self.temporal_strategy = temporal_strategy
+        self.node_time = None  # (PyG's edge_sample reads it)
+        self.device = torch.device(device) if device is not None else (
+            torch.device('cuda', torch.cuda.current_device()) if torch.cuda.is_available() else torch.device('cpu'))
+        ei = data.edge_index
+        N = int(data.num_nodes)
+        E = ei.size(1)
+        if N >= _INT32_MAX or E >= _INT32_MAX:
+            raise ValueError('pyg_tc.loader.NeighborSampler: graphs of 2^31 - 1 nodes or edges and more are '
+                             'not supported')
+        self.num_nodes = N
+        self.data = data
+        self._stamp = self._graph_stamp(data)
+        where = self._graph_device(N, E, graph_memory)
+        src = ei.as_tensor() if hasattr(ei, 'as_tensor') else ei
+        if E and (int(src.min()) < 0 or int(src.max()) >= N):
+            raise IndexError(f'pyg_tc.loader.NeighborSampler: edge_index has entries outside [0, {N})')
+        colptr, row, perm = _csc(src.to(where), N, is_sorted)
+        if self.device.type == 'cuda' and where.type == 'cpu':  # read over UVA by the kernels
+            colptr, row = colptr.pin_memory(), row.pin_memory()
+            perm = perm.pin_memory() if perm is not None else None
+        self.colptr, self.row, self.perm = colptr, row, perm
+        self.graph_memory = 'pinned' if self.colptr.is_pinned() else where.type
+        if self.device.type == 'cuda':  # the sampler's state: node -> batch id, first appearance
+            self._node_map = torch.full((N,), -1, dtype=torch.int32, device=self.device)
+            self._first = torch.full((N,), _INT32_MAX, dtype=torch.int32, device=self.device)
+        else:
+            self._node_map = self._first = torch.zeros(0, dtype=torch.int32)
+
+    # -- set-up -------------------------------------------------------------
+    def _graph_device(self, N: int, E: int, graph_memory: str) -> torch.device:
+        if self.device.type != 'cuda' or graph_memory == 'device':
+            return self.device
+        if graph_memory == 'pinned':
+            return torch.device('cpu')
+        need = 8 * (N + 1) + 8 * E  # colptr, row and perm (int32 each)
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return self.device if 3 * need < free else torch.device('cpu')
+
+    @staticmethod
+    def _graph_stamp(data: Data) -> tuple:
+        ei = data.edge_index
+        return (ei.data_ptr(), tuple(ei.shape), ei._version, int(data.num_nodes))
+
+    def _check_graph(self) -> None:
+        now = self._graph_stamp(self.data)
+        if now != self._stamp:
+            raise RuntimeError('pyg_tc.loader.NeighborSampler: the graph changed after the sampler was built '
+                               f'(edge_index or num_nodes: {self._stamp[1:]} -> {now[1:]}); build a new sampler '
+                               '(or loader) for the new graph')
+
+    @property
+    def edge_permutation(self) -> None:
+        """None: the sampler's outputs carry the original edge ids already
+        (``SamplerOutput.edge``), so PyG's loaders index edge attributes by
+        them directly."""
+        return None
+
+    # -- sampling -----------------------------------------------------------
+    def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> SamplerOutput:
+        """PyG's ``sample_from_nodes``: the batch grown from ``inputs.node``."""
+        out = node_sample(inputs, self._sample)
+        if self.subgraph_type == SubgraphType.bidirectional:
+            out = out.to_bidirectional()
+        return out
+
+    def sample_from_edges(self, inputs: EdgeSamplerInput,
+                          neg_sampling: Optional[NegativeSampling] = None) -> SamplerOutput:
+        """PyG's ``sample_from_edges`` (link prediction; binary and triplet
+        negative sampling are PyG's own, the batch is grown from the link
+        endpoints as PyG does)."""
+        out = edge_sample(inputs, self._sample, self.num_nodes, self.disjoint, self.node_time, neg_sampling)
+        if self.subgraph_type == SubgraphType.bidirectional:
+            out = out.to_bidirectional()
+        return out
+
+    def _seeds(self, seed: Tensor) -> Tensor:
+        if not isinstance(seed, Tensor):
+            raise NotImplementedError('pyg_tc.loader.NeighborSampler samples homogeneous graphs only')
+        if seed.dim() != 1 or seed.dtype.is_floating_point or seed.dtype == torch.bool:
+            raise TypeError(f'pyg_tc: seed nodes must be a 1-D integer tensor, got {seed.dtype} of shape '
+                            f'{tuple(seed.shape)}')
+        if seed.is_cuda and seed.device != self.device:
+            raise ValueError(f'pyg_tc: seed nodes are on {seed.device} but the sampler runs on {self.device}')
+        if seed.numel():
+            lo, hi = torch.aminmax(seed) if not seed.is_cuda else (None, None)
+            if lo is not None and (int(lo) < 0 or int(hi) >= self.num_nodes):
+                raise IndexError(f'pyg_tc: seed nodes must lie in [0, {self.num_nodes}); got min {int(lo)}, '
+                                 f'max {int(hi)}')
+        return seed.to(self.device, torch.int64, non_blocking=True)
+
+    def _sample(self, seed: Tensor, seed_time: Optional[Tensor] = None, **kwargs) -> SamplerOutput:
+        """One batch from ``seed`` (global node ids): a ``SamplerOutput`` with
+        the batch's :class:`CSRGraph` as ``out.pyg_tc_graph``."""
+        self._check_graph()
+        seeds = self._seeds(seed)
+        rng = int(torch.randint(0, 2 ** 62, ()))
+        nodes, edge_index, rowptr, col, eid, counts = ops.neighbor_sample(
+            self.colptr, self.row, seeds, self.num_neighbors, self.replace, rng, self._node_map, self._first)
+        H = len(self.num_neighbors)
+        c = counts.tolist()
+        edge = eid if self.perm is None else ops.gather_rows(self.perm, eid).to(torch.int64)
+        out = SamplerOutput(node=nodes, row=edge_index[0], col=edge_index[1], edge=edge,
+                            num_sampled_nodes=c[:H + 1], num_sampled_edges=c[H + 1:])
+        known = None if min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
+        out.pyg_tc_graph = (edge_index, CSRGraph.from_sampled(rowptr, col, edge_index[1].to(torch.int32),
+                                                             nodes.numel(), max_degree=known))
+        return out
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(num_nodes={self.num_nodes}, num_neighbors={self.num_neighbors}, '
+                f'replace={self.replace}, device={self.device}, graph={self.graph_memory})')
