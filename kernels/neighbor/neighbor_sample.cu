@@ -301,14 +301,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   // Edge arrays of the batch: hop h writes at edge_base[h] (on the device), so
   // one buffer of the summed bounds holds every hop contiguously; a hop of
   // fan-out -1 learns its bound after its count and grows the buffers.
-  int64_t edge_bound = 0, max_E = 0;
-  for (int64_t h = 0; h < H; ++h) {
-    edge_bound += std::max<int64_t>(E[h], 0);
-    max_E = std::max(max_E, E[h]);
-  }
-  auto eid = at::empty({edge_bound}, opts);
-  auto col = at::empty({edge_bound}, opts.dtype(at::kInt));
-  auto dst = at::empty({edge_bound}, opts.dtype(at::kInt));
+  // (E[h] < 0 counts 0 until the hop has learned its bound)
+  auto edge_bound = [&]() {
+    int64_t total = 0;
+    for (int64_t h = 0; h < H; ++h) total += std::max<int64_t>(E[h], 0);
+    return total;
+  };
+  int64_t max_E = 0;
+  for (int64_t h = 0; h < H; ++h) max_E = std::max(max_E, E[h]);
+  auto eid = at::empty({edge_bound()}, opts);
+  auto col = at::empty({edge_bound()}, opts.dtype(at::kInt));
+  auto dst = at::empty({edge_bound()}, opts.dtype(at::kInt));
   auto cand = at::empty({max_E}, opts.dtype(at::kInt));
   auto flag = at::empty({max_E + 1}, opts.dtype(at::kInt));
   auto ids = at::empty({max_E + 1}, opts.dtype(at::kInt));
@@ -329,14 +332,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     exclusive_sum(cnt.data_ptr<int64_t>(), off.data_ptr<int64_t>(), F[h] + 1, sd, stream);
     if (E[h] < 0) {  // all neighbours: the bound is the sum of degrees (one synchronisation)
       E[h] = read_scalar(of + F[h], stream);
-      grow(eid, done + E[h]);
-      grow(col, done + E[h]);
-      grow(dst, done + E[h]);
+      const int64_t total = edge_bound();  // this hop's edges and the later hops' bounds
+      grow(eid, total);
+      grow(col, total);
+      grow(dst, total);
       grow(cand, E[h]);
       grow(flag, E[h] + 1);
       grow(ids, E[h] + 1);
     }
     TORCH_CHECK(done + E[h] < INT_MAX, "pyg_tc: neighbor_sample: a batch may hold fewer than 2^31 - 1 edges");
+    TORCH_CHECK(eid.numel() >= done + E[h], "pyg_tc: neighbor_sample: internal error (edge buffer)");
     sample_edges<<<blocks_for(F[h]), kThreads, 0, stream>>>(
         cp, rw, nodes.data_ptr<int64_t>(), of, c, hop, k, replace, (uint64_t)seed, nm, fi, eid.data_ptr<int64_t>(),
         cand.data_ptr<int>(), dst.data_ptr<int>(), rowptr.data_ptr<int>());

@@ -1,0 +1,313 @@
+"""GPU neighbour sampling against PyG's samplers, and the mini-batch epoch it
+enables (JSON + markdown + PNG).
+
+Per graph (R-MAT Reddit- and products-shaped by default; node features of the
+real datasets' widths, random labels; the training seeds as many as the real
+split's):
+
+* ``sampler``: per-batch sampling time and sampled edges per second of
+  pyg_tc's GPU sampler (the op alone, and with the batch's CSR built), PyG's
+  ``NeighborSampler`` on pyg-lib in one process, torch_sparse's sampler, and
+  PyG's ``NeighborLoader`` on pyg-lib with 1 .. ``--max-workers`` worker
+  processes (sampling only: a graph without features);
+* ``epoch``: a full training epoch (all training seeds, ``--batch-size``
+  seeds per batch) per model: PyG's layers with PyG's loader at its best
+  worker count (features on the CPU, pinned, copied per batch, the standard
+  recipe), pyg_tc's layers with that same loader, and pyg_tc's layers with
+  pyg_tc's GPU loader; for the latter also the epoch split into sampling,
+  gathering and the step (each phase synchronised, over ``--split-batches``
+  batches);
+* the sampler's GPU memory: the graph (CSC, edge permutation, state) and the
+  peak of one batch's workspace.
+
+Run on a GPU (pyg-lib and torch_sparse optional; the rows without them are
+skipped): ``python benchmarks/sampling.py --out DIR [--graphs products,reddit]
+[--models sage,gcn,gat]``.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import time
+
+import torch
+import torch.nn.functional as Fn
+
+from pyg_tc.bench.graphs import load_graph
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
+
+#: graph -> (feature width, classes, training seeds): the real datasets' shapes
+SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'arxiv': (128, 40, 90_941),
+          'tiny': (16, 4, 1_000)}
+
+
+DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')  # the CPU runs a dry run of the code
+
+
+def sync():
+    if DEV.type == 'cuda':
+        torch.cuda.synchronize()
+
+
+def allocated(peak: bool = False) -> float:
+    if DEV.type != 'cuda':
+        return 0.0
+    return torch.cuda.max_memory_allocated() if peak else torch.cuda.memory_allocated()
+
+
+def reset_peak():
+    if DEV.type == 'cuda':
+        torch.cuda.reset_peak_memory_stats()
+
+
+def make_data(name: str, seed: int = 0):
+    from torch_geometric.data import Data
+    width, classes, train = SHAPES[name]
+    bg = load_graph(name, DEV, seed)
+    n = bg.num_nodes
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, width, generator=g)
+    y = torch.randint(0, classes, (n,), generator=g)
+    seeds = torch.randperm(n, generator=g)[:train]
+    return Data(edge_index=bg.edge_index.cpu(), x=x, y=y, num_nodes=n), seeds, bg
+
+
+def timed(fn, reps: int) -> float:
+    """ms per call over ``reps`` calls after one warm-up call."""
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    sync()
+    return 1e3 * (time.perf_counter() - t0) / reps
+
+
+def sampler_records(name, data, seeds, a):
+    from torch_geometric.data import Data
+    import torch_geometric.typing as tgt
+    from pyg_tc.loader import NeighborSampler
+    from pyg_tc.ops import neighbor as ops
+    B, fan = a.batch_size, a.fanout
+    batches = [seeds[i * B:(i + 1) * B] for i in range(a.batches)]
+    it = itertools.cycle(batches)
+    base = dict(kind='sampler', graph=name, fanout=str(fan), batch_size=B)
+    reset_peak()
+    before = allocated()
+    s = NeighborSampler(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), fan, device=DEV)
+    graph_mb = (allocated() - before) / 2 ** 20
+    out = s._sample(batches[0])
+    edges = sum(len(s._sample(b).edge) for b in batches) / len(batches)
+    reset_peak()
+    held = allocated()
+    del out
+    ms_op = timed(lambda: ops.neighbor_sample(s.colptr, s.row, next(it).to(DEV), s.num_neighbors, False,
+                                              int(torch.randint(0, 2 ** 62, ())), s._node_map, s._first), a.batches)
+    ms = timed(lambda: s._sample(next(it)), a.batches)
+    work_mb = (allocated(True) - held) / 2 ** 20
+    yield dict(base, sampler='pyg_tc GPU', ms=ms, ms_op=ms_op, edges=edges, edges_per_s=edges / ms * 1e3,
+               graph_mb=graph_mb, workspace_mb=work_mb)
+    del s
+    if tgt.WITH_PYG_LIB:
+        from torch_geometric.sampler import NeighborSampler as PyGSampler, NodeSamplerInput
+        t0 = time.perf_counter()
+        ps = PyGSampler(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), fan)
+        setup = time.perf_counter() - t0
+        ms = timed(lambda: ps.sample_from_nodes(NodeSamplerInput(None, next(it))), min(a.batches, 20))
+        yield dict(base, sampler='pyg-lib, 1 process', ms=ms, edges=edges, edges_per_s=edges / ms * 1e3,
+                   setup_s=setup)
+    if tgt.WITH_TORCH_SPARSE:
+        from torch_geometric.sampler.utils import to_csc
+        colptr, row, _ = to_csc(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), device='cpu')
+        ms = timed(lambda: torch.ops.torch_sparse.neighbor_sample(colptr, row, next(it), fan, False, True),
+                   min(a.batches, 10))
+        yield dict(base, sampler='torch_sparse, 1 process', ms=ms, edges=edges, edges_per_s=edges / ms * 1e3)
+    if tgt.WITH_PYG_LIB:
+        from torch_geometric.loader import NeighborLoader
+        bare = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
+        for w in [w for w in (1, 2, 4, 8, 16, 32) if w <= a.max_workers]:
+            loader = NeighborLoader(bare, fan, input_nodes=seeds, batch_size=B, shuffle=True, num_workers=w,
+                                    persistent_workers=True)
+            n = min(len(loader), a.batches * 4)
+            itl = iter(loader)
+            next(itl)  # workers started
+            t0 = time.perf_counter()
+            for _ in range(n - 1):
+                next(itl)
+            ms = 1e3 * (time.perf_counter() - t0) / (n - 1)
+            del itl, loader
+            yield dict(base, sampler=f'pyg-lib loader, {w} workers', workers=w, ms=ms, edges=edges,
+                       edges_per_s=edges / ms * 1e3)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, lib, kind, dims):
+        super().__init__()
+        make = {'sage': lambda i, o: lib.SAGEConv(i, o), 'gcn': lambda i, o: lib.GCNConv(i, o),
+                'gat': lambda i, o: lib.GATConv(i, o, heads=1)}[kind]
+        self.convs = torch.nn.ModuleList(make(i, o) for i, o in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = x.relu()
+        return x
+
+
+def step(model, opt, b):
+    opt.zero_grad()
+    loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def epoch_records(name, data, seeds, a, best_workers):
+    import torch_geometric.nn as pyg_nn
+    import torch_geometric.typing as tgt
+    from torch_geometric.loader import NeighborLoader as PyGLoader
+    import pyg_tc.nn
+    from pyg_tc.loader import NeighborLoader
+    width, classes, _ = SHAPES[name]
+    dims = [width, a.hidden, a.hidden, classes]
+    dev = DEV
+    gpu_data = data.to(dev)
+    ours = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True)
+    pyg = None
+    if tgt.WITH_PYG_LIB or tgt.WITH_TORCH_SPARSE:
+        pyg = PyGLoader(data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
+                        num_workers=best_workers, persistent_workers=best_workers > 0, pin_memory=True)
+    for kind in a.models:
+        rows = []
+        runs = [('PyG', 'PyG loader'), ('pyg_tc', 'PyG loader'), ('pyg_tc', 'pyg_tc GPU loader')]
+        for lib, loader_name in runs:
+            loader = ours if loader_name == 'pyg_tc GPU loader' else pyg
+            if loader is None:
+                continue
+            torch.manual_seed(0)
+            model = Net(pyg_tc.nn if lib == 'pyg_tc' else pyg_nn, kind, dims).to(dev)
+            opt = torch.optim.Adam(model.parameters(), lr=0.003)
+            times, n = [], 0
+            for ep in range(a.epochs + 1):  # epoch 0 warms up (kernels, workers, allocator)
+                sync()
+                t0 = time.perf_counter()
+                n = 0
+                for b in itertools.islice(loader, a.max_batches):
+                    b = b.to(dev, non_blocking=True)
+                    step(model, opt, b)
+                    n += 1
+                sync()
+                if ep:
+                    times.append(time.perf_counter() - t0)
+            rec = dict(kind='epoch', graph=name, model=kind, layers=lib, loader=loader_name, batches=n,
+                       workers=best_workers if loader_name == 'PyG loader' else 0,
+                       epoch_s=min(times), epoch_ms_per_batch=1e3 * min(times) / n,
+                       peak_gb=allocated(True) / 2 ** 30)
+            if loader_name == 'pyg_tc GPU loader':
+                rec.update(split(ours, model, opt, a))
+            rows.append(rec)
+            del model, opt
+            reset_peak()
+        ref = next((r['epoch_s'] for r in rows if r['layers'] == 'PyG'), None)
+        for r in rows:
+            r['x_pyg'] = ref / r['epoch_s'] if ref else None
+            yield r
+
+
+def split(loader, model, opt, a):
+    """Per-batch ms of sampling (with the batch's CSR), gathering and the
+    step, each phase synchronised, on the first ``--split-batches`` batches."""
+    s = loader._sampler
+    t_sample, t_gather, t_step = [], [], []
+    n = min(a.split_batches, len(loader))
+    for i in range(n):
+        index = torch.arange(i * a.batch_size, min((i + 1) * a.batch_size, loader.input_data.node.numel()))
+        sync()
+        t0 = time.perf_counter()
+        out = s.sample_from_nodes(loader.input_data[index])
+        sync()
+        t1 = time.perf_counter()
+        b = loader.filter_fn(out)
+        sync()
+        t2 = time.perf_counter()
+        step(model, opt, b)
+        sync()
+        t3 = time.perf_counter()
+        t_sample.append(t1 - t0)
+        t_gather.append(t2 - t1)
+        t_step.append(t3 - t2)
+    m = lambda v: 1e3 * sum(v) / len(v)  # noqa: E731
+    return dict(sample_ms=m(t_sample), gather_ms=m(t_gather), step_ms=m(t_step))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--out', default='sampling_out')
+    p.add_argument('--graphs', default='products,reddit')
+    p.add_argument('--models', default='sage,gcn,gat')
+    p.add_argument('--fanout', default='15,10,5')
+    p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--batches', type=int, default=30, help='batches timed per sampler')
+    p.add_argument('--split-batches', type=int, default=20)
+    p.add_argument('--epochs', type=int, default=1, help='timed epochs (after one warm-up epoch)')
+    p.add_argument('--max-batches', type=int, default=None, help='cap the batches of an epoch')
+    p.add_argument('--max-workers', type=int, default=os.cpu_count() or 1)
+    p.add_argument('--parts', default='sampler,epoch')
+    a = p.parse_args(argv)
+    a.fanout = [int(k) for k in a.fanout.split(',')]
+    a.models = a.models.split(',')
+    parts = a.parts.split(',')
+    if DEV.type != 'cuda':
+        log('[sampling] no CUDA GPU: a dry run of the code on the CPU (the times mean nothing)')
+    rep = Reporter(a.out, 'sampling.jsonl', 'sampling.md', 'GPU neighbour sampling and the mini-batch epoch',
+                   env=environment(DEV, fanout=a.fanout, batch_size=a.batch_size), env_mode='first',
+                   tag='sampling', sections=[
+                       Table('## Sampling, per batch', 'sampler', [
+                           Col('graph', 'graph'), Col('sampler', 'sampler'), Col('ms / batch', 'ms', '.2f'),
+                           Col('op only ms', 'ms_op', '.2f'), Col('edges / batch', 'edges', ',.0f'),
+                           Col('M edges / s', lambda r: r['edges_per_s'] / 1e6, '.2f'),
+                           Col('graph MB', 'graph_mb', '.0f'), Col('workspace MB', 'workspace_mb', '.0f')]),
+                       Table('## Epoch', 'epoch', [
+                           Col('graph', 'graph'), Col('model', 'model'), Col('layers', 'layers'),
+                           Col('loader', 'loader'), Col('workers', 'workers'), Col('batches', 'batches'),
+                           Col('epoch s', 'epoch_s', '.2f'), Col('ms / batch', 'epoch_ms_per_batch', '.2f'),
+                           Col('x PyG', 'x_pyg', '.2f', bold=True), Col('sample ms', 'sample_ms', '.2f'),
+                           Col('gather ms', 'gather_ms', '.2f'), Col('step ms', 'step_ms', '.2f'),
+                           Col('peak GB', 'peak_gb', '.2f')])],
+                   figures=[Figure('sampling.png', [
+                       Panel('sampler', 'sampler', 'edges_per_s', series='graph', title='sampled edges per second',
+                             logy=10),
+                       Panel('epoch', 'model', 'epoch_s', series='loader', title='epoch (s)')], ncols=2)])
+
+    def graph_items(name):
+        state = {}
+
+        def load():
+            log(f'[sampling] {name}: generating the graph')
+            state['data'], state['seeds'], _ = make_data(name)
+            return []
+
+        def samplers():
+            best = None
+            for r in sampler_records(name, state['data'], state['seeds'], a):
+                if r.get('workers') and (best is None or r['ms'] < best[1]):
+                    best = (r['workers'], r['ms'])
+                yield r
+            state['best'] = best[0] if best else 0
+
+        def epochs():
+            yield from epoch_records(name, state['data'], state['seeds'], a, state.get('best', min(8, a.max_workers)))
+        items = [('graph', name, load)]
+        if 'sampler' in parts:
+            items.append(('sampler', name, samplers))
+        if 'epoch' in parts:
+            items.append(('epoch', name, epochs))
+        return items
+    rep.run([it for g in a.graphs.split(',') for it in graph_items(g)], device=DEV)
+
+
+if __name__ == '__main__':
+    main()
