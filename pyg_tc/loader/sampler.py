@@ -115,8 +115,11 @@ class NeighborSampler(BaseSampler):
         self.disjoint = False
         self.temporal_strategy = temporal_strategy
         self.node_time = None  # (PyG's edge_sample reads it)
-        self.device = torch.device(device) if device is not None else (
-            torch.device('cuda', torch.cuda.current_device()) if torch.cuda.is_available() else torch.device('cpu'))
+        dev = torch.device(device) if device is not None else torch.device(
+            'cuda' if torch.cuda.is_available() else 'cpu')
+        if dev.type == 'cuda' and dev.index is None:
+            dev = torch.device('cuda', torch.cuda.current_device())
+        self.device = dev
         ei = data.edge_index
         N = int(data.num_nodes)
         E = ei.size(1)

@@ -342,11 +342,14 @@ def test_gpu_equals_reference(kind, fanouts, replace, memory):
 def test_gather_rows(dtype, width, where):
     from pyg_tc.ops.neighbor import gather_rows
     x = (torch.randn(300, width) * 100).to(dtype)
-    x = x.cuda() if where == 'cuda' else x.pin_memory()
+    place = (lambda t: t.cuda()) if where == 'cuda' else (lambda t: t.contiguous().pin_memory())
     idx = torch.randint(0, 300, (77,), device='cuda')
-    out = gather_rows(x, idx)
-    assert out.is_cuda and torch.equal(out.cpu(), x.cpu()[idx.cpu()])
-    assert gather_rows(x[:, 0].contiguous(), idx).shape == (77,)
+    out = gather_rows(place(x), idx)
+    assert out.is_cuda and torch.equal(out.cpu(), x[idx.cpu()])
+    col = gather_rows(place(x[:, 0]), idx)  # 1-D
+    assert col.shape == (77,) and torch.equal(col.cpu(), x[idx.cpu(), 0])
+    with pytest.raises(RuntimeError, match='pinned'):
+        gather_rows(x, idx)  # ordinary host memory
 
 
 @cuda_only
