@@ -1,20 +1,50 @@
-"""``pyg_tc.info()``: what is available on this machine, and why not."""
+"""``pyg_tc.info()``: what is available on this machine, and why not.
+
+Quick where nothing is to be built: without a CUDA device it imports only
+torch (not torch_geometric, not the op modules), so ``pyg-tc info`` answers
+in about the time of ``import torch``."""
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import platform
+import sys
 from typing import Any, Dict
 
-import torch
 
-from . import _kernels
+def _version(package: str) -> str:
+    """``package``'s version, without importing it when it is not imported yet."""
+    module = sys.modules.get(package)
+    if module is not None and getattr(module, '__version__', None):
+        return module.__version__
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:  # e.g. a source checkout on sys.path
+        return importlib.import_module(package).__version__
+
+
+def _importable(package: str) -> bool:
+    """Whether ``package`` is installed and imports."""
+    if importlib.util.find_spec(package) is None:
+        return False
+    try:
+        importlib.import_module(package)
+        return True
+    except Exception:
+        return False
 
 
 def info(build: bool = True) -> Dict[str, Any]:
     """Versions, GPU and kernel build status. With ``build=True`` (default) the
-    kernels are built/loaded first if a GPU is present, so the report is final."""
-    import torch_geometric
-    from . import _library
-    if build:
+    kernels are built/loaded first if they can be (a CUDA device and
+    toolkit), so the report is final; where they cannot, nothing is built and
+    ``kernels_reason`` says why."""
+    import torch
+
+    from . import __version__, _kernels
+    reason = _kernels.unavailable_reason()
+    if build and reason is None:
+        from . import _library
         _library.ensure()
     st = _kernels.status()
     gpu = None
@@ -22,21 +52,16 @@ def info(build: bool = True) -> Dict[str, Any]:
         p = torch.cuda.get_device_properties(0)
         gpu = {'name': p.name, 'capability': f'{p.major}.{p.minor}',
                'memory_gb': round(p.total_memory / 2**30, 1), 'sms': p.multi_processor_count}
-    try:
-        import torch_sparse  # noqa: F401
-        has_sparse = True
-    except Exception:
-        has_sparse = False
     return {
-        'pyg_tc': __import__('pyg_tc').__version__,
+        'pyg_tc': __version__,
         'python': platform.python_version(),
         'torch': torch.__version__,
         'torch_cuda': torch.version.cuda,
-        'torch_geometric': torch_geometric.__version__,
-        'torch_sparse': has_sparse,
+        'torch_geometric': _version('torch_geometric'),
+        'torch_sparse': _importable('torch_sparse'),
         'gpu': gpu,
         'kernels': 'loaded' if st['loaded'] else 'unavailable',
-        'kernels_reason': None if st['loaded'] else (st['error'] or 'not built yet'),
+        'kernels_reason': None if st['loaded'] else (st['error'] or reason or 'not built yet'),
         'build_seconds': st['build_seconds'],
         'build_dir': st['build_dir'],
         'backend': 'cuda kernels' if st['loaded'] else 'pure-PyTorch reference',

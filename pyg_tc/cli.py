@@ -2,13 +2,16 @@
 
 The parser is built without importing torch or torch_geometric (``pyg_tc``
 and ``pyg_tc.bench`` import lazily, the ``bench`` options live in the
-torch-free :mod:`pyg_tc.bench.cli_args`), so ``--help`` and argument errors
-answer at once; a command imports what it needs when it runs."""
+torch-free :mod:`pyg_tc.bench.cli_args`), so ``--help``, ``--version`` and
+argument errors answer at once: every option has an argparse type or
+choices, and a bad value or an unknown option prints the usage of the
+command it belongs to and one error line (exit code 2). A command imports
+what it needs when it runs."""
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 
 def _info(args) -> int:
@@ -46,17 +49,35 @@ def _bench(args) -> int:
     return 0
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A sub-command's parser: an argument it does not know is its own error
+    (its usage), not the top-level parser's; ``check(namespace, parser)``,
+    when set, completes and checks the parsed options."""
+    check: Optional[Callable[[argparse.Namespace, argparse.ArgumentParser], object]] = None
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f'unrecognized arguments: {" ".join(extras)}')
+        if self.check is not None:
+            self.check(namespace, self)
+        return namespace, extras
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``pyg-tc`` argument parser (imports no torch)."""
-    from .bench.cli_args import add_arguments
+    from . import __version__
+    from .bench.cli_args import add_arguments, read_environment
     p = argparse.ArgumentParser(prog='pyg-tc', description='pyg_tc: PyG layers on CUDA sparse kernels')
-    sub = p.add_subparsers(dest='command', required=True)
+    p.add_argument('--version', action='version', version=f'pyg_tc {__version__}')
+    sub = p.add_subparsers(dest='command', required=True, parser_class=_CommandParser)
     pi = sub.add_parser('info', help='versions, GPU and kernel status (builds the kernels on a GPU)')
     pi.add_argument('--json', action='store_true', help='print the raw dictionary as JSON')
     pi.add_argument('--no-build', action='store_true', help='do not build/load the kernels first')
     pi.set_defaults(func=_info)
     pb = sub.add_parser('bench', help='run the benchmark suite (JSON + markdown + PNG in --out)')
     add_arguments(pb)
+    pb.check = read_environment  # the PYG_TC_BENCH_* variables, checked like the options
     pb.set_defaults(func=_bench)
     return p
 

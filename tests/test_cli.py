@@ -1,12 +1,18 @@
-"""The command line and the lazy package: ``pyg-tc --help`` parses without
-importing torch or torch_geometric, and ``import pyg_tc`` imports nothing heavy
+"""The command line and the lazy package: ``pyg-tc --help``, ``--version`` and
+every argument error answer without importing torch or torch_geometric (an
+error: exit code 2, the command's usage and one line); ``pyg-tc info`` builds
+nothing where nothing can be built; ``pyg-tc bench`` on the CPU reports
+reference-path times, not ratios; and ``import pyg_tc`` imports nothing heavy
 until a submodule is used (the ops are still defined when they are needed)."""
 from __future__ import annotations
 
 import json
 import os
+import re
+import resource
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -17,9 +23,14 @@ from .conftest import REPO_ROOT
 HEAVY = ('torch', 'torch_geometric')
 
 
-def _python(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, check=True,
-                          env={**os.environ, 'PYTHONPATH': str(REPO_ROOT)})
+def _python(*args: str, env=None, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, check=check,
+                          env={**(os.environ if env is None else env), 'PYTHONPATH': str(REPO_ROOT)})
+
+
+def torch_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def _imported(importtime: str) -> set:
@@ -39,17 +50,22 @@ def test_help_imports_neither_torch_nor_pyg(args):
 
 def test_parsing_bench_options_imports_neither_torch_nor_pyg():
     code = ('import json, sys; from pyg_tc import cli; '
-            'a = cli.parser().parse_args(["bench", "--graphs", "tiny", "--no-training", "--budget", "5"]); '
+            'a = cli.parser().parse_args(["bench", "--graphs", "tiny,large", "--no-training", "--budget", "5", '
+            '"--widths", "32, 64,32", "--train-models", "GCN,gin"]); '
             'print(json.dumps([sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torch_geometric")), '
             '{k: v for k, v in vars(a).items() if k != "func"}]))')
-    heavy, args = json.loads(_python('-c', code).stdout)
+    env = {k: v for k, v in os.environ.items() if not k.startswith('PYG_TC_BENCH_')}
+    heavy, args = json.loads(_python('-c', code, env=env).stdout)
     assert heavy == []
-    assert args == dict(command='bench', graphs='tiny', widths=None, dtypes=None, out='bench_out', training=False,
-                        train_graphs=None, train_models='gcn', quick=False, budget=5.0)
+    assert args == dict(command='bench', graphs=['tiny', 'reddit', 'products', 'arxiv', 'tolokers', 'blogcatalog',
+                                                 'cornell5'], widths=[32, 64], dtypes=None, out='bench_out',
+                        training=False, train_graphs=None, train_models=['gcn', 'gin'], quick=False, budget=5.0)
 
 
-def test_bench_options_give_the_same_config():
+def test_bench_options_give_the_same_config(monkeypatch):
     from pyg_tc.bench import runner
+    for var in ('GRAPHS', 'WIDTHS', 'DTYPES', 'TRAIN_GRAPHS'):
+        monkeypatch.delenv(f'PYG_TC_BENCH_{var}', raising=False)
     a = cli.parser().parse_args(['bench', '--graphs', 'tiny', '--widths', '32', '--dtypes', 'fp32', '--quick',
                                  '--train-models', 'gcn,sage', '--out', 'x'])
     assert a.func is cli._bench
@@ -58,8 +74,141 @@ def test_bench_options_give_the_same_config():
     assert cfg.graphs == ['tiny'] and cfg.widths == [32] and cfg.dtypes == ['fp32'] and cfg.train_models == [
         'gcn', 'sage']
     assert tuple(runner.DTYPES) == ('fp32', 'fp16', 'bf16')
-    with pytest.raises(SystemExit):
-        cli.parser().parse_args(['bench', '--no-such-option'])
+    # the environment fills what the command line leaves out, checked the same way
+    monkeypatch.setenv('PYG_TC_BENCH_WIDTHS', '64,128')
+    assert cli.parser().parse_args(['bench']).widths == [64, 128] == runner.make_config().widths
+    assert cli.parser().parse_args(['bench', '--widths', '32']).widths == [32]
+    # from Python: the same checks, as a ValueError of one line
+    for kw, msg in ((dict(widths='abc'), "'abc' is not a positive integer"),
+                    (dict(dtypes=['fp64']), "unknown dtype 'fp64'"), (dict(graphs='nosuch'), "unknown graph 'nosuch'"),
+                    (dict(train_models='x'), "unknown model 'x'")):
+        with pytest.raises(ValueError, match=msg) as e:
+            runner.make_config(**kw)
+        assert '\n' not in str(e.value)
+
+
+ERRORS = [
+    (['bench', '--graphs', 'nosuch'], "argument --graphs: unknown graph 'nosuch'; known: reddit"),
+    (['bench', '--graphs', 'tiny,reddit@2'], "argument --graphs: edge fraction must be in (0, 1], got 'reddit@2'"),
+    (['bench', '--dtypes', 'fp64'], "argument --dtypes: unknown dtype 'fp64'; choose from fp32, fp16, bf16"),
+    (['bench', '--widths', 'abc'], "argument --widths: 'abc' is not a positive integer"),
+    (['bench', '--widths', '32,-1'], "argument --widths: '-1' is not a positive integer"),
+    (['bench', '--widths', ','], "argument --widths: expected a comma list of widths, got ','"),
+    (['bench', '--train-models', 'x'], "argument --train-models: unknown model 'x'; choose from gcn, sage, gin"),
+    (['bench', '--train-graphs', 'tiny,x'], "argument --train-graphs: unknown graph 'x'"),
+    (['bench', '--budget', 'soon'], "argument --budget: 'soon' is not a positive number"),
+    (['bench', '--budget', '0'], "argument --budget: '0' is not a positive number"),
+    (['bench', '--nosuch'], 'unrecognized arguments: --nosuch'),
+    (['bench', '--graphs', 'tiny', 'extra'], 'unrecognized arguments: extra'),
+    (['info', '--nosuch'], 'unrecognized arguments: --nosuch'),
+    (['--nosuch', 'info'], 'unrecognized arguments: --nosuch'),
+    (['nosuch'], "argument command: invalid choice: 'nosuch'"),
+    ([], 'the following arguments are required: command'),
+]
+
+
+@pytest.mark.parametrize('args,message', ERRORS, ids=lambda v: ' '.join(v) if isinstance(v, list) else None)
+def test_bad_arguments_give_the_commands_usage_and_one_error_line(args, message):
+    """Exit code 2, the usage of the command the argument belongs to, one
+    error line, no traceback, and no torch import (so it answers at once)."""
+    t0 = time.perf_counter()
+    p = _python('-X', 'importtime', '-m', 'pyg_tc', *args, check=False)
+    elapsed = time.perf_counter() - t0
+    command = args[0] if args and args[0] in ('info', 'bench') else None
+    prog = f'pyg-tc {command}' if command else 'pyg-tc'
+    err = [line for line in p.stderr.splitlines() if not line.startswith('import time:')]
+    assert p.returncode == 2 and p.stdout == ''
+    assert err[0].startswith(f'usage: {prog} [-h]') and err[-1].startswith(f'{prog}: error: {message}')
+    assert [line for line in err if 'error:' in line] == [err[-1]] and 'Traceback' not in p.stderr
+    heavy = sorted(m for m in _imported(p.stderr) if m.split('.')[0] in HEAVY)
+    assert not heavy, f'{args} imported {heavy[:3]}'
+    assert elapsed < 10  # no torch import: about 0.1 s; generous for a busy machine
+
+
+def test_bad_environment_values_are_argument_errors():
+    env = {**os.environ, 'PYG_TC_BENCH_DTYPES': 'fp32,fp8'}
+    p = _python('-m', 'pyg_tc', 'bench', env=env, check=False)
+    assert p.returncode == 2 and 'Traceback' not in p.stderr and p.stderr.startswith('usage: pyg-tc bench')
+    assert p.stderr.splitlines()[-1] == ("pyg-tc bench: error: PYG_TC_BENCH_DTYPES='fp32,fp8': unknown dtype "
+                                         "'fp8'; choose from fp32, fp16, bf16")
+
+
+def test_version_without_torch(capsys):
+    import pyg_tc
+    p = _python('-X', 'importtime', '-m', 'pyg_tc', '--version')
+    assert p.stdout == f'pyg_tc {pyg_tc.__version__}\n' and re.fullmatch(r'\d+\.\d+\.\d+\S*', pyg_tc.__version__)
+    assert not [m for m in _imported(p.stderr) if m.split('.')[0] in HEAVY]
+    with pytest.raises(SystemExit) as e:
+        cli.main(['--version'])
+    assert e.value.code == 0 and capsys.readouterr().out == f'pyg_tc {pyg_tc.__version__}\n'
+
+
+INFO_KEYS = {'pyg_tc', 'python', 'torch', 'torch_cuda', 'torch_geometric', 'torch_sparse', 'gpu', 'kernels',
+             'kernels_reason', 'build_seconds', 'build_dir', 'backend'}
+
+
+@pytest.mark.skipif(torch_cuda(), reason='with a GPU, info builds / loads the kernels (by design)')
+def test_info_without_cuda_is_quick_and_builds_nothing():
+    """Nothing can be built without CUDA: ``pyg-tc info`` imports torch only
+    (not torch_geometric, not the op modules, not the extension builder),
+    about the time of ``import torch``. Measured in a subprocess: its CPU time
+    (what a busy machine does not inflate) under 2 s, its wall time with slack."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = _python('-m', 'pyg_tc', 'info', '--json')
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    info = json.loads(p.stdout)
+    assert set(info) == INFO_KEYS
+    assert info['kernels'] == 'unavailable' and info['backend'] == 'pure-PyTorch reference'
+    assert 'CUDA' in info['kernels_reason'] and info['build_seconds'] is None and info['build_dir'] is None
+    import torch_geometric
+    assert info['torch_geometric'] == torch_geometric.__version__
+    assert cpu < 2.0, f'pyg-tc info took {cpu:.1f} s of CPU time'
+    assert wall < 10.0, f'pyg-tc info took {wall:.1f} s'
+    code = ('import json, sys; from pyg_tc import cli, _kernels; cli.main(["info"]); '
+            'print(json.dumps([_kernels.status()["tried"], sorted(sys.modules)]))')
+    tried, mods = json.loads(_python('-c', code).stdout.splitlines()[-1])
+    assert tried is False  # no build was even tried
+    assert 'torch' in mods and 'pyg_tc._info' in mods
+    for m in ('torch_geometric', 'pyg_tc.ops', 'pyg_tc._library', 'torch.utils.cpp_extension', 'torch_sparse'):
+        assert m not in mods, f'pyg-tc info imported {m}'
+
+
+def test_info_prints_a_table(capsys):
+    assert cli.main(['info', '--no-build']) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out[:8]] == ['pyg_tc', 'python', 'torch', 'torch_geometric', 'torch_sparse',
+                                                     'GPU', 'kernels', 'backend']
+
+
+@pytest.mark.skipif(torch_cuda(), reason='the reference-path report is what a machine without CUDA gets')
+def test_bench_on_the_cpu_reports_reference_times_without_ratios(tmp_path):
+    """``pyg-tc bench`` without CUDA: times of pyg_tc's reference path (so
+    labelled), each with its confidence interval and a noisy flag, no
+    speed-up or bandwidth anywhere, and a time plot instead of speedup.png."""
+    out = tmp_path / 'b'
+    p = _python('-m', 'pyg_tc', 'bench', '--quick', '--graphs', 'tiny', '--widths', '32', '--dtypes', 'fp32,',
+                '--no-training', '--out', str(out))
+    assert '[done]' in p.stdout and 'Traceback' not in p.stderr
+    recs = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
+    (sp,) = [r for r in recs if r['kind'] == 'spmm']
+    ratios = [k for r in recs for k in r if 'speedup' in k or '_vs_' in k or 'gbps_' in k or 'frac_copy' in k]
+    assert not ratios and recs[0]['copy_gbps'] > 0  # the machine's copy bandwidth stays in the header
+    assert sp['backend'] == 'pure-PyTorch reference' and sp['timing_target_ci'] == 0.05
+    for impl in ('pyg_tc', 'cpu_sparse'):
+        assert sp[f'{impl}_ms'] > 0 and sp[f'{impl}_reps'] >= 10 and isinstance(sp[f'{impl}_noisy'], bool)
+        ci = float(sp[f'{impl}_ci'])
+        assert sp[f'{impl}_noisy'] == (ci > 0.05)
+    summary = recs[-1]['summary']['all/fp32']
+    assert set(summary) == {'group', 'dtype', 'cases', 'graphs', 'max_rel_err', 'noisy_timings'}
+    md = (out / 'report.md').read_text()
+    assert 'reference path' in md and 'no speed-up is computed' in md and '| pyg_tc (reference) ms |' in md
+    assert ' ±' in md and ' x ' not in md and 'speedup' not in md.lower()
+    assert not (out / 'speedup.png').exists()
+    pytest.importorskip('matplotlib')
+    assert (out / 'spmm_times.png').stat().st_size > 0
 
 
 def test_import_is_lazy_and_the_names_still_work():
@@ -90,15 +239,15 @@ print(json.dumps(out))
 
 def test_ops_are_defined_when_needed_without_importing_pyg_tc_ops():
     """``pyg_tc.formats`` alone does not import the op modules; looking an op
-    up imports them, and so does loading the kernels (``info()``,
-    ``ensure()``), so every op is defined before its CUDA fallback is
-    registered."""
+    up imports them, and so does loading the kernels (``ensure()``, which
+    ``info()`` calls where the kernels can be built), so every op is defined
+    before its CUDA fallback is registered."""
     code = ('import json, sys; import pyg_tc.formats; from pyg_tc import _library; '
             'before = "pyg_tc.ops" in sys.modules; name = _library.op("sort_int32").name; '
             'print(json.dumps([before, name, sorted(_library.OPS)]))')
     before, name, ops = json.loads(_python('-c', code).stdout)
     assert before is False and name == 'sort_int32' and {'spmm_csr', 'edge_softmax', 'sampled_spmm'} <= set(ops)
-    code = ('import json, sys, pyg_tc; from pyg_tc import _library; v = pyg_tc.info()["pyg_tc"]; '
-            'print(json.dumps([v, "pyg_tc.ops" in sys.modules, sorted(_library.OPS)]))')
-    version, loaded, ops = json.loads(_python('-c', code).stdout)
-    assert version and loaded and {'spmm_csr', 'edge_softmax', 'sampled_spmm'} <= set(ops)
+    code = ('import json, sys, pyg_tc; from pyg_tc import _library; _library.ensure(); '
+            'print(json.dumps(["pyg_tc.ops" in sys.modules, sorted(_library.OPS)]))')
+    loaded, ops = json.loads(_python('-c', code).stdout)
+    assert loaded and {'spmm_csr', 'edge_softmax', 'sampled_spmm'} <= set(ops)

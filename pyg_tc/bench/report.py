@@ -98,9 +98,9 @@ def record_line(tag: str, r: dict) -> str:
     speedups, errors."""
     ids = ' '.join(f'{k}={r[k]}' for k in IDS if r.get(k) is not None)
     num = lambda v: isinstance(v, float) and math.isfinite(v)  # noqa: E731
-    ms = [f'{k[:-3]} {v:.4f}' for k, v in r.items() if k.endswith('_ms') and not k.endswith(('_min_ms', '_max_ms'))
-          and num(v)] + [f'{k.rsplit("_", 1)[0]} [{status(r, k.rsplit("_", 1)[0])}]' for k in r
-                         if k.endswith(('_skipped', '_error'))]
+    ms = [f'{k[:-3]} {v:.4f}' + ' (noisy)' * bool(r.get(f'{k[:-3]}_noisy')) for k, v in r.items()
+          if k.endswith('_ms') and not k.endswith(('_min_ms', '_max_ms')) and num(v)]
+    ms += [f'{k.rsplit("_", 1)[0]} [{status(r, k.rsplit("_", 1)[0])}]' for k in r if k.endswith(('_skipped', '_error'))]
     err = lambda k: k.endswith('_err') or 'diff' in k  # noqa: E731
     more = [f'{k} {v:.2f}' for k, v in r.items() if ('_vs_' in k or k.startswith('speedup')) and not err(k) and num(v)]
     more += [f'{k} {v:.1e}' for k, v in r.items() if err(k) and num(v)]
@@ -138,10 +138,21 @@ def status(r: dict, impl: str) -> str:
     return 'skipped' if f'{impl}_skipped' in r else '-' if e is None else 'oom' if e == 'oom' else 'error'
 
 
+def ms_cell(r: dict, impl: str, spec: str = '.4f') -> str:
+    """``impl``'s time in ``r`` (with its confidence interval ``±x%`` and
+    ``noisy`` when it was timed until stable: ``_ci`` / ``_noisy``), or why it
+    has none."""
+    t = r.get(f'{impl}_ms')
+    if t is None:
+        return status(r, impl)
+    ci = r.get(f'{impl}_ci')
+    ci = f' ±{ci:.0%}' if _finite(ci) else ''
+    return fmt(t, spec) + ci + (' noisy' if r.get(f'{impl}_noisy') else '')
+
+
 def ms_col(impl: str, header: Optional[str] = None, spec: str = '.4f') -> Col:
-    """``impl``'s time, or why it has none."""
-    return Col(header or f'{impl} ms', lambda r: fmt(r[f'{impl}_ms'], spec) if r.get(f'{impl}_ms') is not None
-               else status(r, impl))
+    """``impl``'s time (:func:`ms_cell`), or why it has none."""
+    return Col(header or f'{impl} ms', lambda r: ms_cell(r, impl, spec))
 
 
 @dataclass
@@ -190,7 +201,9 @@ def table(header: List[str], rows: List[List[str]]) -> List[str]:
 @dataclass
 class Panel:
     """A plot of ``rows``: ``style`` 'bar' (categorical x, one bar per ``series``
-    value, 'n/a' where missing) or 'line' (numeric x, ``yerr`` error bars);
+    value, 'n/a' where missing) or 'line' (numeric x); ``yerr`` a row key with
+    error bars (both styles); ``flag`` a row key whose true rows are drawn
+    hatched (bars) or hollow (points) and counted in the legend;
     ``hline`` a dashed reference line, ``band`` a shaded (low, high) range."""
     rows: Rows
     x: str
@@ -208,11 +221,14 @@ class Panel:
     title: str = ''
     xlabel: str = ''
     ylabel: str = ''
+    flag: Optional[str] = None
 
 
 @dataclass
 class Figure:
-    """A PNG of panels (a list, or records -> list), ``ncols`` per row."""
+    """A PNG of panels (a list, or records -> list), ``ncols`` per row (at
+    most 3, or 2 with more than 4 bar categories, so that text stays legible
+    at page width)."""
     file: str
     panels: Union[Sequence[Panel], Callable[[List[dict]], Sequence[Panel]]]
     ncols: int = 1
@@ -220,11 +236,29 @@ class Figure:
 
 
 def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+#: figure width in inches: a figure is shown at about page width (some 800
+#: pixels), so the font sizes below stay legible there
+FIG_WIDTH = 10.0
+#: matplotlib settings of every figure
+STYLE = {'font.size': 13, 'axes.titlesize': 13, 'axes.labelsize': 13, 'xtick.labelsize': 12,
+         'ytick.labelsize': 12, 'legend.fontsize': 11, 'figure.titlesize': 14, 'hatch.linewidth': 1.0}
+DPI = 120
+
+
+def _wrap(text: str, width_in: float, size: float) -> str:
+    """``text`` broken into lines that fit ``width_in`` inches at ``size`` points."""
+    import textwrap
+    return textwrap.fill(text, max(20, int(width_in * 72 / (0.55 * size)))) if text else text
 
 
 def plot(fig: Figure, records: List[dict], path: str) -> Optional[str]:
-    """Draws ``fig`` without its empty panels; None when no panel has data."""
+    """Draws ``fig`` without its empty panels; None when no panel has data.
+    Sized for page width (:data:`FIG_WIDTH`, :data:`STYLE`): long category
+    labels are slanted, a legend that every panel shares is drawn once on
+    top, and a category without any bar gets one 'n/a'."""
     data = [(p, _rows(p.rows, records)) for p in (fig.panels(records) if callable(fig.panels) else fig.panels)]
     data = [(p, rs) for p, rs in data if any(_finite(r.get(p.y)) for r in rs)]
     if not data:
@@ -232,53 +266,113 @@ def plot(fig: Figure, records: List[dict], path: str) -> Optional[str]:
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    with plt.rc_context(STYLE):
+        return _draw(plt, fig, data, path)
+
+
+def _draw(plt, fig: Figure, data: List[Tuple[Panel, List[dict]]], path: str) -> str:
     cats = list(dict.fromkeys(r[p.x] for p, rs in data if p.style == 'bar' for r in rs))
-    nc = min(fig.ncols, len(data))
+    nc = min(fig.ncols, len(data), 3 if len(cats) <= 4 else 2)  # wider panels for many bars
     nr = math.ceil(len(data) / nc)
-    f, axes = plt.subplots(nr, nc, squeeze=False, sharex=nc == 1 and bool(cats), figsize=(
-        (max(7.0, 1.1 * len(cats) + 2), 2.8 * nr + 0.6) if nc == 1 else (4.2 * nc, 3.6 * nr)))
+    nc = math.ceil(len(data) / nr)  # balanced rows: 4 panels as 2 x 2, not 3 + 1
+    width = FIG_WIDTH / nc  # of one panel, inches
+    # a category label wider than its share of the axis is slanted
+    longest = max((len(str(c)) for c in cats), default=0) * 0.55 * STYLE['xtick.labelsize'] / 72  # inches
+    slant = bool(cats) and longest > 0.9 * 0.85 * width / len(cats)
+    shared_x = nc == 1 and bool(cats)  # only the bottom panel has the category labels
+    label_h = 0.5 * longest if slant else 0.0
+    height = (2.8 if nc == 1 else 3.4) * nr + label_h * (1 if shared_x else nr) + 0.9
+    f, axes = plt.subplots(nr, nc, squeeze=False, sharex=shared_x, figsize=(FIG_WIDTH, height),
+                           layout='constrained')
+    legends = []
     for ax, (p, rs) in zip(axes.flat, data):
-        series = list(dict.fromkeys(r.get(p.series) for r in rs)) if p.series else [None]
-        for i, s in enumerate(series):
-            sr = [r for r in rs if p.series is None or r.get(p.series) == s]
-            lab = p.label.format(s) if p.series else None if p.label == '{}' else p.label
-            if p.style == 'bar':
-                w, val = 0.8 / len(series), {r[p.x]: r.get(p.y) for r in sr}
-                xs = [j + (i - (len(series) - 1) / 2) * w for j in range(len(cats))]
-                ys = [val[c] if _finite(val.get(c)) else math.nan for c in cats]
-                ax.bar(xs, ys, w, label=lab)
-                for xv in (xv for xv, yv in zip(xs, ys) if math.isnan(yv)):
-                    ax.text(xv, 0.02, 'n/a', ha='center', va='bottom', fontsize=6, rotation=90,
-                            transform=ax.get_xaxis_transform())
-            else:
-                sr = [r for r in sr if _finite(r.get(p.y))]
-                ax.errorbar([r[p.x] for r in sr], [r[p.y] for r in sr], marker='o', capsize=3, label=lab,
-                            yerr=[r.get(p.yerr) or 0 for r in sr] if p.yerr else None)
-        if p.hline is not None:
-            ax.axhline(p.hline, color='k', lw=0.8, ls='--', label=p.hline_label)
-        if p.band is not None:
-            ax.axhspan(*p.band, color='k', alpha=0.1, lw=0)
-        if p.logx:
-            ax.set_xscale('log', base=p.logx)
-        if p.logy:
-            ax.set_yscale('log', base=p.logy)
-        if p.style == 'bar':
-            ax.set_xlim(-0.5, len(cats) - 0.5)
-            ax.set_xticks(range(len(cats)), [str(c) for c in cats], fontsize=8)
-        elif p.xticks:
-            ax.set_xticks(list(p.xticks), [str(k) for k in p.xticks])
-        ax.set(title=p.title, xlabel=p.xlabel, ylabel=p.ylabel)
-        ax.title.set_fontsize(10)
-        ax.grid(axis='y', alpha=0.3)
-        if ax.get_legend_handles_labels()[1]:
-            ax.legend(fontsize=8)
+        _panel(ax, p, rs, cats, slant, 0.85 * width)
+        legends.append(ax.get_legend_handles_labels())
+    labels = [tuple(lab) for _, lab in legends if lab]
+    shared = len(data) > 1 and len(labels) == len(data) and len(set(labels)) == 1
+    for ax, (handles, lab) in zip(axes.flat, legends):
+        if lab and not shared:
+            ax.legend(framealpha=0.85)
     for ax in list(axes.flat)[len(data):]:
         ax.set_visible(False)
-    f.suptitle(fig.title, fontsize=10)
-    f.tight_layout()
-    f.savefig(path, dpi=110)
+    title = _wrap(fig.title, FIG_WIDTH, STYLE['figure.titlesize'])
+    if shared:  # on top, under the figure's title (a suptitle would overlap it)
+        f.legend(*legends[0], loc='outside upper center', ncols=min(len(labels[0]), 6), frameon=False,
+                 title=title or None, title_fontsize=STYLE['figure.titlesize'])
+    elif title:
+        f.suptitle(title)
+    f.savefig(path, dpi=DPI)
     plt.close(f)
     return path
+
+
+def _panel(ax, p: Panel, rs: List[dict], cats: list, slant: bool, width: float) -> None:
+    """Draws one panel on ``ax`` (about ``width`` inches wide)."""
+    series = list(dict.fromkeys(r.get(p.series) for r in rs)) if p.series else [None]
+    flagged = False
+    missing: Dict[Any, List[float]] = {c: [] for c in cats}  # category -> x of its missing bars
+    for i, s in enumerate(series):
+        sr = [r for r in rs if p.series is None or r.get(p.series) == s]
+        lab = p.label.format(s) if p.series else None if p.label == '{}' else p.label
+        if p.style == 'bar':
+            w, by = 0.8 / len(series), {r[p.x]: r for r in sr}
+            xs = [j + (i - (len(series) - 1) / 2) * w for j in range(len(cats))]
+            ys = [by[c].get(p.y) if c in by and _finite(by[c].get(p.y)) else math.nan for c in cats]
+            err = [by[c].get(p.yerr) if c in by and _finite(by[c].get(p.yerr)) else 0 for c in cats] if p.yerr \
+                else None
+            bars = ax.bar(xs, ys, w, yerr=err, capsize=3 if err else 0)
+            if lab is not None and bars.patches:  # the legend entry: plain, even when the first bar is hatched
+                ax.bar([0], [math.nan], 0, color=bars.patches[0].get_facecolor(), label=lab)
+            for c, bar in zip(cats, bars):
+                if p.flag and c in by and by[c].get(p.flag):
+                    bar.set_hatch('//')
+                    bar.set_edgecolor('k')
+                    flagged = True
+            for c, xv, yv in zip(cats, xs, ys):
+                if math.isnan(yv):
+                    missing[c].append(xv)
+        else:
+            sr = [r for r in sr if _finite(r.get(p.y))]
+            line = ax.errorbar([r[p.x] for r in sr], [r[p.y] for r in sr], marker='o', capsize=3, label=lab,
+                               yerr=[r.get(p.yerr) or 0 for r in sr] if p.yerr else None)
+            hollow = [r for r in sr if p.flag and r.get(p.flag)]
+            if hollow:
+                flagged = True
+                ax.plot([r[p.x] for r in hollow], [r[p.y] for r in hollow], 'o', mfc='white',
+                        mec=line[0].get_color(), ms=8)
+    room = len(cats) and 0.8 / len(series) * width / len(cats) > 0.15  # inches for a label in a bar's place
+    for j, c in enumerate(cats):  # a category without any bar: one label, not one per series
+        whole = len(missing[c]) == len(series)
+        for xv in [j] if whole else missing[c] if room else []:
+            ax.text(xv, 0.02, 'n/a', ha='center', va='bottom', fontsize=10, rotation=0 if whole else 90,
+                    transform=ax.get_xaxis_transform())
+    if flagged and p.style == 'bar':  # a legend entry for the hatched bars / hollow points
+        ax.bar([0], [math.nan], 0, color='white', edgecolor='k', hatch='//', label=p.flag.replace('_', ' '))
+    elif flagged:
+        ax.plot([], [], 'o', mfc='white', mec='k', ms=8, label=p.flag.replace('_', ' '))
+    if p.hline is not None:
+        ax.axhline(p.hline, color='k', lw=0.8, ls='--', label=p.hline_label)
+    if p.band is not None:
+        ax.axhspan(*p.band, color='k', alpha=0.1, lw=0)
+    if p.logx:
+        ax.set_xscale('log', base=p.logx)
+    if p.logy:
+        ax.set_yscale('log', base=p.logy)
+    if p.style == 'bar':
+        ax.set_xlim(-0.5, len(cats) - 0.5)
+        ax.set_xticks(range(len(cats)), [str(c) for c in cats], rotation=30 if slant else 0,
+                      ha='right' if slant else 'center', rotation_mode='anchor')
+    elif p.xticks:
+        ax.set_xticks(list(p.xticks), [str(k) for k in p.xticks])
+    elif p.logx:  # a narrow log axis would drop some of a few measured x values
+        xs = sorted({r[p.x] for r in rs if _finite(r.get(p.x)) and r[p.x] > 0})
+        if 1 < len(xs) <= 8:
+            ax.set_xticks(xs)
+            ax.minorticks_off()
+    ax.set(xlabel=p.xlabel, ylabel=p.ylabel)
+    if p.title:
+        ax.set_title(_wrap(p.title, width, STYLE['axes.titlesize']))
+    ax.grid(axis='y', alpha=0.3)
 
 
 # -- the reporter -------------------------------------------------------------------

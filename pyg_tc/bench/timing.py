@@ -83,12 +83,36 @@ def kernel_time_note(device) -> str:
 
 # -- timing ----------------------------------------------------------------------
 
+#: the 95% two-sided normal quantile, for :func:`median_ci`
+Z95 = 1.96
+#: the most repetitions :func:`bench` adds while it waits for a stable median
+MAX_REPS = 5000
+
+
+def median_ci(times: Sequence[float]) -> float:
+    """Half the width of the distribution-free 95% confidence interval of the
+    median of ``times`` (order statistics at ``n/2 -+ 0.98 sqrt(n)``), relative
+    to the median: the median is known within about ``+-`` this fraction.
+    ``inf`` for fewer than 6 times (too few for any interval)."""
+    n = len(times)
+    if n < 6:
+        return math.inf
+    t, med = sorted(times), statistics.median(times)
+    lo = max(1, math.floor(n / 2 - Z95 * math.sqrt(n) / 2))
+    hi = min(n, math.ceil(1 + n / 2 + Z95 * math.sqrt(n) / 2))
+    return (t[hi - 1] - t[lo - 1]) / (2 * med) if med > 0 else math.inf
+
+
 @dataclass
 class Timing:
     median_ms: float
     min_ms: float
     max_ms: float
     reps: int
+    #: with a stability target (:func:`bench`'s ``target``): :func:`median_ci`,
+    #: and whether it stayed above the target (the median is noisy)
+    ci: Optional[float] = None
+    noisy: Optional[bool] = None
 
     @property
     def spread(self) -> float:
@@ -96,14 +120,22 @@ class Timing:
         return (self.max_ms - self.min_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
     def as_dict(self, prefix: str) -> Dict[str, float]:
-        """``<prefix>_ms`` (median), ``_min_ms``, ``_max_ms``, ``_spread``, ``_reps``."""
-        return {f'{prefix}_ms': self.median_ms, f'{prefix}_min_ms': self.min_ms, f'{prefix}_max_ms': self.max_ms,
-                f'{prefix}_spread': round(self.spread, 4), f'{prefix}_reps': self.reps}
+        """``<prefix>_ms`` (median), ``_min_ms``, ``_max_ms``, ``_spread``, ``_reps``;
+        with a stability target also ``_ci`` and ``_noisy``."""
+        d = {f'{prefix}_ms': self.median_ms, f'{prefix}_min_ms': self.min_ms, f'{prefix}_max_ms': self.max_ms,
+             f'{prefix}_spread': round(self.spread, 4), f'{prefix}_reps': self.reps}
+        if self.ci is not None:
+            d.update({f'{prefix}_ci': round(self.ci, 4) if math.isfinite(self.ci) else self.ci,
+                      f'{prefix}_noisy': bool(self.noisy)})
+        return d
 
     @classmethod
-    def of(cls, times: Sequence[float]) -> 'Timing':
-        """The Timing of a list of times in ms."""
-        return cls(statistics.median(times), min(times), max(times), len(times))
+    def of(cls, times: Sequence[float], target: Optional[float] = None) -> 'Timing':
+        """The Timing of a list of times in ms; with ``target``, its
+        :func:`median_ci` and whether that is above ``target``."""
+        ci = median_ci(times) if target is not None else None
+        return cls(statistics.median(times), min(times), max(times), len(times), ci,
+                   None if ci is None else ci > target)
 
 
 class Stopwatch:
@@ -136,11 +168,19 @@ class Stopwatch:
 
 
 def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None,
-          max_time_s: Optional[float] = None, wall: bool = False) -> Timing:
+          max_time_s: Optional[float] = None, wall: bool = False, target: Optional[float] = None,
+          max_total_s: float = 2.0) -> Timing:
     """Median / min / max ms of ``fn()`` over ``rep`` repetitions after
     ``warmup`` calls. ``max_time_s`` lowers ``rep`` (to no fewer than 3) when the
     warm-up shows the repetitions would take longer; ``wall``: host wall time
-    with a device sync after every call."""
+    with a device sync after every call.
+
+    ``target``: repeat until the median is stable, that is until its 95%
+    confidence interval (:func:`median_ci`) is within ``+-target`` of it,
+    doubling the repetitions each round (at least 10 in all), for at most
+    ``max_total_s`` seconds (warm-up included) and :data:`MAX_REPS`
+    repetitions; the Timing then says the interval and whether the median
+    stayed noisy."""
     sync = torch.cuda.synchronize if is_cuda(device) else (lambda: None)
     t0 = time.perf_counter()
     for _ in range(warmup):
@@ -148,6 +188,18 @@ def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None
     sync()
     if max_time_s is not None and warmup > 0:
         rep = max(3, min(rep, int(max_time_s / max((time.perf_counter() - t0) / warmup, 1e-9))))
+    if target is not None:
+        rep = max(rep, 10)
+    times = _timed(fn, rep, device, wall, sync)
+    while (target is not None and median_ci(times) > target and len(times) < MAX_REPS
+           and time.perf_counter() - t0 < max_total_s):
+        per_call_s = max(time.perf_counter() - t0, 1e-9) / (warmup + len(times))
+        left = int((max_total_s - (time.perf_counter() - t0)) / per_call_s)
+        times += _timed(fn, max(1, min(len(times), left, MAX_REPS - len(times))), device, wall, sync)
+    return Timing.of(times, target)
+
+
+def _timed(fn: Callable[[], object], rep: int, device, wall: bool, sync: Callable[[], None]) -> List[float]:
     sw = Stopwatch('cpu' if wall else device, rep)
     for _ in range(rep):
         sw.start()
@@ -155,7 +207,7 @@ def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None
         if wall:
             sync()
         sw.stop()
-    return Timing.of(sw.times_ms())
+    return sw.times_ms()
 
 
 def _replay(fns: Sequence[Callable[[], object]], warmup: int, rep: int, device) -> Timing:
@@ -239,10 +291,12 @@ def copy_bandwidth(device=None, nbytes: Optional[int] = None) -> Dict[str, float
     return {'copy_gbps': 2 * nbytes / (t.median_ms * 1e-3) / 1e9, 'copy_bytes': nbytes, 'copy_ms': t.median_ms}
 
 
-def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.01):
+def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.01, target: Optional[float] = None,
+                  max_total_s: float = 2.0):
     """Full-batch cross-entropy steps with Adam: the losses of the first
-    ``steps`` (also the warm-up), then ``rep`` timed steps, peak memory over
-    both. Returns (losses, Timing, memory dict)."""
+    ``steps`` (also the warm-up), then ``rep`` timed steps (more until the
+    median is stable with ``target``: :func:`bench`), peak memory over all.
+    Returns (losses, Timing, memory dict)."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
 
     def step():
@@ -254,20 +308,22 @@ def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.0
 
     with track_memory(x.device) as mem:
         losses = [float(step().detach()) for _ in range(steps)]
-        t = bench(step, warmup=0, rep=rep, device=x.device)
+        t = bench(step, warmup=0, rep=rep, device=x.device, target=target, max_total_s=max_total_s)
     return losses, t, mem
 
 
 def train_case(rec: dict, build: Callable[[], torch.nn.Module], x, y, edge_index, steps: int, rep: int,
-               prefix: str = 'step', after: Optional[Callable] = None, lr: float = 0.01) -> dict:
+               prefix: str = 'step', after: Optional[Callable] = None, lr: float = 0.01,
+               target: Optional[float] = None, max_total_s: float = 2.0) -> dict:
     """:func:`time_training` of ``build()`` into ``rec``: ``status`` ('ok', 'oom'
-    or 'error: ...'), ``<prefix>_ms`` / ``_min_ms`` / ``_max_ms`` / ``_reps``,
-    the losses and the memory fields; then ``after(model)``. ``edge_index`` may
-    be a function, called after ``build()``."""
+    or 'error: ...'), ``<prefix>_ms`` / ``_min_ms`` / ``_max_ms`` / ``_reps``
+    (with ``target`` also ``_ci`` / ``_noisy``: :func:`bench`), the losses and
+    the memory fields; then ``after(model)``. ``edge_index`` may be a
+    function, called after ``build()``."""
     try:
         model = build()
         ei = edge_index() if callable(edge_index) else edge_index
-        losses, t, mem = time_training(model, x, y, ei, steps, rep, lr)
+        losses, t, mem = time_training(model, x, y, ei, steps, rep, lr, target, max_total_s)
         rec.update(status='ok', **{k.replace('step', prefix): v for k, v in t.as_dict('step').items()
                                    if not k.endswith('spread')}, losses=losses, **mem,
                    loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None)
@@ -312,14 +368,16 @@ _SKIPS_LOGGED: set = set()
 def measure(rec: dict, impls: Mapping[str, Union[Callable, Impl, Skip]], device, *, rep: int = 20,
             warmup: int = 10, per_call: bool = False, kernel_rep: Optional[int] = None, ref=None,
             errors: Callable = rel_errors, inputs: Optional[Sequence] = None,
-            max_time_s: Optional[float] = None, log: Callable[[str], None] = print) -> dict:
+            max_time_s: Optional[float] = None, log: Callable[[str], None] = print,
+            target: Optional[float] = None, max_total_s: float = 2.0) -> dict:
     """Times each implementation of one case into ``rec``, in order, on the
     same inputs (with ``inputs``, functions take one and the calls rotate over
     them so repeated calls do not just hit L2; else no argument).
 
     Per ``name``: ``name_<k>`` for each ``k`` of ``errors(output, ref)`` when
     ``ref`` is given; with ``per_call`` the :class:`Timing` fields ``name_ms``, ...
-    plus kernel-only ``name_graph_ms`` on a GPU; else kernel-only ``name_ms``.
+    (repeated until stable with ``target``: :func:`bench`) plus kernel-only
+    ``name_graph_ms`` on a GPU; else kernel-only ``name_ms``.
     A ``Skip`` or an unsupported-dtype error gives ``name_skipped`` (the
     reason, logged once), any other failure ``name_error``."""
     for name, impl in impls.items():
@@ -338,7 +396,8 @@ def measure(rec: dict, impls: Mapping[str, Union[Callable, Impl, Skip]], device,
                 if not per_call:
                     rec[f'{name}_ms'] = kernel_time(fns, device, rep).median_ms
                     continue
-                rec.update(bench(_rotating(fns), warmup, rep, device, max_time_s).as_dict(name))
+                rec.update(bench(_rotating(fns), warmup, rep, device, max_time_s, target=target,
+                                 max_total_s=max_total_s).as_dict(name))
                 if is_cuda(device):
                     try:
                         rec[f'{name}_graph_ms'] = kernel_time(fns, device, kernel_rep or rep, fallback=False).median_ms

@@ -5,6 +5,7 @@ failing item, and the `pyg-tc bench` / MaxK suites degrade cleanly without CUDA.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
@@ -136,6 +137,25 @@ def test_declared_suite_runs_end_to_end_with_a_skipped_baseline(tmp_path):
     assert paths['toy.png'].endswith('toy.png') and (tmp_path / 'toy.png').stat().st_size > 0
 
 
+def test_plots_are_page_wide_and_mark_flagged_bars(tmp_path):
+    pytest.importorskip('matplotlib')
+    from PIL import Image
+
+    from pyg_tc.bench import report
+    rows = [dict(kind='case', graph=g, impl=i, ms=t, ci_ms=0.1 * t, noisy=g == 'b') for g, t in (('a', 1.0), ('b', 2.0))
+            for i in ('ours', 'base')] + [dict(kind='line', k=k, v=k ** 0.5, s='x', bad=k == 4) for k in (2, 4, 8)]
+    fig = Figure('f.png', [Panel('case', 'graph', 'ms', 'impl', yerr='ci_ms', flag='noisy', logy=10, title='t'),
+                           Panel('line', 'k', 'v', 's', style='line', flag='bad', logx=2)] * 2, ncols=4,
+                 title='a title long enough to be wrapped onto two lines at the width of the page, as it is here')
+    path = report.plot(fig, rows, str(tmp_path / 'f.png'))
+    with Image.open(path) as im:
+        assert im.size[0] == report.FIG_WIDTH * report.DPI  # 4 panels: 2 x 2, as wide as one panel alone
+        width, height = im.size
+    one = report.plot(Figure('g.png', [Panel('case', 'graph', 'ms', 'impl')]), rows, str(tmp_path / 'g.png'))
+    with Image.open(one) as im:
+        assert im.size[0] == width and im.size[1] < height / 1.5
+
+
 def test_reporter_skips_plots_without_data_or_matplotlib(tmp_path, monkeypatch, capsys):
     empty = Figure('empty.png', [Panel('case', 'graph', 'never_set')])
     rep = _toy_reporter(tmp_path, [empty])
@@ -152,23 +172,61 @@ def test_reporter_skips_plots_without_data_or_matplotlib(tmp_path, monkeypatch, 
 
 
 def test_bench_suite_on_the_cpu_names_its_baseline_and_skips_what_cannot_run(tmp_path):
+    """On the CPU pyg_tc runs its reference path: times (each with its
+    confidence interval, noisy or not) and errors, no speed-up ratios."""
     out = tmp_path / 'b'
     cfg = runner.make_config(graphs='tiny', widths='32', dtypes='fp32,fp16', out=str(out), training=False, cuda=False)
+    cfg.max_total_s = 0.5
     paths = runner.run(cfg)
     assert set(paths) >= {'jsonl', 'markdown'}
     recs = _lines(out / 'results.jsonl')
     assert recs[-1]['kind'] == 'summary' and 'all/fp32' in recs[-1]['summary']
+    assert recs[-1]['summary']['all/fp32']['noisy_timings'] == sum(
+        r.get(f'{i}_noisy') is True for r in recs if r['kind'] == 'spmm' and r['dtype'] == 'fp32'
+        for i in ('pyg_tc', 'cpu_sparse'))
     assert all(r['baseline'].startswith('torch.sparse.mm on the CPU') for r in recs)
     sp = {r['dtype']: r for r in recs if r['kind'] == 'spmm'}
     assert not [k for r in recs for k in r if 'cusparse' in k]  # the CPU baseline is not called cuSPARSE
-    assert sp['fp32']['pyg_tc_ms'] > 0 and sp['fp32']['cpu_sparse_ms'] > 0 and sp['fp32']['speedup_vs_cpu_sparse'] > 0
-    assert sp['fp32']['pyg_tc_rel_err'] < 1e-5 and sp['fp16']['speedup_vs_pyg_tc_fp32'] > 0
+    assert not [k for r in recs for k in r if 'speedup' in k or '_vs_' in k]  # no ratio of the reference path
+    assert sp['fp32']['pyg_tc_ms'] > 0 and sp['fp32']['cpu_sparse_ms'] > 0 and sp['fp16']['pyg_tc_ms'] > 0
+    for r, i in ((sp['fp32'], 'pyg_tc'), (sp['fp32'], 'cpu_sparse'), (sp['fp16'], 'pyg_tc')):
+        assert r[f'{i}_reps'] >= 10 and r[f'{i}_noisy'] == (float(r[f'{i}_ci']) > cfg.target_ci)
+    assert sp['fp32']['pyg_tc_rel_err'] < 1e-5 and sp['fp16']['pyg_tc_rel_err'] < 1e-2
     assert 'not implemented' in sp['fp16']['cpu_sparse_skipped'] and 'cpu_sparse_error' not in sp['fp16']
     md = (out / 'report.md').read_text()
-    assert '| pyg_tc ms | cpu_sparse ms |' in md and 'NotImplementedError' not in md
-    assert '- skipped: cpu_sparse (' in md
+    assert '| pyg_tc (reference) ms | cpu_sparse ms |' in md and 'NotImplementedError' not in md
+    assert '- skipped: cpu_sparse (' in md and 'no speed-up is computed' in md
+    cell = md.split('| tiny | 2,000 | 20,000 | 32 | fp32 | ')[1].split(' |')[0]
+    assert cell.startswith(f'{sp["fp32"]["pyg_tc_ms"]:.4f} ±') and cell.endswith('noisy') == sp['fp32']['pyg_tc_noisy']
     pytest.importorskip('matplotlib')
-    assert (out / 'speedup.png').stat().st_size > 0  # fp32 panel only: fp16 has no baseline
+    assert (out / 'spmm_times.png').stat().st_size > 0 and not (out / 'speedup.png').exists()
+
+
+def test_median_ci_and_timing_until_stable(monkeypatch):
+    from pyg_tc.bench import timing
+    assert timing.median_ci([1.0] * 5) == math.inf  # too few for an interval
+    assert timing.median_ci([1.0] * 50) == 0.0
+    # 100 times 1..100: the order statistics of ranks floor(50 - 9.8) = 40 and ceil(51 + 9.8) = 61
+    assert timing.median_ci([float(v) for v in range(1, 101)]) == pytest.approx((61 - 40) / (2 * 50.5))
+    # repeats (doubling) until the CI of the median is within the target
+    rounds = []
+
+    def fake(fn, rep, device, wall, sync):
+        rounds.append(rep)
+        noise = 0.5 if len(rounds) == 1 else 0.001  # a noisy first round, then steady times
+        return [1.0 + noise * (-1) ** k * (k % 7) / 7 for k in range(rep)]
+    monkeypatch.setattr(timing, '_timed', fake)
+    t = timing.bench(lambda: None, warmup=0, rep=10, device='cpu', target=0.05, max_total_s=60)
+    assert not t.noisy and t.ci <= 0.05 and rounds[:2] == [10, 10] and t.reps == sum(rounds) > 10
+    d = t.as_dict('x')
+    assert d['x_ci'] == round(t.ci, 4) and d['x_noisy'] is False and d['x_reps'] == t.reps
+    # no time left: stops and says so
+    rounds.clear()
+    t = timing.bench(lambda: None, warmup=0, rep=3, device='cpu', target=0.05, max_total_s=0.0)
+    assert rounds == [10] and t.noisy and t.ci > 0.05
+    # without a target: as before (no CI fields)
+    assert set(timing.bench(lambda: None, warmup=0, rep=3, device='cpu').as_dict('x')) == {
+        'x_ms', 'x_min_ms', 'x_max_ms', 'x_spread', 'x_reps'}
 
 
 def test_maxk_suite_runs_on_the_cpu(tmp_path):
