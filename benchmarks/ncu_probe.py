@@ -8,12 +8,12 @@ cuSPARSE, on the Reddit-shaped graph, so `ncu` can tell what bounds them.
 --sgt[=GRAPH,...]: the tensor-core SpMM against the CSR kernel instead, on
 each graph (default the Reddit-shaped one) in RCM order, or in its own order
 as `graph:native`; cases F = 16 / 32 in fp32 / fp16, narrowed by
---cases=float32:32,..., e.g. `NCU_ARGS=--sgt=tolokers bash benchmarks/device_run.sh ncu`;
+--cases=float32:32,..., e.g. `NCU_ARGS=--sgt=tolokers bash benchmarks/gpu_run.sh OUTDIR ncu`;
 without --sgt, --cases=dtype:F,... picks the CSR SpMM cases on the Reddit-shaped graph
 (default float32:32,float32:256,float16:32,float16:256).
 --sampled=S[,S...]: ES-SpMM instead, fp32 F = 32 on the Reddit-shaped graph, per cap: the
 in-kernel uniform and bucket sampled SpMM, then pyg_tc's exact kernel on the pre-sampled graph
-(`NCU_ARGS=--sampled=8,128 bash benchmarks/device_run.sh ncu`).
+(`NCU_ARGS=--sampled=8,128 bash benchmarks/gpu_run.sh OUTDIR ncu`).
 """
 import sys
 

@@ -15,8 +15,10 @@ linkcheck builder. Without it the link check also fetches external URLs.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -24,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # document the working tree, installed or not
 
 import pyg_tc  # noqa: E402
+from sphinx.directives.code import LiteralInclude  # noqa: E402
+from sphinx.errors import ExtensionError  # noqa: E402
 
 project = 'pyg_tc'
 author = 'pyg_tc contributors'
@@ -34,6 +38,9 @@ extensions = [
     'sphinx.ext.autodoc',
     'sphinx.ext.napoleon',
     'sphinx.ext.mathjax',
+    # MathJax copied into _static (the layers' docstrings have math): the pages
+    # render their formulas offline, without a CDN (the docs extra installs it).
+    'sphinx-mathjax-offline',
     'sphinx.ext.viewcode',
     'myst_parser',
 ]
@@ -82,14 +89,12 @@ nitpick_ignore_regex = [
 ]
 
 # --- HTML -------------------------------------------------------------------
-html_theme = 'alabaster'
+# Furo: code blocks scroll instead of being clipped, the sidebar wraps long
+# names, and the layout follows the window's width.
+html_theme = 'furo'
 html_title = f'pyg_tc {release}'
-html_theme_options = {
-    'description': 'PyG layers on hand-written CUDA sparse kernels',
-    'fixed_sidebar': True,
-    'show_relbars': True,
-}
-html_static_path: list[str] = []
+html_static_path = ['_static']
+html_css_files = ['custom.css']
 
 # --- link check -------------------------------------------------------------
 linkcheck_timeout = 15
@@ -143,6 +148,51 @@ def _no_builtin_doc(app, what, name, obj, options, lines):
         lines.clear()
 
 
+def code_start(path) -> int:
+    """The first line (1-based) of a script after its module docstring and the
+    blank lines that follow it; 1 for a script without a docstring."""
+    text = Path(path).read_text(encoding='utf-8')
+    body = ast.parse(text).body
+    if not (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)):
+        return 1
+    lines = text.splitlines()
+    start = body[0].end_lineno + 1
+    while start <= len(lines) and not lines[start - 1].strip():
+        start += 1
+    return start
+
+
+class TutorialSource(LiteralInclude):
+    """``.. tutorial-source:: ../../tutorials/NN_name.py``: the tutorial's code
+    without its module docstring (the page already shows that text, rendered
+    by ``.. include::``), so the text appears once. Line numbers stay those of
+    the file. The docstring's end is found by parsing the file, so edits to the
+    text move it along."""
+
+    def run(self):
+        _, path = self.env.relfn2path(self.arguments[0])
+        self.options.setdefault('lines', f'{code_start(path)}-')
+        self.options.setdefault('lineno-match', True)
+        return super().run()
+
+
+_REMOTE_SCRIPT = re.compile(r'<script[^>]*\ssrc="(?:https?:)?//[^"]*"')
+
+
+def _no_remote_scripts(app, exception):
+    """The pages work offline: no page loads a script from another site (MathJax
+    comes from ``_static``). Checked after every html build; CI builds with -W."""
+    if exception is not None or app.builder.format != 'html':
+        return
+    bad = sorted(str(p.relative_to(app.outdir)) for p in Path(app.outdir).rglob('*.html')
+                 if _REMOTE_SCRIPT.search(p.read_text(encoding='utf-8', errors='replace')))
+    if bad:
+        raise ExtensionError(f'pages load scripts from another site: {", ".join(bad[:5])}')
+
+
 def setup(app):
+    app.add_directive('tutorial-source', TutorialSource)
+    app.connect('build-finished', _no_remote_scripts)
     app.connect('autodoc-process-bases', _public_bases)
     app.connect('autodoc-process-docstring', _no_builtin_doc)

@@ -76,7 +76,7 @@ def test_every_tutorial_has_its_page():
         text = page.read_text()
         # the README's link [NN_name.py](NN_name.py) resolves to this label in the docs
         assert text.startswith(f'.. _{script.name}:\n'), f'{page.name}: label {script.name} first'
-        assert f'.. literalinclude:: ../../tutorials/{script.name}' in text
+        assert f'.. tutorial-source:: ../../tutorials/{script.name}' in text  # code, text once
         assert f'({script.name})' in readme
 
 
