@@ -124,14 +124,28 @@ def _light_schedule(rowptr: Tensor) -> Schedule:
 
 def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
                     max_degrees: Optional[Sequence[Optional[int]]] = None) -> List[Schedule]:
-    """:func:`build_schedule` of several ``rowptr`` with one device
-    synchronisation in all when no row is heavy (the largest degrees are read
-    together), two otherwise (then the sizes of the schedules with heavy rows
-    are read together). ``max_degrees``: an upper bound of a ``rowptr``'s
-    largest degree where the caller knows one (a sampled batch: its largest
-    fan-out), so it is not read; none read means no synchronisation."""
+    """:func:`build_schedule` of several ``rowptr``: on CUDA with the kernels
+    loaded, the ``csr_schedules`` op (one synchronisation in all, ~15
+    launches); otherwise :func:`build_schedules_torch`."""
     if chunk < 1:
         raise ValueError(f'chunk must be positive, got {chunk}')
+    if not rowptrs:
+        return []
+    if all(rp.is_cuda for rp in rowptrs) and _library.use_kernel(rowptrs[0]):
+        flat = _library.op('csr_schedules')([rp.to(torch.int32) for rp in rowptrs], chunk)
+        slots = flat[-1].tolist()
+        return [Schedule(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2], slots[i]) for i in range(len(rowptrs))]
+    return build_schedules_torch(rowptrs, chunk, max_degrees)
+
+
+def build_schedules_torch(rowptrs: Sequence[Tensor], chunk: int,
+                          max_degrees: Optional[Sequence[Optional[int]]] = None) -> List[Schedule]:
+    """:func:`build_schedule` of several ``rowptr`` in PyTorch ops, with one
+    device synchronisation in all when no row is heavy (the largest degrees
+    are read together), two otherwise (then the sizes of the schedules with
+    heavy rows are read together). ``max_degrees``: an upper bound of a
+    ``rowptr``'s largest degree where the caller knows one (a sampled batch:
+    its largest fan-out), so it is not read."""
     if not rowptrs:
         return []
     known = list(max_degrees) if max_degrees is not None else [None] * len(rowptrs)
@@ -220,6 +234,18 @@ def _rowptr_from_sorted(rows_sorted: Tensor, R: int) -> Tensor:
     row (no synchronisation, unlike ``bincount``)."""
     bounds = torch.arange(R + 1, dtype=torch.int32, device=rows_sorted.device)
     return torch.searchsorted(rows_sorted.to(torch.int32), bounds, out_int32=True)
+
+
+def transpose_torch(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(t_rowptr, t_col, t_perm)`` of a CSR given the source (``col``) and
+    the target (``rows``) of every position: the sources sorted stably
+    (:func:`sort_int32`), ``t_perm`` maps a transpose position to its forward
+    position. The pure-PyTorch builder (and the reference of the
+    ``csr_transpose`` kernel)."""
+    t_rows, t_perm = sort_int32(col, num_cols)
+    t_rowptr = _rowptr_from_sorted(t_rows, num_cols)
+    del t_rows
+    return t_rowptr, rows.to(torch.int32).index_select(0, t_perm), t_perm
 
 
 class CSRGraph:
@@ -319,12 +345,12 @@ class CSRGraph:
         in-degrees, when known (see :func:`build_schedules`)."""
         if chunk is None:
             chunk = auto_chunk(col.numel(), R)
-        t_rows, t_perm = sort_int32(col, C)
-        t_rowptr = _rowptr_from_sorted(t_rows, C)
-        del t_rows
         if rows is None:
             rows = csr_rows(rowptr, col.numel())
-        t_col = rows.index_select(0, t_perm)
+        if col.is_cuda and _library.use_kernel(col):
+            t_rowptr, t_col, t_perm = _library.op('csr_transpose')(col, rows.to(torch.int32), C)
+        else:
+            t_rowptr, t_col, t_perm = transpose_torch(col, rows, C)
         del rows
         sched, t_sched = build_schedules([rowptr, t_rowptr], chunk, [max_degree, None])
         return cls(rowptr, col, perm, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)

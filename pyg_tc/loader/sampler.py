@@ -200,11 +200,11 @@ class NeighborSampler(BaseSampler):
                             f'{tuple(seed.shape)}')
         if seed.is_cuda and seed.device != self.device:
             raise ValueError(f'pyg_tc: seed nodes are on {seed.device} but the sampler runs on {self.device}')
-        if seed.numel():
-            lo, hi = torch.aminmax(seed) if not seed.is_cuda else (None, None)
-            if lo is not None and (int(lo) < 0 or int(hi) >= self.num_nodes):
-                raise IndexError(f'pyg_tc: seed nodes must lie in [0, {self.num_nodes}); got min {int(lo)}, '
-                                 f'max {int(hi)}')
+        if seed.numel():  # (PyG's loaders hand seeds over on the CPU: a CUDA tensor costs a synchronisation)
+            lo, hi = torch.aminmax(seed)
+            lo, hi = int(lo), int(hi)
+            if lo < 0 or hi >= self.num_nodes:
+                raise IndexError(f'pyg_tc: seed nodes must lie in [0, {self.num_nodes}); got min {lo}, max {hi}')
         return seed.to(self.device, torch.int64, non_blocking=True)
 
     def _sample(self, seed: Tensor, seed_time: Optional[Tensor] = None, **kwargs) -> SamplerOutput:

@@ -7,6 +7,7 @@
 * :mod:`~pyg_tc.ops.attn`: fuseGNN's fused attention (``attn_gat``,
   ``attn_gatv2`` and their backward ops) and ``edge_softmax``;
 * :mod:`~pyg_tc.ops.sort`: the int32 radix sort of the format builders;
+* :mod:`~pyg_tc.ops.build`: the format builders' transpose and schedules on the GPU;
 * :mod:`~pyg_tc.ops.neighbor`: mini-batch neighbour sampling whose output is the batch's CSR
   (``neighbor_sample``) and the row gather of its features (``gather_rows``);
 * :mod:`~pyg_tc.ops.sample`: ES-SpMM's edge sampling (capped rows, the
@@ -21,7 +22,7 @@ on a GPU with the kernels built; otherwise, and for float64, the
 pure-PyTorch reference runs through the same registered op.
 """
 from .._library import ensure
-from . import attn, cbsr, csr, dispatch, neighbor, sample, sgt, sort  # noqa: F401 (define the ops)
+from . import attn, build, cbsr, csr, dispatch, neighbor, sample, sgt, sort  # noqa: F401 (define the ops)
 from .csr import (emulate_spmm, sddmm_graph, sddmm_reference, spmm_graph,  # noqa: F401
                   spmm_reference)
 from .attn import (attention_weights, edge_softmax, gat_attention,  # noqa: F401

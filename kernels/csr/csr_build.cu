@@ -1,0 +1,230 @@
+// The GPU half of the CSR format builders (pyg_tc/formats/csr.py; the ops'
+// references: pyg_tc/ops/build.py), the same tensors bit for bit:
+//
+//   csr_transpose(col, rows, num_cols) -> (t_rowptr, t_col, t_perm):
+//     a stable radix sort of the sources (cub, over the bits of num_cols),
+//     then one kernel writes t_rowptr from the sorted keys' boundaries and
+//     gathers t_col; no synchronisation.
+//   csr_schedules(rowptrs, chunk) -> [units, heavy_rows, heavy_ptr]... + [slots]:
+//     the degree-bucket schedule of each rowptr: units per row
+//     (ceil(deg / chunk), at least one), three exclusive scans (units, heavy
+//     slots, heavy rows), one synchronisation for the sizes of all of them,
+//     one kernel writing the units in row order, a stable radix sort by
+//     length (longest first), one gather.
+// A format build used to issue about a hundred small torch ops and two or
+// three synchronisations from Python; this is ~15 launches and one.
+#include <torch/library.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <tuple>
+#include <vector>
+
+namespace pyg_tc {
+namespace {
+
+constexpr int kThreads = 256;
+
+inline unsigned blocks_for(int64_t n) { return (unsigned)((n + kThreads - 1) / kThreads + (n == 0)); }
+
+inline int bits_for(int64_t n) {  // bits of the largest key below n (at least 1)
+  int b = 1;
+  while (b < 31 && (int64_t(1) << b) < n) ++b;
+  return b;
+}
+
+at::Tensor temp_bytes(size_t n, const at::Tensor& like) {
+  return at::empty({(int64_t)std::max<size_t>(n, 1)}, like.options().dtype(at::kByte));
+}
+
+template <typename K, typename V>
+void sort_pairs(const K* kin, K* kout, const V* vin, V* vout, int64_t n, int end_bit, const at::Tensor& like,
+                cudaStream_t stream) {
+  size_t bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, kin, kout, vin, vout, (int)n, 0, end_bit, stream));
+  auto temp = temp_bytes(bytes, like);
+  C10_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(temp.data_ptr(), bytes, kin, kout, vin, vout, (int)n, 0, end_bit, stream));
+}
+
+void exclusive_sum(const int* in, int* out, int64_t n, const at::Tensor& like, cudaStream_t stream) {
+  size_t bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, (int)n, stream));
+  auto temp = temp_bytes(bytes, like);
+  C10_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data_ptr(), bytes, in, out, (int)n, stream));
+}
+
+__global__ void iota(int* __restrict__ out, int64_t n) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = (int)i;
+}
+
+// t_rowptr[v] = first position of key v in the sorted keys (E past the last);
+// t_col[i] = rows[t_perm[i]].
+__global__ void transpose_finish(const unsigned* __restrict__ keys, const int* __restrict__ perm,
+                                 const int* __restrict__ rows, int64_t E, int64_t C, int* __restrict__ t_rowptr,
+                                 int* __restrict__ t_col) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i > E) return;
+  const int64_t prev = i > 0 ? (int64_t)keys[i - 1] : -1;
+  const int64_t cur = i < E ? (int64_t)keys[i] : C;
+  for (int64_t v = prev + 1; v <= cur; ++v) t_rowptr[v] = (int)i;
+  if (i < E) t_col[i] = rows[perm[i]];
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cuda(const at::Tensor& col, const at::Tensor& rows,
+                                                                  int64_t num_cols) {
+  TORCH_CHECK(col.is_cuda() && rows.is_cuda() && col.scalar_type() == at::kInt && rows.scalar_type() == at::kInt &&
+                  col.dim() == 1 && col.sizes() == rows.sizes(),
+              "pyg_tc: csr_transpose needs int32 CUDA col and rows of one length");
+  c10::cuda::CUDAGuard guard(col.device());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t E = col.numel(), C = num_cols;
+  TORCH_CHECK(E < (1ll << 31) && C < (1ll << 31), "pyg_tc: csr_transpose supports fewer than 2^31 edges and nodes");
+  const auto c = col.contiguous(), r = rows.contiguous();
+  auto opts = c.options();
+  auto keys = at::empty({E}, opts);
+  auto ids = at::empty({E}, opts);
+  auto t_perm = at::empty({E}, opts);
+  auto t_rowptr = at::empty({C + 1}, opts);
+  auto t_col = at::empty({E}, opts);
+  if (E > 0) {
+    iota<<<blocks_for(E), kThreads, 0, stream>>>(ids.data_ptr<int>(), E);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    sort_pairs(reinterpret_cast<const unsigned*>(c.data_ptr<int>()), reinterpret_cast<unsigned*>(keys.data_ptr<int>()),
+               ids.data_ptr<int>(), t_perm.data_ptr<int>(), E, bits_for(C), c, stream);
+  }
+  transpose_finish<<<blocks_for(E + 1), kThreads, 0, stream>>>(reinterpret_cast<const unsigned*>(keys.data_ptr<int>()),
+                                                               t_perm.data_ptr<int>(), r.data_ptr<int>(), E, C,
+                                                               t_rowptr.data_ptr<int>(), t_col.data_ptr<int>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {t_rowptr, t_col, t_perm};
+}
+
+// Per row v < R: its unit count n (ceil(deg / chunk), at least 1), n again
+// when heavy (n > 1) else 0, and the heavy flag; entry R is 0 (the scans'
+// totals).
+__global__ void schedule_count(const int* __restrict__ rowptr, int64_t R, int chunk, int* __restrict__ n_units,
+                               int* __restrict__ n_slots, int* __restrict__ heavy) {
+  const int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (v > R) return;
+  int n = 0;
+  if (v < R) {
+    const int d = rowptr[v + 1] - rowptr[v];
+    n = d > chunk ? (d + chunk - 1) / chunk : 1;
+  }
+  n_units[v] = n;
+  n_slots[v] = n > 1 ? n : 0;
+  heavy[v] = n > 1;
+}
+
+__global__ void schedule_fill(const int* __restrict__ rowptr, int64_t R, int chunk, const int* __restrict__ uoff,
+                              const int* __restrict__ soff, const int* __restrict__ hidx, int4* __restrict__ units,
+                              unsigned* __restrict__ keys, int* __restrict__ ids, int* __restrict__ heavy_rows,
+                              int* __restrict__ heavy_ptr) {
+  const int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (v == 0) heavy_ptr[0] = 0;
+  if (v >= R) return;
+  const int n = uoff[v + 1] - uoff[v], end_row = rowptr[v + 1];
+  const bool is_heavy = n > 1;
+  for (int k = 0; k < n; ++k) {
+    const int u = uoff[v] + k;
+    const int start = rowptr[v] + k * chunk;
+    const int end = min(start + chunk, end_row);
+    units[u] = make_int4((int)v, start, end, is_heavy ? soff[v] + k : -1);
+    keys[u] = (unsigned)(chunk - (end - start));  // ascending key = longest first
+    ids[u] = u;
+  }
+  if (is_heavy) {
+    heavy_rows[hidx[v]] = (int)v;
+    heavy_ptr[hidx[v] + 1] = soff[v] + n;
+  }
+}
+
+__global__ void gather_units(const int4* __restrict__ in, const int* __restrict__ order, int64_t U,
+                             int4* __restrict__ out) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < U) out[i] = in[order[i]];
+}
+
+std::vector<at::Tensor> csr_schedules_cuda(at::TensorList rowptrs, int64_t chunk) {
+  TORCH_CHECK(chunk >= 1 && chunk < (1 << 30), "pyg_tc: csr_schedules: chunk must be positive");
+  const int64_t M = (int64_t)rowptrs.size();
+  std::vector<at::Tensor> out;
+  if (M == 0) return {at::empty({0}, at::TensorOptions().dtype(at::kLong))};
+  c10::cuda::CUDAGuard guard(rowptrs[0].device());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const auto opts = rowptrs[0].options().dtype(at::kInt);
+  std::vector<at::Tensor> rps, n_units, n_slots, heavy, uoff, soff, hidx;
+  auto sizes_dev = at::empty({3 * M}, opts);
+  for (int64_t m = 0; m < M; ++m) {
+    const auto& rp = rowptrs[m];
+    TORCH_CHECK(rp.is_cuda() && rp.scalar_type() == at::kInt && rp.dim() == 1 && rp.numel() >= 1,
+                "pyg_tc: csr_schedules needs int32 CUDA rowptrs");
+    rps.push_back(rp.contiguous());
+    const int64_t R = rp.numel() - 1;
+    for (auto* v : {&n_units, &n_slots, &heavy, &uoff, &soff, &hidx}) v->push_back(at::empty({R + 1}, opts));
+    schedule_count<<<blocks_for(R + 1), kThreads, 0, stream>>>(rps[m].data_ptr<int>(), R, (int)chunk,
+                                                               n_units[m].data_ptr<int>(), n_slots[m].data_ptr<int>(),
+                                                               heavy[m].data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    exclusive_sum(n_units[m].data_ptr<int>(), uoff[m].data_ptr<int>(), R + 1, rp, stream);
+    exclusive_sum(n_slots[m].data_ptr<int>(), soff[m].data_ptr<int>(), R + 1, rp, stream);
+    exclusive_sum(heavy[m].data_ptr<int>(), hidx[m].data_ptr<int>(), R + 1, rp, stream);
+    for (int j = 0; j < 3; ++j) {
+      const auto& src = j == 0 ? uoff[m] : j == 1 ? soff[m] : hidx[m];
+      C10_CUDA_CHECK(cudaMemcpyAsync(sizes_dev.data_ptr<int>() + 3 * m + j, src.data_ptr<int>() + R, sizeof(int),
+                                     cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  // The one synchronisation: units, slots and heavy rows of every schedule.
+  auto sizes = at::empty({3 * M}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  C10_CUDA_CHECK(cudaMemcpyAsync(sizes.data_ptr<int>(), sizes_dev.data_ptr<int>(), 3 * M * sizeof(int),
+                                 cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int* sz = sizes.data_ptr<int>();
+  auto slots = at::empty({M}, at::TensorOptions().dtype(at::kLong));
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t R = rps[m].numel() - 1, U = sz[3 * m], S = sz[3 * m + 1], H = sz[3 * m + 2];
+    auto tmp = at::empty({U, 4}, opts), units = at::empty({U, 4}, opts);
+    auto keys = at::empty({U}, opts), keys_out = at::empty({U}, opts);
+    auto ids = at::empty({U}, opts), order = at::empty({U}, opts);
+    auto heavy_rows = at::empty({H}, opts), heavy_ptr = at::empty({H + 1}, opts);
+    schedule_fill<<<blocks_for(R), kThreads, 0, stream>>>(
+        rps[m].data_ptr<int>(), R, (int)chunk, uoff[m].data_ptr<int>(), soff[m].data_ptr<int>(),
+        hidx[m].data_ptr<int>(), reinterpret_cast<int4*>(tmp.data_ptr<int>()),
+        reinterpret_cast<unsigned*>(keys.data_ptr<int>()), ids.data_ptr<int>(), heavy_rows.data_ptr<int>(),
+        heavy_ptr.data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (U > 0) {
+      sort_pairs(reinterpret_cast<const unsigned*>(keys.data_ptr<int>()),
+                 reinterpret_cast<unsigned*>(keys_out.data_ptr<int>()), ids.data_ptr<int>(), order.data_ptr<int>(), U,
+                 bits_for(chunk + 1), rps[m], stream);
+      gather_units<<<blocks_for(U), kThreads, 0, stream>>>(reinterpret_cast<const int4*>(tmp.data_ptr<int>()),
+                                                           order.data_ptr<int>(), U,
+                                                           reinterpret_cast<int4*>(units.data_ptr<int>()));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    out.push_back(units);
+    out.push_back(heavy_rows);
+    out.push_back(heavy_ptr);
+    slots.data_ptr<int64_t>()[m] = S;
+  }
+  out.push_back(slots);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_tc, CUDA, m) {
+  m.impl("csr_transpose", &csr_transpose_cuda);
+  m.impl("csr_schedules", &csr_schedules_cuda);
+}
+
+}  // namespace pyg_tc
