@@ -10,6 +10,16 @@ whenever its semantics need it, and pyg_tc's kernels otherwise:
   any message-passing hook (``register_{propagate,message,aggregate,
   message_and_aggregate}_forward[_pre]_hook``) and ``decomposed_layers > 1``:
   these act on PyG's per-edge messages, which the kernels never build;
+* a hook (forward, forward pre-, full backward) registered on a submodule
+  that PyG's forward calls and the kernel path does not
+  (:attr:`TCLayer._BYPASSED`: ``aggr_module`` in every layer, GAT's
+  ``lin_edge``), so the hook fires as in PyG (e.g.
+  ``torch_geometric.nn.summary(..., leaf_module=None)``). Global module
+  hooks (``torch.nn.modules.module.register_module_forward_hook``) do not
+  change the path: they are how whole-model tools (``ModuleTracker``,
+  ``FlopCounterMode``) observe a model as it runs, and sending every layer to
+  PyG's path would change what they observe; they fire for the layer and the
+  modules its kernel path calls (its Linears), not for ``aggr_module``;
 * an aggregation the kernels do not compute for this layer (an
   ``Aggregation`` module, a list of them, or a reduction outside
   :attr:`_TC_AGGRS`);
@@ -53,6 +63,7 @@ KERNEL_REDUCE = dispatch.REDUCE
 _HOOKS = tuple(f'_{what}_forward{pre}_hooks' for what in (
     'propagate', 'message', 'aggregate', 'message_and_aggregate', 'edge_update')
     for pre in ('_pre', ''))
+_MODULE_HOOKS = ('_forward_hooks', '_forward_pre_hooks', '_backward_hooks', '_backward_pre_hooks')
 
 
 def pyg_method(fn: Callable, name: str) -> Callable:
@@ -112,10 +123,57 @@ def autocast_input(x: Any) -> Any:
     return dispatch.autocast_features(x)
 
 
+def has_hooks(module: Optional[torch.nn.Module]) -> bool:
+    """Whether ``module`` has hooks of its own (forward, forward pre-, full
+    backward or backward pre-hooks; global module hooks are not counted).
+    A dictionary look-up per kind: this runs on every layer call."""
+    if module is None:
+        return False
+    state = module.__dict__
+    for hooks in _MODULE_HOOKS:
+        if state.get(hooks):
+            return True
+    return False
+
+
+def pyg_dtype(*dtypes: Optional[torch.dtype]) -> torch.dtype:
+    """The dtype PyG's arithmetic gives for operands of ``dtypes`` (None
+    skipped): torch's type promotion, e.g. half messages times fp32 edge
+    weights, or a half aggregation plus an fp32 bias, give float32."""
+    out = None
+    for dt in dtypes:
+        if dt is not None:
+            out = dt if out is None else torch.promote_types(out, dt)
+    assert out is not None
+    return out
+
+
+def softmax_dtype(t: Tensor) -> Optional[torch.dtype]:
+    """float32 inside ``torch.autocast('cuda')`` for a CUDA tensor ``t``
+    (PyG's edge softmax calls ``exp``, and GAT's scores ``sum``, which CUDA
+    autocast runs in fp32 whatever the operands), else None. CPU autocast
+    has no such policy for them."""
+    if t.is_cuda and torch.is_autocast_enabled('cuda'):
+        return torch.float32
+    return None
+
+
+def add_bias_as(out: Tensor, bias: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+    """PyG's ``out + bias`` where PyG's ``out`` is ``dtype`` and ours may
+    be half (the half aggregation): the result has PyG's dtype, with one
+    cast at most. A half ``out`` and an fp32 bias, the autocast case, give
+    fp32 in the addition itself (no separate cast)."""
+    if bias is None:
+        return out.to(dtype)
+    if torch.promote_types(out.dtype, bias.dtype) != torch.promote_types(dtype, bias.dtype):
+        out = out.to(dtype)
+    return out + bias
+
+
 def add_bias(out: Tensor, bias: Optional[Tensor]) -> Tensor:
-    """``out + bias``, in ``out``'s dtype when ``out`` is half and ``bias``
-    fp32 (under ``torch.autocast``: the layer's output stays half, as a
-    Linear's does, instead of being promoted to an fp32 ``N x F`` tensor)."""
+    """``out + bias`` as a Linear adds it: in ``out``'s dtype when ``out``
+    is half and ``bias`` fp32 (SAGE's ``lin_l`` applied before its
+    aggregation: under ``torch.autocast`` PyG's ``lin_l`` returns half)."""
     if bias is None:
         return out
     if out.dtype != bias.dtype and out.dtype in (torch.float16, torch.bfloat16):
@@ -181,6 +239,9 @@ class TCLayer:
     """
     #: aggregations the kernel path computes for this layer
     _TC_AGGRS: Tuple[str, ...] = tuple(KERNEL_REDUCE)
+    #: submodules PyG's forward calls and the kernel path does not: a hook
+    #: on one sends the call to PyG's path, so that it fires
+    _BYPASSED: Tuple[str, ...] = ('aggr_module',)
     #: the PyG class this layer replaces (set by ``pyg_layer``)
     _pyg_class: type
     # PyG compiles a per-class ``propagate`` on first instantiation and keeps
@@ -206,6 +267,10 @@ class TCLayer:
         for hooks in _HOOKS:
             if state.get(hooks):
                 return 'message-passing hooks'
+        modules = state['_modules']
+        for name in self._BYPASSED:
+            if has_hooks(modules.get(name)):
+                return f'hooks on {name}'
         if not isinstance(self.aggr, str) or self.aggr not in self._TC_AGGRS:
             return f'aggr={self.aggr!r}'
         if torch.compiler.is_compiling() and not self._format_ready(adj):

@@ -12,7 +12,7 @@ from torch_geometric.typing import Adj
 from ..formats.carrier import resolve
 from ..formats.csr import CSRGraph
 from ..ops import attn, dispatch
-from ._base import TCLayer, pyg_method
+from ._base import TCLayer, pyg_dtype, pyg_method, softmax_dtype
 from .conv import _loop_info, pyg_layer
 from .gat import _loop_key, format_ready, loop_graph, loops_from_edges, plain_edge_index
 
@@ -117,6 +117,9 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
     def _tc_forward(self, x: Tensor, edge_index: Adj) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 2 or self._pyg_reason(edge_index):
             return self._run_pyg(x, edge_index)
+        # PyG's dtype: messages x_j times attention weights computed with beta
+        # (in fp32 under CUDA autocast); ours are aggregated in x's dtype
+        dtype = pyg_dtype(x.dtype, self.beta.dtype, softmax_dtype(x))
         x = dispatch.autocast_features(x)  # under autocast: the attention runs in half
         N = x.size(0)
         xn = _unit_rows(x)
@@ -132,7 +135,7 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
             out, _ = attn.gat_attention(gl, x.unsqueeze(1), score=score.unsqueeze(1),
                                         negative_slope=1.0,
                                         backend='reference' if self.backend == 'reference' else 'csr')
-            out = out.squeeze(1)
+            out = out.squeeze(1).to(dtype)
             if self.aggr == 'mean':  # PyG's mean over the row's messages, loop included
                 out = out / gl.degree().clamp(min=1).to(out.dtype).unsqueeze(1)
             return out
@@ -149,4 +152,4 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
             inv = 1.0 / cnt.clamp(min=1)
             alpha = alpha * g.per_edge(inv)
             alpha_loop = alpha_loop * inv if alpha_loop is not None else None
-        return self._aggregate(g, x, alpha, 'sum', alpha_loop)
+        return self._aggregate(g, x, alpha, 'sum', alpha_loop).to(dtype)

@@ -24,7 +24,8 @@ from ..formats.carrier import SparseTensor, csr_order, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
 from ..ops import sddmm_graph, spmm_graph
-from ._base import KERNEL_REDUCE, TCLayer, add_bias, autocast_input, dense, pyg_method
+from ._base import (KERNEL_REDUCE, TCLayer, add_bias, add_bias_as, autocast_input, dense, has_hooks,
+                    pyg_dtype, pyg_method)
 
 BACKEND_DOC = """\
         backend (str, optional): pyg_tc's implementation of the sparse
@@ -67,11 +68,31 @@ def _is_sparse(adj: Any) -> bool:
         isinstance(adj, Tensor) and adj.layout != torch.strided)
 
 
+def _sparse_value_dtype(adj: Any) -> Optional[torch.dtype]:
+    """The dtype of a sparse adjacency's values (None: a ``SparseTensor``
+    without values)."""
+    if isinstance(adj, Tensor):
+        return adj.dtype
+    value = adj.storage.value()
+    return None if value is None else value.dtype
+
+
+def _dtype(t: Any) -> torch.dtype:
+    return t.values.dtype if isinstance(t, CBSR) else t.dtype
+
+
+def _floating(x: Any) -> bool:
+    """Whether every feature tensor of ``x`` (a tensor, CBSR or a pair) is
+    floating point."""
+    if isinstance(x, (tuple, list)):
+        return all(v is None or _floating(v) for v in x)
+    return isinstance(x, CBSR) or x.is_floating_point()
+
+
 def _acc(t: Any) -> torch.dtype:
     """Dtype of edge values and normalisation for features ``t``: float64 for
     float64, float32 otherwise (half features keep fp32 edge values)."""
-    dt = t.values.dtype if isinstance(t, CBSR) else t.dtype
-    return torch.float64 if dt == torch.float64 else torch.float32
+    return torch.float64 if _dtype(t) == torch.float64 else torch.float32
 
 
 def _count(idx: Tensor, n: int, dtype: torch.dtype) -> Tensor:
@@ -258,7 +279,22 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
             out = self.lin(self._aggregate(g, x, value, reduce, diag))
         else:
             out = self._aggregate(g, self.lin(x), value, reduce, diag, t_value)
-        return add_bias(out, self.bias)
+        # PyG's dtype: its messages are the Linear's output times the edge
+        # weights (fp32 under autocast), plus the bias; ours are half
+        return add_bias_as(out, self.bias, pyg_dtype(out.dtype, self._weight_dtype(
+            _dtype(x), edge_index, edge_weight)))
+
+    def _weight_dtype(self, x_dtype: torch.dtype, adj: Any,
+                      edge_weight: Optional[Tensor]) -> Optional[torch.dtype]:
+        """The dtype of PyG's edge weights for this call (None: unweighted
+        messages): ``gcn_norm`` computes them in the input's dtype unless
+        edge weights or a sparse adjacency's values bring their own."""
+        if _is_sparse(adj):
+            value = _sparse_value_dtype(adj)
+            return x_dtype if value is None and self.normalize else value
+        if edge_weight is not None:
+            return edge_weight.dtype
+        return x_dtype if self.normalize else None
 
     def _normalized(self, adj: Any, edge_weight: Optional[Tensor], N: int,
                     dtype: torch.dtype) -> GCNNorm:
@@ -344,7 +380,8 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
         lin_l = self.lin_l
         if isinstance(src, CBSR):  # MaxK features: the SpGEMM kernel
             out = lin_l(self._aggregate(g, src, value, reduce))
-        elif reduce != 'max' and lin_l.out_channels < lin_l.in_channels:
+        elif reduce != 'max' and lin_l.out_channels < lin_l.in_channels and not has_hooks(lin_l):
+            # (a hook on lin_l sees what PyG's sees: lin_l after the aggregation)
             out = add_bias(self._aggregate(g, F.linear(src, lin_l.weight), value, reduce), lin_l.bias)
         else:
             out = lin_l(self._aggregate(g, src, value, reduce))
@@ -370,12 +407,18 @@ class GINConv(_PairLayer, pyg_nn.GINConv):
     @torch.jit.unused
     def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
                     size: Size = None) -> Tensor:
-        if self._pyg_reason(edge_index):
-            return self._run_pyg(x, edge_index, size)
+        if self._pyg_reason(edge_index) or not _floating(x):
+            return self._run_pyg(x, edge_index, size)  # (integer features: PyG promotes them)
         src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
         cbsr = isinstance(src, CBSR)
         agg = self._aggregate
-        if x_r is src and reduce != 'max' and not (cbsr and reduce == 'mean'):
+        # PyG adds (1 + eps) * x_r to the aggregation, which promotes features
+        # of a lower precision than eps (half x, fp32 model) before nn. Under
+        # autocast the half aggregation is kept for nn (whose first Linear
+        # casts to half anyway).
+        promotes = torch.promote_types(_dtype(src), self.eps.dtype) != _dtype(src) and not \
+            torch.is_autocast_enabled(g.device.type)
+        if x_r is src and reduce != 'max' and not (cbsr and reduce == 'mean') and not promotes:
             out = agg(g, src, value, reduce, diag=1 + self.eps)
         else:
             out = agg(g, src, value, reduce)

