@@ -126,7 +126,7 @@ def sampler_records(name, data, seeds, a):
     if tgt.WITH_PYG_LIB:
         from torch_geometric.loader import NeighborLoader
         bare = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
-        for w in [w for w in (1, 2, 4, 8, 16, 32) if w <= a.max_workers]:
+        for w in a.workers:
             loader = NeighborLoader(bare, fan, input_nodes=seeds, batch_size=B, shuffle=True, num_workers=w,
                                     persistent_workers=True)
             n = min(len(loader), a.batches * 4)
@@ -254,11 +254,13 @@ def main(argv=None):
     p.add_argument('--split-batches', type=int, default=20)
     p.add_argument('--epochs', type=int, default=1, help='timed epochs (after one warm-up epoch)')
     p.add_argument('--max-batches', type=int, default=None, help='cap the batches of an epoch')
-    p.add_argument('--max-workers', type=int, default=os.cpu_count() or 1)
+    p.add_argument('--workers', default=','.join(str(w) for w in (1, 2, 4, 8, 16, 32) if w <= (os.cpu_count() or 1)),
+                   help="PyG loader worker counts to try (default: powers of two up to the machine's cores)")
     p.add_argument('--parts', default='sampler,epoch')
     a = p.parse_args(argv)
     a.fanout = [int(k) for k in a.fanout.split(',')]
     a.models = a.models.split(',')
+    a.workers = [int(w) for w in a.workers.split(',')]
     parts = a.parts.split(',')
     if DEV.type != 'cuda':
         log('[sampling] no CUDA GPU: a dry run of the code on the CPU (the times mean nothing)')
@@ -299,7 +301,7 @@ def main(argv=None):
             state['best'] = best[0] if best else 0
 
         def epochs():
-            yield from epoch_records(name, state['data'], state['seeds'], a, state.get('best', min(8, a.max_workers)))
+            yield from epoch_records(name, state['data'], state['seeds'], a, state.get('best', max(a.workers)))
         items = [('graph', name, load)]
         if 'sampler' in parts:
             items.append(('sampler', name, samplers))
