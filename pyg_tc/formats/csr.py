@@ -236,6 +236,15 @@ def _rowptr_from_sorted(rows_sorted: Tensor, R: int) -> Tensor:
     return torch.searchsorted(rows_sorted.to(torch.int32), bounds, out_int32=True)
 
 
+def transpose(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(t_rowptr, t_col, t_perm)`` of a CSR (see :func:`transpose_torch`):
+    the ``csr_transpose`` op on CUDA with the kernels loaded (one radix sort
+    and one kernel), else :func:`transpose_torch`."""
+    if col.is_cuda and _library.use_kernel(col):
+        return _library.op('csr_transpose')(col, rows.to(torch.int32), num_cols)
+    return transpose_torch(col, rows, num_cols)
+
+
 def transpose_torch(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, Tensor, Tensor]:
     """``(t_rowptr, t_col, t_perm)`` of a CSR given the source (``col``) and
     the target (``rows``) of every position: the sources sorted stably
@@ -347,10 +356,7 @@ class CSRGraph:
             chunk = auto_chunk(col.numel(), R)
         if rows is None:
             rows = csr_rows(rowptr, col.numel())
-        if col.is_cuda and _library.use_kernel(col):
-            t_rowptr, t_col, t_perm = _library.op('csr_transpose')(col, rows.to(torch.int32), C)
-        else:
-            t_rowptr, t_col, t_perm = transpose_torch(col, rows, C)
+        t_rowptr, t_col, t_perm = transpose(col, rows, C)
         del rows
         sched, t_sched = build_schedules([rowptr, t_rowptr], chunk, [max_degree, None])
         return cls(rowptr, col, perm, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
