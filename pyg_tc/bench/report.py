@@ -70,9 +70,45 @@ def environment(device=None, **extra) -> dict:
     import pyg_tc
     dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
     return dict(device=dev.type, gpu=torch.cuda.get_device_name(dev) if dev.type == 'cuda' else None,
-                torch=torch.__version__, torch_cuda=torch.version.cuda, torch_geometric=torch_geometric.__version__,
-                pyg_tc_version=pyg_tc.__version__, python=platform.python_version(), host=platform.node(),
-                started=now(), **extra)
+                driver=_driver() if dev.type == 'cuda' else None, torch=torch.__version__,
+                torch_cuda=torch.version.cuda, torch_geometric=torch_geometric.__version__,
+                pyg_tc_version=pyg_tc.__version__, commit=_commit(), python=platform.python_version(),
+                host=platform.node(), started=now(), **extra)
+
+
+def _run(cmd: List[str], cwd: Optional[str] = None) -> Optional[str]:
+    import subprocess
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _driver() -> Optional[str]:
+    """The NVIDIA driver's version (``nvidia-smi``; torch does not report it)."""
+    v = _run(['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'])
+    return v.splitlines()[0].strip() if v else None
+
+
+def _commit() -> Optional[str]:
+    """The checkout's commit (``-dirty`` with uncommitted changes), None outside a git checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    head = _run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=root)
+    if head is None:
+        return None
+    return head + ('-dirty' if _run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=root) else '')
+
+
+def run_block(env: dict) -> List[str]:
+    """The table that opens a results page: where and when it was measured."""
+    def v(key):
+        return env.get(key) or 'not recorded'
+    gpu = env.get('gpu') or ('CPU (no GPU)' if env.get('device') == 'cpu' else None)
+    cuda = f"{env['torch_cuda']} (torch's build)" if env.get('torch_cuda') else 'none'
+    return ['| run | |', '|---|---|', f'| GPU | {gpu or "not recorded"} |', f"| driver | {v('driver')} |",
+            f"| torch | {v('torch')} |", f'| CUDA | {cuda} |', f"| date | {v('started')} |",
+            f"| commit | {v('commit')} |", '']
 
 
 def jsonable(v):
@@ -426,7 +462,8 @@ class Reporter:
     def render(self) -> str:
         """The markdown report of the records so far."""
         skipped = dict.fromkeys((k[:-8], v) for r in self.records for k, v in r.items() if k.endswith('_skipped'))
-        s = [f'# {self.title}\n'] + (self.header(self.env, self.records) if self.header else []) + [
+        env = next((r for r in self.records if r.get('kind') == 'env'), None) or self.env
+        s = [f'# {self.title}\n'] + run_block(env) + (self.header(self.env, self.records) if self.header else []) + [
             f'- {n}' for n in self.notes] + [f'- skipped: {i} ({why})' for i, why in skipped]
         s[-1] += '\n'
         for sec in self.sections:
