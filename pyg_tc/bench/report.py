@@ -100,6 +100,17 @@ def _commit() -> Optional[str]:
     return head + ('-dirty' if _run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=root) else '')
 
 
+def _date(started: Optional[str]) -> str:
+    """``'2026-11-26 09:39 UTC'`` of an ISO time (``now()``)."""
+    if not started:
+        return 'not recorded'
+    try:
+        t = datetime.datetime.fromisoformat(started).astimezone(datetime.timezone.utc)
+    except ValueError:
+        return started
+    return t.strftime('%Y-%m-%d %H:%M UTC')
+
+
 def run_block(env: dict) -> List[str]:
     """The table that opens a results page: where and when it was measured."""
     def v(key):
@@ -107,7 +118,7 @@ def run_block(env: dict) -> List[str]:
     gpu = env.get('gpu') or ('CPU (no GPU)' if env.get('device') == 'cpu' else None)
     cuda = f"{env['torch_cuda']} (torch's build)" if env.get('torch_cuda') else 'none'
     return ['| run | |', '|---|---|', f'| GPU | {gpu or "not recorded"} |', f"| driver | {v('driver')} |",
-            f"| torch | {v('torch')} |", f'| CUDA | {cuda} |', f"| date | {v('started')} |",
+            f"| torch | {v('torch')} |", f'| CUDA | {cuda} |', f'| date | {_date(env.get("started"))} |',
             f"| commit | {v('commit')} |", '']
 
 
