@@ -321,7 +321,7 @@ class Config:
     budget_s: Optional[float] = None
     quick: bool = False
     device: Optional[str] = None  # None: the GPU when there is one
-    #: on the reference path: repeat each timing until the 95% CI of its median
+    #: On the reference path each timing repeats until the 95% CI of its median
     #: is within +-target_ci, for at most max_total_s seconds (else: noisy)
     target_ci: float = 0.05
     max_total_s: float = 2.0

@@ -83,7 +83,7 @@ def kernel_time_note(device) -> str:
 
 # -- timing ----------------------------------------------------------------------
 
-#: the 95% two-sided normal quantile, for :func:`median_ci`
+#: the 95% two-sided normal quantile, for ``median_ci``
 Z95 = 1.96
 #: the most repetitions :func:`bench` adds while it waits for a stable median
 MAX_REPS = 5000
@@ -109,7 +109,7 @@ class Timing:
     min_ms: float
     max_ms: float
     reps: int
-    #: with a stability target (:func:`bench`'s ``target``): :func:`median_ci`,
+    #: with a stability target (:func:`bench`'s ``target``): ``median_ci``,
     #: and whether it stayed above the target (the median is noisy)
     ci: Optional[float] = None
     noisy: Optional[bool] = None
@@ -132,7 +132,7 @@ class Timing:
     @classmethod
     def of(cls, times: Sequence[float], target: Optional[float] = None) -> 'Timing':
         """The Timing of a list of times in ms; with ``target``, its
-        :func:`median_ci` and whether that is above ``target``."""
+        ``median_ci`` and whether that is above ``target``."""
         ci = median_ci(times) if target is not None else None
         return cls(statistics.median(times), min(times), max(times), len(times), ci,
                    None if ci is None else ci > target)
@@ -176,9 +176,9 @@ def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None
     with a device sync after every call.
 
     ``target``: repeat until the median is stable, that is until its 95%
-    confidence interval (:func:`median_ci`) is within ``+-target`` of it,
+    confidence interval (``median_ci``) is within ``+-target`` of it,
     doubling the repetitions each round (at least 10 in all), for at most
-    ``max_total_s`` seconds (warm-up included) and :data:`MAX_REPS`
+    ``max_total_s`` seconds (warm-up included) and ``MAX_REPS``
     repetitions; the Timing then says the interval and whether the median
     stayed noisy."""
     sync = torch.cuda.synchronize if is_cuda(device) else (lambda: None)

@@ -210,7 +210,8 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
                          **self._loader_kwargs(kwargs, neighbor_sampler.device))
 
     def filter_fn(self, out: SamplerOutput) -> Any:
-        """PyG's ``filter_fn`` with the batch made by :meth:`_filter_data`."""
+        """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
+        device and its CSR attached to ``edge_index``."""
         if self.transform_sampler_output:
             out = self.transform_sampler_output(out)
         data = self._filter_data(out) if isinstance(out, SamplerOutput) else None
@@ -266,7 +267,8 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
                          neighbor_sampler=neighbor_sampler, **self._loader_kwargs(kwargs, neighbor_sampler.device))
 
     def filter_fn(self, out: SamplerOutput) -> Any:
-        """PyG's ``filter_fn`` with the batch made by :meth:`_filter_data`."""
+        """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
+        device and its CSR attached to ``edge_index``."""
         if self.transform_sampler_output:
             out = self.transform_sampler_output(out)
         data = self._filter_data(out) if isinstance(out, SamplerOutput) else None

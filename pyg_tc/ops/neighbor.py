@@ -18,7 +18,7 @@ this module's reference is the CPU implementation and the test oracle):
   with ``replace=True``, ``k`` independent uniform draws in draw order (none
   when ``d = 0``).
 * Randomness: draw ``i`` of the target at position ``r`` of hop ``h`` uses
-  Philox 4x32-10 (:mod:`pyg_tc._philox`) of counter ``(r, h, i, 0)`` under the
+  Philox 4x32-10 (``pyg_tc._philox``) of counter ``(r, h, i, 0)`` under the
   64-bit key ``seed``; its first two words make a 53-bit uniform ``u`` in
   ``[0, 1)`` and the integer ``min(floor(u * n), n - 1)`` in ``[0, n)``. A
   batch is a pure function of (graph, seeds, fan-outs, replace, seed).
@@ -96,7 +96,7 @@ def hop_positions(deg: Tensor, k: int, replace: bool, seed: int, hop: int
 
 def neighbor_sample_reference(colptr: Tensor, row: Tensor, seeds: Tensor, fanouts: List[int],
                               replace: bool, seed: int):
-    """The CPU implementation of :data:`neighbor_sample` (see the module doc)."""
+    """The CPU implementation of the ``neighbor_sample`` op (see the module doc)."""
     dev = seeds.device
     colptr, row, seeds = colptr.cpu().long(), row.cpu().long(), seeds.cpu().long()
     N, B = colptr.numel() - 1, seeds.numel()
