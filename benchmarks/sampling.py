@@ -251,6 +251,21 @@ def uva_records(name, data, seeds, a):
     yield rec
 
 
+def _sampler_rows(records):
+    """Sampler records; pyg_tc's rows with their speed-up over pyg-lib in one
+    process and over pyg-lib's loader at its best worker count (same graph)."""
+    rows = [dict(r) for r in records if r.get('kind') == 'sampler']
+    for r in rows:
+        if r['sampler'] != 'pyg_tc GPU':
+            continue
+        same = [o for o in rows if o['graph'] == r['graph']]
+        single = [o['ms'] for o in same if o['sampler'] == 'pyg-lib, 1 process']
+        best = [o['ms'] for o in same if o.get('workers')]
+        r['x_single'] = single[0] / r['ms'] if single else None
+        r['x_best'] = min(best) / r['ms'] if best else None
+    return rows
+
+
 def _epoch_rows(records):
     """Epoch records with the plot's keys: the case (graph, model) and the run (layers + loader)."""
     return [dict(r, case=f"{r['graph']} {r['model']}", run=f"{r['layers']} layers, {r['loader']}")
@@ -310,11 +325,13 @@ def main(argv=None):
     rep = Reporter(a.out, 'sampling.jsonl', 'sampling.md', 'GPU neighbour sampling and the mini-batch epoch',
                    env=environment(DEV, fanout=a.fanout, batch_size=a.batch_size), env_mode='first',
                    tag='sampling', sections=[
-                       Table('## Sampling, per batch', 'sampler', [
+                       Table('## Sampling, per batch', _sampler_rows, [
                            Col('graph', 'graph'), Col('sampler', 'sampler'), Col('ms / batch', 'ms', '.2f'),
                            Col('op only ms', 'ms_op', '.2f'), Col('edges / batch', 'edges', ',.0f'),
                            Col('M edges / s', lambda r: r['edges_per_s'] / 1e6, '.2f'),
-                           Col('graph MB', 'graph_mb', '.0f'), Col('workspace MB', 'workspace_mb', '.0f')]),
+                           Col('graph MB', 'graph_mb', '.0f'), Col('workspace MB', 'workspace_mb', '.0f'),
+                           Col('x pyg-lib, 1 process', 'x_single', '.1f', bold=True),
+                           Col('x pyg-lib, best loader', 'x_best', '.1f', bold=True)]),
                        Table('## Epoch', 'epoch', [
                            Col('graph', 'graph'), Col('model', 'model'), Col('layers', 'layers'),
                            Col('loader', 'loader'), Col('workers', 'workers'), Col('batches', 'batches'),
