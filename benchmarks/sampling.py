@@ -32,9 +32,9 @@ import os
 import time
 
 import torch
-import torch.nn.functional as Fn
 
 from pyg_tc.bench.graphs import load_graph
+from pyg_tc.bench.minibatch import Net, train_step as step
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
@@ -139,29 +139,6 @@ def sampler_records(name, data, seeds, a):
             del itl, loader
             yield dict(base, sampler=f'pyg-lib loader, {w} workers', workers=w, ms=ms, edges=edges,
                        edges_per_s=edges / ms * 1e3)
-
-
-class Net(torch.nn.Module):
-    def __init__(self, lib, kind, dims):
-        super().__init__()
-        make = {'sage': lambda i, o: lib.SAGEConv(i, o), 'gcn': lambda i, o: lib.GCNConv(i, o),
-                'gat': lambda i, o: lib.GATConv(i, o, heads=1)}[kind]
-        self.convs = torch.nn.ModuleList(make(i, o) for i, o in zip(dims[:-1], dims[1:]))
-
-    def forward(self, x, edge_index):
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = x.relu()
-        return x
-
-
-def step(model, opt, b):
-    opt.zero_grad()
-    loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
-    loss.backward()
-    opt.step()
-    return loss
 
 
 def epoch_records(name, data, seeds, a, best_workers):

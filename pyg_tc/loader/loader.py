@@ -163,6 +163,32 @@ class _GPULoader:
         batch.num_sampled_edges = out.num_sampled_edges
         return batch
 
+    def _use_sampler(self, sampler: Optional[NeighborSampler], data: Any, num_neighbors: List[int],
+                     **kwargs: Any) -> NeighborSampler:
+        """The given sampler, or a :class:`NeighborSampler` of ``data`` built
+        with the loader's sampling arguments."""
+        if sampler is None:
+            sampler = NeighborSampler(data, num_neighbors, **kwargs)
+        self._sampler = sampler
+        return sampler
+
+    def _filter(self, out: Any, pyg_filter: Any):
+        """``(out, batch)``: the sampler output after ``transform_sampler_output``
+        and the batch made from it (:meth:`_filter_data`, its loader-specific
+        fields still to add); or ``(None, PyG's finished batch)`` where PyG's
+        own ``filter_fn`` must make it (a hook-transformed or heterogeneous
+        output: PyG applies the loader's ``transform`` then)."""
+        if self.transform_sampler_output:
+            out = self.transform_sampler_output(out)
+        data = self._filter_data(out) if isinstance(out, SamplerOutput) else None
+        if data is not None:
+            return out, data
+        keep, self.transform_sampler_output = self.transform_sampler_output, None
+        try:
+            return None, pyg_filter(self, out)
+        finally:
+            self.transform_sampler_output = keep
+
     def _get_iterator(self) -> Iterator:
         it = DataLoaderIterator(torch.utils.data.DataLoader._get_iterator(self), self.filter_fn)
         if self._sampler.device.type == 'cuda':
@@ -197,12 +223,10 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
                  is_sorted: bool = False, filter_per_worker: Optional[bool] = None,
                  neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True,
                  device: Optional[Any] = None, graph_memory: str = 'auto', **kwargs):
-        if neighbor_sampler is None:
-            neighbor_sampler = NeighborSampler(
-                data, num_neighbors, subgraph_type=subgraph_type, replace=replace, disjoint=disjoint,
-                temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
-                is_sorted=is_sorted, directed=directed, device=device, graph_memory=graph_memory)
-        self._sampler = neighbor_sampler
+        neighbor_sampler = self._use_sampler(neighbor_sampler, data, num_neighbors, subgraph_type=subgraph_type,
+                                             replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
+                                             time_attr=time_attr, weight_attr=weight_attr, is_sorted=is_sorted,
+                                             directed=directed, device=device, graph_memory=graph_memory)
         _check_input(input_nodes)
         super().__init__(data, num_neighbors, input_nodes=input_nodes, input_time=input_time,
                          transform=transform, transform_sampler_output=transform_sampler_output,
@@ -212,15 +236,9 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
         device and its CSR attached to ``edge_index``."""
-        if self.transform_sampler_output:
-            out = self.transform_sampler_output(out)
-        data = self._filter_data(out) if isinstance(out, SamplerOutput) else None
-        if data is None:
-            keep, self.transform_sampler_output = self.transform_sampler_output, None
-            try:
-                return PyGNeighborLoader.filter_fn(self, out)
-            finally:
-                self.transform_sampler_output = keep
+        out, data = self._filter(out, PyGNeighborLoader.filter_fn)
+        if not isinstance(data, Data) or out is None:
+            return data
         data.input_id = out.metadata[0]
         data.seed_time = out.metadata[1]
         data.batch_size = out.metadata[0].size(0)
@@ -252,12 +270,10 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
                  transform_sampler_output: Any = None, is_sorted: bool = False,
                  filter_per_worker: Optional[bool] = None, neighbor_sampler: Optional[NeighborSampler] = None,
                  directed: bool = True, device: Optional[Any] = None, graph_memory: str = 'auto', **kwargs):
-        if neighbor_sampler is None:
-            neighbor_sampler = NeighborSampler(
-                data, num_neighbors, subgraph_type=subgraph_type, replace=replace, disjoint=disjoint,
-                temporal_strategy=temporal_strategy, time_attr=time_attr, weight_attr=weight_attr,
-                is_sorted=is_sorted, directed=directed, device=device, graph_memory=graph_memory)
-        self._sampler = neighbor_sampler
+        neighbor_sampler = self._use_sampler(neighbor_sampler, data, num_neighbors, subgraph_type=subgraph_type,
+                                             replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
+                                             time_attr=time_attr, weight_attr=weight_attr, is_sorted=is_sorted,
+                                             directed=directed, device=device, graph_memory=graph_memory)
         if isinstance(edge_label_index, Tensor):
             _check_input(edge_label_index, 'edge_label_index', dim=1)
         super().__init__(data, num_neighbors, edge_label_index=edge_label_index, edge_label=edge_label,
@@ -269,15 +285,9 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
         device and its CSR attached to ``edge_index``."""
-        if self.transform_sampler_output:
-            out = self.transform_sampler_output(out)
-        data = self._filter_data(out) if isinstance(out, SamplerOutput) else None
-        if data is None:
-            keep, self.transform_sampler_output = self.transform_sampler_output, None
-            try:
-                return PyGLinkNeighborLoader.filter_fn(self, out)
-            finally:
-                self.transform_sampler_output = keep
+        out, data = self._filter(out, PyGLinkNeighborLoader.filter_fn)
+        if not isinstance(data, Data) or out is None:
+            return data
         data.input_id = out.metadata[0]
         if self.neg_sampling is None or self.neg_sampling.is_binary():
             data.edge_label_index = out.metadata[1]

@@ -1,0 +1,30 @@
+"""benchmarks/sampling.py end to end on the CPU (a dry run of its code on a
+tiny graph: the times mean nothing there), and its render-only mode."""
+import importlib.util
+import json
+
+from ..conftest import REPO_ROOT
+
+
+def _suite():
+    spec = importlib.util.spec_from_file_location('sampling_suite', REPO_ROOT / 'benchmarks' / 'sampling.py')
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sampling_suite_runs_and_renders(tmp_path):
+    suite = _suite()
+    out = tmp_path / 'out'
+    suite.main(['--out', str(out), '--graphs', 'tiny', '--batches', '2', '--workers', '1', '--split-batches', '1',
+                '--fanout', '3,2', '--batch-size', '64', '--hidden', '8', '--models', 'sage', '--max-batches', '2'])
+    recs = [json.loads(line) for line in (out / 'sampling.jsonl').read_text().splitlines()]
+    ours = [r for r in recs if r.get('sampler') == 'pyg_tc GPU']
+    assert len(ours) == 1 and ours[0]['edges'] > 0 and ours[0]['ms'] > 0
+    epoch = [r for r in recs if r.get('kind') == 'epoch' and r['loader'] == 'pyg_tc GPU loader']
+    assert len(epoch) == 1 and epoch[0]['batches'] == 2 and epoch[0]['step_ms'] > 0
+    md = (out / 'sampling.md').read_text()
+    assert md.startswith('# ') and '| run | |' in md and '## Epoch' in md
+    again = tmp_path / 'again'
+    suite.main(['--out', str(again), '--render', str(out / 'sampling.jsonl')])
+    assert (again / 'sampling.md').read_text() == md
