@@ -60,7 +60,7 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
             PyG downloads missing files there and writes ``processed/`` beside ``raw/``, so it must
             be writable. If :obj:`None`, returns :func:`synthetic` data of the same shape.
             (default: :obj:`None`)
-        transform (callable, optional): Applied to every graph on access, as a PyG dataset's
+        transform (typing.Callable, optional): Applied to every graph on access, as a PyG dataset's
             ``transform``. (default: :obj:`None`)
 
     Returns:
@@ -101,7 +101,7 @@ class SyntheticDataset(InMemoryDataset):
         name (str): One of :data:`NAMES`.
         seed (int, optional): The random seed; the same seed gives the same data.
             (default: :obj:`0`)
-        transform (callable, optional): Applied to every graph on access. (default: :obj:`None`)
+        transform (typing.Callable, optional): Applied to every graph on access. (default: :obj:`None`)
     """
 
     def __init__(self, name: str, seed: int = 0, transform: Optional[Callable] = None):
@@ -121,7 +121,7 @@ def synthetic(name: str, seed: int = 0, transform: Optional[Callable] = None) ->
     Args:
         name (str): One of :data:`NAMES`.
         seed (int, optional): The random seed. (default: :obj:`0`)
-        transform (callable, optional): Applied to every graph on access. (default: :obj:`None`)
+        transform (typing.Callable, optional): Applied to every graph on access. (default: :obj:`None`)
 
     Returns:
         SyntheticDataset: One graph (``'Cora'``, ``'Tolokers'``) or many (``'PROTEINS_full'``:
