@@ -9,7 +9,8 @@
 * ``make_graph(kind, device)``: small deterministic graphs of every shape the
   kernels treat specially;
 * independent pure-torch oracles for SpMM and SDDMM;
-* ``cora``: the real Planetoid Cora graph from the shared dataset folder.
+* ``cora``: the real Planetoid Cora graph from ``$PYG_TC_DATA`` (the folder of the real
+  datasets); tests that need real data skip, saying so, without it.
 """
 from __future__ import annotations
 
@@ -273,28 +274,49 @@ def sddmm_oracle(a: torch.Tensor, b: torch.Tensor, edge_index: torch.Tensor,
 # ---------------------------------------------------------------------------
 # real data
 
-def shared_dir() -> Path:
-    env = os.environ.get('PYG_TC_SHARED')
-    return Path(env) if env else REPO_ROOT.parent / 'shared'
+#: the environment variable naming the real datasets' folder
+DATA_ENV = 'PYG_TC_DATA'
+NO_DATA = (f'needs the real datasets: set {DATA_ENV} to their folder '
+           '(laid out as planetoid/Cora, tu/PROTEINS_full, heterophilous/tolokers, ...)')
+
+
+def data_dir() -> Optional[Path]:
+    """``$PYG_TC_DATA``, the folder of the real datasets, or ``None`` when it is not set."""
+    env = os.environ.get(DATA_ENV)
+    return Path(env) if env else None
+
+
+def real_data(rel: str) -> Path:
+    """``$PYG_TC_DATA/rel``; skips the calling test, saying why, when it is not there."""
+    root = data_dir()
+    if root is None:
+        pytest.skip(NO_DATA)
+    src = root / rel
+    if not src.is_dir():
+        pytest.skip(f'{rel} not found in {DATA_ENV}={root}')
+    return src
+
+
+def writable_copy(tmp_path_factory, rel: str) -> Path:
+    """A fresh folder holding a writable copy of ``$PYG_TC_DATA/rel`` under its last name
+    (PyG writes ``processed/`` next to ``raw/``; the data folder may be read-only and stays
+    untouched). Skips the calling test when the data is not there."""
+    src = real_data(rel)
+    root = tmp_path_factory.mktemp(src.name)
+    shutil.copytree(src, root / src.name, ignore=shutil.ignore_patterns('processed'))
+    for p in [root / src.name, *(root / src.name).rglob('*')]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return root
 
 
 @pytest.fixture(scope='session')
 def planetoid_root(tmp_path_factory) -> Path:
-    """A private copy of ``shared/datasets/planetoid`` (PyG writes
-    ``processed/`` next to ``raw/``; the shared folder stays untouched)."""
-    src = shared_dir() / 'datasets' / 'planetoid'
-    if not (src / 'Cora' / 'raw').is_dir():
-        pytest.skip(f'shared Planetoid data not found at {src}')
-    dst = tmp_path_factory.mktemp('planetoid')
-    shutil.copytree(src / 'Cora', dst / 'Cora')
-    for p in (dst / 'Cora').rglob('*'):  # the shared copy is read-only
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    (dst / 'Cora').chmod(0o755)
-    return dst
+    """A private copy of ``$PYG_TC_DATA/planetoid/Cora`` (skips without it)."""
+    return writable_copy(tmp_path_factory, 'planetoid/Cora')
 
 
 @pytest.fixture(scope='session')
 def cora(planetoid_root):
-    """The Cora ``Data`` object (2,708 nodes, 10,556 edges, 1,433 features)."""
+    """The real Cora ``Data`` object (2,708 nodes, 10,556 edges, 1,433 features)."""
     from torch_geometric.datasets import Planetoid
     return Planetoid(str(planetoid_root), 'Cora')[0]

@@ -37,6 +37,11 @@ NeighborLoader needs a sampler backend, ``pyg-lib`` or ``torch_sparse``. Without
 ``--no-sampler``) the script says so and falls back to full 2-hop subgraphs of each seed batch
 (``k_hop_subgraph``, no sampling: bigger batches, same seeds-first layout), labelled so in the
 table.
+
+Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora lives, as
+``DIR/planetoid/Cora`` (PyG downloads it there if it is missing). Without a root the script runs
+on synthetic data of Cora's shape (``pyg_tc.datasets.synthetic('Cora')``), so it also runs
+offline; the accuracies are then those of the synthetic graph.
 """
 import argparse
 import os
@@ -46,12 +51,13 @@ import torch
 import torch.nn.functional as F
 import torch_geometric.nn
 import torch_geometric.typing
-from torch_geometric.datasets import Planetoid
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import k_hop_subgraph
+from tqdm import tqdm
 
 import pyg_tc
 import pyg_tc.nn
+from pyg_tc.datasets import DatasetUnavailableError, load
 from pyg_tc.formats import plain_tensor
 from pyg_tc.transforms import DegreeBucketTransform
 
@@ -112,13 +118,21 @@ def step(model, opt, batch, device) -> float:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default='data')
+    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
+                   help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
+                        'default $PYG_TC_DATA, else synthetic data of the same shape')
     p.add_argument('--small', action='store_true', help='a few epochs (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--no-sampler', action='store_true', help='use the k-hop fallback even with a sampler')
     a = p.parse_args()
     epochs, batch_size = (4 if a.small else 40), 32
-    data = Planetoid(os.path.join(a.root, 'planetoid'), 'Cora')[0]  # stays on the CPU, where sampling runs
+    if a.root is None:
+        print('No --root: synthetic data shaped like Cora; --root DIR runs on the real Cora '
+              '(downloaded there if missing).')
+    try:
+        data = load('Cora', a.root)[0]  # stays on the CPU, where sampling runs
+    except DatasetUnavailableError as e:
+        raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
 
     build = Timed(DegreeBucketTransform())   # the loader's transform, timed
     gen = torch.Generator().manual_seed(0)   # the same shuffles on every run
@@ -131,8 +145,7 @@ def main():
     else:
         print('--no-sampler given.' if sampler else
               'NeighborLoader needs a sampler backend, pyg-lib or torch_sparse, and neither is installed.\n'
-              'Install one with `pip install torch_sparse` (offline: `pip install --no-deps '
-              '../shared/wheels/cpu-machine/*.whl`).')
+              'Install one (e.g. `pip install torch_sparse`; PyG\'s installation guide lists the wheels).')
         print('Falling back to full 2-hop subgraphs of each seed batch (no sampling).')
         loader = KHopLoader(data, batch_size, build, gen)
         batches_kind = 'k-hop subgraphs (no sampler backend)'
@@ -146,7 +159,7 @@ def main():
     seconds = {k: 0.0 for k in models}
     sync = torch.cuda.synchronize if a.device.startswith('cuda') else (lambda: None)
     build_s = 0.0
-    for epoch in range(epochs):
+    for epoch in tqdm(range(epochs), 'epochs', leave=False):
         build.seconds = 0.0
         batches = list(loader)  # one epoch, sampled once: both models train on these batches
         for name, model in models.items():
@@ -160,7 +173,8 @@ def main():
     seconds['pyg_tc'] += build_s  # pyg_tc's epoch includes building its formats
 
     full = data.to(a.device)
-    print(f'\nCora, 2-layer GraphSAGE, batches of {batch_size} seeds: {batches_kind}, on {a.device} '
+    graph = 'Cora' if a.root else 'Synthetic Cora'
+    print(f'\n{graph}, 2-layer GraphSAGE, batches of {batch_size} seeds: {batches_kind}, on {a.device} '
           f'(pyg_tc backend: {pyg_tc.info()["backend"]})\n')
     print('| layers | batches | epochs | test accuracy | ms / epoch | format-build share | max loss diff vs PyG |')
     print('|---|---|---|---|---|---|---|')

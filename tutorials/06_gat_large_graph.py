@@ -68,6 +68,7 @@ import time
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn
+from tqdm import tqdm
 
 import pyg_tc
 import pyg_tc.nn
@@ -160,7 +161,7 @@ def free(device):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default='data', help='unused: the graphs are generated')
+    p.add_argument('--root', help='unused: the graphs are generated')
     p.add_argument('--small', action='store_true', help='4,000 nodes, 40K / 400K edges (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
@@ -174,6 +175,7 @@ def main():
     torch.manual_seed(0)
     init = GAT(torch_geometric.nn, IN, CLASSES).state_dict()  # PyG's initial weights, for both
     rows = []
+    progress = tqdm(total=2 * len(graphs), leave=False)
     for label, N, E in graphs:
         edge_index = rmat(N, E, seed=0, device=a.device)
         E_loops = N + int((edge_index[0] != edge_index[1]).sum())  # E': GATConv puts one loop per node
@@ -182,6 +184,7 @@ def main():
         y = torch.randint(0, CLASSES, (N,), generator=gen, device=a.device)
         ref = None
         for name, layers in (('PyG', torch_geometric.nn), ('pyg_tc', pyg_tc.nn)):
+            progress.set_description(f'{label}, {name}')
             model = GAT(layers, IN, CLASSES).to(a.device)
             model.load_state_dict(init)  # a PyG state_dict loads into pyg_tc's model as is
             ei = edge_index.clone()      # pyg_tc caches its format on the tensor: a fresh one each
@@ -195,8 +198,10 @@ def main():
             model = ei = outputs = None
             free(a.device)
             rows.append((label, N, E_loops, name, res))
+            progress.update()
         edge_index = x = y = ref = None
         free(a.device)
+    progress.close()
 
     print(f'\n2-layer GAT (examples/gat.py: 8 heads x 8, then 1 x {CLASSES}; {IN} input features), '
           f'forward + backward on {a.device} (pyg_tc backend: {backend})\n')

@@ -56,6 +56,13 @@ process, pyg_tc's speed-up over PyG's layers at the same process count, and test
 ``--layers loader`` adds rows that only sample and transfer the batches: the floor under any
 model's epoch with this loader. Without a
 sampler backend (pyg-lib or torch_sparse) the batches are full k-hop subgraphs of the seeds.
+
+Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora and Tolokers live, as
+``DIR/planetoid/Cora`` and ``DIR/heterophilous/tolokers`` (PyG downloads them there if they are
+missing). Without a root the script runs on synthetic data of their shape
+(``pyg_tc.datasets.synthetic``), so it also runs offline; ``--graph products`` is always generated.
+Under ``torchrun`` the graph file the ranks memory-map is written to ``DIR`` (without a root, to
+the temporary folder).
 """
 import argparse
 import json
@@ -74,8 +81,10 @@ import torch_geometric.typing
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch_geometric.data import Data
 from torch_geometric.utils import k_hop_subgraph
+from tqdm import tqdm
 
 import pyg_tc
+import pyg_tc.datasets
 import pyg_tc.nn
 from pyg_tc.transforms import DegreeBucketTransform
 
@@ -101,16 +110,16 @@ class Net(torch.nn.Module):
 def load(a) -> Data:
     """The graph on the CPU with features, labels, train / test masks and ``num_classes``."""
     g = torch.Generator().manual_seed(0)
-    if a.graph == 'cora':
-        from torch_geometric.datasets import Planetoid
-        data = Planetoid(os.path.join(a.root, 'planetoid'), 'Cora')[0]
-        data.num_classes = 7
-    elif a.graph == 'tolokers':
-        from torch_geometric.datasets import HeterophilousGraphDataset
-        data = HeterophilousGraphDataset(os.path.join(a.root, 'heterophilous'), 'Tolokers')[0]
-        data.train_mask, data.test_mask = data.train_mask[:, 0].contiguous(), data.test_mask[:, 0].contiguous()
-        del data.val_mask
-        data.num_classes = 2
+    if a.graph in ('cora', 'tolokers'):
+        name = {'cora': 'Cora', 'tolokers': 'Tolokers'}[a.graph]
+        try:
+            data = pyg_tc.datasets.load(name, a.root)[0]  # without a root: synthetic, of the same shape
+        except pyg_tc.datasets.DatasetUnavailableError as e:
+            raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
+        if a.graph == 'tolokers':  # its first split; no validation here
+            data.train_mask, data.test_mask = data.train_mask[:, 0].contiguous(), data.test_mask[:, 0].contiguous()
+            del data.val_mask
+        data.num_classes = int(data.y.max()) + 1
     else:  # products-shaped R-MAT graph (pyg_tc's benchmark generator), random features and labels
         from pyg_tc.bench.graphs import load_graph
         bg = load_graph('products', 'cpu')
@@ -227,7 +236,7 @@ def epoch_times(loader, a, rank: int, device, step) -> dict:
     """``a.epochs`` epochs of ``step(batch)`` over ``loader``; each epoch's time is the slowest rank's."""
     cuda = device.type == 'cuda'
     times = []
-    for epoch in range(a.epochs):
+    for epoch in tqdm(range(a.epochs), 'epochs', leave=False, disable=rank != 0):
         loader.generator.manual_seed(1000 * epoch + rank)  # this epoch's shuffle, as a fresh loader's
         if cuda:
             torch.cuda.synchronize()
@@ -293,7 +302,7 @@ def under_torchrun(a) -> None:
     """``torchrun``: this process is one rank; the graph is memory-mapped from a file local rank 0 wrote."""
     dist.init_process_group('nccl' if a.device == 'cuda' else 'gloo')
     rank, world = dist.get_rank(), dist.get_world_size()
-    path = os.path.join(a.root, f'ddp_{a.graph}.pt')
+    path = os.path.join(a.root or tempfile.gettempdir(), f'ddp_{a.graph}{"" if a.root else "_synthetic"}.pt')
     if int(os.environ.get('LOCAL_RANK', rank)) == 0 and not os.path.exists(path):
         torch.save(load(a), path + '.tmp')
         os.replace(path + '.tmp', path)
@@ -333,7 +342,9 @@ def print_table(rows) -> None:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default='data')
+    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
+                   help='folder of the real datasets (DIR/planetoid/Cora, DIR/heterophilous/tolokers, downloaded '
+                        'there if missing); default $PYG_TC_DATA, else synthetic data of the same shape')
     p.add_argument('--small', action='store_true', help='Cora, 2 CPU processes, 1 epoch, with --check (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--graph', choices=['cora', 'tolokers', 'products'], default='tolokers')
@@ -361,6 +372,10 @@ def main():
     if a.small:
         a.graph, a.epochs, a.batch_size, a.hidden, a.check = 'cora', 1, 32, 32, True
         a.scaling = a.scaling or '2'
+    if a.root is None and a.graph != 'products' and int(os.environ.get('RANK', 0)) == 0:
+        name = {'cora': 'Cora', 'tolokers': 'Tolokers'}[a.graph]
+        print(f'No --root: synthetic data shaped like {name}; --root DIR runs on the real {name} '
+              '(downloaded there if missing).')
     if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:
         return under_torchrun(a)
     counts = [int(c) for c in (a.scaling or str(max(torch.cuda.device_count(), 1) if a.device == 'cuda'

@@ -22,20 +22,20 @@ from typing import TYPE_CHECKING
 
 from .. import _lazy
 
-__all__ = ['BenchGraph', 'load_graph', 'rmat', 'shared_dir', 'Config', 'main', 'make_config', 'run',
+__all__ = ['BenchGraph', 'load_graph', 'rmat', 'data_dir', 'Config', 'main', 'make_config', 'run',
            'bench_graph', 'summarize', 'Timing', 'bench', 'copy_bandwidth', 'track_memory',
            'bench_training', 'kernel_time', 'measure', 'Reporter']
 
 #: public name -> its module (imported on first access: the package itself
 #: loads no torch, so the command line can use :mod:`.cli_args`)
-_LAZY = {**dict.fromkeys(('BenchGraph', 'load_graph', 'rmat', 'shared_dir'), 'graphs'),
+_LAZY = {**dict.fromkeys(('BenchGraph', 'load_graph', 'rmat', 'data_dir'), 'graphs'),
          'Reporter': 'report',
          **dict.fromkeys(('Config', 'bench_graph', 'bench_training', 'main', 'make_config', 'run', 'summarize'),
                          'runner'),
          **dict.fromkeys(('Timing', 'bench', 'copy_bandwidth', 'kernel_time', 'measure', 'track_memory'), 'timing')}
 
 if TYPE_CHECKING:
-    from .graphs import BenchGraph, load_graph, rmat, shared_dir
+    from .graphs import BenchGraph, data_dir, load_graph, rmat
     from .report import Reporter
     from .runner import Config, bench_graph, bench_training, main, make_config, run, summarize
     from .timing import Timing, bench, copy_bandwidth, kernel_time, measure, track_memory

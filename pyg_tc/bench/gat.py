@@ -73,7 +73,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 
 from ..formats.carrier import format_bytes
-from .graphs import ALL_NAMES, BenchGraph, load_graph, shared_dir
+from .graphs import ALL_NAMES, BenchGraph, data_dir, load_graph
 from .report import Col, Figure, Panel, Reporter, Table, Text, environment, fmt, log
 from .timing import bench, free, is_cuda, kernel_time, short_error, track_memory, warm_up
 
@@ -110,7 +110,7 @@ def pubmed_graph(device) -> BenchGraph:
     Planetoid) from the incomplete Planetoid files (``ind.pubmed.graph``;
     their features are incomplete, so benchmarks use random ones)."""
     from torch_geometric.utils import remove_self_loops, to_undirected
-    p = shared_dir() / 'datasets' / 'planetoid_incomplete' / 'PubMed' / 'raw' / 'ind.pubmed.graph'
+    p = data_dir() / 'planetoid_incomplete' / 'PubMed' / 'raw' / 'ind.pubmed.graph'
     if not p.is_file():
         raise FileNotFoundError(f'{p} not found (PubMed topology)')
     with open(p, 'rb') as f:
@@ -881,7 +881,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--datasets', help='accuracy datasets (cora, citeseer, tolokers)')
     p.add_argument('--seeds', type=int, help='accuracy seeds per dataset (default cora/citeseer 10, tolokers 5)')
     p.add_argument('--epochs', type=int)
-    p.add_argument('--data-root', help='folder holding planetoid/, heterophilous/ (default: the shared datasets)')
+    p.add_argument('--data-root', help='folder holding planetoid/, heterophilous/ (default: $PYG_TC_DATA)')
     p.add_argument('--cache-dir', help='writable copy of the datasets (default: a temporary folder)')
     a = p.parse_args(argv)
     a.quick = a.quick or (torch.device(a.device).type == 'cpu' and not a.full)

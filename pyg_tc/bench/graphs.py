@@ -1,6 +1,8 @@
 """Benchmark graphs: R-MAT power-law graphs with random node ids shaped like
 Reddit, ogbn-products and ogbn-arxiv, and real graphs read offline from the
-shared datasets folder (``shared/datasets``, see its README)."""
+datasets folder named by ``$PYG_TC_DATA`` (or a suite's ``--data-root``),
+laid out as PyG roots them (``planetoid/Cora``, ``tu/PROTEINS_full``,
+``heterophilous/tolokers``, ``misc/blogcatalog.mat``, ...)."""
 from __future__ import annotations
 
 import math
@@ -78,33 +80,39 @@ class BenchGraph:
         return CSRGraph.from_coo(self.edge_index[0], self.edge_index[1], self.num_nodes, self.num_nodes)
 
 
-# -- shared datasets folder ---------------------------------------------------
+# -- the real datasets' folder -------------------------------------------------
 
-def shared_dir() -> Path:
-    """``$PYG_TC_SHARED``, else the ``shared`` folder beside the repository
-    checkout (or inside it), else ``../shared`` / ``./shared`` from the cwd,
-    else the checkout's ``.device_data`` (the copy on the GPU machine)."""
-    env = os.environ.get('PYG_TC_SHARED')
-    repo = Path(__file__).resolve().parents[2]
-    cands = [Path(env)] if env else [repo.parent / 'shared', repo / 'shared', Path.cwd().parent / 'shared',
-                                     Path.cwd() / 'shared', repo / '.device_data']
-    for c in cands:
-        if (c / 'datasets').is_dir():
-            return c
-    raise FileNotFoundError('pyg_tc.bench: shared datasets folder not found (tried '
-                            + ', '.join(str(c) for c in cands) + '); set PYG_TC_SHARED')
+#: the environment variable naming the real datasets' folder
+DATA_ENV = 'PYG_TC_DATA'
+
+
+def data_dir() -> Path:
+    """The folder of the real datasets: ``$PYG_TC_DATA``.
+
+    Raises:
+        FileNotFoundError: When ``PYG_TC_DATA`` is not set or not a folder (a one-line message
+            naming ``PYG_TC_DATA`` and ``--data-root``).
+    """
+    env = os.environ.get(DATA_ENV)
+    if not env:
+        raise FileNotFoundError(f'real datasets: set {DATA_ENV} (or pass --data-root) to their folder')
+    path = Path(env).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f'{DATA_ENV}={env} is not a folder (set it, or pass --data-root, to the '
+                                'real datasets\' folder)')
+    return path
 
 
 def pyg_dataset(cls_name: str, sub: str, folder: str, name: str, data_root=None, cache_dir=None,
                 transform=None) -> list:
     """The graphs of a PyG dataset, loaded from a writable copy of
-    ``<data_root>/<sub>/<folder>`` (default: the shared datasets folder; PyG
-    writes ``processed/`` next to ``raw/`` and the shared copy is read-only),
+    ``<data_root>/<sub>/<folder>`` (default: :func:`data_dir`; PyG writes
+    ``processed/`` next to ``raw/`` and the data folder may be read-only),
     kept in ``cache_dir/<sub>`` or in a temporary folder."""
     import torch_geometric.datasets as D
-    src = Path(data_root if data_root is not None else shared_dir() / 'datasets') / sub / folder
+    src = Path(data_root if data_root is not None else data_dir()) / sub / folder
     if not (src / 'raw').is_dir():
-        raise FileNotFoundError(f'{src}/raw not found (set --data-root or PYG_TC_SHARED)')
+        raise FileNotFoundError(f'{src}/raw not found (pass --data-root or set {DATA_ENV} to the datasets folder)')
 
     def load(root: Path) -> list:
         if not (root / folder).exists():
@@ -127,7 +135,7 @@ def _mat(rel: str, key: str) -> Tuple[Tensor, int]:
         import scipy.io
     except ImportError as e:  # scipy is in the 'bench' extra
         raise RuntimeError(f'reading {rel} needs scipy: pip install "pyg_tc[bench]"') from e
-    A = scipy.io.loadmat(str(shared_dir() / 'datasets' / rel))[key].tocoo()
+    A = scipy.io.loadmat(str(data_dir() / rel))[key].tocoo()
     ei = torch.stack([torch.from_numpy(A.col.astype('int64')), torch.from_numpy(A.row.astype('int64'))])
     return ei, A.shape[0]
 

@@ -392,7 +392,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--steps', type=int, default=10, help='untimed training steps (losses recorded)')
     p.add_argument('--rep', type=int, default=10, help='timed training steps')
     p.add_argument('--budget', type=float, default=None, help='seconds: start no item after that')
-    p.add_argument('--data-root')
+    p.add_argument('--data-root', help='the real datasets\' folder (default: $PYG_TC_DATA)')
     p.add_argument('--cache-dir')
     a = p.parse_args(argv)
     a.device = torch.device(a.device)

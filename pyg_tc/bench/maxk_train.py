@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as Fn
 from torch import Tensor
 
-from .graphs import pyg_dataset, shared_dir
+from .graphs import data_dir, pyg_dataset
 from .report import Col, Figure, Panel, Reporter, Table, Text, log
 from .timing import Stopwatch
 
@@ -40,12 +40,13 @@ CHECK_K, CHECK_POINTS = 32, 1.0
 Key = Tuple[str, Optional[int]]  # (dataset, k); k None = ReLU
 
 
-def default_data_root() -> Path:
-    """The shared datasets folder (``graphs.shared_dir``), or ``shared/datasets``."""
+def default_data_root() -> Optional[Path]:
+    """The real datasets' folder (:func:`graphs.data_dir`: ``$PYG_TC_DATA``), or ``None``
+    when it is not set (loading a dataset then says so in one line)."""
     try:
-        return shared_dir() / 'datasets'
+        return data_dir()
     except FileNotFoundError:
-        return Path('shared') / 'datasets'
+        return None
 
 
 def data_paths(a) -> None:
@@ -238,7 +239,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     a('--raw-features', dest='normalize', action='store_false',
       help='Planetoid: no NormalizeFeatures (binary bag-of-words features)')
     a('--backend', default='auto')
-    a('--data-root', type=Path, default=None, help='folder with planetoid/ and heterophilous/')
+    a('--data-root', type=Path, default=None, help='folder with planetoid/ and heterophilous/ (default $PYG_TC_DATA)')
     a('--cache-dir', type=Path, default=None, help='keep dataset copies here (else a temp dir)')
     a('--out', type=Path, default=Path('maxk_out'))
     a('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -252,6 +253,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.epochs < 1 or not args.seeds:
         p.error('need --epochs >= 1 and at least one seed')
     args.data_root = args.data_root or default_data_root()
+    if args.data_root is None:
+        p.error('no datasets folder: pass --data-root DIR or set PYG_TC_DATA')
     return args
 
 

@@ -21,7 +21,7 @@ the same work done one phase after the other.
 ``python -m pyg_tc.bench.minibatch --out DIR [--graphs reddit,products,tolokers]
 [--models sage,gcn,gat] [--batches 30]`` writes ``minibatch.jsonl``,
 ``minibatch.md``, ``minibatch.png``; needs a sampler backend (pyg-lib or
-torch_sparse; ``../shared/wheels``).
+torch_sparse) and, for the real graphs (tolokers), ``$PYG_TC_DATA``.
 """
 from __future__ import annotations
 

@@ -594,7 +594,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument('--datasets', help='accuracy datasets (cora, citeseer)')
     p.add_argument('--seeds', type=int)
     p.add_argument('--epochs', type=int)
-    p.add_argument('--data-root', help='folder holding planetoid/ (default: the shared datasets)')
+    p.add_argument('--data-root', help='folder holding planetoid/ (default: $PYG_TC_DATA)')
     p.add_argument('--cache-dir', help='writable copy of the datasets (default: a temporary folder)')
     a = p.parse_args(argv)
     for k, v in (_QUICK if a.quick else _FULL).items():

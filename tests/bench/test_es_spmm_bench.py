@@ -1,5 +1,6 @@
 """The ES-SpMM accuracy suite (pyg_tc/bench/es_spmm.py) end to end on the
-CPU (the reference path), and its metric helpers."""
+CPU (the reference path; on Cora: synthetic, and the real one with $PYG_TC_DATA),
+and its metric helpers."""
 import json
 
 import torch
@@ -7,10 +8,10 @@ import torch
 from pyg_tc.bench import es_spmm
 
 
-def test_es_suite_quick(tmp_path):
+def test_es_suite_quick(tmp_path, cora_root):
     es_spmm.main(['--out', str(tmp_path), '--datasets', 'cora', '--models', 'gcn', '--seeds', '1',
                   '--epochs', '3', '--caps', '4,1000', '--samplings', 'uniform,bucket', '--part',
-                  'accuracy,trainmode', '--device', 'cpu'])
+                  'accuracy,trainmode', '--device', 'cpu', '--data-root', str(cora_root)])
     recs = [json.loads(line) for line in open(tmp_path / 'es_spmm.jsonl')]
     graph = next(r for r in recs if r.get('kind') == 'graph')
     assert 0 < graph['kept_4'] < 1 and graph['kept_1000'] == 1.0

@@ -1,8 +1,8 @@
 """The fuseGNN benchmark (pyg_tc/bench/gat.py) end to end on the CPU: every
 section with --quick on the 'tiny' synthetic graph (pyg_tc's ops run their
 PyTorch references: a code-path check, not a measurement) and the accuracy
-section for 3 epochs on Cora when the shared data is there; the JSON lines,
-the markdown sections and the PNG."""
+section for 3 epochs on Cora (synthetic, and the real one with $PYG_TC_DATA);
+the JSON lines, the markdown sections and the PNG."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import torch
 
 from pyg_tc.bench import gat
 
-from ..conftest import shared_dir
+from ..conftest import real_data
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +30,8 @@ def _has(cls: str) -> bool:
 
 
 def test_quick_cpu_run_writes_every_section(tmp_path):
-    data_root = shared_dir() / 'datasets'
-    acc = (data_root / 'planetoid' / 'Cora' / 'raw').is_dir()
     out = tmp_path / 'out'
-    argv = ['--out', str(out), '--device', 'cpu', '--quick', '--part', 'all' if acc else 'bench',
-            '--data-root', str(data_root), '--cache-dir', str(tmp_path / 'cache')]
-    assert gat.main(argv) == 0
+    assert gat.main(['--out', str(out), '--device', 'cpu', '--quick', '--part', 'bench']) == 0
     recs = [json.loads(line) for line in (out / 'gat.jsonl').read_text().splitlines()]
     assert recs[0]['kind'] == 'env' and recs[0]['device'] == 'cpu'
     assert not [r for r in recs if r['kind'] == 'skipped'], [r for r in recs if r['kind'] == 'skipped']
@@ -85,20 +81,27 @@ def test_quick_cpu_run_writes_every_section(tmp_path):
     md = (out / 'gat.md').read_text()
     titles = ['## Targets', '## Graph formats', '## 1. Layer forward + backward', '## 2. Fused attention forward',
               '## 3. 2-layer GAT training step', '## 4. fuseGNN Table 3']
-    if acc:
-        ac = by('accuracy')
-        assert [(r['dataset'], r['impl'], r['seed']) for r in ac] == [('cora', 'pyg', 0), ('cora', 'pyg_tc', 0)]
-        for r in ac:
-            if r['impl'] == 'pyg_tc' and not _has('GATConv'):
-                continue
-            assert r['status'] == 'ok', r
-            assert r['epochs'] == 3 and 0 <= r['test'] <= 1 and r['epoch_ms'] > 0
-        titles.append('## 5. Accuracy: examples/gat.py (3 epochs')
-        assert not (data_root / 'planetoid' / 'Cora' / 'processed').exists()
     for t in titles:
         assert t in md, t
     pytest.importorskip('matplotlib')
     assert (out / 'gat.png').stat().st_size > 0
+
+
+def test_accuracy_section_on_cora(tmp_path, cora_root):
+    out = tmp_path / 'out'
+    assert gat.main(['--out', str(out), '--device', 'cpu', '--quick', '--part', 'accuracy', '--datasets', 'cora',
+                     '--data-root', str(cora_root), '--cache-dir', str(tmp_path / 'cache')]) == 0
+    recs = [json.loads(line) for line in (out / 'gat_accuracy.jsonl').read_text().splitlines()]
+    assert not [r for r in recs if r['kind'] == 'skipped'], [r for r in recs if r['kind'] == 'skipped']
+    ac = [r for r in recs if r['kind'] == 'accuracy']
+    assert [(r['dataset'], r['impl'], r['seed']) for r in ac] == [('cora', 'pyg', 0), ('cora', 'pyg_tc', 0)]
+    for r in ac:
+        if r['impl'] == 'pyg_tc' and not _has('GATConv'):
+            continue
+        assert r['status'] == 'ok', r
+        assert r['epochs'] == 3 and 0 <= r['test'] <= 1 and r['epoch_ms'] > 0
+    assert '## 5. Accuracy: examples/gat.py (3 epochs' in (out / 'gat_accuracy.md').read_text()
+    assert not (cora_root / 'planetoid' / 'Cora' / 'processed').exists()
 
 
 def test_parts_names_and_graphs():
@@ -122,10 +125,8 @@ def test_parts_names_and_graphs():
 
 
 def test_pubmed_topology():
-    try:
-        bg = gat.pubmed_graph('cpu')
-    except FileNotFoundError:
-        pytest.skip('PubMed topology not in the shared datasets')
+    real_data('planetoid_incomplete/PubMed')
+    bg = gat.pubmed_graph('cpu')
     assert bg.num_nodes == 19_717 and bg.num_edges == 88_648
     assert not bool((bg.edge_index[0] == bg.edge_index[1]).any())
 

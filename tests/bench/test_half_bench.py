@@ -1,5 +1,6 @@
 """The HalfGNN suite (pyg_tc/bench/half.py) end to end on the CPU: quick
-settings, every part's records, the report and its accuracy summary."""
+settings, every part's records, the report and its accuracy summary (on Cora:
+synthetic, and the real one with $PYG_TC_DATA)."""
 import json
 
 import pytest
@@ -7,9 +8,10 @@ import pytest
 from pyg_tc.bench import half
 
 
-def test_half_suite_quick(tmp_path):
+def test_half_suite_quick(tmp_path, cora_root):
     half.main(['--out', str(tmp_path), '--part', 'train,accuracy', '--models', 'gcn,gin-mean',
-               '--acc-models', 'gcn', '--precisions', 'fp32,bf16', '--device', 'cpu', '--epochs', '3'])
+               '--acc-models', 'gcn', '--precisions', 'fp32,bf16', '--device', 'cpu', '--epochs', '3',
+               '--data-root', str(cora_root)])
     recs = [json.loads(line) for line in open(tmp_path / 'half.jsonl')]
     assert recs[0]['kind'] == 'env'
     train = [r for r in recs if r.get('kind') == 'train']

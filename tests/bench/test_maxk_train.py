@@ -5,12 +5,9 @@ from __future__ import annotations
 import json
 import math
 
-import pytest
 import torch
 
 from pyg_tc.bench import maxk_train
-
-from ..conftest import shared_dir
 
 
 def test_roc_auc_matches_pairwise_count_with_ties():
@@ -29,14 +26,11 @@ def test_roc_auc_matches_pairwise_count_with_ties():
     assert float(maxk_train.roc_auc(torch.ones(4), torch.tensor([0, 1, 0, 1]))) == 0.5
 
 
-def test_cora_run_writes_records_and_tables(tmp_path):
-    data_root = shared_dir() / 'datasets'
-    if not (data_root / 'planetoid' / 'Cora' / 'raw').is_dir():
-        pytest.skip(f'shared Planetoid data not found under {data_root}')
+def test_cora_run_writes_records_and_tables(tmp_path, cora_root):
     out = tmp_path / 'out'
     rc = maxk_train.main(['--datasets', 'cora', '--epochs', '3', '--seeds', '1', '--ks', '4',
                           '--hidden', '16', '--layers', '2', '--device', 'cpu',
-                          '--data-root', str(data_root), '--cache-dir', str(tmp_path / 'cache'),
+                          '--data-root', str(cora_root), '--cache-dir', str(tmp_path / 'cache'),
                           '--out', str(out)])
     assert rc == 0
     recs = [json.loads(line) for line in (out / 'maxk_train.jsonl').read_text().splitlines()]
@@ -51,4 +45,4 @@ def test_cora_run_writes_records_and_tables(tmp_path):
     assert '| dataset | metric | ReLU | k=4 |' in md
     assert md.count('| cora |') == 2  # metric table and epoch-time table
     assert '- cora: not run (needs ReLU and k=32)' in md
-    assert not (data_root / 'planetoid' / 'Cora' / 'processed').exists()
+    assert not (cora_root / 'planetoid' / 'Cora' / 'processed').exists()

@@ -13,8 +13,6 @@ import torch
 from pyg_tc.bench import tcgnn
 from pyg_tc.bench.timing import sparse_baseline
 
-from ..conftest import shared_dir
-
 
 @pytest.fixture(autouse=True)
 def _one_thread():
@@ -94,13 +92,10 @@ def test_quick_cpu_sections_write_records_and_report(tmp_path):
     assert (out / 'tcgnn.png').stat().st_size > 0
 
 
-def test_accuracy_section_on_cora(tmp_path):
-    data_root = shared_dir() / 'datasets'
-    if not (data_root / 'planetoid' / 'Cora' / 'raw').is_dir():
-        pytest.skip(f'shared Planetoid data not found under {data_root}')
+def test_accuracy_section_on_cora(tmp_path, cora_root):
     out = tmp_path / 'out'
     rc = tcgnn.main(['--out', str(out), '--device', 'cpu', '--sections', 'accuracy', '--datasets', 'cora',
-                     '--epochs', '3', '--seeds', '1', '--data-root', str(data_root),
+                     '--epochs', '3', '--seeds', '1', '--data-root', str(cora_root),
                      '--cache-dir', str(tmp_path / 'cache')])
     assert rc == 0
     recs = [r for r in _records(out) if r['kind'] == 'accuracy']
@@ -111,7 +106,7 @@ def test_accuracy_section_on_cora(tmp_path):
         assert 0.0 <= r['val'] <= 1.0 and 0.0 <= r['test'] <= 1.0
     md = (out / 'tcgnn.md').read_text()
     assert '## Test accuracy' in md and md.count('| cora |') == len(recs)
-    assert not (data_root / 'planetoid' / 'Cora' / 'processed').exists()
+    assert not (cora_root / 'planetoid' / 'Cora' / 'processed').exists()
 
 
 def test_edge_fraction_graph_names():

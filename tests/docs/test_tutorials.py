@@ -1,5 +1,6 @@
-"""Every tutorial (tutorials/*.py) runs at small size on the CPU, offline,
-and ends with a markdown table (what CI executes; full size on a GPU)."""
+"""Every tutorial (tutorials/*.py) runs at small size on the CPU, offline, and ends with a
+markdown table (what CI executes; full size on a GPU): on synthetic data without ``--root``,
+and on the real datasets of ``$PYG_TC_DATA`` when it is set."""
 import os
 import shutil
 import subprocess
@@ -7,19 +8,28 @@ import sys
 
 import pytest
 
-from ..conftest import REPO_ROOT, shared_dir
+from ..conftest import DATA_ENV, REPO_ROOT, real_data
 
 TUTORIALS = sorted((REPO_ROOT / 'tutorials').glob('[0-9][0-9]_*.py'))
+NO_DATA = {'06_gat_large_graph'}  # generates its graphs: no --root to test
+RUNS = [pytest.param(t, data, id=f'{t.stem}-{data}') for t in TUTORIALS
+        for data in ('synthetic', 'real') if data == 'synthetic' or t.stem not in NO_DATA]
+
+
+def tutorial_env(tmp_path) -> dict:
+    """The CPU only, one thread each, the checkout on the path, no real data, temporary files in ``tmp_path``."""
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES='', OMP_NUM_THREADS='1',
+               TMPDIR=str(tmp_path))
+    env.pop(DATA_ENV, None)
+    return env
 
 
 @pytest.fixture(scope='module')
 def data_root(tmp_path_factory):
-    """A writable copy of the shared datasets the tutorials read."""
+    """A writable copy of the real datasets the tutorials read (skips without ``$PYG_TC_DATA``)."""
     root = tmp_path_factory.mktemp('data')
     for sub in ('planetoid', 'tu', 'heterophilous'):
-        src = shared_dir() / 'datasets' / sub
-        if src.is_dir():
-            shutil.copytree(src, root / sub)
+        shutil.copytree(real_data(sub), root / sub, ignore=shutil.ignore_patterns('processed'))
     for p in [root, *root.rglob('*')]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     return root
@@ -30,48 +40,64 @@ def test_tutorials_listed():
     assert TUTORIALS and all(f'({t.name})' in listed for t in TUTORIALS)
 
 
-@pytest.mark.parametrize('script', TUTORIALS, ids=[t.stem for t in TUTORIALS])
-def test_tutorial_runs(script, data_root, tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES='', OMP_NUM_THREADS='1')
-    r = subprocess.run([sys.executable, str(script), '--small', '--root', str(data_root), '--device', 'cpu'],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+@pytest.mark.parametrize('script,data', RUNS)
+def test_tutorial_runs(script, data, request, tmp_path):
+    args = [sys.executable, str(script), '--small', '--device', 'cpu']
+    if data == 'real':
+        args += ['--root', str(request.getfixturevalue('data_root'))]
+    r = subprocess.run(args, cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert '|---' in r.stdout  # ends with its table
+    said = [line for line in r.stdout.splitlines() if line.startswith('No --root')]
+    if data == 'synthetic' and script.stem not in NO_DATA:  # one line says so, naming the flag
+        assert len(said) == 1 and 'synthetic' in said[0] and '--root DIR' in said[0], r.stdout[:500]
+    else:
+        assert not said
 
 
-def test_multi_gpu_tutorial_under_torchrun(data_root, tmp_path):
+def test_unusable_root_ends_with_one_line(tmp_path):
+    """A ``--root`` where the dataset can be neither read nor downloaded (here a file, not a
+    folder): exit status 1 and one line naming the flag, no traceback."""
+    root = tmp_path / 'not_a_folder'
+    root.write_text('')
+    r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '01_drop_in.py'), '--small', '--device', 'cpu',
+                        '--root', str(root)], cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 1 and 'Traceback' not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: Cora is not in ') and '--root' in lines[0], r.stderr
+
+
+def test_multi_gpu_tutorial_under_torchrun(tmp_path):
     """Tutorial 9 as the recipe documents it: ``torchrun --nproc_per_node=2`` (gloo on the CPU),
-    each rank memory-mapping the graph local rank 0 saved; the ranks end with identical
-    parameters and match one process replaying their batches (the script exits 1 otherwise)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES='', OMP_NUM_THREADS='1')
-    root = tmp_path / 'root'
-    shutil.copytree(data_root / 'planetoid', root / 'planetoid')
+    each rank memory-mapping the graph local rank 0 saved (without ``--root``: in the temporary
+    folder); the ranks end with identical parameters and match one process replaying their
+    batches (the script exits 1 otherwise)."""
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
-                        str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small', '--root', str(root),
-                        '--device', 'cpu'], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                        str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small', '--device', 'cpu'],
+                       cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert 'parameters on every rank identical (max diff 0.0e+00)' in r.stdout and ': OK' in r.stdout
-    assert (root / 'ddp_cora.pt').is_file()  # saved once, memory-mapped by both ranks
+    assert (tmp_path / 'ddp_cora_synthetic.pt').is_file()  # saved once, memory-mapped by both ranks
 
 
-def test_multi_gpu_tutorial_with_loader_workers(data_root, tmp_path):
+def test_multi_gpu_tutorial_with_loader_workers(tmp_path):
     """Tutorial 9 with sampling workers per rank (``--workers 2``): the spawned ranks fork their
     NeighborLoader workers (a spawned rank's default start method would pickle the shared graph
     to each worker); the check still holds (without a sampler backend the option is ignored)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES='', OMP_NUM_THREADS='1')
-    r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small', '--root',
-                        str(data_root), '--device', 'cpu', '--workers', '2'],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small',
+                        '--device', 'cpu', '--workers', '2'],
+                       cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert 'parameters on every rank identical (max diff 0.0e+00)' in r.stdout and ': OK' in r.stdout
 
 
-def test_multi_gpu_tutorial_loader_floor(data_root, tmp_path):
+def test_multi_gpu_tutorial_loader_floor(tmp_path):
     """``--layers loader,pyg_tc``: a row that only samples and transfers (the epoch's floor, no
     model, no accuracy) next to pyg_tc's checked row."""
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES='', OMP_NUM_THREADS='1')
-    r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small', '--root',
-                        str(data_root), '--device', 'cpu', '--layers', 'loader,pyg_tc'],
+    env = tutorial_env(tmp_path)
+    r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small',
+                        '--device', 'cpu', '--layers', 'loader,pyg_tc'],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [line.split('|')[1:-1] for line in r.stdout.splitlines() if line.startswith('| 2 |')]

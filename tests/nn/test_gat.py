@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import io
 import pickle
-import shutil
 
 import pytest
 import torch
@@ -21,7 +20,7 @@ import pyg_tc.nn as pyg_tc_nn
 from pyg_tc.formats.carrier import SparseTensor, get_graph
 from pyg_tc.nn import GATConv, GATv2Conv
 
-from ..conftest import DEVICES, make_graph, shared_dir
+from ..conftest import DEVICES, make_graph, writable_copy
 
 CLASSES = {'v1': (pyg_nn.GATConv, GATConv), 'v2': (pyg_nn.GATv2Conv, GATv2Conv)}
 
@@ -39,26 +38,15 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def _copy(tmp_path_factory, rel: str, name: str):
-    src = shared_dir() / 'datasets' / rel
-    if not src.is_dir():
-        pytest.skip(f'shared dataset not found at {src}')
-    root = tmp_path_factory.mktemp(name)
-    shutil.copytree(src, root / src.name)
-    for p in [root / src.name, *(root / src.name).rglob('*')]:
-        p.chmod(0o755 if p.is_dir() else 0o644)  # the shared copy is read-only
-    return root
-
-
 @pytest.fixture(scope='module')
 def datasets(tmp_path_factory):
-    """Cora, CiteSeer and Tolokers (``Data`` objects), loaded from private
-    copies of the shared folder (PyG writes ``processed/`` beside ``raw/``)."""
+    """Cora, CiteSeer and Tolokers (``Data`` objects), loaded from private copies of
+    ``$PYG_TC_DATA`` (PyG writes ``processed/`` beside ``raw/``); skips without it."""
     from torch_geometric.datasets import HeterophilousGraphDataset, Planetoid
     out = {}
     for name in ('Cora', 'CiteSeer'):
-        out[name] = Planetoid(str(_copy(tmp_path_factory, f'planetoid/{name}', name)), name)[0]
-    root = _copy(tmp_path_factory, 'heterophilous/tolokers', 'tolokers')
+        out[name] = Planetoid(str(writable_copy(tmp_path_factory, f'planetoid/{name}')), name)[0]
+    root = writable_copy(tmp_path_factory, 'heterophilous/tolokers')
     out['Tolokers'] = HeterophilousGraphDataset(str(root), 'Tolokers')[0]
     return out
 

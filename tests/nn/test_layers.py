@@ -2,7 +2,6 @@
 every gradient, on real graphs, for every adjacency type PyG accepts."""
 import copy
 import io
-import shutil
 
 import pytest
 import torch
@@ -12,21 +11,15 @@ from torch_geometric.utils import to_torch_csr_tensor
 import pyg_tc
 from pyg_tc.transforms import DegreeBucketTransform
 
-from ..conftest import DEVICES, shared_dir
+from ..conftest import DEVICES, writable_copy
 
 
 @pytest.fixture(scope='module', params=['Cora', 'CiteSeer'])
 def real(request, tmp_path_factory):
+    """The real Planetoid graph from ``$PYG_TC_DATA`` (skips without it)."""
     from torch_geometric.datasets import Planetoid
     name = request.param
-    src = shared_dir() / 'datasets' / 'planetoid' / name
-    if not (src / 'raw').is_dir():
-        pytest.skip(f'shared Planetoid data not found at {src}')
-    root = tmp_path_factory.mktemp(f'planetoid_{name}')
-    shutil.copytree(src, root / name)
-    for p in [root / name, *(root / name).rglob('*')]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    return Planetoid(str(root), name)[0]
+    return Planetoid(str(writable_copy(tmp_path_factory, f'planetoid/{name}')), name)[0]
 
 
 def make_pair(kind, in_ch, out_ch, **kw):

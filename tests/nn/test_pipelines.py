@@ -5,7 +5,6 @@ LinkNeighborLoader link prediction, DataLoader graph classification on TU
 datasets, and heterogeneous models (``to_hetero``, ``HeteroConv``). Loss
 curves must agree step for step; the loaders need a sampler backend
 (pyg-lib or torch_sparse) and skip with the reason without one."""
-import shutil
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ import torch_geometric.nn as pyg_nn
 import pyg_tc
 from pyg_tc.transforms import DegreeBucketTransform
 
-from ..conftest import DEVICES, shared_dir
+from ..conftest import DEVICES, writable_copy
 
 STEPS = 6
 
@@ -123,15 +122,9 @@ def test_link_neighbor_loader_training_matches_pyg(cora, device):
 
 @pytest.fixture(scope='module', params=['PROTEINS_full', 'ENZYMES'])
 def tu_dataset(request, tmp_path_factory):
-    src = shared_dir() / 'datasets' / 'tu' / request.param
-    if not src.is_dir():
-        pytest.skip(f'shared TU data not found at {src}')
-    root = tmp_path_factory.mktemp('tu')
-    shutil.copytree(src, root / request.param)
-    for p in [root / request.param, *(root / request.param).rglob('*')]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
+    """The real TU dataset from ``$PYG_TC_DATA`` (skips without it)."""
     from torch_geometric.datasets import TUDataset
-    return TUDataset(str(root), request.param)
+    return TUDataset(str(writable_copy(tmp_path_factory, f'tu/{request.param}')), request.param)
 
 
 @pytest.mark.parametrize('device', DEVICES)
