@@ -1,4 +1,4 @@
-"""HalfGNN probe (issue 17): kernel-only times of the CSR SpMM and SDDMM in
+"""HalfGNN probe: kernel-only times of the CSR SpMM and SDDMM in
 fp32 / fp16 / bf16, the half SpMM with and without the two-level half2 sum
 (PYG_TC_SPMM_TWO_LEVEL) and over every (lanes, vectors) config
 (PYG_TC_SPMM_CONFIG), the SDDMM with 4 and 8 edges in flight per lane
@@ -9,7 +9,7 @@ fp32 / fp16 / bf16, the half SpMM with and without the two-level half2 sum
 
 --accuracy GRAPH: relative error (2-norm over F = 64) of the half SpMM on the
 graph's 10 highest in-degree rows with GCN weights, against fp64, for the
-two-level sum and for fp32 products (requirement 2's hub-row bound).
+two-level sum and for fp32 products (the hub-row error bound).
 --casts: the CUDA kernels of one forward + backward of each pyg_tc layer
 under torch.autocast(fp16) on Cora-sized random data, by name (cast count).
 """

@@ -1,5 +1,5 @@
-"""Host cost of one layer on a NeighborLoader-sized batch (issue 19's
-mini-batch target): per layer and implementation, the wall time of the
+"""Host cost of one layer on a NeighborLoader-sized batch (what paces a
+mini-batch step): per layer and implementation, the wall time of the
 forward, of forward + backward (each ended by a synchronisation), the time
 the host needs to issue them (no synchronisation), and the kernel launches;
 and the same for the format build. A synthetic batch shaped like the Reddit

@@ -1,4 +1,4 @@
-"""ES-SpMM suite (issue 18): accuracy of sampled inference, the paper's
+"""ES-SpMM suite: accuracy of sampled inference, the paper's
 Table V on our data.
 
 Part ``accuracy``: per dataset, model (2-layer GCN, SAGE with mean
@@ -20,7 +20,7 @@ projection ``A R`` of the adjacency onto 64 Gaussian columns, seed 0; random
 each node predicts its graph's class from its own one-hot node label; random
 60/20/20 node split per seed).
 
-Part ``kernels`` (requirement 8): on the Reddit- and products-shaped graphs,
+Part ``kernels``: on the Reddit- and products-shaped graphs,
 per F and S, the in-kernel sampled SpMM (op ``sampled_spmm``) against
 cuSPARSE and pyg_tc on the full graph and on the pre-sampled graph; part
 ``infer``: 2-layer GCN / SAGE inference per S against exact.
@@ -203,7 +203,7 @@ def bench_dataset(name: str, a) -> Iterator[dict]:
                     f'({time.perf_counter() - t0:.1f} s)')
 
 
-# -- kernels and inference (requirement 8) ------------------------------------------------
+# -- kernels and inference ------------------------------------------------------------
 
 KERNEL_GRAPHS = ['reddit', 'products']
 TARGETS = {32: (15.0, 4.0), 128: (7.0, 2.0)}  # S: (x cuSPARSE full, x pyg_tc exact), Reddit-shaped F=32

@@ -1,4 +1,4 @@
-"""HalfGNN suite (issue 17): half-precision training with pyg_tc, against
+"""HalfGNN suite: half-precision training with pyg_tc, against
 pyg_tc in fp32 and PyG under the same ``torch.autocast``.
 
 Parts (``--part``, a comma list, or ``all``):
@@ -315,7 +315,7 @@ def reporter(out: str, env: dict) -> Reporter:
     """``half.jsonl``, ``half.md``, ``half.png``."""
     k = lambda key, spec='', h=None, bold=False: Col(h or key, key, spec, bold)  # noqa: E731
     sections = [
-        Text('## Targets (issue 17)', targets),
+        Text('## Design targets', targets),
         Table('## 1a. SpMM per dtype (sum, no edge values)', 'spmm', [
             k('graph'), k('F'), k('dtype'), k('pyg_tc_ms', '.4f', 'pyg_tc ms'),
             k('pyg_tc_graph_ms', '.4f', 'kernel-only ms'), k('cusparse_ms', '.4f', 'cuSPARSE ms'),

@@ -1,4 +1,4 @@
-"""Mini-batch training suite (issue 19): ``NeighborLoader`` batches through
+"""Mini-batch training suite: ``NeighborLoader`` batches through
 pyg_tc's layers and PyG's, the same batches for both.
 
 Per graph: node features (``--width`` Gaussian columns, seed 0) and random

@@ -1,4 +1,4 @@
-"""ES-SpMM's edge sampling (issue 18, ``../shared/papers/es-spmm.txt``):
+"""ES-SpMM's edge sampling (the ES-SpMM paper, docs/es_spmm.md):
 which edges a row keeps when it is capped at ``S`` neighbours, as a pure
 function of (row, slot, seed), and the sampled aggregation's reference.
 

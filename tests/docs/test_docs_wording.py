@@ -15,7 +15,10 @@ import pytest
 from ..conftest import REPO_ROOT
 
 PAGES = sorted([REPO_ROOT / 'README.md', REPO_ROOT / 'benchmarks' / 'README.md',
-                *(REPO_ROOT / 'docs').rglob('*.md'), *(REPO_ROOT / 'docs').rglob('*.rst')])
+                *(REPO_ROOT / 'docs').rglob('*.md'), *(REPO_ROOT / 'docs').rglob('*.rst'),
+                # the tutorials' and the package's docstrings are pages too (the site renders them)
+                REPO_ROOT / 'tutorials' / 'README.md', *(REPO_ROOT / 'tutorials').glob('*.py'),
+                *(REPO_ROOT / 'pyg_tc').rglob('*.py'), *(REPO_ROOT / 'benchmarks').glob('*.py')])
 PAGES = [p for p in PAGES if '_build' not in p.parts]
 INTERNAL = {
     'an issue number': r'\b[Ii]ssue \d+|\(issue\b',
