@@ -2,8 +2,10 @@
 
 Every pyg_tc layer runs under ``torch.autocast``: the layer casts its input once, the neighbour
 aggregation reads and writes half (fp16 or bf16) and accumulates in fp32 (on a GPU: half2
-arithmetic over short batches of edges, merged into fp32), and the output stays half for the
-next Linear. Nothing in the model changes; the training loop gets the usual autocast block,
+arithmetic over short batches of edges, merged into fp32), and the output has the dtype PyG's
+layer returns (half where PyG's does; float32 where PyG adds an fp32 bias or computes its
+attention in fp32, as GCN and GAT do), cast once at the end. Nothing in the model changes; the
+training loop gets the usual autocast block,
 and for float16 a ``GradScaler``::
 
     scaler = torch.amp.GradScaler('cuda')             # float16 only
