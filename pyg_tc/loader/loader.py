@@ -74,6 +74,9 @@ class _SideStream:
     def __init__(self, it: Iterator, device: torch.device):
         self.it, self.device = it, device
         self.stream = torch.cuda.Stream(device)
+        # what the current stream wrote before the epoch (the sampler's graph and state, the
+        # features) is complete before the side stream reads it
+        self.stream.wait_stream(torch.cuda.current_stream(device))
 
     def __iter__(self) -> '_SideStream':
         return self
