@@ -25,12 +25,15 @@ reference, which gives the same batches as the GPU kernel bit for bit.
 
 Run: ``python benchmarks/sampler_accuracy.py --data $PYG_TC_DATA --out DIR
 [--graphs tolokers,minesweeper,actor] [--models sage,gat] [--seeds 5]
-[--epochs 30]``; ``--graphs tiny`` is a synthetic graph that needs no data.
+[--epochs 30]``; ``--graphs tiny`` is a synthetic graph that needs no data;
+``--render JSONL --out DIR --name NAME`` rewrites the outputs from the records.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -198,16 +201,15 @@ def _pm(m: float, s: float) -> str:
     return f'{m:.2f} ± {s:.2f}'
 
 
-def _bars(metric: str):
-    def rows(records: List[dict]) -> List[dict]:
-        out = []
-        for r in records:
-            if r.get('kind') == 'compare' and r['metric'] == metric:
-                for s in SAMPLERS:
-                    out.append(dict(case=f"{r['graph']} {r['model']}", sampler=SAMPLERS[s], mean=r[f'{s}_mean'],
-                                    std=r[f'{s}_std']))
-        return out
-    return rows
+def _gaps(records: List[dict]) -> List[dict]:
+    """Per (graph, model): the gap between the means and the smaller std (two bars)."""
+    out = []
+    for r in records:
+        if r.get('kind') == 'compare':
+            case = f"{r['graph']} {r['model']}"
+            out += [dict(case=case, what='|difference of the means|', points=abs(r['diff'])),
+                    dict(case=case, what='smaller std', points=r['tol'])]
+    return out
 
 
 def _conclusion(records: List[dict]) -> List[str]:
@@ -227,25 +229,29 @@ def summary(records: List[dict]) -> dict:
     return dict(cases=len(cs), within_one_std=sum(r['within'] for r in cs))
 
 
-def reporter(a, env: dict) -> Reporter:
-    """The outputs: ``<name>.jsonl``, ``<name>.md``, ``<name>.png`` in ``--out``."""
-    dev = env['device']
-    where = (f"on {env['gpu']}" if dev == 'cuda' else
+def _setup(env: dict) -> List[str]:
+    """The lines under the run block: samplers, training, evaluation, command (from the env record)."""
+    where = (f"on {env['gpu']}" if env['device'] == 'cuda' else
              "on the CPU: pyg_tc's sampler ran as its pure-PyTorch reference (`device='cpu'`), which gives "
              "the same batches as its GPU kernel bit for bit")
-    setup = [f"- Samplers: PyG's `NeighborLoader` ({env['pyg_backend']}) and `pyg_tc.loader.NeighborLoader`, "
-             f'{where}. Layers: PyG\'s (`torch_geometric.nn`) for both.',
-             f"- Training: the first split of each dataset; {a.epochs} epochs of mini-batches of {a.batch_size} "
-             f"shuffled training nodes; Adam, lr {a.lr:g}, dropout {a.dropout:g}; SAGE: 3 layers, hidden 64, "
-             f"fan-out {a.fanout['sage']}; GAT: 2 layers, 4 heads of 16, fan-out {a.fanout['gat']}. "
-             f'Seeds {a.seeds}: the same initial weights for both samplers.',
-             '- Evaluation: full-neighbourhood inference on the whole graph after each epoch; the test metric at '
-             'the first best validation epoch (ROC AUC on the binary graphs, accuracy otherwise), in %.',
-             f"- Command: `python benchmarks/sampler_accuracy.py {' '.join(a.argv)}`"
-             + (f' ({a.threads} thread{"s" * (a.threads > 1)})' if a.threads else '') + '.']
+    threads = env.get('threads')
+    return [f"- Samplers: PyG's `NeighborLoader` ({env['pyg_backend']}) and `pyg_tc.loader.NeighborLoader`, "
+            f"{where}. Layers: PyG's (`torch_geometric.nn`) for both.",
+            f"- Training: the first split of each dataset; {env['epochs']} epochs of mini-batches of "
+            f"{env['batch_size']} shuffled training nodes; Adam, lr {env['lr']:g}, dropout {env['dropout']:g}; "
+            f"SAGE: 3 layers, hidden 64, fan-out {env['fanout']['sage']}; GAT: 2 layers, 4 heads of 16, fan-out "
+            f"{env['fanout']['gat']}. Seeds {env['seeds']}: the same initial weights for both samplers.",
+            '- Evaluation: full-neighbourhood inference on the whole graph after each epoch; the test metric at '
+            'the first best validation epoch (ROC AUC on the binary graphs, accuracy otherwise), in %.',
+            f"- Command: `{env['command']}`" + (f' ({threads} thread{"s" * (threads > 1)})' if threads else '')
+            + '.']
+
+
+def reporter(a, env: dict) -> Reporter:
+    """The outputs: ``<name>.jsonl``, ``<name>.md``, ``<name>.png`` in ``--out``."""
     return Reporter(str(a.out), f'{a.name}.jsonl', f'{a.name}.md', "Accuracy with pyg_tc's sampler against PyG's",
                     env=env, env_mode='first', tag='sampler_accuracy', summary=summary,
-                    header=lambda env, recs: setup, sections=[
+                    header=lambda env, recs: _setup(env), sections=[
                         Table('## Test metric (%), mean ± std over seeds', 'compare', [
                             Col('graph', 'graph'), Col('model', 'model'),
                             Col('metric', lambda r: METRIC_NAMES.get(r['metric'], r['metric'])),
@@ -260,10 +266,10 @@ def reporter(a, env: dict) -> Reporter:
                             Col('val %', lambda r: 100 * r['val'], '.2f'),
                             Col('test %', lambda r: 100 * r['test'], '.2f'), Col('best epoch', 'best_epoch'),
                             Col('edges / batch', 'edges_per_batch', ',.0f'), Col('train s', 'train_s', '.1f')])],
-                    figures=[Figure(f'{a.name}.png', [
-                        Panel(_bars(m), 'case', 'mean', series='sampler', yerr='std',
-                              title=f'test {METRIC_NAMES[m]} (%), mean ± std over seeds', ylabel=METRIC_NAMES[m])
-                        for m in ('roc_auc', 'accuracy')], ncols=2)])
+                    figures=[Figure(f'{a.name}.png', [Panel(
+                        _gaps, 'case', 'points', series='what', ylabel='points (%)',
+                        title='test metric: gap between the samplers\' means and the smaller std '
+                              '(within one std: first bar not above the second)')])])
 
 
 # -- command line ------------------------------------------------------------------
@@ -287,8 +293,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     a('--threads', type=int, default=None, help='torch.set_num_threads (default: torch\'s)')
     a('--out', type=Path, default=Path('sampler_accuracy_out'))
     a('--name', default='sampler_accuracy', help='the outputs\' file name (without extension)')
+    a('--render', type=Path, metavar='JSONL', help='only rewrite the outputs from these records')
     args = p.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.command = shlex.join(['python', 'benchmarks/sampler_accuracy.py', *(sys.argv[1:] if argv is None
+                                                                            else argv)])
     args.graphs = [g.strip().lower() for g in args.graphs.split(',') if g.strip()]
     args.models = [m.strip() for m in args.models.split(',') if m.strip()]
     args.samplers = [s.strip() for s in args.samplers.split(',') if s.strip()]
@@ -323,6 +331,14 @@ def pyg_backend() -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line: see the module docstring; returns the exit code."""
     a = parse_args(argv)
+    if a.render:
+        records = [json.loads(line) for line in open(a.render) if line.strip()]
+        env = next(r for r in records if r.get('kind') == 'env')
+        rep = reporter(a, {k: v for k, v in env.items() if k != 'kind'})
+        rep.records = [r for r in records if r.get('kind') != 'summary']
+        paths = rep.write()
+        log('[sampler_accuracy] wrote ' + ', '.join(paths.values()))
+        return 0
     if a.threads:
         torch.set_num_threads(a.threads)
     backend = pyg_backend()
@@ -332,7 +348,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     env = environment(dev, pyg_backend=backend, threads=torch.get_num_threads(), graphs=a.graphs,
                       models=a.models, seeds=a.seeds, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
-                      dropout=a.dropout, fanout=a.fanout)
+                      dropout=a.dropout, fanout=a.fanout, command=a.command)
     log(f"[sampler_accuracy] {dev}, {backend}, {torch.get_num_threads()} threads; data from {a.data}")
     rep = reporter(a, env)
     state: Dict[str, tuple] = {}

@@ -79,3 +79,7 @@ def test_end_to_end_on_the_synthetic_graph(sa, tmp_path):
         assert f"| tiny | {r['model']} | ROC AUC | " in md
     assert recs[-1]['summary'] == dict(cases=2, within_one_std=sum(r['within'] for r in compares))
     assert (out / 'acc.png').is_file()
+    # --render rewrites the same report from the records
+    assert sa.main(['--render', str(out / 'acc.jsonl'), '--out', str(tmp_path / 'again'), '--name', 'acc']) == 0
+    assert (tmp_path / 'again' / 'acc.md').read_text() == md
+    assert (tmp_path / 'again' / 'acc.png').is_file()
