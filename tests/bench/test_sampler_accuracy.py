@@ -42,6 +42,9 @@ def test_compare_record(sa):
     assert r['pyg_std'] == pytest.approx(2.0) and r['diff'] == pytest.approx(1.0) and r['within']
     with pytest.raises(RuntimeError, match='both samplers'):
         sa.compare(runs, 'g', 'gat')
+    # the figure: the difference in units of the smaller std
+    ratios = [x['ratio'] for x in sa._gaps([r, dict(r, diff=0.0, tol=0.0), dict(r, diff=0.5, tol=0.0)])]
+    assert ratios == [pytest.approx(0.5), 0.0, float('inf')]
 
 
 def test_bad_arguments(sa):
