@@ -31,10 +31,10 @@ INTERNAL = {
 }
 RESULTS = sorted((REPO_ROOT / 'docs' / 'results').glob('*.md'))
 FIELDS = {
-    'GPU': r'NVIDIA \S.*',
+    'GPU': r'NVIDIA \S.*|CPU \(no GPU\).*',
     'driver': r'\d+\.\d+(?:\.\d+)?|not recorded',
     'torch': r'\d+\.\d+\.\d+\S*',
-    'CUDA': r'\d+\.\d+.*',
+    'CUDA': r'\d+\.\d+.*|none',
     'date': r'20\d\d-\d\d-\d\d\b.*',
     'commit': r'.*\b[0-9a-f]{7,40}\b.*',
 }
