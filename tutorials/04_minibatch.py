@@ -19,24 +19,46 @@ non_blocking=True)``. The other way, on a GPU, is to move the batch first and th
 (vectorised torch, fast for large batches): ``batch = DegreeBucketTransform()(batch.to(device))``.
 A layer given a batch without the format also builds it, on first use.
 
-The script trains a 2-layer GraphSAGE on Cora twice, with PyG's ``SAGEConv`` and with
-``pyg_tc.nn.SAGEConv``, from the same initial weights and on the same batches (each epoch is
-sampled once, with a seeded generator, and both models train on it), then tests both on the
-full graph. How to read the table:
+pyg_tc also has its own loader, ``pyg_tc.loader.NeighborLoader``: PyG's signature and batches
+(the same fields, seeds first, PyG's sampling semantics), sampled and gathered on the GPU (with
+``device='cpu'``, the pure-PyTorch reference: the same batches), and each batch's ``edge_index``
+arrives carrying pyg_tc's CSR, so pyg_tc's layers build nothing per batch. It needs no sampler
+backend. Change one import::
 
-* max loss diff vs PyG: the largest per-batch loss difference to PyG, float rounding only (the
-  sums run in another order), and the test accuracies match;
-* ms / epoch: training steps over one epoch's batches (the first epoch is a warm-up and not
-  timed; sampling is the same for both and left out); pyg_tc's includes its format build.
-  On a CPU-only machine pyg_tc runs its pure-PyTorch reference, which is not faster: the speed
-  comes from the CUDA kernels, and shows on graphs larger than Cora (``pyg-tc bench``);
-* format-build share: the part of pyg_tc's epoch spent building formats. In this loop the
-  build sits on the critical path; with ``num_workers > 0`` it runs beside training instead.
+    from pyg_tc.loader import NeighborLoader   # was: from torch_geometric.loader import NeighborLoader
+    loader = NeighborLoader(data, num_neighbors=[10, 5], batch_size=32, input_nodes=data.train_mask,
+                            shuffle=True)       # device=: where batches are made (default: the GPU if any)
 
-NeighborLoader needs a sampler backend, ``pyg-lib`` or ``torch_sparse``. Without one (or with
-``--no-sampler``) the script says so and falls back to full 2-hop subgraphs of each seed batch
-(``k_hop_subgraph``, no sampling: bigger batches, same seeds-first layout), labelled so in the
-table.
+Its neighbour draws come from torch's default generator (``torch.manual_seed`` makes a run
+reproducible), its shuffle from ``generator=`` as PyG's.
+
+The script trains a 2-layer GraphSAGE on Cora three times from the same initial weights: with
+PyG's ``SAGEConv`` and with ``pyg_tc.nn.SAGEConv`` on the same batches from PyG's loader (each
+epoch is sampled once, with a seeded generator, and both models train on it), and with
+``pyg_tc.nn.SAGEConv`` on the batches of pyg_tc's loader; then tests all three on the full graph.
+How to read the table:
+
+* max loss diff vs PyG: on PyG's batches, the largest per-batch loss difference to PyG, float
+  rounding only (the sums run in another order), and the test accuracies match. pyg_tc's loader
+  draws other neighbours than PyG's sampler, so its row trains on other batches: its accuracy is
+  comparable to the others (same model, same seeds per epoch, same fan-outs), not equal;
+* sampling ms / epoch: making one epoch's batches (PyG's loader on the CPU, without the format
+  build; pyg_tc's loader on ``--device``, with the CSR);
+* steps ms / epoch: the training steps over those batches, with the copy of PyG's CPU batches to
+  the device (pyg_tc's loader makes them there); the pyg_tc row on PyG's batches includes the
+  format build. The first epoch is a warm-up and not timed; epoch ms is the sum of the two.
+  On a CPU-only machine pyg_tc runs its pure-PyTorch reference, layers and sampler alike, which
+  is not faster (the reference sampler is slower than pyg-lib's C++ one): the speed comes from
+  the CUDA kernels and the GPU sampler, and shows on graphs larger than Cora (``pyg-tc bench``,
+  ``benchmarks/sampling.py``);
+* format-build share: the part of the steps spent building formats. With PyG's loader the
+  build sits on the critical path in this loop (with ``num_workers > 0`` it runs beside
+  training instead); with pyg_tc's loader there is none: the CSR comes with the batch.
+
+PyG's NeighborLoader needs a sampler backend, ``pyg-lib`` or ``torch_sparse``. Without one (or
+with ``--no-sampler``) the script says so and the two rows on PyG's batches fall back to full
+2-hop subgraphs of each seed batch (``k_hop_subgraph``, no sampling: bigger batches, same
+seeds-first layout), labelled so in the table; the row of pyg_tc's loader samples as always.
 
 Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora lives, as
 ``DIR/planetoid/Cora`` (PyG downloads it there if it is missing). Without a root the script runs
@@ -51,11 +73,13 @@ import torch
 import torch.nn.functional as F
 import torch_geometric.nn
 import torch_geometric.typing
+from torch.utils.data import DataLoader
 from torch_geometric.transforms import BaseTransform
 from torch_geometric.utils import k_hop_subgraph
 from tqdm import tqdm
 
 import pyg_tc
+import pyg_tc.loader
 import pyg_tc.nn
 from pyg_tc.datasets import DatasetUnavailableError, load
 from pyg_tc.formats import plain_tensor
@@ -88,16 +112,17 @@ class Timed(BaseTransform):
 
 
 class KHopLoader:
-    """The fallback without a sampler backend: shuffled batches of training nodes, each with
-    its full 2-hop subgraph, seeds first (the first ``batch.batch_size`` rows, as NeighborLoader)."""
+    """The fallback without a sampler backend: shuffled batches of training nodes (drawn as
+    NeighborLoader draws them: a DataLoader over the nodes), each with its full 2-hop subgraph,
+    seeds first (the first ``batch.batch_size`` rows, as NeighborLoader)."""
 
     def __init__(self, data, batch_size: int, transform, generator):
-        self.data, self.batch_size, self.transform, self.generator = data, batch_size, transform, generator
+        self.data, self.transform = data, transform
+        self.seeds = DataLoader(data.train_mask.nonzero().view(-1), batch_size, shuffle=True, generator=generator)
 
     def __iter__(self):
         d = self.data
-        train = d.train_mask.nonzero().view(-1)
-        for seeds in train[torch.randperm(train.numel(), generator=self.generator)].split(self.batch_size):
+        for seeds in self.seeds:
             subset = k_hop_subgraph(seeds, 2, d.edge_index, num_nodes=d.num_nodes)[0]
             batch = d.subgraph(torch.cat([seeds, subset[~torch.isin(subset, seeds)]]))
             batch.batch_size = seeds.numel()
@@ -123,16 +148,17 @@ def main():
                         'default $PYG_TC_DATA, else synthetic data of the same shape')
     p.add_argument('--small', action='store_true', help='a few epochs (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    p.add_argument('--no-sampler', action='store_true', help='use the k-hop fallback even with a sampler')
+    p.add_argument('--no-sampler', action='store_true', help="PyG's rows: the k-hop fallback even with a sampler")
     a = p.parse_args()
     epochs, batch_size = (4 if a.small else 40), 32
     if a.root is None:
         print('No --root: synthetic data shaped like Cora; --root DIR runs on the real Cora '
               '(downloaded there if missing).')
     try:
-        data = load('Cora', a.root)[0]  # stays on the CPU, where sampling runs
+        data = load('Cora', a.root)[0]  # stays on the CPU, where PyG's loader samples
     except DatasetUnavailableError as e:
         raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
+    full = data.to(a.device)  # on the device: pyg_tc's loader samples and gathers there; full-graph tests
 
     build = Timed(DegreeBucketTransform())   # the loader's transform, timed
     gen = torch.Generator().manual_seed(0)   # the same shuffles on every run
@@ -141,53 +167,75 @@ def main():
         from torch_geometric.loader import NeighborLoader
         loader = NeighborLoader(data, num_neighbors=[10, 5], batch_size=batch_size, input_nodes=data.train_mask,
                                 shuffle=True, transform=build, generator=gen)
-        batches_kind = 'NeighborLoader [10, 5]'
+        batches_kind = "PyG's NeighborLoader [10, 5]"
     else:
         print('--no-sampler given.' if sampler else
-              'NeighborLoader needs a sampler backend, pyg-lib or torch_sparse, and neither is installed.\n'
+              "PyG's NeighborLoader needs a sampler backend, pyg-lib or torch_sparse, and neither is installed.\n"
               'Install one (e.g. `pip install torch_sparse`; PyG\'s installation guide lists the wheels).')
-        print('Falling back to full 2-hop subgraphs of each seed batch (no sampling).')
+        print("Falling back to full 2-hop subgraphs of each seed batch (no sampling) for PyG's loader; "
+              "pyg_tc's loader needs no backend.")
         loader = KHopLoader(data, batch_size, build, gen)
         batches_kind = 'k-hop subgraphs (no sampler backend)'
+    # pyg_tc's loader: the graph and features on the device, the batches made there with their CSR;
+    # the same seed batches per epoch as PyG's loader (its own generator, seeded alike), other neighbours
+    own = pyg_tc.loader.NeighborLoader(full, num_neighbors=[10, 5], batch_size=batch_size,
+                                       input_nodes=data.train_mask, shuffle=True,
+                                       generator=torch.Generator().manual_seed(0), device=a.device)
+    own_kind = 'pyg_tc.loader.NeighborLoader [10, 5]'
 
-    torch.manual_seed(0)
-    models = {'PyG': SAGE(torch_geometric.nn, data.num_features, 64, 7).to(a.device),
-              'pyg_tc': SAGE(pyg_tc.nn, data.num_features, 64, 7).to(a.device)}
-    models['pyg_tc'].load_state_dict(models['PyG'].state_dict())  # the same initial weights
+    torch.manual_seed(0)  # the initial weights, then pyg_tc's loader's neighbour draws
+    rows = {'PyG': (torch_geometric.nn, batches_kind), 'pyg_tc': (pyg_tc.nn, batches_kind),
+            'pyg_tc, own loader': (pyg_tc.nn, own_kind)}
+    models = {k: SAGE(layers, data.num_features, 64, 7).to(a.device) for k, (layers, _) in rows.items()}
+    for m in models.values():
+        m.load_state_dict(models['PyG'].state_dict())  # the same initial weights
     opts = {k: torch.optim.Adam(m.parameters(), lr=0.01, weight_decay=5e-4) for k, m in models.items()}
     losses = {k: [] for k in models}
-    seconds = {k: 0.0 for k in models}
+    seconds = {k: 0.0 for k in models}  # training steps
+    sampling = {batches_kind: 0.0, own_kind: 0.0}  # making the batches
     sync = torch.cuda.synchronize if a.device.startswith('cuda') else (lambda: None)
     build_s = 0.0
     for epoch in tqdm(range(epochs), 'epochs', leave=False):
-        build.seconds = 0.0
-        batches = list(loader)  # one epoch, sampled once: both models train on these batches
+        epoch_batches = {}
+        for kind, source in ((batches_kind, loader), (own_kind, own)):
+            build.seconds = 0.0
+            sync()
+            t0 = time.perf_counter()
+            epoch_batches[kind] = list(source)  # one epoch, sampled once: the models on it train on these
+            sync()
+            if epoch:  # epoch 0: warm-up
+                sampling[kind] += time.perf_counter() - t0 - build.seconds
+                build_s += build.seconds
         for name, model in models.items():
             model.train()
             sync()
             t0 = time.perf_counter()
-            losses[name] += [step(model, opts[name], b, a.device) for b in batches]
+            losses[name] += [step(model, opts[name], b, a.device) for b in epoch_batches[rows[name][1]]]
             sync()
-            seconds[name] += (time.perf_counter() - t0) if epoch else 0.0  # epoch 0: warm-up
-        build_s += build.seconds if epoch else 0.0
-    seconds['pyg_tc'] += build_s  # pyg_tc's epoch includes building its formats
+            seconds[name] += (time.perf_counter() - t0) if epoch else 0.0
+    seconds['pyg_tc'] += build_s  # pyg_tc's steps on PyG's batches include building its formats
 
-    full = data.to(a.device)
     graph = 'Cora' if a.root else 'Synthetic Cora'
-    print(f'\n{graph}, 2-layer GraphSAGE, batches of {batch_size} seeds: {batches_kind}, on {a.device} '
+    print(f'\n{graph}, 2-layer GraphSAGE, batches of {batch_size} seeds, {epochs} epochs, on {a.device} '
           f'(pyg_tc backend: {pyg_tc.info()["backend"]})\n')
-    print('| layers | batches | epochs | test accuracy | ms / epoch | format-build share | max loss diff vs PyG |')
-    print('|---|---|---|---|---|---|---|')
+    print('| layers | batches | test accuracy | sampling ms / epoch | steps ms / epoch | epoch ms '
+          '| format-build share | max loss diff vs PyG |')
+    print('|---|---|---|---|---|---|---|---|')
     for name, model in models.items():
         model.eval()
         with torch.no_grad():  # full-graph inference
             pred = model(full.x, full.edge_index).argmax(1)
         acc = float((pred[full.test_mask] == full.y[full.test_mask]).float().mean())
-        ms = 1e3 * seconds[name] / (epochs - 1)
-        share = f'{build_s / seconds[name]:.1%}' if name == 'pyg_tc' else '-'
-        diff = max(abs(u - v) for u, v in zip(losses[name], losses['PyG']))
-        print(f'| {name} | {batches_kind} | {epochs} | {100 * acc:.1f}% | {ms:.1f} | {share} | '
-              + ('-' if name == 'PyG' else f'{diff:.1e}') + ' |')
+        kind = rows[name][1]
+        ms, sample_ms = 1e3 * seconds[name] / (epochs - 1), 1e3 * sampling[kind] / (epochs - 1)
+        if kind == own_kind:
+            share, diff = 'none (the CSR comes with the batch)', '- (its own batches)'
+        else:
+            share = f'{build_s / seconds[name]:.1%}' if name == 'pyg_tc' else '-'
+            diff = '-' if name == 'PyG' else f'{max(abs(u - v) for u, v in zip(losses[name], losses["PyG"])):.1e}'
+        layers = name.split(',')[0]
+        print(f'| {layers} | {kind} | {100 * acc:.1f}% | {sample_ms:.1f} | {ms:.1f} | {sample_ms + ms:.1f} '
+              f'| {share} | {diff} |')
 
 
 if __name__ == '__main__':

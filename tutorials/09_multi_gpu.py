@@ -5,7 +5,9 @@ per GPU (``torchrun --nproc_per_node=N``), ``torch.distributed`` (NCCL between G
 CPUs), the model wrapped in ``DistributedDataParallel`` (DDP), and every process ("rank")
 running its own ``NeighborLoader`` over its share of the training nodes. pyg_tc's layers drop into
 that recipe unchanged: there is no pyg_tc communication layer, DDP averages the gradients of
-whatever layers the model has::
+whatever layers the model has. The per-rank loader is pyg_tc's GPU sampler,
+``pyg_tc.loader.NeighborLoader`` (``--loader pyg_tc``, the default), or PyG's
+(``--loader pyg``)::
 
     torchrun --nproc_per_node=2 tutorials/09_multi_gpu.py --graph tolokers
 
@@ -13,11 +15,15 @@ whatever layers the model has::
     dist.init_process_group('nccl')                       # rank / world size from torchrun
     model = DDP(SAGE(pyg_tc.nn, ...).to(device), device_ids=[device])
     share = train_nodes.view(world_size, -1)[rank]        # equal shares: equal steps per rank
-    loader = NeighborLoader(data, input_nodes=share, num_neighbors=[15, 10], ...)
-    for batch in loader:
-        batch = DegreeBucketTransform()(batch.to(device))  # pyg_tc's format, built on this GPU
+    loader = pyg_tc.loader.NeighborLoader(data.to(device), input_nodes=share, num_neighbors=[15, 10],
+                                          device=device, ...)
+    for batch in loader:                                   # sampled on this GPU, the CSR attached
         loss = F.cross_entropy(model(batch.x, batch.edge_index)[:batch.batch_size], ...)
         loss.backward()                                    # DDP all-reduces the gradients here
+
+With ``--loader pyg`` the loader is ``torch_geometric.loader.NeighborLoader(data, ...)``, which
+samples on the CPU, and each batch is moved and formatted on the rank's GPU:
+``batch = DegreeBucketTransform()(batch.to(device))``.
 
 What to watch for:
 
@@ -29,33 +35,44 @@ What to watch for:
   (``data.share_memory_()``): one copy however many ranks. Under ``torchrun`` the ranks are
   separate programs; local rank 0 saves the graph once and every rank memory-maps that file
   (``torch.load(..., mmap=True)``), so the operating system keeps one copy in its page cache.
+  With pyg_tc's loader each rank also copies the graph and its features to its own GPU, where
+  it samples and gathers (one copy per GPU).
 * **A share of the CPU each.** Every rank sets ``torch.set_num_threads(cores // world_size)``
   (``torchrun`` sets ``OMP_NUM_THREADS`` for the same reason): ranks that each start a thread
   per core fight over the cores while they sample and build, and two of them made the two-GPU
-  epoch slower than one GPU's (Tolokers on two H100s: 0.71 s against 0.35 s; 0.18 s with shares).
-* **Sampling ahead.** ``--workers N`` gives each rank N ``NeighborLoader`` worker processes
-  (``num_workers``; 4 by default on GPUs), forked from the rank so they share its graph (a
-  spawned rank would otherwise spawn its workers and pickle the graph to each); they sample while
-  the GPU trains. The CPU sampler bounds the epoch: 6 workers made the products-shaped epoch on
-  one GPU 4-5x faster, and ``--layers loader`` shows the floor that sampling alone sets.
+  epoch slower than one GPU's (Tolokers on two H100s, PyG's loader: 0.71 s against 0.35 s;
+  0.18 s with shares).
+* **Sampling ahead.** pyg_tc's loader needs no worker processes: it samples each batch on the
+  GPU, on a side stream, beside the previous step. PyG's loader samples on the CPU: ``--workers
+  N`` gives each rank N ``NeighborLoader`` worker processes (``num_workers``; 4 by default on
+  GPUs with ``--loader pyg``), forked from the rank so they share its graph (a spawned rank would
+  otherwise spawn its workers and pickle the graph to each); they sample while the GPU trains.
+  That CPU sampler bounds the epoch: 6 workers made the products-shaped epoch on one GPU 4-5x
+  faster. ``--layers loader`` shows the floor that the loader alone sets, for either loader.
+* **Randomness.** Each epoch reseeds the shuffle (the loader's ``generator``) and torch's default
+  generator, from which pyg_tc's loader draws neighbours, with the epoch and the rank: every
+  rank draws its own batches, and a run repeats.
 * **Evaluation.** Each rank scores its share of the test nodes; the counts are summed over the
   ranks (``all_reduce``) before dividing, so the accuracy is that of all test nodes.
-* **pyg_tc's caches** are per process and per device: a batch's format is built on the rank's
-  own GPU and cached on its ``edge_index``; ``backend='auto'`` tunes only graphs that carry SGT
-  metadata (mini-batches do not), so every rank runs the same CSR kernels. The CUDA kernels are
-  built once per machine: rank 0 builds them (``pyg_tc.info()``) while the others wait at a
-  barrier and then load the finished library (torch's extension build also holds a file lock).
+* **pyg_tc's caches** are per process and per device: a batch's format is made on the rank's
+  own GPU (by the GPU sampler, or built from PyG's batch) and carried on its ``edge_index``;
+  ``backend='auto'`` tunes only graphs that carry SGT metadata (mini-batches do not), so every
+  rank runs the same CSR kernels. The CUDA kernels are built once per machine: rank 0 builds
+  them (``pyg_tc.info()``) while the others wait at a barrier and then load the finished library
+  (torch's extension build also holds a file lock).
 
 ``--check`` (on with ``--small``, which CI runs on two CPU processes with gloo) verifies the
 recipe: after the epoch every rank holds bitwise the same parameters, and rank 0 replays all
 ranks' batches in one process (each step: the ranks' losses divided by ``world_size``, one
 backward, one Adam step, which is what DDP's averaged gradients give) and compares the losses
-and parameters. The table has one row per (processes, layers): epoch time, speed-up over one
-process, pyg_tc's speed-up over PyG's layers at the same process count, and test accuracy.
-``--scaling 1,2,4`` runs each process count in turn (spawned; one GPU per process);
-``--layers loader`` adds rows that only sample and transfer the batches: the floor under any
-model's epoch with this loader. Without a
-sampler backend (pyg-lib or torch_sparse) the batches are full k-hop subgraphs of the seeds.
+and parameters. The table has one row per (processes, layers), naming the loader: epoch time,
+speed-up over one process, pyg_tc's speed-up over PyG's layers at the same process count, and
+test accuracy. ``--scaling 1,2,4`` runs each process count in turn (spawned; one GPU per
+process); ``--layers loader`` adds rows that only make the batches (sampling, and for PyG's
+loader the transfer to the GPU): the floor under any model's epoch with that loader. On the CPU
+(``--device cpu``) pyg_tc's loader runs its pure-PyTorch reference, which gives the same batches
+as on the GPU. Without a sampler backend (pyg-lib or torch_sparse) PyG's loader is replaced by
+full k-hop subgraphs of the seeds; pyg_tc's loader needs none.
 
 Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora and Tolokers live, as
 ``DIR/planetoid/Cora`` and ``DIR/heterophilous/tolokers`` (PyG downloads them there if they are
@@ -65,6 +82,7 @@ Under ``torchrun`` the graph file the ranks memory-map is written to ``DIR`` (wi
 the temporary folder).
 """
 import argparse
+import copy
 import json
 import os
 import socket
@@ -85,11 +103,13 @@ from tqdm import tqdm
 
 import pyg_tc
 import pyg_tc.datasets
+import pyg_tc.loader
 import pyg_tc.nn
+from pyg_tc.formats import plain_tensor
 from pyg_tc.transforms import DegreeBucketTransform
 
 LAYERS = {'PyG': torch_geometric.nn, 'pyg_tc': pyg_tc.nn}
-SAMPLED = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE  # NeighborLoader works
+SAMPLED = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE  # PyG's loader works
 
 
 class Net(torch.nn.Module):
@@ -147,8 +167,18 @@ class KHopLoader:
             yield batch
 
 
-def make_loader(data, seeds, a, seed: int, shuffle: bool = True):
+def loader_name(a) -> str:
+    if a.loader == 'pyg_tc':
+        return f'pyg_tc.loader.NeighborLoader {a.fanout}'
+    return f"PyG's NeighborLoader {a.fanout}" if SAMPLED else 'k-hop subgraphs (no sampler backend)'
+
+
+def make_loader(data, seeds, a, seed: int, device, shuffle: bool = True):
+    """This rank's loader over ``seeds``; with pyg_tc's, ``data`` is on ``device``, where it samples."""
     gen = torch.Generator().manual_seed(seed)
+    if a.loader == 'pyg_tc':  # batches sampled and gathered on the device, the CSR on edge_index
+        return pyg_tc.loader.NeighborLoader(data, num_neighbors=a.fanout, input_nodes=seeds, batch_size=a.batch_size,
+                                            shuffle=shuffle, generator=gen, device=device)
     if SAMPLED:
         from torch_geometric.loader import NeighborLoader
         # a spawned rank's default start method is spawn, which would pickle the shared graph to
@@ -161,9 +191,14 @@ def make_loader(data, seeds, a, seed: int, shuffle: bool = True):
 
 
 def prepare(batch, layers: str, device):
-    """The batch on this rank's device; pyg_tc's format built there."""
-    batch = batch.to(device)
-    return DegreeBucketTransform()(batch) if layers == 'pyg_tc' else batch
+    """The batch on this rank's device (a copy: ``Data.to`` moves in place); pyg_tc's format built
+    there unless the batch carries it (pyg_tc's loader); PyG's layers get the plain edges."""
+    batch = copy.copy(batch).to(device)
+    if layers == 'PyG':
+        batch.edge_index = plain_tensor(batch.edge_index)
+    elif not isinstance(batch.edge_index, pyg_tc.formats.TCEdgeIndex):
+        batch = DegreeBucketTransform()(batch)
+    return batch
 
 
 def loss_of(model, b):
@@ -193,25 +228,27 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     train = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(0))]
     share = train[:train.numel() // world * world].view(world, -1)[rank]
     steps = share.numel() // a.batch_size + (share.numel() % a.batch_size > 0)
-    loader = make_loader(data, share, a, seed=0)  # once: NeighborLoader's setup converts the graph to CSC
-    if layers == 'loader':  # the floor of any epoch: sampling and transfer, no model
-        return dict(processes=world, layers=layers, model=a.model, graph=a.graph, steps=steps,
-                    accuracy=None, **epoch_times(loader, a, rank, device, lambda b: b.to(device)))
+    if a.loader == 'pyg_tc':  # the GPU sampler's graph and features, on this rank's device
+        data = copy.copy(data).to(device)  # (a copy: Data.to moves in place)
+    loader = make_loader(data, share, a, seed=0, device=device)  # once: the loader's setup converts the graph to CSC
+    info = dict(processes=world, layers=layers, loader=loader_name(a), model=a.model, graph=a.graph, steps=steps)
+    if layers == 'loader':  # the floor of any epoch: making the batches on the device, no model
+        return dict(info, accuracy=None, **epoch_times(loader, a, rank, device, lambda b: b.to(device)))
     torch.manual_seed(0)
     model = Net(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
     init = {k: v.clone() for k, v in model.state_dict().items()}
     ddp = DDP(model.to(device), device_ids=[device] if cuda else None)
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
-    record = []  # --check: this rank's (CPU batch, loss) per step
+    record = []  # --check: this rank's (batch on the CPU, loss) per step
 
-    def train_step(cpu):
-        b = prepare(cpu, layers, device)
+    def train_step(batch):
+        b = prepare(batch, layers, device)
         opt.zero_grad()
         loss = loss_of(ddp, b)
         loss.backward()  # DDP averages the gradients over the ranks here
         opt.step()
         if a.check:
-            record.append((cpu, float(loss.detach())))
+            record.append((copy.copy(batch).to('cpu'), float(loss.detach())))
     ddp.train()
     timed = epoch_times(loader, a, rank, device, train_step)
     # evaluation: every rank scores its share of the test nodes; counts summed over the ranks
@@ -219,14 +256,13 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     test = data.test_mask.nonzero().view(-1).tensor_split(world)[rank]
     counts = torch.zeros(2, dtype=torch.long, device=device)
     with torch.no_grad():
-        for b in make_loader(data, test, a, seed=0, shuffle=False):
+        for b in make_loader(data, test, a, seed=0, device=device, shuffle=False):
             b = prepare(b, layers, device)
             pred = model(b.x, b.edge_index)[:b.batch_size].argmax(1)  # the module: no DDP sync
             counts[0] += (pred == b.y[:b.batch_size]).sum()
             counts[1] += b.batch_size
     dist.all_reduce(counts)
-    out = dict(processes=world, layers=layers, model=a.model, graph=a.graph, steps=steps,
-               accuracy=float(counts[0]) / max(int(counts[1]), 1), **timed)
+    out = dict(info, accuracy=float(counts[0]) / max(int(counts[1]), 1), **timed)
     if a.check:
         out.update(check(rank, world, a, model, init, record, layers, device, data))
     return out
@@ -238,6 +274,7 @@ def epoch_times(loader, a, rank: int, device, step) -> dict:
     times = []
     for epoch in tqdm(range(a.epochs), 'epochs', leave=False, disable=rank != 0):
         loader.generator.manual_seed(1000 * epoch + rank)  # this epoch's shuffle, as a fresh loader's
+        torch.manual_seed(1000 * epoch + rank)  # and neighbour draws (pyg_tc's loader: torch's generator)
         if cuda:
             torch.cuda.synchronize()
         dist.barrier()
@@ -322,13 +359,14 @@ def print_table(rows) -> None:
     pyg = {r['processes']: r['epoch_s'] for r in rows if r['layers'] == 'PyG'}
     r0 = rows[0]
     print(f'\n{r0["graph"]}, 2-layer {r0["model"].upper()}, DDP + per-rank mini-batches\n')
-    print('| processes | layers | steps / rank | epoch s | speed-up vs 1 process | x PyG | test accuracy |')
-    print('|---|---|---|---|---|---|---|')
+    print('| processes | layers | loader | steps / rank | epoch s | speed-up vs 1 process | x PyG | test accuracy |')
+    print('|---|---|---|---|---|---|---|---|')
     for r in rows:
         s1 = f'{one[r["layers"]] / r["epoch_s"]:.2f}' if r['layers'] in one else '-'
         xp = f'{pyg[r["processes"]] / r["epoch_s"]:.2f}' if r['layers'] == 'pyg_tc' and r['processes'] in pyg else '-'
         acc = '-' if r['accuracy'] is None else f'{100 * r["accuracy"]:.1f}%'
-        print(f'| {r["processes"]} | {r["layers"]} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} | {acc} |')
+        print(f'| {r["processes"]} | {r["layers"]} | {r["loader"]} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} '
+              f'| {acc} |')
     for r in rows:
         if 'ranks_param_diff' in r:
             ok = r['ranks_param_diff'] == 0 and r['loss_diff_vs_single'] < 1e-5 and r['param_diff_vs_single'] < 1e-5
@@ -356,9 +394,12 @@ def main():
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--fanout', default='15,10')
     p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--loader', choices=['pyg_tc', 'pyg'], default='pyg_tc',
+                   help="each rank's loader: pyg_tc.loader.NeighborLoader (samples on the rank's device; the "
+                        "default) or PyG's NeighborLoader (samples on the CPU)")
     p.add_argument('--workers', type=int,
-                   help='sampling worker processes per rank (NeighborLoader num_workers; 0: the rank samples); '
-                        'default 4 on GPUs, 0 on CPUs')
+                   help="with --loader pyg: sampling worker processes per rank (num_workers; 0: the rank "
+                        "samples); default 4 on GPUs, 0 on CPUs")
     p.add_argument('--json', help='also write the table rows (with every epoch time) to this file')
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
@@ -367,8 +408,11 @@ def main():
     if unknown:
         p.error(f'--layers: unknown {sorted(unknown)}')
     a.fanout = [int(f) for f in a.fanout.split(',')]
+    if a.workers and a.loader == 'pyg_tc':
+        p.error("--workers: pyg_tc's loader samples in the rank's process, on its device; "
+                'the option is for --loader pyg')
     if a.workers is None:  # on GPUs the CPU sampler is the bottleneck: sample ahead (docs/distributed.md)
-        a.workers = 4 if a.device == 'cuda' else 0
+        a.workers = 4 if a.device == 'cuda' and a.loader == 'pyg' else 0
     if a.small:
         a.graph, a.epochs, a.batch_size, a.hidden, a.check = 'cora', 1, 32, 32, True
         a.scaling = a.scaling or '2'
@@ -395,8 +439,7 @@ def main():
                 print(f'[{world} processes, {layers}] epoch {rows[-1]["epoch_s"]:.3f} s '
                       f'(epochs: {", ".join(f"{t:.3f}" for t in rows[-1]["epoch_times"])})'
                       + ('' if acc is None else f', test accuracy {100 * acc:.1f}%'), flush=True)
-    sampler = f'NeighborLoader {a.fanout}' if SAMPLED else 'k-hop subgraphs (no sampler backend)'
-    print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; sampler: {sampler})')
+    print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; loader: {loader_name(a)})')
     print_table(rows)
     if a.json:
         with open(a.json, 'w') as f:

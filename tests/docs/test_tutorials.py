@@ -68,45 +68,103 @@ def test_unusable_root_ends_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith('error: Cora is not in ') and '--root' in lines[0], r.stderr
 
 
+def table_rows(stdout: str, first: str):
+    """The cells of the markdown table rows of ``stdout`` that start with ``| first |``."""
+    return [[c.strip() for c in line.split('|')[1:-1]] for line in stdout.splitlines()
+            if line.startswith(f'| {first} |')]
+
+
+def test_minibatch_tutorial_with_pyg_tc_loader(tmp_path):
+    """Tutorial 4's table: PyG's and pyg_tc's layers on the same batches of PyG's loader (here,
+    without a sampler backend, its k-hop fallback: the same accuracy, float-rounding loss
+    differences), and pyg_tc's layers on ``pyg_tc.loader.NeighborLoader``'s own batches, which
+    needs no backend: an accuracy, a sampling time and no format build."""
+    r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '04_minibatch.py'), '--small', '--device', 'cpu',
+                        '--no-sampler'], cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = table_rows(r.stdout, 'PyG') + table_rows(r.stdout, 'pyg_tc')
+    assert [(c[0], c[1]) for c in rows] == [('PyG', 'k-hop subgraphs (no sampler backend)'),
+                                            ('pyg_tc', 'k-hop subgraphs (no sampler backend)'),
+                                            ('pyg_tc', 'pyg_tc.loader.NeighborLoader [10, 5]')]
+    assert rows[0][2] == rows[1][2] and float(rows[1][-1]) < 1e-5  # same batches: same accuracy and losses
+    own = rows[2]
+    assert own[2].endswith('%') and 0 < float(own[2][:-1]) <= 100
+    assert float(own[3]) > 0 and float(own[5]) == pytest.approx(float(own[3]) + float(own[4]), abs=0.15)
+    assert own[6].startswith('none') and own[7].startswith('-')
+
+
 def test_multi_gpu_tutorial_under_torchrun(tmp_path):
     """Tutorial 9 as the recipe documents it: ``torchrun --nproc_per_node=2`` (gloo on the CPU),
     each rank memory-mapping the graph local rank 0 saved (without ``--root``: in the temporary
-    folder); the ranks end with identical parameters and match one process replaying their
-    batches (the script exits 1 otherwise)."""
+    folder) and sampling with pyg_tc's loader (the default); the ranks end with identical
+    parameters and match one process replaying their batches (the script exits 1 otherwise)."""
     r = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2',
                         str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small', '--device', 'cpu'],
                        cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert 'parameters on every rank identical (max diff 0.0e+00)' in r.stdout and ': OK' in r.stdout
     assert (tmp_path / 'ddp_cora_synthetic.pt').is_file()  # saved once, memory-mapped by both ranks
+    assert [c[2] for c in table_rows(r.stdout, 2)] == ['pyg_tc.loader.NeighborLoader [15, 10]']
+
+
+def test_multi_gpu_tutorial_pyg_tc_loader_check(tmp_path):
+    """Tutorial 9 with ``--loader pyg_tc`` on 2 spawned CPU ranks, PyG's layers and pyg_tc's on
+    its batches (their edge_index carries pyg_tc's CSR): each passes the check, the ranks'
+    parameters bitwise identical and equal to one process replaying every rank's batches; the
+    same batches for both (the epoch reseeds torch's generator), so the same accuracy."""
+    r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small',
+                        '--device', 'cpu', '--loader', 'pyg_tc', '--layers', 'PyG,pyg_tc'],
+                       cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = table_rows(r.stdout, 2)
+    assert [(c[1], c[2]) for c in rows] == [('PyG', 'pyg_tc.loader.NeighborLoader [15, 10]'),
+                                            ('pyg_tc', 'pyg_tc.loader.NeighborLoader [15, 10]')]
+    assert rows[0][-1] == rows[1][-1] and rows[0][-1].endswith('%')
+    checks = [line for line in r.stdout.splitlines() if line.startswith('check (2 processes')]
+    assert len(checks) == 2 and all('identical (max diff 0.0e+00)' in c and c.endswith(': OK') for c in checks)
 
 
 def test_multi_gpu_tutorial_with_loader_workers(tmp_path):
-    """Tutorial 9 with sampling workers per rank (``--workers 2``): the spawned ranks fork their
-    NeighborLoader workers (a spawned rank's default start method would pickle the shared graph
-    to each worker); the check still holds (without a sampler backend the option is ignored)."""
+    """Tutorial 9 with PyG's loader and sampling workers per rank (``--loader pyg --workers 2``):
+    the spawned ranks fork their NeighborLoader workers (a spawned rank's default start method
+    would pickle the shared graph to each worker); the check still holds (without a sampler
+    backend the option is ignored)."""
     r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small',
-                        '--device', 'cpu', '--workers', '2'],
+                        '--device', 'cpu', '--loader', 'pyg', '--workers', '2'],
                        cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert 'parameters on every rank identical (max diff 0.0e+00)' in r.stdout and ': OK' in r.stdout
 
 
-def test_multi_gpu_tutorial_loader_floor(tmp_path):
-    """``--layers loader,pyg_tc``: a row that only samples and transfers (the epoch's floor, no
-    model, no accuracy) next to pyg_tc's checked row."""
+@pytest.mark.parametrize('loader', ['pyg_tc', 'pyg'])
+def test_multi_gpu_tutorial_loader_floor(loader, tmp_path):
+    """``--layers loader,pyg_tc``: a row that only makes the batches (the epoch's floor, no
+    model, no accuracy) next to pyg_tc's checked row, each naming the loader."""
     env = tutorial_env(tmp_path)
     r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small',
-                        '--device', 'cpu', '--layers', 'loader,pyg_tc'],
+                        '--device', 'cpu', '--layers', 'loader,pyg_tc', '--loader', loader],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    rows = [line.split('|')[1:-1] for line in r.stdout.splitlines() if line.startswith('| 2 |')]
-    assert [c[1].strip() for c in rows] == ['loader', 'pyg_tc']
-    assert rows[0][-1].strip() == '-' and rows[1][-1].strip().endswith('%')
+    rows = table_rows(r.stdout, 2)
+    assert [c[1] for c in rows] == ['loader', 'pyg_tc']
+    names = {'pyg_tc': ['pyg_tc.loader.NeighborLoader [15, 10]'],
+             'pyg': ["PyG's NeighborLoader [15, 10]", 'k-hop subgraphs (no sampler backend)']}[loader]
+    assert rows[0][2] == rows[1][2] and rows[0][2] in names
+    assert rows[0][-1] == '-' and rows[1][-1].endswith('%')
     assert ': OK' in r.stdout
-    bad = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--layers', 'dgl'],
-                         env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_multi_gpu_tutorial_bad_arguments(tmp_path):
+    """Unknown layers, and sampling workers for pyg_tc's loader (which has none): a usage error."""
+    script = str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py')
+    env = tutorial_env(tmp_path)
+    bad = subprocess.run([sys.executable, script, '--layers', 'dgl'], env=env, capture_output=True, text=True,
+                         timeout=600)
     assert bad.returncode == 2 and "unknown ['dgl']" in bad.stderr
+    bad = subprocess.run([sys.executable, script, '--workers', '2'], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode == 2 and '--workers' in bad.stderr and '--loader pyg' in bad.stderr
 
 
 def test_gat_tutorial_measuring_keeps_nothing_alive():
