@@ -21,7 +21,7 @@ from pyg_tc import _kernels
 
 from .conftest import REPO_ROOT
 
-FAMILIES = ('common', 'attn', 'csr', 'maxk', 'sgt', 'sort')
+FAMILIES = ('common', 'attn', 'csr', 'maxk', 'neighbor', 'sgt', 'sort')
 
 
 def test_import_does_not_build_and_info_explains():

@@ -17,7 +17,8 @@ KERNELS = Path(__file__).resolve().parents[1] / 'kernels'
 #: ops with a CUDA kernel
 KERNEL_OPS = {'spmm_csr', 'sddmm_csr', 'maxk_select', 'cbsr_spmm', 'cbsr_sspmm', 'sgt_spmm',
               'sgt_sddmm', 'sort_int32', 'attn_gat', 'attn_gat_backward', 'attn_gatv2',
-              'attn_gatv2_backward', 'sampled_spmm'}
+              'attn_gatv2_backward', 'sampled_spmm', 'neighbor_sample', 'gather_rows', 'csr_transpose',
+              'csr_schedules'}
 #: ops whose reference runs on every device (no kernel)
 REFERENCE_OPS = {'edge_softmax'}
 EXPECTED = KERNEL_OPS | REFERENCE_OPS
