@@ -23,14 +23,13 @@ def _version(package: str) -> str:
         return importlib.import_module(package).__version__
 
 
-def _importable(package: str) -> bool:
-    """Whether ``package`` is installed and imports."""
-    if importlib.util.find_spec(package) is None:
-        return False
+def _installed(package: str) -> bool:
+    """Whether ``package`` is installed (found on the path; not imported, so
+    that ``pyg-tc info`` stays quick: importing torch_sparse alone takes
+    longer than the whole report)."""
     try:
-        importlib.import_module(package)
-        return True
-    except Exception:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
         return False
 
 
@@ -58,7 +57,7 @@ def info(build: bool = True) -> Dict[str, Any]:
         'torch': torch.__version__,
         'torch_cuda': torch.version.cuda,
         'torch_geometric': _version('torch_geometric'),
-        'torch_sparse': _importable('torch_sparse'),
+        'torch_sparse': _installed('torch_sparse'),
         'gpu': gpu,
         'kernels': 'loaded' if st['loaded'] else 'unavailable',
         'kernels_reason': None if st['loaded'] else (st['error'] or reason or 'not built yet'),
