@@ -229,6 +229,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gat_backward_cud
     PYG_TC_DTYPE_SWITCH(x.scalar_type(), T, "pyg_tc_attn_backward_cols",
                         [&] { run_attn_backward_cols<T>(c, lay.vec, lay.nv4, false, stream); });
   }
+  if (g_score.numel()) zero_edge_tail(g_score, rowptr);  // a padded graph's padding slots
   return {g_x, g_src, g_dst, g_score};
 }
 
@@ -283,6 +284,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gatv2_backward_c
                         [&] { run_attn_backward_cols<T>(c, lay.vec, lay.nv4, true, stream); });
   }
   auto g_att = R > 0 ? at::sum(g_att_rows, {0}) : at::zeros({H, C}, x.options().dtype(at::kFloat));
+  if (g_edge.numel()) zero_edge_tail(g_edge, rowptr);  // a padded graph's padding slots
   return {g_x, g_r, g_att, g_edge};
 }
 

@@ -17,6 +17,11 @@
 
 namespace pyg_tc {
 
+// Zeros the slots of a per-edge output ([E, ...], contiguous) past
+// rowptr[R]: a padded graph's padding edges, which no walk writes
+// (kernels/csr/csr_sddmm.cu). Reads rowptr[R] on the device.
+void zero_edge_tail(const at::Tensor& out, const at::Tensor& rowptr);
+
 inline void check_index(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), "pyg_tc: ", name, " must be a CUDA tensor");
   TORCH_CHECK(t.scalar_type() == at::kInt, "pyg_tc: ", name, " must be int32");

@@ -163,7 +163,8 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
 at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::Tensor& b,
                           const at::Tensor& units,
                           // both directions: used by the Python-registered backward only
-                          const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                          // (rowptr also here: a padded graph's padding slots get 0)
+                          const at::Tensor& rowptr, const at::Tensor&, const at::Tensor&, int64_t,
                           const at::Tensor&, const at::Tensor&, const at::Tensor&,
                           const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t) {
   check_index(col, "col");
@@ -222,6 +223,8 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
   }
   auto stream = c10::cuda::getCurrentCUDAStream();
   PYG_TC_DTYPE_SWITCH(ac.scalar_type(), T, "pyg_tc_sddmm", [&] { run_csr_sddmm<T>(p, stream); });
+  check_index(rowptr, "rowptr");
+  zero_edge_tail(out, rowptr);
   return out;
 }
 

@@ -274,6 +274,9 @@ class CSRGraph:
         # ES-SpMM: the sampling (pyg_tc.ops.sample.Sampling) layers apply on this graph by
         # default (set by pyg_tc.transforms.CapNeighbors); None: exact aggregation
         self.sampling = None
+        #: ``(rows, edges)`` really in the graph when it is padded to static
+        #: shapes (:meth:`pad`); None otherwise
+        self.padding: Optional[Tuple[int, int]] = None
         self._memo: dict = {}
 
     def memo(self, key, fn):
@@ -382,7 +385,9 @@ class CSRGraph:
 
     def per_edge(self, v: Tensor) -> Tensor:
         """A per-row (target) tensor ``v [R, ...]`` repeated for every edge of
-        its row, in CSR order."""
+        its row, in CSR order (padding edges: the last row's value)."""
+        if self.padding is not None:
+            return v.index_select(0, self.row().long())
         return v.repeat_interleave(self.degree(), dim=0, output_size=self.num_edges)
 
     def row(self) -> Tensor:
@@ -391,9 +396,60 @@ class CSRGraph:
 
     def transpose(self) -> 'CSRGraph':
         """The reversed graph (sources become rows), sharing all tensors."""
-        return CSRGraph(self.t_rowptr, self.t_col, None, self.rowptr, self.col,
-                        inverse_perm(self.t_perm),
-                        self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
+        g = CSRGraph(self.t_rowptr, self.t_col, None, self.rowptr, self.col,
+                     inverse_perm(self.t_perm),
+                     self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
+        g.padding = self.padding
+        return g
+
+    def pad(self, num_rows: int, num_edges: int) -> 'CSRGraph':
+        """This square graph (a sampled mini-batch) padded to static shapes:
+        ``num_rows`` rows and ``num_edges`` edge slots (no fewer than it has;
+        mini-batches keep one padded row at least, :mod:`pyg_tc.loader.pad`), for CUDA-graph capture and
+        ``torch.compile`` (one shape per bucket, :mod:`pyg_tc.loader.pad`).
+
+        * padded rows have no edges: their ``rowptr`` entries repeat the edge
+          count ``E``, in both directions, so every kernel skips them and
+          their aggregation is 0;
+        * the padding edge slots ``E .. num_edges - 1`` lie past
+          ``rowptr[-1]``: no kernel reads them; their ``col`` (and the
+          transpose's) is the last row, so ``row()`` and ``per_edge`` see them
+          as loops of the last padded row, whose values nothing reads;
+        * both schedules are one unit per row (no heavy row is split), so
+          every array has a size fixed by ``(num_rows, num_edges)``;
+        * ``perm`` / ``t_perm`` map padding slots to themselves.
+
+        Builds on the graph's device without synchronisation. ``padding``
+        records the real ``(rows, edges)``."""
+        R, E = self.num_rows, self.num_edges
+        if self.padding is not None:
+            raise ValueError('pyg_tc: this graph is padded already')
+        if self.num_cols != R:
+            raise ValueError(f'pyg_tc: only square graphs (sampled batches) are padded, got {R} x {self.num_cols}')
+        if num_rows < R or num_edges < E or (num_rows == R and (R == 0 or num_edges == E)):
+            raise ValueError(f'pyg_tc: cannot pad a graph of {R} rows and {E} edges to {num_rows} rows and '
+                             f'{num_edges} edges (no fewer rows or edges, and something to pad)')
+        if num_rows > _INT32_MAX or num_edges > _INT32_MAX:
+            raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
+        dev, P, Q = self.device, num_rows - R, num_edges - E
+
+        def ptr(rp: Tensor) -> Tensor:
+            return torch.cat([rp.to(torch.int32), rp.new_full((P,), E, dtype=torch.int32)])
+
+        def idx(c: Tensor) -> Tensor:
+            return torch.cat([c.to(torch.int32), c.new_full((Q,), num_rows - 1, dtype=torch.int32)])
+
+        tail = torch.arange(E, num_edges, dtype=torch.int32, device=dev)
+        perm = None if self.perm is None else torch.cat([self.perm.to(torch.int32), tail])
+        rowptr, t_rowptr = ptr(self.rowptr), ptr(self.t_rowptr)
+        g = CSRGraph(rowptr, idx(self.col), perm, t_rowptr, idx(self.t_col),
+                     torch.cat([self.t_perm.to(torch.int32), tail]),
+                     _light_schedule(rowptr), _light_schedule(t_rowptr), num_rows, num_rows, max(num_edges, 1))
+        g.padding = (R, E)
+        g.sampling = self.sampling
+        if 'max_degree' in self._memo:
+            g._memo['max_degree'] = self._memo['max_degree']
+        return g
 
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':
         """This graph (both directions, schedules, attached SGT) on ``device``."""
@@ -405,12 +461,14 @@ class CSRGraph:
         if self.sgt is not None:
             g.sgt = self.sgt.to(device, non_blocking=non_blocking)
         g.sampling = self.sampling
+        g.padding = self.padding
         return g
 
     def __repr__(self) -> str:
+        pad = '' if self.padding is None else f', padding_of={self.padding}'
         return (f'CSRGraph(rows={self.num_rows}, cols={self.num_cols}, edges={self.num_edges}, '
                 f'units={self.sched.units.size(0)}, heavy_rows={self.sched.heavy_rows.numel()}, '
-                f'chunk={self.chunk}, device={self.device})')
+                f'chunk={self.chunk}, device={self.device}{pad})')
 
     def stats(self) -> dict:
         """Shape and schedule statistics (rows, edges, degrees, units, heavy rows)."""
@@ -435,19 +493,22 @@ class CSRGraph:
 
     def validate(self) -> 'CSRGraph':
         """Check every invariant of both directions; raises ValueError."""
-        _validate_csr(self.rowptr, self.col, self.num_rows, self.num_cols, 'forward')
-        _validate_csr(self.t_rowptr, self.t_col, self.num_cols, self.num_rows, 'transpose')
         E = self.num_edges
+        real = E if self.padding is None else self.padding[1]
+        _validate_csr(self.rowptr, self.col, self.num_rows, self.num_cols, 'forward', real)
+        _validate_csr(self.t_rowptr, self.t_col, self.num_cols, self.num_rows, 'transpose', real)
         for name, p in (('perm', self.perm), ('t_perm', self.t_perm)):
             if p is not None and (p.numel() != E or not torch.equal(
                     torch.sort(p.long())[0], torch.arange(E, device=p.device))):
                 raise ValueError(f'pyg_tc: {name} is not a permutation of the edges')
         # transpose edge k is forward edge t_perm[k]: same (row, col) swapped
         rows = self.row()
-        tp = self.t_perm.long()
+        tp = self.t_perm.long()[:real]  # (padding slots map to themselves: checked above)
         t_rows = csr_rows(self.t_rowptr)
-        if not (torch.equal(self.col[tp], t_rows) and torch.equal(rows[tp], self.t_col)):
+        if not (torch.equal(self.col[tp], t_rows) and torch.equal(rows[tp], self.t_col[:real])):
             raise ValueError('pyg_tc: transpose does not match the forward CSR')
+        if real < E and not torch.equal(self.t_perm[real:].long(), torch.arange(real, E, device=tp.device)):
+            raise ValueError('pyg_tc: padding edge slots must map to themselves')
         _validate_schedule(self.sched, self.rowptr, 'forward')
         _validate_schedule(self.t_sched, self.t_rowptr, 'transpose')
         for name, s in (('forward', self.sched), ('transpose', self.t_sched)):
@@ -457,9 +518,9 @@ class CSRGraph:
         return self
 
 
-def _validate_csr(rowptr, col, R, C, name):
-    if rowptr.numel() != R + 1 or int(rowptr[0]) != 0 or int(rowptr[-1]) != col.numel():
-        raise ValueError(f'pyg_tc: {name} rowptr does not span the {col.numel()} edges')
+def _validate_csr(rowptr, col, R, C, name, num_edges):
+    if rowptr.numel() != R + 1 or int(rowptr[0]) != 0 or int(rowptr[-1]) != num_edges:
+        raise ValueError(f'pyg_tc: {name} rowptr does not span the {num_edges} edges')
     if R > 0 and bool(((rowptr[1:] - rowptr[:-1]) < 0).any()):
         raise ValueError(f'pyg_tc: {name} rowptr is not monotone')
     if col.numel() and (int(col.min()) < 0 or int(col.max()) >= C):

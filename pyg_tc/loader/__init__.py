@@ -5,9 +5,15 @@
   PyG's loaders with ``neighbor_sampler=``);
 * :class:`NeighborLoader`, :class:`LinkNeighborLoader`: PyG's loaders (same
   signatures, plus ``device=``) whose batches are sampled, gathered and
-  formatted on the GPU: change one import.
+  formatted on the GPU: change one import;
+* :class:`PadToBuckets` (with :func:`buckets_from_batches`,
+  :func:`seed_loss`): static-shape batches; :class:`CapturedStep`: the
+  training step captured in a CUDA graph per bucket.
 """
 from .loader import LinkNeighborLoader, NeighborLoader
+from .pad import Bucket, PadToBuckets, buckets_from_batches, buckets_from_fanouts, seed_loss
 from .sampler import NeighborSampler
+from .step import CapturedStep
 
-__all__ = ['NeighborSampler', 'NeighborLoader', 'LinkNeighborLoader']
+__all__ = ['NeighborSampler', 'NeighborLoader', 'LinkNeighborLoader', 'PadToBuckets', 'Bucket',
+           'buckets_from_batches', 'buckets_from_fanouts', 'seed_loss', 'CapturedStep']

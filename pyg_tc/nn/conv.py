@@ -104,12 +104,27 @@ def _count(idx: Tensor, n: int, dtype: torch.dtype) -> Tensor:
 
 
 def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
-    """CSR positions of self loops and their rows (structure only: cached on g)."""
+    """CSR positions of self loops and their rows (structure only: cached on
+    g). On a padded graph (static shapes, no synchronisation): every
+    position, and its row where it is a loop, else ``num_rows`` (a row
+    past the end, dropped by the callers), so the padding slots count as
+    no loop."""
     def find():
         row = g.row()
+        if g.padding is not None:
+            live = torch.arange(row.numel(), device=row.device) < g.rowptr[-1]
+            is_loop = (g.col == row) & live
+            return (torch.arange(row.numel(), device=row.device),
+                    torch.where(is_loop, row.long(), torch.full_like(row, g.num_rows, dtype=torch.long)))
         pos = (g.col == row).nonzero().flatten()
         return pos, row[pos].long()
     return g.memo('self_loops', find)
+
+
+def _loop_count(lrow: Tensor, n: int, dtype: torch.dtype) -> Tensor:
+    """Self loops per row from :func:`_loop_info`'s rows (a padded graph's
+    non-loops, row ``n``, dropped)."""
+    return _count(lrow, n + 1, dtype)[:n]
 
 
 def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = False,
@@ -146,19 +161,24 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
         if has_loops:
             if w is not None:
                 # PyG keeps the weight of the last loop edge (in edge order) per node.
+                # (Padded graphs: every position, non-loops in row N, so shapes stay static.)
                 ids = g.perm[pos].long() if g.perm is not None else pos
-                last = torch.full((N,), -1, device=g.device, dtype=torch.long).scatter_reduce(
+                last = torch.full((N + 1,), -1, device=g.device, dtype=torch.long).scatter_reduce(
                     0, lrow, ids, 'amax')
-                sel = ids == last[lrow]
-                diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
+                sel = (ids == last[lrow]) & (lrow < N)
+                if g.padding is None:
+                    diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
+                else:
+                    diag_w = torch.cat([diag_w, diag_w.new_zeros(1)]).index_put(
+                        (torch.where(sel, lrow, N),), torch.where(sel, w, 0))[:N]
                 keep = torch.ones(g.num_edges, device=g.device, dtype=dtype)
-                keep[pos] = 0
+                keep[pos] = (lrow == N).to(dtype)
                 w = w * keep  # loops live in diag only
                 del keep
     if w is None:
         deg = g.degree().to(dtype)
         if has_loops:
-            deg = deg - _count(lrow, N, dtype)
+            deg = deg - _loop_count(lrow, N, dtype)
     else:
         deg = spmm_graph(g, torch.ones(g.num_cols, 1, device=g.device, dtype=dtype), w).view(-1)
     if diag_w is not None:
@@ -175,7 +195,10 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
     elif w is not None:
         value.mul_(w)
     elif has_loops:
-        value.index_fill_(0, pos, 0.0)
+        if g.padding is None:
+            value.index_fill_(0, pos, 0.0)
+        else:
+            value.masked_fill_(lrow < N, 0.0)
     diag = dinv * dinv * diag_w if diag_w is not None else None
     return value, diag
 
@@ -211,7 +234,7 @@ def _mean_with_loops(g: CSRGraph, value: Tensor, diag: Tensor) -> Tuple[Tensor, 
     pos, lrow = _loop_info(g)
     cnt = g.degree().to(diag.dtype) + 1
     if pos.numel():
-        cnt = cnt - _count(lrow, g.num_rows, diag.dtype)
+        cnt = cnt - _loop_count(lrow, g.num_rows, diag.dtype)
     inv = 1.0 / cnt
     return value * g.per_edge(inv), diag * inv
 

@@ -221,10 +221,41 @@ def _loop_key(mode: str, num_loops: int) -> tuple:
     return ('gat_loops', mode, int(num_loops))
 
 
-def _fill_index(src: Tensor, dst: Tensor, num_loops: int, by_source: bool) -> Tuple[Tensor, Tensor]:
+def _fill_index(src: Tensor, dst: Tensor, num_loops: int, by_source: bool,
+                live: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """(edge ids, node) of the edges a string ``fill_value`` reduces; with
+    ``live`` (a padded graph's real edges; static shapes, no
+    synchronisation): every edge, the others with node ``num_loops``
+    (dropped by :meth:`GATConv._with_loop_rows`)."""
     node = src if by_source else dst
-    pos = ((src != dst) & (node < num_loops)).nonzero().flatten()
+    take = (src != dst) & (node < num_loops)
+    if live is not None:
+        return (torch.arange(src.numel(), device=src.device),
+                torch.where(take & live, node.long(), torch.full_like(node, num_loops, dtype=torch.long)))
+    pos = take.nonzero().flatten()
     return pos, node.index_select(0, pos).long()
+
+
+def pad_loop_graph(g: CSRGraph) -> LoopGraph:
+    """The self-loop graph GAT and GATv2 use on a padded graph
+    (:meth:`CSRGraph.pad`; one loop per row, PyG's ``'append'`` order),
+    padded itself to ``num_edges + num_rows`` edge slots and memoised on
+    ``g`` where the layers look it up. Built with synchronisations, when the
+    batch is padded (:class:`pyg_tc.loader.PadToBuckets`), so that a
+    captured or compiled step on the batch builds nothing."""
+    if g.padding is None:
+        raise ValueError('pyg_tc: pad_loop_graph takes a padded graph (CSRGraph.pad)')
+    N, P = g.num_rows, g.num_edges
+    key = _loop_key('append', N)
+    lg = g._memo.get(key)
+    if lg is not None and lg.graph.padding is not None:
+        return lg
+    lg = loop_graph(g, N, 'append')
+    cap = P + N
+    graph = lg.graph.pad(N, cap) if lg.graph.num_edges < cap else lg.graph
+    ids = torch.cat([lg.ids, lg.ids.new_full((cap - lg.ids.numel(),), cap - 1)])
+    out = g._memo[key] = LoopGraph(graph, ids)
+    return out
 
 
 def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False) -> Tuple[Tensor, Tensor]:
@@ -233,8 +264,14 @@ def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False) -> Tup
     ``by_source``, for ``flow='target_to_source'``) is below ``num_loops``,
     in edge order: what PyG's ``add_self_loops`` reduces for a string
     ``fill_value`` (e.g. ``'mean'``); memoised on ``g``."""
-    return g.memo(_fill_key(num_loops, by_source),
-                  lambda: _fill_index(*_edges_of(g), num_loops, by_source))
+    def build() -> Tuple[Tensor, Tensor]:
+        live = None
+        if g.padding is not None:
+            live = torch.arange(g.num_edges, device=g.device) < g.rowptr[-1]
+            if g.perm is not None:
+                live = live.index_select(0, _inverse(g).long())
+        return _fill_index(*_edges_of(g), num_loops, by_source, live)
+    return g.memo(_fill_key(num_loops, by_source), build)
 
 
 def _fill_key(num_loops: int, by_source: bool) -> tuple:
@@ -395,7 +432,8 @@ class _GATBase(TCLayer):
                     *_flow_edges(adj, self.flow), num_loops, by_source))
             else:
                 ids, node = loop_fill_index(g, num_loops, by_source)
-            loop = scatter(attr.index_select(0, ids), node, 0, num_loops, fill)
+            # (one row more: a padded graph's edges outside the reduction go there)
+            loop = scatter(attr.index_select(0, ids), node, 0, num_loops + 1, fill)[:num_loops]
         else:
             raise AttributeError("No valid 'fill_value' provided")
         return torch.cat([attr, loop])

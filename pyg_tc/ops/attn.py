@@ -42,7 +42,7 @@ from .._library import Op
 from .._philox import U32 as _U32, philox4x32  # noqa: F401 (re-exported for the tests)
 from ..formats.csr import COOP_UNITS, CSRGraph, Schedule, build_schedule
 from . import dispatch
-from .csr import _rows, acc_dtype
+from .csr import _rows, acc_dtype, live_edges, pad_edges
 
 #: widest head (channels) the fused kernels take: 32 lanes x 4 vectors of
 #: 16 bytes (512 fp32, 1024 fp16 / bf16); wider heads run the reference
@@ -143,6 +143,7 @@ def gat_reference(rowptr: Tensor, col: Tensor, x: Tensor, a_src: Optional[Tensor
                   dropout: float, rng: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """``attn_gat`` in PyTorch (module doc): (out ``[R, H, C]``, lse ``[R, H]``)."""
     acc = acc_dtype(x.dtype)
+    _, col, score = live_edges(rowptr, col, score)
     s = gat_logits(rowptr, col, a_src, a_dst, score, negative_slope, x.size(1), acc)
     return _attend(rowptr, col, x, s, dropout, rng)
 
@@ -152,6 +153,7 @@ def gatv2_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor, att: Te
                     rng: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
     """``attn_gatv2`` in PyTorch (module doc): (out ``[R, H, C]``, lse ``[R, H]``)."""
     acc = acc_dtype(x.dtype)
+    _, col, edge = live_edges(rowptr, col, edge)
     s = gatv2_logits(rowptr, col, x, x_r, att, edge, negative_slope, acc)
     return _attend(rowptr, col, x, s, dropout, rng)
 
@@ -195,6 +197,7 @@ def gat_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, a_src: Option
     """Gradients of ``attn_gat`` (x, a_src, a_dst, score), E x H x C memory."""
     acc = acc_dtype(x.dtype)
     H = x.size(1)
+    E_all, col, score = live_edges(rowptr, col, score)
     E = col.numel()
     z = gat_logits(rowptr, col, a_src, a_dst, score, 1.0, H, acc)
     s = _leaky(z, negative_slope)
@@ -203,7 +206,7 @@ def gat_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, a_src: Option
     gx = _grad_x(rowptr, col, w, grad, x.size(0), acc).to(x.dtype)
     g_src = torch.zeros(x.size(0), H, dtype=acc, device=x.device).index_add(0, col.long(), dz)
     g_dst = torch.zeros(rowptr.numel() - 1, H, dtype=acc, device=x.device).index_add(0, row, dz)
-    return gx, g_src, g_dst, dz if E else dz.new_zeros(0, H)
+    return gx, g_src, g_dst, pad_edges(dz if E else dz.new_zeros(0, H), E_all)
 
 
 def gatv2_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor, att: Tensor,
@@ -211,6 +214,7 @@ def gatv2_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor
                              rng: Optional[Tensor], grad: Tensor, lse: Tensor, delta: Tensor):
     """Gradients of ``attn_gatv2`` (x, x_r, att, edge), E x H x C memory."""
     acc = acc_dtype(x.dtype)
+    E_all, col, edge = live_edges(rowptr, col, edge)
     E = col.numel()
     row = _rows(rowptr, E)
     z = x.to(acc).index_select(0, col.long()) + x_r.to(acc).index_select(0, row)
@@ -224,7 +228,7 @@ def gatv2_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor
     gx = _grad_x(rowptr, col, w, grad, x.size(0), acc).index_add(0, col.long(), dz)
     g_r = torch.zeros_like(x_r, dtype=acc).index_add(0, row, dz)
     g_att = (ds.unsqueeze(-1) * lz).sum(0)
-    return gx.to(x.dtype), g_r.to(x_r.dtype), g_att.to(att.dtype), dz.to(x.dtype)
+    return gx.to(x.dtype), g_r.to(x_r.dtype), g_att.to(att.dtype), pad_edges(dz.to(x.dtype), E_all)
 
 
 # ---------------------------------------------------------------------------
@@ -257,9 +261,12 @@ def attention_schedules(g: CSRGraph) -> Tuple[Schedule, Schedule]:
     170-edge row: 58 us for the forward, 12 us for the whole SpMM). There the
     rows are cut into units of :func:`small_graph_chunk` edges (heavy rows
     merged by the second pass; Cora: 7.7 + 3 us), memoised on the graph;
-    larger graphs use the graph's own schedule."""
+    larger graphs use the graph's own schedule, and so do padded graphs
+    (:meth:`~pyg_tc.formats.CSRGraph.pad`: static shapes, one unit per row;
+    a sampled batch's rows are at most its fan-out plus one long, only the
+    transpose has long rows)."""
     chunk = small_graph_chunk(g)
-    if g.chunk <= chunk or g.sched.units.size(0) >= COOP_UNITS:
+    if g.chunk <= chunk or g.sched.units.size(0) >= COOP_UNITS or g.padding is not None:
         return g.sched, g.t_sched
     return g.memo(('attn_schedules', chunk), lambda: (
         build_schedule(g.rowptr, chunk), build_schedule(g.t_rowptr, chunk)))
@@ -540,6 +547,9 @@ def attention_weights(g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float =
     its logits and ``lse``: ``exp(logits - lse[row])``, times the call's
     dropout scale (same ``rng``) as PyG returns them. Differentiable."""
     alpha = torch.exp(logits - g.per_edge(lse.to(logits.dtype)))
+    if g.padding is not None:  # padding slots (their row's lse is -inf): 0
+        live = torch.arange(alpha.size(0), device=alpha.device) < g.rowptr[-1]
+        alpha = torch.where(live.unsqueeze(1), alpha, torch.zeros((), dtype=alpha.dtype, device=alpha.device))
     if dropout > 0:
         alpha = alpha * dropout_keep(rng, logits.size(0), logits.size(1), dropout,
                                      logits.device).to(alpha.dtype)
@@ -551,9 +561,10 @@ def attention_weights(g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float =
 
 def edge_softmax_reference(rowptr: Tensor, score: Tensor) -> Tensor:
     """Softmax of ``score [E, H]`` over each CSR row (fp32 / fp64 math)."""
+    E, _, score = live_edges(rowptr, score, score)
     s = score.to(acc_dtype(score.dtype))
     row, m, l = _softmax_parts(rowptr, s, rowptr.numel() - 1)
-    return (torch.exp(s - m.index_select(0, row)) / l.index_select(0, row)).to(score.dtype)
+    return pad_edges((torch.exp(s - m.index_select(0, row)) / l.index_select(0, row)).to(score.dtype), E)
 
 
 def _edge_softmax_backward(a: Any, needs: dict, grad: Tensor) -> dict:

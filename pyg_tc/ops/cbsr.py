@@ -24,7 +24,7 @@ from .._library import Op, use_kernel
 from ..formats.cbsr import CBSR, index_dtype
 from ..formats.csr import CSRGraph, csr_rows
 from . import dispatch
-from .csr import FLOATS, _rows, acc_dtype, spmm_reference
+from .csr import FLOATS, _rows, acc_dtype, live_edges, spmm_reference
 
 MAXK_KERNEL_WIDTH = 1024  # widest row the selection kernel holds in registers
 CBSR_KERNEL_WIDTH = 4096  # widest shared-memory row buffer of the CBSR kernels
@@ -62,6 +62,7 @@ def cbsr_sspmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], g
         deg = (rowptr[1:] - rowptr[:-1]).clamp(min=1).to(acc)
         G = G / deg.unsqueeze(1)
     idx = indices.long()
+    _, col, value = live_edges(rowptr, col, value)
     tgt = csr_rows(rowptr).long()
     c = col.long()
     contrib = G.index_select(0, tgt).gather(1, idx.index_select(0, c))
@@ -118,7 +119,9 @@ def _edge_grads(a: Any, grad: Tensor, need_value: bool, need_diag: bool):
         tgt = _rows(a.rowptr, a.col.numel())
         c = a.col.long()
         gv = (a.values.to(acc).index_select(0, c) *
-              G.index_select(0, tgt).gather(1, idx.index_select(0, c))).sum(1).to(a.value.dtype)
+              G.index_select(0, tgt).gather(1, idx.index_select(0, c))).sum(1)
+        # a padded graph's padding slots (past rowptr[-1]) get 0
+        gv = torch.where(torch.arange(gv.numel(), device=gv.device) < a.rowptr[-1], gv, 0).to(a.value.dtype)
     if need_diag:
         gd = (a.values.to(acc) * G.gather(1, idx)).sum(1)
         gd = (gd.sum().view(1) if a.diag.numel() == 1 else gd).to(a.diag.dtype)

@@ -36,10 +36,36 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _rows(rowptr: Tensor, num_edges: int) -> Tensor:
     """Row of every CSR position (int64), with the edge count given so the
-    references and autograd formulas trace under ``torch.compile``."""
+    references and autograd formulas trace under ``torch.compile``. The
+    padding slots of a padded graph (past ``rowptr[-1]``,
+    :meth:`~pyg_tc.formats.CSRGraph.pad`) get the last row."""
     deg = (rowptr[1:] - rowptr[:-1]).long()
+    if deg.numel():
+        deg = torch.cat([deg[:-1], deg[-1:] + (num_edges - rowptr[-1:].long())])
     return torch.repeat_interleave(torch.arange(deg.numel(), device=rowptr.device), deg,
                                    output_size=num_edges)
+
+
+def live_edges(rowptr: Tensor, col: Tensor, *per_edge: Optional[Tensor]) -> tuple:
+    """``(E, col, *per_edge)`` cut to the edges inside the rows: all ``E``
+    of them, except on a padded graph, whose padding slots past
+    ``rowptr[-1]`` no op reads. For the references (it reads ``rowptr[-1]``
+    from the device); their per-edge outputs get the slots back as zeros
+    (:func:`pad_edges`)."""
+    E = col.size(0)
+    n = int(rowptr[-1]) if rowptr.numel() > 1 else 0
+    if n == E:
+        return (E, col) + per_edge
+    return (E, col[:n]) + tuple(None if t is None else t[:n] for t in per_edge)
+
+
+def pad_edges(t: Tensor, num_edges: int) -> Tensor:
+    """A per-edge result of the live edges (:func:`live_edges`) with zeros
+    for the padding slots, up to ``num_edges``."""
+    if t.size(0) == num_edges:
+        return t
+    return torch.cat([t, t.new_zeros((num_edges - t.size(0),) + tuple(t.shape[1:]))])
+
 
 def spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor,
               diag: Optional[Tensor] = None, reduce: str = 'sum') -> Tensor:
@@ -48,6 +74,7 @@ def spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tens
     R = rowptr.numel() - 1
     F = x.size(1)
     acc = acc_dtype(x.dtype)
+    _, col, value = live_edges(rowptr, col, value)
     deg = (rowptr[1:] - rowptr[:-1]).long()
     row = torch.repeat_interleave(torch.arange(R, device=x.device), deg, output_size=col.numel())
     msg = x.index_select(0, col.long()).to(acc)
@@ -258,8 +285,10 @@ def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: s
 def sddmm_reference(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor) -> Tensor:
     """out[e] = <a[row(e)], b[col[e]]> for every CSR edge, fp32 accumulation."""
     acc = acc_dtype(a.dtype)
+    E, col = live_edges(rowptr, col)
     row = _rows(rowptr, col.numel())
-    return (a.index_select(0, row).to(acc) * b.index_select(0, col.long()).to(acc)).sum(1).to(a.dtype)
+    out = (a.index_select(0, row).to(acc) * b.index_select(0, col.long()).to(acc)).sum(1).to(a.dtype)
+    return pad_edges(out, E)
 
 
 def _sddmm_backward(s: Any, needs: dict, grad: Tensor) -> dict:

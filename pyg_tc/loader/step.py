@@ -1,0 +1,246 @@
+"""``CapturedStep``: a training step on padded mini-batches
+(:mod:`pyg_tc.loader.pad`) captured once per bucket in a CUDA graph and
+replayed for every batch of that bucket, so the host no longer paces the step.
+
+The recipe is PyTorch's whole-network capture (``torch.cuda.graphs``), as
+NVIDIA's MLPerf GNN code applies it to sampled batches:
+
+* per bucket, the first batch is copied into static buffers (every tensor of
+  the batch: features, labels, masks, the CSR and what padding built for it);
+* warm-up steps on a side stream (lazy allocations, the optimizer's state),
+  then forward + loss + backward (+ the optimizer's step) captured in one
+  ``torch.cuda.CUDAGraph``; the model's parameters, buffers and the
+  optimizer's state are then put back as they were before the warm-up, so
+  the run trains exactly as the eager loop would;
+* per step: the batch copied into its bucket's buffers, one replay;
+* a batch that fits no bucket (``batch.get('bucket')`` is None), a CPU batch,
+  and every step under a ``GradScaler`` take the eager path (the scaler's
+  step reads its inf check on the host; its forward + backward are still
+  captured).
+
+Memoised structures computed inside the step (a GCN normalisation, GAT's
+loop-fill index) are dropped before the capture, so each replay recomputes
+them from the batch in the buffers; what padding built (the CSR, GAT's
+padded self-loop graph) is part of the batch and copied per step.
+
+Limits: the model's forward must take ``(x, edge_index)`` (or pass
+``forward=``), its loss a ``(out, batch)`` function; the optimizer must be
+capturable (Adam / AdamW with ``capturable=True``; SGD as is). State the
+optimizer creates on its first step is restored to zeros (Adam's, AdamW's,
+RMSprop's and SGD's without dampening start so).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from ..formats.carrier import _ATTR, attach, plain_tensor
+from .loader import _tensors
+from .pad import seed_loss
+
+
+def check_capturable(optimizer: torch.optim.Optimizer) -> None:
+    """Raises where the optimizer's step cannot be captured (Adam / AdamW
+    without ``capturable=True`` keep their step count on the host)."""
+    for group in optimizer.param_groups:
+        if group.get('capturable') is False:
+            raise ValueError(f'pyg_tc: CapturedStep needs a capturable optimizer: build '
+                             f'{type(optimizer).__name__} with capturable=True')
+
+
+def _forward(model: torch.nn.Module, batch: Data) -> Tensor:
+    return model(batch.x, batch.edge_index)
+
+
+def _static_copy(batch: Data) -> Data:
+    """``batch`` with every tensor copied to fresh memory (shared tensors
+    stay shared): the step's input buffers for one bucket."""
+    out = copy.deepcopy(batch)
+    ei = out.edge_index
+    graph = getattr(ei, _ATTR, (None, None))[1]
+    out.edge_index = attach(ei.as_tensor().clone(), int(batch.num_nodes), graph, sort_order='col')
+    return out
+
+
+def _flat(batch: Data) -> List[Tensor]:
+    """Every tensor of a batch, in a fixed order; an ``EdgeIndex`` as the
+    plain tensor it wraps (zero-copy), so ``copy_`` writes its memory."""
+    return [plain_tensor(t) for t in _tensors(batch, set())]
+
+
+class _Captured:
+    """One bucket's buffers and graph."""
+
+    def __init__(self, static: Data, graph: torch.cuda.CUDAGraph, loss: Tensor, buffers: List[Tensor]):
+        self.static, self.graph, self.loss, self.buffers = static, graph, loss, buffers
+
+
+class CapturedStep:
+    r"""A training step (forward, loss, backward, optimizer step) captured in
+    a CUDA graph per bucket of padded batches (see the module doc)::
+
+        loader = pyg_tc.loader.NeighborLoader(data, [15, 10, 5], batch_size=1024, input_nodes=train)
+        pad = PadToBuckets(buckets_from_batches(loader), seed_capacity=1024)
+        loader.transform = pad
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
+        step = pyg_tc.loader.CapturedStep(model, opt)
+        for batch in loader:
+            loss = step(batch)  # a CUDA tensor; no synchronisation
+
+    Args:
+        model (torch.nn.Module): the model (on the GPU).
+        optimizer (torch.optim.Optimizer): its optimizer; Adam / AdamW need
+            ``capturable=True``.
+        loss_fn (Callable, optional): ``loss_fn(out, batch) -> Tensor``
+            (default: :func:`~pyg_tc.loader.pad.seed_loss`, cross-entropy over
+            the real seeds). It must keep static shapes on padded batches.
+        forward (Callable, optional): ``forward(model, batch) -> out``
+            (default: ``model(batch.x, batch.edge_index)``).
+        autocast (torch.dtype, optional): run forward and loss under
+            ``torch.autocast('cuda', autocast)``.
+        scaler (torch.amp.GradScaler, optional): scaled backward (captured)
+            and the scaler's step and update (eager).
+        warmup (int, optional): warm-up steps before each capture (default 3).
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 loss_fn: Callable[[Tensor, Data], Tensor] = seed_loss,
+                 forward: Callable[[torch.nn.Module, Data], Tensor] = _forward,
+                 autocast: Optional[torch.dtype] = None, scaler: Optional[Any] = None, warmup: int = 3):
+        if any(p.is_cuda for p in model.parameters()):
+            check_capturable(optimizer)
+        self.model, self.optimizer, self.loss_fn, self.forward = model, optimizer, loss_fn, forward
+        self.autocast, self.scaler, self.warmup = autocast, scaler, int(warmup)
+        self.graphs: Dict[Any, _Captured] = {}
+        #: steps taken by replay and eagerly
+        self.replays = self.eager_steps = 0
+
+    # -- one step -----------------------------------------------------------
+    def _amp(self):
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast('cuda', dtype=self.autocast, cache_enabled=False)
+
+    def _loss(self, batch: Data) -> Tensor:
+        with self._amp():
+            return self.loss_fn(self.forward(self.model, batch), batch)
+
+    def _backward(self, loss: Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def _optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def eager(self, batch: Data) -> Tensor:
+        """The same step without capture (what a batch outside every bucket
+        gets)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self._loss(batch)
+        self._backward(loss)
+        self._optimizer_step()
+        self.eager_steps += 1
+        return loss.detach()
+
+    def __call__(self, batch: Data) -> Tensor:
+        """One training step on ``batch``; returns its loss (a detached
+        tensor on the batch's device; reading it synchronises)."""
+        bucket = batch.get('bucket')
+        if bucket is None or not batch.x.is_cuda:
+            return self.eager(batch)
+        key = tuple(bucket)
+        cap = self.graphs.get(key)
+        if cap is None:
+            cap = self.graphs[key] = self._capture(batch)
+        src = _flat(batch)
+        if len(src) != len(cap.buffers) or any(a.shape != b.shape or a.dtype != b.dtype
+                                               for a, b in zip(src, cap.buffers)):
+            return self.eager(batch)  # another structure (e.g. built by other layers): eager
+        for dst, s in zip(cap.buffers, src):
+            dst.copy_(s, non_blocking=True)
+        cap.graph.replay()
+        if self.scaler is not None:
+            self._optimizer_step()
+        self.replays += 1
+        return cap.loss.detach().clone()
+
+    # -- capture ------------------------------------------------------------
+    def _snapshot(self) -> tuple:
+        model = {k: v.detach().clone() for k, v in self.model.state_dict(keep_vars=True).items()
+                 if isinstance(v, Tensor)}
+        opt = {id(t): t.detach().clone() for st in self.optimizer.state.values() for t in st.values()
+               if isinstance(t, Tensor)}
+        return model, opt
+
+    def _restore(self, snap: tuple) -> None:
+        model, opt = snap
+        with torch.no_grad():
+            for k, v in self.model.state_dict(keep_vars=True).items():
+                if k in model:
+                    v.copy_(model[k])
+            for st in self.optimizer.state.values():
+                for t in st.values():
+                    if isinstance(t, Tensor):
+                        if id(t) in opt:
+                            t.copy_(opt[id(t)])
+                        else:  # created by the warm-up: as a first step finds it
+                            t.zero_()
+
+    def _capture(self, batch: Data) -> _Captured:
+        static = _static_copy(batch)
+        buffers = _flat(static)  # the inputs; what the step memoises later is computed in the graph
+        graphs = _graphs(static)
+        before = [set(g._memo) for g in graphs]
+        snap = self._snapshot()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = self._loss(static)
+                self._backward(loss)
+                if self.scaler is None:
+                    self.optimizer.step()
+        torch.cuda.current_stream().wait_stream(side)
+        for g, keys in zip(graphs, before):  # recomputed inside the graph on every replay
+            for k in list(g._memo):
+                if k not in keys:
+                    del g._memo[k]
+        graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            loss = self._loss(static)
+            self._backward(loss)
+            if self.scaler is None:
+                self.optimizer.step()
+        torch.cuda.synchronize()
+        self._restore(snap)
+        return _Captured(static, graph, loss, buffers)
+
+
+def _graphs(batch: Data) -> list:
+    """Every CSRGraph reachable from a batch (its adjacency's, and those
+    memoised on it: GAT's padded self-loop graph)."""
+    from ..formats.csr import CSRGraph
+    out, seen, todo = [], set(), [batch.edge_index]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, CSRGraph):
+            out.append(obj)
+            todo.extend(obj._memo.values())
+        elif isinstance(obj, (tuple, list)):
+            todo.extend(obj)
+        elif isinstance(obj, Tensor) and hasattr(obj, _ATTR):
+            todo.append(getattr(obj, _ATTR))
+    return out

@@ -1,0 +1,123 @@
+"""CapturedStep (pyg_tc.loader.step): its static buffers match every batch of
+a bucket; on the CPU (and for batches outside every bucket) it is the eager
+step; on CUDA the captured step's loss curve over an epoch equals the eager
+loop's, with one graph per bucket."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+import pyg_tc
+from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
+from pyg_tc.loader.step import _flat, _static_copy, check_capturable
+
+
+def _data(N=400, E=3000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return Data(x=torch.randn(N, 16, generator=g), y=torch.randint(0, 4, (N,), generator=g),
+                edge_index=torch.randint(0, N, (2, E), generator=g))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        make = {'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o), 'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o),
+                'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False)}[conv]
+        self.c1, self.c2 = make(16, 32), make(32, 4)
+
+    def forward(self, x, edge_index):
+        return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+
+def _loader(device, seed=0):
+    data = _data()
+    loader = NeighborLoader(data, [5, 3], batch_size=32, device=device, shuffle=True)
+    torch.manual_seed(123)
+    buckets = buckets_from_batches(loader, num_batches=6, levels=2, node_multiple=64, edge_multiple=256)
+    loader.transform = PadToBuckets(buckets, 32, self_loops=True)
+    return loader
+
+
+def test_static_buffers_match_every_batch_of_a_bucket():
+    loader = _loader('cpu')
+    by_bucket = {}
+    for b in loader:
+        by_bucket.setdefault(b.get('bucket'), []).append(b)
+    for bucket, batches in by_bucket.items():
+        if bucket is None:
+            continue
+        static = _static_copy(batches[0])
+        fs, f0 = _flat(static), _flat(batches[0])
+        assert not {t.data_ptr() for t in fs if t.numel()} & {t.data_ptr() for t in f0 if t.numel()}
+        for other in batches[1:]:
+            fo = _flat(other)
+            assert [(t.shape, t.dtype) for t in fo] == [(t.shape, t.dtype) for t in fs]
+
+
+def _train(step_fn, model, opt, loader, epochs=2):
+    torch.manual_seed(7)
+    losses = []
+    for _ in range(epochs):
+        for b in loader:
+            losses.append(step_fn(b))
+    return torch.stack([torch.as_tensor(v, dtype=torch.float32).cpu() for v in losses])
+
+
+def _eager(model, opt):
+    def step(b):
+        opt.zero_grad(set_to_none=True)
+        loss = seed_loss(model(b.x, b.edge_index), b)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def test_cpu_step_is_the_eager_step():
+    torch.manual_seed(0)
+    m1 = Net('sage')
+    m2 = copy.deepcopy(m1)
+    o1, o2 = torch.optim.Adam(m1.parameters(), lr=1e-2), torch.optim.Adam(m2.parameters(), lr=1e-2)
+    step = CapturedStep(m2, o2)
+    a = _train(_eager(m1, o1), m1, o1, _loader('cpu'))
+    b = _train(step, m2, o2, _loader('cpu'))
+    torch.testing.assert_close(a, b)
+    assert step.replays == 0 and step.eager_steps == len(b)
+
+
+def test_needs_a_capturable_optimizer():
+    m = Net('sage')
+    with pytest.raises(ValueError, match='capturable=True'):
+        check_capturable(torch.optim.Adam(m.parameters(), capturable=False))
+    check_capturable(torch.optim.SGD(m.parameters(), lr=0.1))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('conv', ['sage', 'gcn', 'gat'])
+def test_captured_loss_curve_equals_eager(conv):
+    torch.manual_seed(0)
+    m1 = Net(conv).cuda()
+    m2 = copy.deepcopy(m1)
+    o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, capturable=True)
+    o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True)
+    step = CapturedStep(m2, o2)
+    a = _train(_eager(m1, o1), m1, o1, _loader('cuda'))
+    b = _train(step, m2, o2, _loader('cuda'))
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    assert step.replays > 0 and 1 <= len(step.graphs) <= 2
+    for p1, p2 in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(p1, p2, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.cuda
+def test_captured_step_with_autocast_and_scaler():
+    torch.manual_seed(0)
+    m = Net('sage').cuda()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2, capturable=True)
+    step = CapturedStep(m, opt, autocast=torch.float16, scaler=torch.amp.GradScaler('cuda'))
+    losses = _train(step, m, opt, _loader('cuda'), epochs=3)
+    assert bool(torch.isfinite(losses).all()) and losses[-5:].mean() < losses[:5].mean()
+    assert step.replays > 0
