@@ -274,9 +274,12 @@ class CSRGraph:
         # ES-SpMM: the sampling (pyg_tc.ops.sample.Sampling) layers apply on this graph by
         # default (set by pyg_tc.transforms.CapNeighbors); None: exact aggregation
         self.sampling = None
-        #: ``(rows, edges)`` really in the graph when it is padded to static
-        #: shapes (:meth:`pad`); None otherwise
-        self.padding: Optional[Tuple[int, int]] = None
+        #: whether the graph is padded to static shapes (:meth:`pad`); the
+        #: only padding fact the layers read (a constant per bucket, so
+        #: ``torch.compile`` guards on nothing that changes between batches)
+        self.padded = False
+        #: ``(rows, edges)`` really in a padded graph (informational)
+        self.real_size: Optional[Tuple[int, int]] = None
         self._memo: dict = {}
 
     def memo(self, key, fn):
@@ -386,7 +389,7 @@ class CSRGraph:
     def per_edge(self, v: Tensor) -> Tensor:
         """A per-row (target) tensor ``v [R, ...]`` repeated for every edge of
         its row, in CSR order (padding edges: the last row's value)."""
-        if self.padding is not None:
+        if self.padded:
             return v.index_select(0, self.row().long())
         return v.repeat_interleave(self.degree(), dim=0, output_size=self.num_edges)
 
@@ -399,7 +402,7 @@ class CSRGraph:
         g = CSRGraph(self.t_rowptr, self.t_col, None, self.rowptr, self.col,
                      inverse_perm(self.t_perm),
                      self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
-        g.padding = self.padding
+        g.padded, g.real_size = self.padded, self.real_size
         return g
 
     def pad(self, num_rows: int, num_edges: int) -> 'CSRGraph':
@@ -419,10 +422,10 @@ class CSRGraph:
           every array has a size fixed by ``(num_rows, num_edges)``;
         * ``perm`` / ``t_perm`` map padding slots to themselves.
 
-        Builds on the graph's device without synchronisation. ``padding``
-        records the real ``(rows, edges)``."""
+        Builds on the graph's device without synchronisation. ``padded`` is
+        set and ``real_size`` records the real ``(rows, edges)``."""
         R, E = self.num_rows, self.num_edges
-        if self.padding is not None:
+        if self.padded:
             raise ValueError('pyg_tc: this graph is padded already')
         if self.num_cols != R:
             raise ValueError(f'pyg_tc: only square graphs (sampled batches) are padded, got {R} x {self.num_cols}')
@@ -445,7 +448,7 @@ class CSRGraph:
         g = CSRGraph(rowptr, idx(self.col), perm, t_rowptr, idx(self.t_col),
                      torch.cat([self.t_perm.to(torch.int32), tail]),
                      _light_schedule(rowptr), _light_schedule(t_rowptr), num_rows, num_rows, max(num_edges, 1))
-        g.padding = (R, E)
+        g.padded, g.real_size = True, (R, E)
         g.sampling = self.sampling
         if 'max_degree' in self._memo:
             g._memo['max_degree'] = self._memo['max_degree']
@@ -461,11 +464,11 @@ class CSRGraph:
         if self.sgt is not None:
             g.sgt = self.sgt.to(device, non_blocking=non_blocking)
         g.sampling = self.sampling
-        g.padding = self.padding
+        g.padded, g.real_size = self.padded, self.real_size
         return g
 
     def __repr__(self) -> str:
-        pad = '' if self.padding is None else f', padding_of={self.padding}'
+        pad = f', padded from {self.real_size}' if self.padded else ''
         return (f'CSRGraph(rows={self.num_rows}, cols={self.num_cols}, edges={self.num_edges}, '
                 f'units={self.sched.units.size(0)}, heavy_rows={self.sched.heavy_rows.numel()}, '
                 f'chunk={self.chunk}, device={self.device}{pad})')
@@ -494,7 +497,7 @@ class CSRGraph:
     def validate(self) -> 'CSRGraph':
         """Check every invariant of both directions; raises ValueError."""
         E = self.num_edges
-        real = E if self.padding is None else self.padding[1]
+        real = self.real_size[1] if self.padded else E
         _validate_csr(self.rowptr, self.col, self.num_rows, self.num_cols, 'forward', real)
         _validate_csr(self.t_rowptr, self.t_col, self.num_cols, self.num_rows, 'transpose', real)
         for name, p in (('perm', self.perm), ('t_perm', self.t_perm)):

@@ -111,7 +111,7 @@ def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
     no loop."""
     def find():
         row = g.row()
-        if g.padding is not None:
+        if g.padded:
             live = torch.arange(row.numel(), device=row.device) < g.rowptr[-1]
             is_loop = (g.col == row) & live
             return (torch.arange(row.numel(), device=row.device),
@@ -166,7 +166,7 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
                 last = torch.full((N + 1,), -1, device=g.device, dtype=torch.long).scatter_reduce(
                     0, lrow, ids, 'amax')
                 sel = (ids == last[lrow]) & (lrow < N)
-                if g.padding is None:
+                if not g.padded:
                     diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
                 else:
                     diag_w = torch.cat([diag_w, diag_w.new_zeros(1)]).index_put(
@@ -195,7 +195,7 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
     elif w is not None:
         value.mul_(w)
     elif has_loops:
-        if g.padding is None:
+        if not g.padded:
             value.index_fill_(0, pos, 0.0)
         else:
             value.masked_fill_(lrow < N, 0.0)

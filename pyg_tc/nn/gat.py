@@ -243,12 +243,12 @@ def pad_loop_graph(g: CSRGraph) -> LoopGraph:
     ``g`` where the layers look it up. Built with synchronisations, when the
     batch is padded (:class:`pyg_tc.loader.PadToBuckets`), so that a
     captured or compiled step on the batch builds nothing."""
-    if g.padding is None:
+    if not g.padded:
         raise ValueError('pyg_tc: pad_loop_graph takes a padded graph (CSRGraph.pad)')
     N, P = g.num_rows, g.num_edges
     key = _loop_key('append', N)
     lg = g._memo.get(key)
-    if lg is not None and lg.graph.padding is not None:
+    if lg is not None and lg.graph.padded:
         return lg
     lg = loop_graph(g, N, 'append')
     cap = P + N
@@ -266,7 +266,7 @@ def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False) -> Tup
     ``fill_value`` (e.g. ``'mean'``); memoised on ``g``."""
     def build() -> Tuple[Tensor, Tensor]:
         live = None
-        if g.padding is not None:
+        if g.padded:
             live = torch.arange(g.num_edges, device=g.device) < g.rowptr[-1]
             if g.perm is not None:
                 live = live.index_select(0, _inverse(g).long())

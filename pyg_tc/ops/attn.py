@@ -266,7 +266,7 @@ def attention_schedules(g: CSRGraph) -> Tuple[Schedule, Schedule]:
     a sampled batch's rows are at most its fan-out plus one long, only the
     transpose has long rows)."""
     chunk = small_graph_chunk(g)
-    if g.chunk <= chunk or g.sched.units.size(0) >= COOP_UNITS or g.padding is not None:
+    if g.chunk <= chunk or g.sched.units.size(0) >= COOP_UNITS or g.padded:
         return g.sched, g.t_sched
     return g.memo(('attn_schedules', chunk), lambda: (
         build_schedule(g.rowptr, chunk), build_schedule(g.t_rowptr, chunk)))
@@ -547,7 +547,7 @@ def attention_weights(g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float =
     its logits and ``lse``: ``exp(logits - lse[row])``, times the call's
     dropout scale (same ``rng``) as PyG returns them. Differentiable."""
     alpha = torch.exp(logits - g.per_edge(lse.to(logits.dtype)))
-    if g.padding is not None:  # padding slots (their row's lse is -inf): 0
+    if g.padded:  # padding slots (their row's lse is -inf): 0
         live = torch.arange(alpha.size(0), device=alpha.device) < g.rowptr[-1]
         alpha = torch.where(live.unsqueeze(1), alpha, torch.zeros((), dtype=alpha.dtype, device=alpha.device))
     if dropout > 0:

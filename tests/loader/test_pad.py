@@ -72,7 +72,7 @@ def test_pad_graph_invariants(kind, extra):
     g = CSRGraph.from_coo(ei[0], ei[1], N, N)
     R, E = N + extra[0], ei.size(1) + extra[1]
     p = g.pad(R, E).validate()
-    assert (p.num_rows, p.num_cols, p.num_edges, p.padding) == (R, R, E, (N, ei.size(1)))
+    assert (p.num_rows, p.num_cols, p.num_edges, p.padded, p.real_size) == (R, R, E, True, (N, ei.size(1)))
     assert torch.equal(p.rowptr[:N + 1], g.rowptr) and bool((p.rowptr[N:] == ei.size(1)).all())
     assert torch.equal(p.degree()[:N], g.degree()) and not bool(p.degree()[N:].any())
     assert p.sched.units.size(0) == R and p.t_sched.units.size(0) == R and p.sched.num_slots == 0
@@ -80,7 +80,7 @@ def test_pad_graph_invariants(kind, extra):
     x[N:] = 0
     out = pyg_tc.ops.spmm(x, p)
     assert torch.allclose(out[:N], pyg_tc.ops.spmm(x[:N], g), atol=1e-5) and not bool(out[N:].any())
-    assert p.transpose().padding == p.padding and p.transpose().validate()
+    assert p.transpose().real_size == p.real_size and p.transpose().padded and p.transpose().validate()
     with pytest.raises(ValueError, match='cannot pad'):
         g.pad(N - 1, E)
     with pytest.raises(ValueError, match='padded already'):
