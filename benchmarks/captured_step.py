@@ -1,0 +1,206 @@
+"""The mini-batch training step, eager and captured (JSON + markdown + PNG).
+
+Per graph (R-MAT Reddit- and products-shaped) and model (3-layer SAGE, GCN,
+GAT; hidden ``--hidden``), on the same ``--batches`` batches sampled by
+pyg_tc's GPU loader (fan-out ``--fanout``, ``--batch-size`` seeds), the time
+per training step (forward, cross-entropy over the seeds, backward, Adam)
+of:
+
+* ``PyG eager``: PyG's layers, the batch's ``edge_index`` as a plain tensor
+  (what PyG's loader gives);
+* ``pyg_tc eager``: pyg_tc's layers on the same batches (CSR attached);
+* ``pyg_tc eager, padded``: the same on the batches padded to the buckets
+  (:class:`pyg_tc.loader.PadToBuckets`; what padding costs eagerly);
+* ``pyg_tc captured``: :class:`pyg_tc.loader.CapturedStep` on the padded
+  batches (one CUDA graph per bucket, the batch copied in, one replay);
+* ``PyG compiled`` (``--pyg-compile``): ``torch.compile`` of PyG's model
+  (``dynamic=True``: PyG's batches change shape every step).
+
+Each row gives the wall time per step (``--steps`` steps back to back,
+synchronised at the ends: what the training loop sees, the host included)
+and the GPU time per step (the sum of the kernels' times from
+``torch.profiler`` over ``--profile-steps`` steps), their ratio, and the
+ratio to PyG's eager step. The padding rows give the padded / real nodes
+and edges. Run on a GPU: ``python benchmarks/captured_step.py --out DIR``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import time
+
+import torch
+import torch.nn.functional as Fn
+
+import pyg_tc
+from pyg_tc.bench.graphs import load_graph
+from pyg_tc.bench.minibatch import Net
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, log
+from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
+
+#: graph -> (feature width, classes, training seeds): the real datasets' shapes
+SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'tiny': (16, 4, 1_000)}
+DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+
+
+def sync():
+    if DEV.type == 'cuda':
+        torch.cuda.synchronize()
+
+
+def batches(name: str, a) -> tuple:
+    """The data's shape, ``a.batches`` batches from pyg_tc's GPU loader and
+    the same batches padded to buckets measured on ``a.bucket_batches`` others."""
+    from torch_geometric.data import Data
+    F, C, S = SHAPES[name]
+    bg = load_graph(name, DEV)
+    n = bg.num_nodes
+    g = torch.Generator(device=DEV).manual_seed(0)
+    data = Data(x=torch.randn(n, F, device=DEV, generator=g), y=torch.randint(0, C, (n,), device=DEV, generator=g),
+                edge_index=bg.edge_index, num_nodes=n)
+    seeds = torch.randperm(n, device='cpu', generator=torch.Generator().manual_seed(0))[:S]
+    loader = NeighborLoader(data, a.fanout, batch_size=a.batch_size, input_nodes=seeds, shuffle=True, device=DEV)
+    torch.manual_seed(0)
+    buckets = buckets_from_batches(loader, num_batches=a.bucket_batches)
+    pad = PadToBuckets(buckets, a.batch_size, self_loops=True)
+    raw = list(itertools.islice(loader, a.batches))
+    padded = [pad(copy.copy(b)) for b in raw]
+    return (F, C), raw, padded, buckets
+
+
+def _pyg_step(model, opt):
+    def step(b):
+        opt.zero_grad(set_to_none=True)
+        B = b.batch_size
+        loss = Fn.cross_entropy(model(b.x, b.plain_ei)[:B], b.y[:B])
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def _tc_eager(model, opt):
+    def step(b):
+        opt.zero_grad(set_to_none=True)
+        loss = seed_loss(model(b.x, b.edge_index), b)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def wall_ms(step, data, steps: int) -> float:
+    for b in data[:3]:  # warm-up
+        step(b)
+    sync()
+    t0 = time.perf_counter()
+    for b in itertools.islice(itertools.cycle(data), steps):
+        step(b)
+    sync()
+    return 1e3 * (time.perf_counter() - t0) / steps
+
+
+def gpu_ms(step, data, steps: int) -> float:
+    """Sum of the kernels' device times per step (torch.profiler)."""
+    if DEV.type != 'cuda':
+        return float('nan')
+    from torch.profiler import ProfilerActivity, profile
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for b in itertools.islice(itertools.cycle(data), steps):
+            step(b)
+        sync()
+    total = sum(e.self_device_time_total for e in prof.key_averages())
+    return total / 1e3 / steps
+
+
+def step_records(name: str, a):
+    (F, C), raw, padded, buckets = batches(name, a)
+    for b in raw:
+        b.plain_ei = b.edge_index.as_tensor()
+    real_n = sum(b.num_nodes for b in raw) / len(raw)
+    real_e = sum(b.edge_index.size(1) for b in raw) / len(raw)
+    pad_n = sum(p.num_nodes for p in padded) / len(padded)
+    pad_e = sum(p.edge_index.size(1) for p in padded) / len(padded)
+    fell_back = sum(p.get('bucket') is None for p in padded)
+    log(f'[captured] {name}: buckets {[tuple(b) for b in buckets]}, {fell_back} of {len(padded)} batches fit none')
+    dims = [F] + [a.hidden] * (a.layers - 1) + [C]
+    for kind in a.models:
+        torch.manual_seed(0)
+        base = {'pyg': Net(torch_geometric_nn(), kind, dims).to(DEV), 'tc': Net(pyg_tc.nn, kind, dims).to(DEV)}
+        runs = []
+        m = base['pyg']
+        runs.append(('PyG eager', raw, _pyg_step(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+        if a.pyg_compile:
+            mc = copy.deepcopy(base['pyg'])
+            runs.append(('PyG compiled', raw, _pyg_step(torch.compile(mc, dynamic=True),
+                                                         torch.optim.Adam(mc.parameters(), lr=1e-3))))
+        m = copy.deepcopy(base['tc'])
+        runs.append(('pyg_tc eager', raw, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+        m = copy.deepcopy(base['tc'])
+        runs.append(('pyg_tc eager, padded', padded, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+        m = copy.deepcopy(base['tc'])
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=DEV.type == 'cuda')
+        runs.append(('pyg_tc captured', padded, CapturedStep(m, opt)))
+        recs = []
+        for run, data, step in runs:
+            log(f'[captured] {name} {kind}: {run}')
+            w = wall_ms(step, data, a.steps)
+            gms = gpu_ms(step, data, a.profile_steps)
+            rec = dict(kind='step', graph=name, model=kind, run=run, wall_ms=w, gpu_ms=gms, wall_over_gpu=w / gms,
+                       batches=len(data), nodes=pad_n if 'padded' in run or 'captured' in run else real_n,
+                       edges=pad_e if 'padded' in run or 'captured' in run else real_e)
+            if isinstance(step, CapturedStep):
+                rec.update(replays=step.replays, eager_steps=step.eager_steps, graphs=len(step.graphs))
+            recs.append(rec)
+        ref = recs[0]['wall_ms']
+        for r in recs:
+            r['x_pyg_eager'] = ref / r['wall_ms']
+            r['padding_nodes'], r['padding_edges'] = pad_n / real_n, pad_e / real_e
+            yield r
+
+
+def torch_geometric_nn():
+    import torch_geometric.nn as pnn
+    return pnn
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('--out', default='captured_step_out')
+    p.add_argument('--graphs', default='reddit,products')
+    p.add_argument('--models', default='sage,gcn,gat')
+    p.add_argument('--fanout', default='15,10,5')
+    p.add_argument('--batch-size', type=int, default=1024)
+    p.add_argument('--hidden', type=int, default=256)
+    p.add_argument('--layers', type=int, default=3)
+    p.add_argument('--batches', type=int, default=20, help='distinct batches the steps cycle through')
+    p.add_argument('--bucket-batches', type=int, default=20, help='batches the buckets are measured on')
+    p.add_argument('--steps', type=int, default=50, help='timed steps per run')
+    p.add_argument('--profile-steps', type=int, default=10)
+    p.add_argument('--pyg-compile', action='store_true', help="also time torch.compile of PyG's model")
+    a = p.parse_args(argv)
+    a.fanout = [int(k) for k in a.fanout.split(',')]
+    a.models = a.models.split(',')
+    if DEV.type != 'cuda':
+        log('[captured] no CUDA GPU: a dry run of the code on the CPU (the times mean nothing)')
+    rep = Reporter(a.out, 'captured_step.jsonl', 'captured_step.md', 'The mini-batch step, eager and captured',
+                   sections=[Table('## Per training step', 'step', [
+                       Col('graph', 'graph'), Col('model', 'model'), Col('run', 'run'),
+                       Col('wall ms', 'wall_ms', '.3f'), Col('GPU ms', 'gpu_ms', '.3f'),
+                       Col('wall / GPU', 'wall_over_gpu', '.2f'),
+                       Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
+                       Col('nodes', 'nodes', ',.0f'), Col('edges', 'edges', ',.0f')])],
+                   figures=[Figure('captured_step.png', [Panel(
+                       _step_rows, 'case', 'x_pyg_eager', series='run',
+                       title="training step, speed-up over PyG's eager step (same batches; higher is better)")])])
+    rep.run([('steps', g, lambda g=g: step_records(g, a)) for g in a.graphs.split(',')], device=DEV)
+
+
+def _step_rows(records):
+    return [dict(r, case=f"{r['graph']} {r['model']}") for r in records if r.get('kind') == 'step']
+
+
+if __name__ == '__main__':
+    main()
