@@ -36,7 +36,7 @@ import torch.nn.functional as Fn
 import pyg_tc
 from pyg_tc.bench.graphs import load_graph
 from pyg_tc.bench.minibatch import Net
-from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, log
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
 from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
@@ -180,13 +180,20 @@ def main(argv=None):
     p.add_argument('--steps', type=int, default=50, help='timed steps per run')
     p.add_argument('--profile-steps', type=int, default=10)
     p.add_argument('--pyg-compile', action='store_true', help="also time torch.compile of PyG's model")
+    p.add_argument('--render', metavar='JSONL', help='only rewrite the markdown and PNG from these records '
+                   "(the run block from their 'env' record)")
     a = p.parse_args(argv)
     a.fanout = [int(k) for k in a.fanout.split(',')]
     a.models = a.models.split(',')
-    if DEV.type != 'cuda':
+    if DEV.type != 'cuda' and not a.render:
         log('[captured] no CUDA GPU: a dry run of the code on the CPU (the times mean nothing)')
+    env = environment(DEV, fanout=a.fanout, batch_size=a.batch_size, hidden=a.hidden, layers=a.layers)
+    if a.render:
+        import json
+        records = [json.loads(line) for line in open(a.render) if line.strip()]
+        env = {k: v for k, v in next((r for r in records if r.get('kind') == 'env'), {}).items() if k != 'kind'}
     rep = Reporter(a.out, 'captured_step.jsonl', 'captured_step.md', 'The mini-batch step, eager and captured',
-                   sections=[Table('## Per training step', 'step', [
+                   env=env, env_mode='first', sections=[Table('## Per training step', 'step', [
                        Col('graph', 'graph'), Col('model', 'model'), Col('run', 'run'),
                        Col('wall ms', 'wall_ms', '.3f'), Col('GPU ms', 'gpu_ms', '.3f'),
                        Col('wall / GPU', 'wall_over_gpu', '.2f'),
@@ -195,6 +202,12 @@ def main(argv=None):
                    figures=[Figure('captured_step.png', [Panel(
                        _step_rows, 'case', 'x_pyg_eager', series='run',
                        title="training step, speed-up over PyG's eager step (same batches; higher is better)")])])
+    if a.render:
+        for r in records:
+            if r.get('kind') == 'step':
+                rep.add(r, quiet=True)
+        rep.write()
+        return
     rep.run([('steps', g, lambda g=g: step_records(g, a)) for g in a.graphs.split(',')], device=DEV)
 
 

@@ -1,5 +1,5 @@
 """Static-shape mini-batches: each batch padded to one of a few buckets of
-(nodes, edges), so a CUDA graph captured per bucket (:class:`pyg_tc.CapturedStep`)
+(nodes, edges), so a CUDA graph captured per bucket (:class:`~pyg_tc.loader.CapturedStep`)
 or a ``torch.compile``-d model serves every batch.
 
 A padded batch (:class:`PadToBuckets`) keeps PyG's layout and adds:
@@ -20,18 +20,18 @@ A padded batch (:class:`PadToBuckets`) keeps PyG's layout and adds:
 
 ``batch_size``, ``num_sampled_nodes`` and ``num_sampled_edges`` keep their
 real values (PyG's meaning). A loss over the seeds with a static shape:
-:func:`seed_loss`. Padding applies to homogeneous batches whose
+:func:`~pyg_tc.loader.seed_loss`. Padding applies to homogeneous batches whose
 ``edge_index`` carries pyg_tc's CSR (:class:`pyg_tc.loader.NeighborLoader`'s);
 a batch larger than every bucket comes back unpadded (``bucket`` None), and
-:class:`pyg_tc.CapturedStep` runs it eagerly.
+:class:`~pyg_tc.loader.CapturedStep` runs it eagerly.
 
 Decision: buckets bound the batch's totals (nodes, edges), not each hop:
 pyg_tc's layers aggregate the whole batch graph in one kernel per layer and
 do not trim by hop (``trim_to_layer``), so per-hop buckets would only
-multiply the shapes. Buckets come from measured batches (:func:`buckets_from_batches`:
+multiply the shapes. Buckets come from measured batches (:func:`~pyg_tc.loader.buckets_from_batches`:
 the mean plus ``sigma`` standard deviations of ``num_batches`` batches, as
 NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
-(:func:`buckets_from_fanouts`: never exceeded, but large).
+(:func:`~pyg_tc.loader.buckets_from_fanouts`: never exceeded, but large).
 """
 from __future__ import annotations
 
@@ -131,12 +131,12 @@ class PadToBuckets(BaseTransform):
 
     Args:
         buckets (List[Bucket] or List[Tuple[int, int]]): the (nodes, edges)
-            shapes, e.g. from :func:`buckets_from_batches`.
+            shapes, e.g. from :func:`~pyg_tc.loader.buckets_from_batches`.
         seed_capacity (int): the loader's ``batch_size`` (the seed rows
             every padded batch reserves).
         self_loops (bool, optional): also build the padded self-loop graph
             that ``GATConv`` / ``GATv2Conv`` (``add_self_loops=True``) use
-            (:func:`pyg_tc.nn.gat.pad_loop_graph`), so a step with GAT layers
+            (``pyg_tc.nn.gat.pad_loop_graph``), so a step with GAT layers
             builds nothing either (default: False).
     """
 
@@ -157,6 +157,9 @@ class PadToBuckets(BaseTransform):
         return None
 
     def forward(self, batch: Data) -> Data:
+        """``batch`` padded to its bucket (in place; see the module doc), or
+        with only ``seed_capacity`` and the real counts added when it fits
+        none."""
         if not isinstance(batch, Data):
             raise NotImplementedError(f'pyg_tc: PadToBuckets pads homogeneous batches, got {type(batch).__name__}')
         n, E = _sizes(batch)

@@ -97,7 +97,7 @@ class CapturedStep:
         optimizer (torch.optim.Optimizer): its optimizer; Adam / AdamW need
             ``capturable=True``.
         loss_fn (Callable, optional): ``loss_fn(out, batch) -> Tensor``
-            (default: :func:`~pyg_tc.loader.pad.seed_loss`, cross-entropy over
+            (default: :func:`~pyg_tc.loader.seed_loss`, cross-entropy over
             the real seeds). It must keep static shapes on padded batches.
         forward (Callable, optional): ``forward(model, batch) -> out``
             (default: ``model(batch.x, batch.edge_index)``).
