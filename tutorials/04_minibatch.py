@@ -53,7 +53,12 @@ How to read the table:
   ``benchmarks/sampling.py``);
 * format-build share: the part of the steps spent building formats. With PyG's loader the
   build sits on the critical path in this loop (with ``num_workers > 0`` it runs beside
-  training instead); with pyg_tc's loader there is none: the CSR comes with the batch.
+  training instead); with pyg_tc's loader there is none: the CSR comes with the batch;
+* the captured row: pyg_tc's loader's batches padded to two buckets of (nodes, edges)
+  (``pyg_tc.loader.PadToBuckets``; its sampling time includes the padding) and the whole
+  training step captured in a CUDA graph per bucket (``pyg_tc.loader.CapturedStep``), replayed
+  for every batch; the same batches as the row above, so its losses match that row's (max loss
+  diff against it). On the CPU the step runs eagerly on the padded batches.
 
 PyG's NeighborLoader needs a sampler backend, ``pyg-lib`` or ``torch_sparse``. Without one (or
 with ``--no-sampler``) the script says so and the two rows on PyG's batches fall back to full
@@ -66,6 +71,7 @@ on synthetic data of Cora's shape (``pyg_tc.datasets.synthetic('Cora')``), so it
 offline; the accuracies are then those of the synthetic graph.
 """
 import argparse
+import copy
 import os
 import time
 
@@ -83,6 +89,7 @@ import pyg_tc.loader
 import pyg_tc.nn
 from pyg_tc.datasets import DatasetUnavailableError, load
 from pyg_tc.formats import plain_tensor
+from pyg_tc.loader import CapturedStep, PadToBuckets, buckets_from_batches
 from pyg_tc.transforms import DegreeBucketTransform
 
 
@@ -127,6 +134,12 @@ class KHopLoader:
             batch = d.subgraph(torch.cat([seeds, subset[~torch.isin(subset, seeds)]]))
             batch.batch_size = seeds.numel()
             yield self.transform(batch)
+
+
+def captured(model, opt):
+    """``pyg_tc.loader.CapturedStep`` as ``step``: the loss read back per step, as the other rows."""
+    run = CapturedStep(model, opt)
+    return lambda batch: float(run(batch))
 
 
 def step(model, opt, batch, device) -> float:
@@ -182,17 +195,25 @@ def main():
                                        input_nodes=data.train_mask, shuffle=True,
                                        generator=torch.Generator().manual_seed(0), device=a.device)
     own_kind = 'pyg_tc.loader.NeighborLoader [10, 5]'
+    # the captured row: the same batches padded to two buckets measured on a few of them
+    pad = PadToBuckets(buckets_from_batches(own, num_batches=10, levels=2, node_multiple=64, edge_multiple=256),
+                       batch_size)
+    padded_kind = own_kind + ', padded'
 
     torch.manual_seed(0)  # the initial weights, then pyg_tc's loader's neighbour draws
     rows = {'PyG': (torch_geometric.nn, batches_kind), 'pyg_tc': (pyg_tc.nn, batches_kind),
-            'pyg_tc, own loader': (pyg_tc.nn, own_kind)}
+            'pyg_tc, own loader': (pyg_tc.nn, own_kind), 'pyg_tc, captured': (pyg_tc.nn, padded_kind)}
     models = {k: SAGE(layers, data.num_features, 64, 7).to(a.device) for k, (layers, _) in rows.items()}
     for m in models.values():
         m.load_state_dict(models['PyG'].state_dict())  # the same initial weights
-    opts = {k: torch.optim.Adam(m.parameters(), lr=0.01, weight_decay=5e-4) for k, m in models.items()}
+    cuda = a.device.startswith('cuda')  # (Adam's step is captured with capturable=True)
+    opts = {k: torch.optim.Adam(m.parameters(), lr=0.01, weight_decay=5e-4, capturable=cuda and k.endswith('captured'))
+            for k, m in models.items()}
+    steps = {k: (captured(m, opts[k]) if k.endswith('captured') else
+                 lambda b, m=m, o=opts[k]: step(m, o, b, a.device)) for k, m in models.items()}
     losses = {k: [] for k in models}
     seconds = {k: 0.0 for k in models}  # training steps
-    sampling = {batches_kind: 0.0, own_kind: 0.0}  # making the batches
+    sampling = {batches_kind: 0.0, own_kind: 0.0, padded_kind: 0.0}  # making the batches
     sync = torch.cuda.synchronize if a.device.startswith('cuda') else (lambda: None)
     build_s = 0.0
     for epoch in tqdm(range(epochs), 'epochs', leave=False):
@@ -206,11 +227,17 @@ def main():
             if epoch:  # epoch 0: warm-up
                 sampling[kind] += time.perf_counter() - t0 - build.seconds
                 build_s += build.seconds
+        sync()
+        t0 = time.perf_counter()
+        epoch_batches[padded_kind] = [pad(copy.copy(b)) for b in epoch_batches[own_kind]]
+        sync()
+        if epoch:
+            sampling[padded_kind] += time.perf_counter() - t0  # the padding (its batches: own_kind's)
         for name, model in models.items():
             model.train()
             sync()
             t0 = time.perf_counter()
-            losses[name] += [step(model, opts[name], b, a.device) for b in epoch_batches[rows[name][1]]]
+            losses[name] += [steps[name](b) for b in epoch_batches[rows[name][1]]]
             sync()
             seconds[name] += (time.perf_counter() - t0) if epoch else 0.0
     seconds['pyg_tc'] += build_s  # pyg_tc's steps on PyG's batches include building its formats
@@ -227,13 +254,18 @@ def main():
             pred = model(full.x, full.edge_index).argmax(1)
         acc = float((pred[full.test_mask] == full.y[full.test_mask]).float().mean())
         kind = rows[name][1]
-        ms, sample_ms = 1e3 * seconds[name] / (epochs - 1), 1e3 * sampling[kind] / (epochs - 1)
+        sample_s = sampling[kind] + (sampling[own_kind] if kind == padded_kind else 0.0)
+        ms, sample_ms = 1e3 * seconds[name] / (epochs - 1), 1e3 * sample_s / (epochs - 1)
         if kind == own_kind:
             share, diff = 'none (the CSR comes with the batch)', '- (its own batches)'
+        elif kind == padded_kind:
+            share = 'none (the CSR comes with the batch)'
+            ref = losses['pyg_tc, own loader']
+            diff = f'{max(abs(u - v) for u, v in zip(losses[name], ref)):.1e} (vs own loader)'
         else:
             share = f'{build_s / seconds[name]:.1%}' if name == 'pyg_tc' else '-'
             diff = '-' if name == 'PyG' else f'{max(abs(u - v) for u, v in zip(losses[name], losses["PyG"])):.1e}'
-        layers = name.split(',')[0]
+        layers = 'pyg_tc captured' if name.endswith('captured') else name.split(',')[0]
         print(f'| {layers} | {kind} | {100 * acc:.1f}% | {sample_ms:.1f} | {ms:.1f} | {sample_ms + ms:.1f} '
               f'| {share} | {diff} |')
 

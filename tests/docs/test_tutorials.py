@@ -78,7 +78,8 @@ def test_minibatch_tutorial_with_pyg_tc_loader(tmp_path):
     """Tutorial 4's table: PyG's and pyg_tc's layers on the same batches of PyG's loader (here,
     without a sampler backend, its k-hop fallback: the same accuracy, float-rounding loss
     differences), and pyg_tc's layers on ``pyg_tc.loader.NeighborLoader``'s own batches, which
-    needs no backend: an accuracy, a sampling time and no format build."""
+    needs no backend: an accuracy, a sampling time and no format build; and the captured row,
+    those batches padded (on the CPU the step runs eagerly): the same losses."""
     r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '04_minibatch.py'), '--small', '--device', 'cpu',
                         '--no-sampler'], cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True,
                        timeout=600)
@@ -92,6 +93,10 @@ def test_minibatch_tutorial_with_pyg_tc_loader(tmp_path):
     assert own[2].endswith('%') and 0 < float(own[2][:-1]) <= 100
     assert float(own[3]) > 0 and float(own[5]) == pytest.approx(float(own[3]) + float(own[4]), abs=0.15)
     assert own[6].startswith('none') and own[7].startswith('-')
+    # the captured row (eager on the CPU): the own loader's batches padded; the same losses and accuracy
+    (cap,) = table_rows(r.stdout, 'pyg_tc captured')
+    assert cap[1] == 'pyg_tc.loader.NeighborLoader [10, 5], padded' and cap[2] == own[2]
+    assert float(cap[3]) >= float(own[3]) and float(cap[-1].split()[0]) < 1e-5 and 'vs own loader' in cap[-1]
 
 
 def test_multi_gpu_tutorial_under_torchrun(tmp_path):
