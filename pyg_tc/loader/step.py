@@ -76,8 +76,11 @@ def _flat(batch: Data) -> List[Tensor]:
 class _Captured:
     """One bucket's buffers and graph."""
 
-    def __init__(self, static: Data, graph: torch.cuda.CUDAGraph, loss: Tensor, buffers: List[Tensor]):
+    def __init__(self, static: Data, graph: torch.cuda.CUDAGraph, loss: Tensor, buffers: List[Tensor],
+                 grads: List[Optional[Tensor]]):
         self.static, self.graph, self.loss, self.buffers = static, graph, loss, buffers
+        #: the gradients the graph's backward writes (what an eager step after a replay reads)
+        self.grads = grads
 
 
 class CapturedStep:
@@ -167,7 +170,9 @@ class CapturedStep:
         for dst, s in zip(cap.buffers, src):
             dst.copy_(s, non_blocking=True)
         cap.graph.replay()
-        if self.scaler is not None:
+        if self.scaler is not None:  # its step reads .grad: the graph's (an eager step may have replaced them)
+            for p, g in zip(self.model.parameters(), cap.grads):
+                p.grad = g
             self._optimizer_step()
         self.replays += 1
         return cap.loss.detach().clone()
@@ -223,7 +228,7 @@ class CapturedStep:
                 self.optimizer.step()
         torch.cuda.synchronize()
         self._restore(snap)
-        return _Captured(static, graph, loss, buffers)
+        return _Captured(static, graph, loss, buffers, [p.grad for p in self.model.parameters()])
 
 
 def _graphs(batch: Data) -> list:

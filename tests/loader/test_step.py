@@ -121,3 +121,32 @@ def test_captured_step_with_autocast_and_scaler():
     losses = _train(step, m, opt, _loader('cuda'), epochs=3)
     assert bool(torch.isfinite(losses).all()) and losses[-5:].mean() < losses[:5].mean()
     assert step.replays > 0
+
+
+@pytest.mark.cuda
+def test_captured_and_eager_steps_mixed_with_a_scaler():
+    """Batches outside the bucket take the eager step between replays; with a
+    GradScaler (whose step reads .grad) the run still equals the eager loop."""
+    torch.manual_seed(0)
+    m1 = Net('gcn').cuda()
+    m2 = copy.deepcopy(m1)
+    o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, capturable=True)
+    o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True)
+    s1, s2 = torch.amp.GradScaler('cuda'), torch.amp.GradScaler('cuda')
+    loader = _loader('cuda')
+    sizes = sorted((b.num_real_nodes, b.num_real_edges) for b in loader)
+    mid = sizes[len(sizes) // 2]  # about half the batches fit
+    loader.transform = PadToBuckets([(mid[0] + 1, mid[1])], 32)
+
+    def eager(b):
+        o1.zero_grad(set_to_none=True)
+        loss = seed_loss(m1(b.x, b.edge_index), b)
+        s1.scale(loss).backward()
+        s1.step(o1)
+        s1.update()
+        return loss.detach()
+    step = CapturedStep(m2, o2, scaler=s2)
+    a = _train(eager, m1, o1, loader)
+    b = _train(step, m2, o2, loader)
+    assert step.replays > 0 and step.eager_steps > 0
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
