@@ -47,7 +47,13 @@ from ..formats.carrier import attach, resolve
 
 
 class Bucket(NamedTuple):
-    """The static shape of a padded batch."""
+    """The static shape of a padded batch.
+
+    Args:
+        num_nodes (int): rows of every padded batch (more than its real
+            nodes: one padded row at least).
+        num_edges (int): edge slots of every padded batch.
+    """
     num_nodes: int
     num_edges: int
 
@@ -67,12 +73,23 @@ def _sizes(batch: Data) -> tuple:
 
 def buckets_from_batches(batches: Iterable[Data], num_batches: int = 20, sigma: float = 5.0,
                          levels: int = 1, node_multiple: int = 256, edge_multiple: int = 1024) -> List[Bucket]:
-    """Buckets from measured batches: the first ``num_batches`` of
-    ``batches`` (a loader), their node and edge counts' mean plus ``sigma``
-    standard deviations (then one more row), rounded up to ``node_multiple``
-    / ``edge_multiple``. ``levels > 1`` adds smaller buckets evenly spaced
-    between the largest batch seen below the mean and that bound (e.g. for
-    the small last batch of an epoch, which otherwise pads to the full size)."""
+    """Buckets from measured batches: their node and edge counts' mean plus
+    ``sigma`` standard deviations (then one more row), rounded up.
+
+    Args:
+        batches (Iterable[Data]): a loader (or any iterable of batches);
+            its first ``num_batches`` are measured (at least 2).
+        num_batches (int, optional): batches measured (default 20).
+        sigma (float, optional): standard deviations above the mean
+            (default 5.0, as NVIDIA's MLPerf GNN code).
+        levels (int, optional): buckets returned; above 1, smaller ones
+            evenly spaced between the smallest batch seen and the bound (for
+            the short last batch of an epoch, which otherwise pads to the full
+            size). Default 1.
+        node_multiple (int, optional): nodes rounded up to a multiple of it.
+        edge_multiple (int, optional): edges rounded up to a multiple of it.
+
+    Returns the buckets, smallest first."""
     if num_batches < 2:
         raise ValueError(f'pyg_tc: buckets_from_batches needs at least 2 batches, got num_batches={num_batches}')
     if levels < 1:
@@ -101,9 +118,17 @@ def buckets_from_batches(batches: Iterable[Data], num_batches: int = 20, sigma: 
 
 def buckets_from_fanouts(batch_size: int, num_neighbors: Sequence[int], num_nodes: int,
                          node_multiple: int = 256, edge_multiple: int = 1024) -> List[Bucket]:
-    """The one bucket no batch exceeds: ``batch_size`` seeds, at most
-    ``k_1 ... k_h`` new neighbours per node and hop, and no more nodes than
-    the graph has (plus the padded row). Needs non-negative fan-outs."""
+    """The one bucket no batch exceeds (large: every node and hop at its
+    full fan-out).
+
+    Args:
+        batch_size (int): seeds per batch.
+        num_neighbors (Sequence[int]): fan-out per hop (each ``>= 0``; ``-1``
+            has no bound).
+        num_nodes (int): the graph's nodes (no batch has more).
+        node_multiple (int, optional): nodes rounded up to a multiple of it.
+        edge_multiple (int, optional): edges rounded up to a multiple of it.
+    """
     if any(k < 0 for k in num_neighbors):
         raise ValueError('pyg_tc: buckets_from_fanouts needs fan-outs >= 0 (-1, all neighbours, has no bound)')
     frontier, nodes, edges = batch_size, batch_size, 0
@@ -208,11 +233,24 @@ class PadToBuckets(BaseTransform):
 
 def seed_loss(out: Tensor, batch: Data, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy,
               target: str = 'y') -> Tensor:
-    """The mean of ``loss(out[i], batch[target][i])`` over the real seeds of a
+    r"""The mean of ``loss(out[i], batch[target][i])`` over the real seeds of a
     padded batch, with static shapes (no boolean indexing, no
     synchronisation): the first ``seed_capacity`` rows, weighted by
-    ``seed_mask``. ``loss`` must accept ``reduction='none'``. On an unpadded
-    batch, PyG's ``loss(out[:batch_size], y[:batch_size])``."""
+    ``seed_mask``. On an unpadded batch, PyG's
+    ``loss(out[:batch_size], y[:batch_size])``.
+
+    Args:
+        out (torch.Tensor): the model's output for every row of the batch.
+        batch (torch_geometric.data.Data): the (padded) batch.
+        loss (Callable, optional): a loss taking ``reduction='none'``
+            (default: cross-entropy).
+        target (str, optional): the batch's label attribute (default ``'y'``).
+
+    Shapes:
+        - **input:** out :math:`(|\mathcal{V}|, C)`, ``batch[target]``
+          :math:`(|\mathcal{V}|, *)`
+        - **output:** a scalar
+    """
     if batch.get('bucket') is None:
         B = int(batch.batch_size)
         return loss(out[:B], batch[target][:B])
