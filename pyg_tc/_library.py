@@ -223,7 +223,11 @@ def ensure() -> bool:
     """Load the CUDA kernels once (building them on first use on this
     machine); where they are unavailable, and for ops without a kernel,
     register the op's reference for CUDA tensors too. Returns whether the
-    kernels are loaded."""
+    kernels are loaded.
+
+    Args:
+        (none): safe to call any number of times, from any thread.
+    """
     if _STATE['ready']:
         return _STATE['kernels']
     # every op must be defined before the CUDA fallbacks below are registered;

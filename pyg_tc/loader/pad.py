@@ -77,7 +77,7 @@ def buckets_from_batches(batches: Iterable[Data], num_batches: int = 20, sigma: 
     ``sigma`` standard deviations (then one more row), rounded up.
 
     Args:
-        batches (Iterable[Data]): a loader (or any iterable of batches);
+        batches (Iterable[torch_geometric.data.Data]): a loader (or any iterable of batches);
             its first ``num_batches`` are measured (at least 2).
         num_batches (int, optional): batches measured (default 20).
         sigma (float, optional): standard deviations above the mean

@@ -142,6 +142,20 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
     PyG difference: with duplicate self loops on one node PyG's autograd (an
     ``index_put``) hands the loop gradient to every duplicate although only the
     last one is used; here the unused duplicates get gradient 0.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): a square graph (rows = targets); padded graphs too
+            (static shapes, no synchronisation).
+        edge_weight (torch.Tensor, optional): weights in the adjacency's edge
+            order (None: every edge weighs 1).
+        improved (bool, optional): loops weigh 2 (with ``edge_weight`` only, as
+            PyG).
+        add_self_loops (bool, optional): add the remaining self loops.
+        dtype (torch.dtype, optional): the normalisation's dtype.
+
+    Shapes:
+        - **input:** edge_weight :math:`(E)`
+        - **output:** values :math:`(E)` (CSR order), diag :math:`(N)` or None
     """
     N = g.num_rows
     if edge_weight is not None and edge_weight.dtype == torch.float64:

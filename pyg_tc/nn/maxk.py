@@ -17,8 +17,16 @@ class MaxK(torch.nn.Module):
     Returns a :class:`~pyg_tc.formats.CBSR` (values ``[N, k]``, uint8/int16
     column indices) that pyg_tc's GCNConv / SAGEConv / GINConv aggregate with
     the SpGEMM kernel; call ``.to_dense()`` for anything else. Ties at the
-    k-th value keep the lowest columns; ``k >= width`` keeps every entry. ``k``
-    is any integral value (int, numpy integer, 0-d integer tensor).
+    k-th value keep the lowest columns; ``k >= width`` keeps every entry.
+
+    Args:
+        k (int): entries kept per row; any integral value (int, numpy
+            integer, 0-d integer tensor), at least 1.
+
+    Shapes:
+        - **input:** :math:`(N, F)`
+        - **output:** CBSR values and indices :math:`(N, K)` with
+          ``K = min(k, F)``, width :math:`F`
     """
 
     def __init__(self, k: int):

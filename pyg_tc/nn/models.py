@@ -35,6 +35,11 @@ class MaxKGNN(torch.nn.Module):
         norm: LayerNorm after every conv.
         nonlinear: ``'maxk'`` or ``'relu'``.
         backend: passed to the convs (``'auto'``, ``'csr'`` or ``'pyg'``).
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, edge
+          indices :math:`(2, |\mathcal{E}|)` (or any adjacency the convs take)
+        - **output:** :math:`(|\mathcal{V}|, F_{out})`
     """
 
     def __init__(self, conv: str, in_channels: int, hidden_channels: int, out_channels: int,

@@ -524,7 +524,25 @@ def gat_attention(g: CSRGraph, x: Tensor, a_src: Optional[Tensor] = None,
     None). ``x [Ns, H, C]`` (fp16 / bf16 / fp32 / fp64), ``a_src [Ns, H]``,
     ``a_dst [Nd, H]``, ``score [E, H]`` in CSR order (each optional).
     Returns ``(out [Nd, H, C], lse [Nd, H])``; differentiable in ``x``,
-    ``a_src``, ``a_dst``, ``score`` (and through ``lse``)."""
+    ``a_src``, ``a_dst``, ``score`` (and through ``lse``). A row without
+    edges gives 0 (``lse`` -inf).
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph (rows = targets).
+        x (torch.Tensor): messages per source node and head.
+        a_src (torch.Tensor, optional): per-source logit terms.
+        a_dst (torch.Tensor, optional): per-target logit terms.
+        score (torch.Tensor, optional): per-edge logit terms, CSR order.
+        negative_slope (float, optional): LeakyReLU's slope.
+        dropout (float, optional): attention dropout probability.
+        rng (torch.Tensor, optional): the dropout's ``[seed, offset]``.
+        backend (str, optional): as in :func:`~pyg_tc.ops.spmm`.
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, H, C)`, a_src :math:`(N_{src}, H)`,
+          a_dst :math:`(N_{dst}, H)`, score :math:`(E, H)`
+        - **output:** out :math:`(N_{dst}, H, C)`, lse :math:`(N_{dst}, H)`
+    """
     return dispatch.run('attention', g, x, a_src, a_dst, score, negative_slope, dropout, rng,
                         backend=backend, strict=False)
 
@@ -536,7 +554,21 @@ def gatv2_attention(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor,
     """Fused GATv2 attention on ``g`` (module doc): logits
     ``sum_c att[h, c] leaky_relu(x[j, h, c] + x_r[i, h, c] + edge[e, h, c])``,
     messages ``x[j]``. Returns ``(out [Nd, H, C], lse [Nd, H])``;
-    differentiable in ``x``, ``x_r``, ``att``, ``edge``."""
+    differentiable in ``x``, ``x_r``, ``att``, ``edge``.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph (rows = targets).
+        x (torch.Tensor): source features per head (also the messages).
+        x_r (torch.Tensor): target features per head.
+        att (torch.Tensor): the attention vector per head.
+        edge (torch.Tensor, optional): edge features per head, CSR order.
+        negative_slope, dropout, rng, backend: as in :func:`gat_attention`.
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, H, C)`, x_r :math:`(N_{dst}, H, C)`,
+          att :math:`(H, C)`, edge :math:`(E, H, C)`
+        - **output:** out :math:`(N_{dst}, H, C)`, lse :math:`(N_{dst}, H)`
+    """
     return dispatch.run('attention_v2', g, x, x_r, att, edge, negative_slope, dropout, rng,
                         backend=backend, strict=False)
 
@@ -545,7 +577,19 @@ def attention_weights(g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float =
                       rng: Optional[Tensor] = None) -> Tensor:
     """The attention coefficients ``[E, H]`` (CSR order) of a fused call from
     its logits and ``lse``: ``exp(logits - lse[row])``, times the call's
-    dropout scale (same ``rng``) as PyG returns them. Differentiable."""
+    dropout scale (same ``rng``) as PyG returns them. Differentiable.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph of the call.
+        logits (torch.Tensor): the call's per-edge logits, CSR order.
+        lse (torch.Tensor): the call's log-sum-exp per row and head.
+        dropout (float, optional): the call's dropout probability.
+        rng (torch.Tensor, optional): the call's ``rng``.
+
+    Shapes:
+        - **input:** logits :math:`(E, H)`, lse :math:`(N_{dst}, H)`
+        - **output:** :math:`(E, H)`
+    """
     alpha = torch.exp(logits - g.per_edge(lse.to(logits.dtype)))
     if g.padded:  # padding slots (their row's lse is -inf): 0
         live = torch.arange(alpha.size(0), device=alpha.device) < g.rowptr[-1]
@@ -585,7 +629,16 @@ edge_softmax_op = Op(
 def edge_softmax(g: CSRGraph, score: Tensor) -> Tensor:
     """Softmax of per-edge scores (``[E]`` or ``[E, H]``, CSR order) over each
     target row (the unfused building block; :func:`gat_attention` fuses it
-    with the scores and the aggregation)."""
+    with the scores and the aggregation).
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph (rows = targets).
+        score (torch.Tensor): per-edge scores, CSR order.
+
+    Shapes:
+        - **input:** score :math:`(E)` or :math:`(E, H)`
+        - **output:** like ``score``
+    """
     if not isinstance(score, Tensor) or score.dim() not in (1, 2) or score.size(0) != g.num_edges:
         raise ValueError(f'pyg_tc: score must be [{g.num_edges}] or [{g.num_edges}, H]')
     s2 = score.unsqueeze(1) if score.dim() == 1 else score  # (view(E, -1) fails for E = 0)

@@ -35,8 +35,18 @@ CBSR_KERNEL_WIDTH = 4096  # widest shared-memory row buffer of the CBSR kernels
 
 def maxk_reference(x: Tensor, k: int):
     """The k largest entries of every row (torch.sort's order: NaN largest,
-    ties in column order), as (values [N, k], column indices [N, k]) with the
-    columns ascending; indices uint8 for widths <= 256, int16 above."""
+    ties in column order), with the columns ascending; indices uint8 for
+    widths <= 256, int16 above.
+
+    Args:
+        x (torch.Tensor): the rows.
+        k (int): entries kept per row (``1 <= k < F``).
+
+    Shapes:
+        - **input:** x :math:`(N, F)`
+        - **output:** values :math:`(N, k)` in ``x``'s dtype, column indices
+          :math:`(N, k)`
+    """
     F = x.size(1)
     top = torch.sort(x, dim=1, descending=True, stable=True)[1][:, :k]
     cols = torch.sort(top, dim=1)[0]
@@ -46,7 +56,19 @@ def maxk_reference(x: Tensor, k: int):
 def cbsr_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], values: Tensor,
                         indices: Tensor, width: int, diag: Optional[Tensor] = None,
                         reduce: str = 'sum') -> Tensor:
-    """Oracle: the dense SpMM of ``to_dense()``, fp32 accumulation."""
+    """Oracle: the dense SpMM of ``to_dense()``, fp32 accumulation.
+
+    Args:
+        rowptr, col, value, diag, reduce: as in
+            :func:`~pyg_tc.ops.spmm_reference`.
+        values (torch.Tensor): the CBSR features' kept values.
+        indices (torch.Tensor): their columns.
+        width (int): the dense width.
+
+    Shapes:
+        - **input:** values and indices :math:`(N_{src}, k)`
+        - **output:** :math:`(N_{dst}, W)`, ``W = width``
+    """
     dense = values.new_zeros(values.size(0), width).scatter(1, indices.long(), values)
     return spmm_reference(rowptr, col, value, dense, diag, reduce)
 
@@ -55,7 +77,18 @@ def cbsr_sspmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], g
                          indices: Tensor, diag: Optional[Tensor] = None,
                          reduce: str = 'sum') -> Tensor:
     """Oracle: ``(A^T (s * grad) + diag * grad)`` sampled at ``indices``,
-    with ``s = 1/deg`` for mean (diag needs a square adjacency)."""
+    with ``s = 1/deg`` for mean (diag needs a square adjacency).
+
+    Args:
+        rowptr, col, value, diag, reduce: as in
+            :func:`~pyg_tc.ops.spmm_reference`.
+        grad (torch.Tensor): the output's gradient.
+        indices (torch.Tensor): the CBSR columns the gradient is sampled at.
+
+    Shapes:
+        - **input:** grad :math:`(N_{dst}, F)`, indices :math:`(N_{src}, k)`
+        - **output:** :math:`(N_{src}, k)`
+    """
     acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
     G = grad.to(acc)
     if reduce == 'mean':
@@ -177,7 +210,12 @@ cbsr_sspmm = Op(
 
 def check_k(k: Any, who: str = 'pyg_tc') -> int:
     """MaxK's ``k`` as a Python int: any integral value (int, numpy integer,
-    0-d integer tensor), at least 1; bools and floats are rejected."""
+    0-d integer tensor), at least 1; bools and floats are rejected.
+
+    Args:
+        k: the value to check.
+        who (str, optional): the name the error messages start with.
+    """
     if isinstance(k, bool) or (isinstance(k, Tensor) and (k.dim() or k.is_floating_point())):
         raise TypeError(f'{who}: k must be an int, got {type(k).__name__}')
     try:
@@ -198,6 +236,15 @@ def maxk(x: Tensor, k: int) -> CBSR:
 
     CUDA: one-pass selection kernel for widths up to 1024 (fp32/fp16/bf16);
     wider rows, float64 and CPU use the reference (``torch.sort``).
+
+    Args:
+        x (torch.Tensor): the rows (floating point).
+        k (int): entries kept per row.
+
+    Shapes:
+        - **input:** x :math:`(N, F)`
+        - **output:** CBSR values and indices :math:`(N, K)` with ``K = min(k, F)``,
+          width :math:`F`
     """
     k = check_k(k)
     if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype not in FLOATS:
@@ -235,7 +282,18 @@ def cbsr_spmm_graph(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce
     with CBSR features ``x``; dense ``[num_dst, x.width]`` output in x's
     dtype, fp32 accumulation. Backward: the SSpMM kernel for ``x.values``
     (only the kept entries get gradients), gathers for edge weights and diag.
-    ``reduce`` is 'sum' or 'mean' (diag with 'sum' only)."""
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph (rows = targets).
+         x (pyg_tc.formats.CBSR): source features.
+        value (torch.Tensor, optional): edge values in CSR order.
+        reduce (str, optional): ``'sum'`` or ``'mean'`` (diag with 'sum' only).
+        diag (torch.Tensor or float, optional): the self term.
+
+    Shapes:
+        - **input:** x values :math:`(N_{src}, k)`, value :math:`(E)`
+        - **output:** :math:`(N_{dst}, W)`, ``W = x.width``
+    """
     if not isinstance(x, CBSR):
         raise TypeError(f'pyg_tc: expected CBSR features, got {type(x).__name__}')
     return dispatch.aggregate(g, x, value, reduce, diag, backend='csr')
@@ -261,7 +319,16 @@ def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, redu
     into a private ``width``-wide buffer at ``indices[j]`` (the kernel's
     shared-memory buffer), the first unit of a row adds ``diag * x[row]``,
     and the buffer goes to the output row (scaled for mean) or to the unit's
-    workspace slot, reduced per heavy row in slot order."""
+    workspace slot, reduced per heavy row in slot order.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph;  x (pyg_tc.formats.CBSR): source features; value, reduce,
+            diag: as in :func:`cbsr_spmm_graph`.
+
+    Shapes:
+        - **input:** x values :math:`(N_{src}, k)`
+        - **output:** :math:`(N_{dst}, W)`, ``W = x.width`` (unwritten rows NaN)
+    """
     F = x.width
     row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
     U = row.numel()
@@ -300,7 +367,17 @@ def emulate_cbsr_sspmm(g: CSRGraph, grad: Tensor, indices: Tensor, value: Option
     dense gradient row of its target ``i`` (scaled by ``1/deg(i)`` for mean),
     and every edge ``(i, j)`` adds ``w * G[i, indices[j]]`` to row ``j`` of
     the ``[N_src, k]`` result; the first unit of a row adds the diagonal
-    term. Returns ``[N_src, k]`` in grad's dtype."""
+    term. Returns ``[N_src, k]`` in grad's dtype.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph; grad (torch.Tensor): the output's gradient;
+            indices (torch.Tensor): the CBSR columns; value, reduce, diag: as
+            in :func:`cbsr_spmm_graph`.
+
+    Shapes:
+        - **input:** grad :math:`(N_{dst}, F)`, indices :math:`(N_{src}, k)`
+        - **output:** :math:`(N_{src}, k)`
+    """
     row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
     G = grad.float()
     if reduce == 'mean':

@@ -70,7 +70,22 @@ def pad_edges(t: Tensor, num_edges: int) -> Tensor:
 def spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor,
               diag: Optional[Tensor] = None, reduce: str = 'sum') -> Tensor:
     """out[i] = reduce_{e in row i} value[e] * x[col[e]] (+ diag[i] * x[i]),
-    accumulated in fp32 (fp64 for fp64 inputs); empty rows give 0."""
+    accumulated in fp32 (fp64 for fp64 inputs); empty rows give 0; the
+    padding slots of a padded graph are not read.
+
+    Args:
+        rowptr (torch.Tensor): CSR row pointers (rows = targets).
+        col (torch.Tensor): source of every edge.
+        value (torch.Tensor, optional): edge values.
+        x (torch.Tensor): source features.
+        diag (torch.Tensor, optional): the self term, per node or one.
+        reduce (str, optional): ``'sum'``, ``'mean'`` or ``'max'``.
+
+    Shapes:
+        - **input:** rowptr :math:`(N_{dst} + 1)`, col and value :math:`(E)`,
+          x :math:`(N_{src}, F)`
+        - **output:** :math:`(N_{dst}, F)` in ``x``'s dtype
+    """
     R = rowptr.numel() - 1
     F = x.size(1)
     acc = acc_dtype(x.dtype)
@@ -271,8 +286,20 @@ def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: s
     no kernel applies), edge values already in CSR order.
 
     ``out[i] = reduce_{e: i <- j} value[e] * x[j]  (+ diag[i] * x[i])``.
-    ``t_value`` (optional) is ``value`` in transpose order, saving one gather
-    per backward when the caller caches it.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph (rows = targets).
+        x (torch.Tensor): dense source features.
+        value (torch.Tensor, optional): edge values in CSR order.
+        reduce (str, optional): ``'sum'``, ``'mean'`` or ``'max'``.
+        diag (torch.Tensor, optional): the self term, per node or one.
+        t_value (torch.Tensor, optional): ``value`` in transpose order, saving
+            one gather per backward when the caller caches it.
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, F)`, value :math:`(E)`, diag
+          :math:`(N_{dst})` or a scalar
+        - **output:** :math:`(N_{dst}, F)`
     """
     if isinstance(x, CBSR):
         raise TypeError('pyg_tc: spmm_graph takes dense features (CBSR: cbsr_spmm_graph)')
@@ -283,7 +310,19 @@ def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: s
 # SDDMM
 
 def sddmm_reference(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """out[e] = <a[row(e)], b[col[e]]> for every CSR edge, fp32 accumulation."""
+    """out[e] = <a[row(e)], b[col[e]]> for every CSR edge, fp32 accumulation.
+
+    Args:
+        rowptr (torch.Tensor): CSR row pointers (rows = targets).
+        col (torch.Tensor): source of every edge.
+        a (torch.Tensor): target features.
+        b (torch.Tensor): source features.
+
+    Shapes:
+        - **input:** rowptr :math:`(N_{dst} + 1)`, col :math:`(E)`, a
+          :math:`(N_{dst}, F)`, b :math:`(N_{src}, F)`
+        - **output:** :math:`(E)` (padding slots of a padded graph: 0)
+    """
     acc = acc_dtype(a.dtype)
     E, col = live_edges(rowptr, col)
     row = _rows(rowptr, col.numel())
@@ -345,7 +384,17 @@ def _sddmm_reference(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
 
 def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
     """``out[e] = <a[target(e)], b[source(e)]>`` for every edge, in CSR order,
-    with the CSR kernel (the reference where no kernel applies)."""
+    with the CSR kernel (the reference where no kernel applies).
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph (rows = targets).
+        a (torch.Tensor): target features.
+        b (torch.Tensor): source features.
+
+    Shapes:
+        - **input:** a :math:`(N_{dst}, F)`, b :math:`(N_{src}, F)`
+        - **output:** :math:`(E)`
+    """
     return dispatch.edge_scores(g, a, b, backend='csr')
 
 
@@ -356,8 +405,22 @@ def emulate_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce:
             diag: Optional[Tensor] = None, transpose: bool = False) -> Tensor:
     """CPU emulation of the CUDA SpMM: walks the same units, writes partial rows
     to the same slots and reduces heavy rows slot by slot. Unwritten rows stay
-    NaN, so a schedule bug shows up as NaN in tests. ``value`` is in the CSR
-    order of the direction used."""
+    NaN, so a schedule bug shows up as NaN in tests.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph.
+        x (torch.Tensor): source features (of the direction used).
+        value (torch.Tensor, optional): edge values in the CSR order of the
+            direction used.
+        reduce (str, optional): ``'sum'``, ``'mean'`` or ``'max'``.
+        diag (torch.Tensor, optional): the self term (square graphs).
+        transpose (bool, optional): walk the transpose's schedule.
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, F)`, value :math:`(E)`, diag
+          :math:`(N_{dst})` or a scalar
+        - **output:** :math:`(N_{dst}, F)`
+    """
     rowptr, col, s = (g.t_rowptr, g.t_col, g.t_sched) if transpose else (g.rowptr, g.col, g.sched)
     R = rowptr.numel() - 1
     F = x.size(1)

@@ -168,15 +168,40 @@ def aggregate(g: CSRGraph, x: Any, value: Optional[Tensor] = None, reduce: str =
               diag: Any = None, t_value: Optional[Tensor] = None, backend: str = 'auto',
               strict: bool = True) -> Tensor:
     """``out[i] = reduce_{e: i <- j} value[e] * x[j] (+ diag[i] * x[i])`` on
-    a :class:`~pyg_tc.formats.CSRGraph` (rows = targets) with edge values in
-    CSR order; ``x`` dense ``[num_src, F]`` or CBSR. ``t_value``: ``value``
-    in transpose order (saves a gather per backward). ``strict`` as in
-    :func:`~pyg_tc.ops.dispatch.choose`."""
+    a :class:`~pyg_tc.formats.CSRGraph` (rows = targets), what the layers call.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph.
+        x (torch.Tensor or CBSR): source features, dense or CBSR.
+        value (torch.Tensor, optional): edge values in CSR order.
+        reduce (str, optional): ``'sum'``, ``'mean'`` or ``'max'``.
+        diag (torch.Tensor or float, optional): the self term, per node or one.
+        t_value (torch.Tensor, optional): ``value`` in transpose order (saves a
+            gather per backward).
+        backend (str, optional): as in :func:`spmm`.
+        strict (bool, optional): as in :func:`~pyg_tc.ops.dispatch.choose`.
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, F)`, value :math:`(E)`, diag
+          :math:`(N_{dst})` or a scalar
+        - **output:** :math:`(N_{dst}, F)` in ``x``'s dtype
+    """
     return run('spmm', g, x, value, reduce, diag, t_value=t_value, backend=backend, strict=strict)
 
 
 def edge_scores(g: CSRGraph, a: Tensor, b: Tensor, backend: str = 'auto') -> Tensor:
-    """``out[e] = <a[target(e)], b[source(e)]>`` for every edge, in CSR order."""
+    """``out[e] = <a[target(e)], b[source(e)]>`` for every edge, in CSR order.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph.
+        a (torch.Tensor): target features.
+        b (torch.Tensor): source features (``a``'s width and dtype).
+        backend (str, optional): as in :func:`spmm`.
+
+    Shapes:
+        - **input:** a :math:`(N_{dst}, F)`, b :math:`(N_{src}, F)`
+        - **output:** :math:`(E)` in ``a``'s dtype
+    """
     return run('sddmm', g, a, b, backend=backend)
 
 
@@ -231,6 +256,11 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
 
     Returns ``[num_dst, F]`` in ``x``'s dtype. Differentiable in ``x``,
     ``edge_weight`` and ``diag``.
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, F)`, edge_weight :math:`(E)`, diag
+          :math:`(N_{dst})` or a scalar
+        - **output:** :math:`(N_{dst}, F)`
     """
     if size is None and isinstance(x, (Tensor, CBSR)) and x.dim() == 2:
         size = _default_size(adj, x.size(0), flow)
@@ -246,10 +276,22 @@ def sddmm(a: Tensor, b: Tensor, adj: Any, *,
           size: Optional[Tuple[Optional[int], Optional[int]]] = None,
           flow: str = 'source_to_target', backend: str = 'auto') -> Tensor:
     """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>``, in the order of
-    ``adj``'s edges (CSR order for sparse inputs), where ``a`` holds the
-    target and ``b`` the source features. Differentiable in a and b.
-    ``size`` and ``flow`` as in :func:`spmm` (default size: from ``b`` and
-    ``a``); ``backend`` as in :func:`spmm`."""
+    ``adj``'s edges (CSR order for sparse inputs). Differentiable in a and b.
+
+    Args:
+        a (torch.Tensor): target features (fp16, bf16, fp32 or fp64).
+        b (torch.Tensor): source features, same width and dtype.
+        adj: ``edge_index [2, E]``, ``EdgeIndex``, a sparse adjacency or a
+            :class:`~pyg_tc.formats.CSRGraph`.
+        size (Tuple[int, int], optional): as in :func:`spmm` (default: from
+            ``b`` and ``a``).
+        flow (str, optional): as in :func:`spmm`.
+        backend (str, optional): as in :func:`spmm`.
+
+    Shapes:
+        - **input:** a :math:`(N_{dst}, F)`, b :math:`(N_{src}, F)`
+        - **output:** :math:`(E)` in ``a``'s dtype
+    """
     if size is None and isinstance(b, Tensor) and isinstance(a, Tensor):
         size = (b.size(0), a.size(0)) if flow == 'source_to_target' else (a.size(0), b.size(0))
     g, _ = resolve(adj, size=size, flow=flow)
@@ -272,6 +314,12 @@ TUNE_TRIALS = 5  # timed runs per backend, alternating; the best counts
 def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm') -> str:
     """What ``'auto'`` runs: 'sgt' or 'csr' for one graph, feature width,
     dtype and op ('spmm' or 'sddmm').
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph.
+        width (int): the feature width.
+        dtype (torch.dtype): the features' dtype.
+        op (str, optional): ``'spmm'`` or ``'sddmm'``.
 
     No static threshold on the SGT statistics separated the graphs where
     tensor cores win from those where they lose (docs/tcgnn.md), so ``auto``

@@ -167,7 +167,19 @@ def sampled_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor],
     """ES-SpMM's result on the CPU (and the oracle of the kernel): the exact
     :func:`~pyg_tc.ops.spmm_reference` on :func:`~pyg_tc.ops.sample.sample_csr`'s graph, sums of
     capped rows scaled by ``deg / S``, means over the kept edges, ``max`` over
-    the kept edges; ``diag`` (a self term) is never sampled."""
+    the kept edges; ``diag`` (a self term) is never sampled.
+
+    Args:
+        rowptr, col, value, x, reduce, diag: as in
+            :func:`~pyg_tc.ops.spmm_reference`.
+        max_neighbors (int): ``S``, the edges a row keeps at most.
+        sampling (str, optional): ``'uniform'``, ``'bucket'`` or ``'fastrand'``.
+        seed (int, optional): the sample is a function of (row, slot, seed).
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, F)`, col and value :math:`(E)`
+        - **output:** :math:`(N_{dst}, F)`
+    """
     from .csr import spmm_reference
     if reduce not in ('sum', 'mean', 'max'):
         raise ValueError(f"pyg_tc: reduce must be 'sum', 'mean' or 'max', got {reduce!r}")
@@ -302,7 +314,16 @@ def sampled_aggregation(max_neighbors: int, sampling: str = 'uniform',
     a new sample per call (training with sampling; reproducible under
     ``torch.manual_seed``). Attention layers (GAT, GATv2, AGNN's fused path)
     stay exact: a softmax over a sample is not an unbiased estimate. The
-    setting is process-wide (not per thread) and nests."""
+    setting is process-wide (not per thread) and nests.
+
+    Args:
+        max_neighbors (int): the edges a row keeps at most (rows with fewer
+            are exact).
+        sampling (str, optional): ``'uniform'`` (distinct, unbiased),
+            ``'bucket'`` (the first ones) or ``'fastrand'``.
+        seed (int, optional): ``0``: the same sample every call; None: a new
+            one per call.
+    """
     spec = Sampling(max_neighbors, sampling, seed)
     check_sampling(max_neighbors, sampling)
     previous, _ACTIVE[0] = _ACTIVE[0], spec

@@ -34,7 +34,11 @@ from .csr import acc_dtype, diag_grad, sddmm_graph, spmm_graph
 
 def sgt_of(g: CSRGraph) -> SGT:
     """The graph's SGT (attached by :class:`~pyg_tc.transforms.SGTTransform`),
-    built on the graph's device on first use and kept on the graph."""
+    built on the graph's device on first use and kept on the graph.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph.
+    """
     if g.sgt is None:
         g.sgt = SGT.build(g)
     elif g.sgt.num_edges != g.num_edges or g.sgt.device != g.device:
@@ -199,7 +203,19 @@ def sgt_spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tens
     """``out[i] = sum_cells(i, j) cell_val * x[j] (+ diag[i] x[i])`` on tensor
     cores; ``cell_val`` in forward cell order. Differentiable in x,
     cell_val and diag. (Arguments as checked by the 'spmm' family; where no
-    kernel applies, e.g. float64 on a GPU, the reference runs.)"""
+    kernel applies, e.g. float64 on a GPU, the reference runs.)
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph (with its SGT, :func:`sgt_of`).
+        x (torch.Tensor): source features.
+        cell_val (torch.Tensor): one value per SGT cell, forward cell order.
+        diag (torch.Tensor, optional): the self term.
+        warps (int, optional): warps per block (default: tuned per width).
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, F)`, cell_val :math:`(C)` (``C`` cells)
+        - **output:** :math:`(N_{dst}, F)`
+    """
     s = sgt_of(g)
     if cell_val.numel() != s.num_cells:
         raise ValueError(f'pyg_tc: expected {s.num_cells} cell values, got {cell_val.numel()}')
@@ -213,7 +229,18 @@ def sgt_spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tens
 
 
 def sgt_sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int] = None) -> Tensor:
-    """``<a[row], b[col]>`` for every cell (forward cell order), on tensor cores."""
+    """``<a[row], b[col]>`` for every cell (forward cell order), on tensor cores.
+
+    Args:
+        g (pyg_tc.formats.CSRGraph): the graph (with its SGT).
+        a (torch.Tensor): target features.
+        b (torch.Tensor): source features.
+        warps (int, optional): warps per block (default: tuned per width).
+
+    Shapes:
+        - **input:** a :math:`(N_{dst}, F)`, b :math:`(N_{src}, F)`
+        - **output:** one value per cell
+    """
     s = sgt_of(g)
     if a.is_cuda and not use_kernel(a):
         d = s.fwd
@@ -243,12 +270,28 @@ def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduc
     """:func:`pyg_tc.ops.spmm_graph` on tensor cores: edge values in CSR order
     (duplicate edges summed into their cell), ``reduce`` 'sum' or 'mean'
     (the edge values scaled by 1 / in-degree; ``diag`` stays outside the
-    mean, as on the CSR path)."""
+    mean, as on the CSR path).
+
+    Args:
+        g, x, value, reduce, diag: as in :func:`pyg_tc.ops.spmm_graph`.
+
+    Shapes:
+        - **input:** x :math:`(N_{src}, F)`, value :math:`(E)`
+        - **output:** :math:`(N_{dst}, F)`
+    """
     return dispatch.aggregate(g, x, value, reduce, diag, backend='sgt')
 
 
 def sgt_sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
-    """:func:`pyg_tc.ops.sddmm_graph` on tensor cores (per edge, CSR order)."""
+    """:func:`pyg_tc.ops.sddmm_graph` on tensor cores (per edge, CSR order).
+
+    Args:
+        g, a, b: as in :func:`pyg_tc.ops.sddmm_graph`.
+
+    Shapes:
+        - **input:** a :math:`(N_{dst}, F)`, b :math:`(N_{src}, F)`
+        - **output:** :math:`(E)`
+    """
     return dispatch.edge_scores(g, a, b, backend='sgt')
 
 

@@ -64,7 +64,16 @@ def rcm_order(edge_index: Tensor, num_nodes: int) -> Tensor:
     """Reverse Cuthill-McKee order of the graph ``edge_index`` (treated as
     undirected; self loops and duplicates ignored): ``perm`` int64
     ``[num_nodes]`` on the device of ``edge_index`` with
-    ``perm[new_id] = old_id``. See the module docstring for the algorithm."""
+    ``perm[new_id] = old_id``. See the module docstring for the algorithm.
+
+    Args:
+        edge_index (torch.Tensor): the edges.
+        num_nodes (int): the nodes.
+
+    Shapes:
+        - **input:** edge_index :math:`(2, E)`
+        - **output:** perm :math:`(N)`
+    """
     n = int(num_nodes)
     ptr, row, col, deg = _undirected_csr(plain_tensor(edge_index), n)
     ids = torch.arange(n, device=row.device)

@@ -42,3 +42,33 @@ def test_layers_follow_pygs_layout_with_backend():
         doc = cls.__doc__
         for section in ('Args:', 'Shapes:', 'backend (str, optional)', 'math::'):
             assert section in doc, f'{cls.__name__} doc lacks {section!r}'
+
+
+#: public objects without a tensor going in or out (configuration, data objects, loaders,
+#: transforms of ``Data``): ``Args:`` only
+NO_TENSOR_IO = {
+    'pyg_tc.ops.sgt_of', 'pyg_tc.ops.choose_backend', 'pyg_tc.ops.check_k', 'pyg_tc.ops.ensure',
+    'pyg_tc.ops.sampled_aggregation', 'pyg_tc.transforms.DegreeBucketTransform', 'pyg_tc.transforms.CBSRTransform',
+    'pyg_tc.transforms.ReorderTransform', 'pyg_tc.transforms.SGTTransform', 'pyg_tc.transforms.CapNeighbors',
+    'pyg_tc.loader.NeighborSampler', 'pyg_tc.loader.NeighborLoader', 'pyg_tc.loader.LinkNeighborLoader',
+    'pyg_tc.loader.PadToBuckets', 'pyg_tc.loader.Bucket', 'pyg_tc.loader.buckets_from_batches',
+    'pyg_tc.loader.buckets_from_fanouts', 'pyg_tc.loader.CapturedStep'}
+
+
+def test_public_api_documents_its_arguments_and_shapes():
+    """Every public function and class of pyg_tc.ops, .nn, .transforms and
+    .loader has an ``Args:`` section, and a ``Shapes:`` section where tensors
+    go in or out."""
+    missing = []
+    for name in ('ops', 'nn', 'transforms', 'loader'):
+        mod = importlib.import_module(f'pyg_tc.{name}')
+        for attr in mod.__all__:
+            obj = getattr(mod, attr)
+            if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                continue
+            doc, qual = inspect.getdoc(obj) or '', f'pyg_tc.{name}.{attr}'
+            if 'Args:' not in doc:
+                missing.append(f'{qual}: Args')
+            if qual not in NO_TENSOR_IO and 'Shapes:' not in doc:
+                missing.append(f'{qual}: Shapes')
+    assert not missing, missing
