@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
+import os
+import sys
 import time
 
 import torch
@@ -35,9 +37,14 @@ import torch.nn.functional as Fn
 
 import pyg_tc
 from pyg_tc.bench.graphs import load_graph
-from pyg_tc.bench.minibatch import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
 from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/captured_step.py
+    sys.path.insert(0, _ROOT)
+
+from benchmarks.suites.minibatch import Net  # noqa: E402
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
 SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'tiny': (16, 4, 1_000)}
@@ -166,8 +173,8 @@ def torch_geometric_nn():
     return pnn
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def main(argv=None, prog=None):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n')[0])
     p.add_argument('--out', default='captured_step_out')
     p.add_argument('--graphs', default='reddit,products')
     p.add_argument('--models', default='sage,gcn,gat')

@@ -45,8 +45,13 @@ import torch
 import torch.nn.functional as Fn
 from torch import Tensor
 
-from pyg_tc.bench.maxk_train import DATASETS, evaluate, load_dataset
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, log
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/sampler_accuracy.py
+    sys.path.insert(0, _ROOT)
+
+from benchmarks.suites.common import DATASETS, evaluate, load_dataset  # noqa: E402
 
 #: sampler key -> label in the records and the report
 SAMPLERS = {'pyg': "PyG's NeighborLoader", 'pyg_tc': 'pyg_tc NeighborLoader'}

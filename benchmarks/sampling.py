@@ -29,13 +29,19 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sys
 import time
 
 import torch
 
 from pyg_tc.bench.graphs import load_graph
-from pyg_tc.bench.minibatch import Net, train_step as step
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/sampling.py
+    sys.path.insert(0, _ROOT)
+
+from benchmarks.suites.minibatch import Net, train_step as step  # noqa: E402
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
 SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'arxiv': (128, 40, 90_941),
@@ -275,8 +281,8 @@ def split(loader, model, opt, a):
     return dict(sample_ms=m(t_sample), gather_ms=m(t_gather), step_ms=m(t_step))
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def main(argv=None, prog=None):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n')[0])
     p.add_argument('--out', default='sampling_out')
     p.add_argument('--graphs', default='products,reddit')
     p.add_argument('--models', default='sage,gcn,gat')

@@ -25,7 +25,7 @@ per F and S, the in-kernel sampled SpMM (op ``sampled_spmm``) against
 cuSPARSE and pyg_tc on the full graph and on the pre-sampled graph; part
 ``infer``: 2-layer GCN / SAGE inference per S against exact.
 
-``python -m pyg_tc.bench.es_spmm --out DIR [--part accuracy,trainmode,kernels,infer]
+``python -m benchmarks.suites.es_spmm --out DIR [--part accuracy,trainmode,kernels,infer]
 [--datasets ...] [--seeds 5] [--caps 8,16,32,64,128,256]`` writes
 ``es_spmm.jsonl``, ``es_spmm.md``, ``es_spmm.png``. It runs on the CPU
 (the reference path) or the GPU.
@@ -41,7 +41,7 @@ from typing import Iterator, List, Optional, Sequence
 import torch
 import torch.nn.functional as Fn
 
-from .report import Col, Figure, Panel, Reporter, Table, Text, environment, log
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, log
 
 DATASETS = ['cora', 'tolokers', 'minesweeper', 'squirrel', 'chameleon', 'blogcatalog', 'proteins']
 CAPS = [8, 16, 32, 64, 128, 256]
@@ -64,12 +64,12 @@ def load(name: str, root: Path, cache_dir: Optional[Path] = None):
     from torch_geometric.data import Data
     from torch_geometric.utils import to_undirected
 
-    from .maxk_train import DATASETS as MK, load_dataset, split_masks
+    from .common import DATASETS as MK, load_dataset, split_masks
     if name in MK:
         data = load_dataset(name, root, cache_dir)
         return data, MK[name][4], lambda s: split_masks(data, s)[:3], 5e-4 if name == 'cora' else 0.0
     if root is None:
-        from .graphs import data_dir
+        from pyg_tc.bench.graphs import data_dir
         root = data_dir()  # $PYG_TC_DATA, or a one-line error naming it
     if name in ('squirrel', 'chameleon'):
         import numpy as np
@@ -94,7 +94,7 @@ def load(name: str, root: Path, cache_dir: Optional[Path] = None):
     if name == 'proteins':
         from torch_geometric.data import Batch
 
-        from .graphs import pyg_dataset
+        from pyg_tc.bench.graphs import pyg_dataset
         graphs = pyg_dataset('TUDataset', 'tu', 'PROTEINS_full', 'PROTEINS_full', root, cache_dir)
         b = Batch.from_data_list(graphs)
         data = Data(x=b.x.float(), y=b.y[b.batch].long(), edge_index=b.edge_index)
@@ -122,7 +122,7 @@ class Net(torch.nn.Module):
 def metric_of(out, y, mask, metric: str) -> float:
     """Accuracy, ROC-AUC of class 1, or multi-label micro-F1 with each node's
     top-k labels predicted, k its number of true labels (DeepWalk's protocol)."""
-    from .maxk_train import evaluate
+    from .common import evaluate
     if metric != 'micro_f1':
         return float(evaluate(out, y, mask, metric))
     o, t = out[mask], y[mask] > 0.5
@@ -214,11 +214,11 @@ def bench_kernels(name: str, a) -> Iterator[dict]:
     """Per F and S: the sampled SpMM (in-kernel sampling: the ``sampled_spmm``
     op) against cuSPARSE and pyg_tc's exact kernel on the full graph, and
     against cuSPARSE / pyg_tc on the pre-sampled graph (kernel-only times)."""
-    from ..formats import CSRGraph
-    from ..ops import spmm_graph
-    from .graphs import load_graph
-    from .timing import kernel_time
-    from ..ops.sample import row_order, sample_csr, sampled_spmm
+    from pyg_tc.formats import CSRGraph
+    from pyg_tc.ops import spmm_graph
+    from pyg_tc.bench.graphs import load_graph
+    from pyg_tc.bench.timing import kernel_time
+    from pyg_tc.ops.sample import row_order, sample_csr, sampled_spmm
     dev = a.device
     bg = load_graph(name, dev)
     g = bg.csr()
@@ -260,9 +260,9 @@ def bench_infer(name: str, a) -> Iterator[dict]:
     """2-layer GCN / SAGE inference (eval, no grad) per S against exact, per-call times."""
     import pyg_tc
     from torch_geometric.data import Data
-    from ..transforms import CapNeighbors
-    from .graphs import load_graph
-    from .timing import bench
+    from pyg_tc.transforms import CapNeighbors
+    from pyg_tc.bench.graphs import load_graph
+    from pyg_tc.bench.timing import bench
     dev = a.device
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -379,9 +379,9 @@ def reporter(out: str, env: dict) -> Reporter:
                     tag='es')
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Command line (module doc)."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='es_out')
     p.add_argument('--part', default='accuracy', help='comma list of accuracy, trainmode, kernels, infer')
     p.add_argument('--graphs', default=','.join(KERNEL_GRAPHS), help='graphs of kernels / infer')
@@ -407,7 +407,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if bad:
         p.error(f'unknown {bad}')
     a.device = torch.device(a.device)
-    from .maxk_train import data_paths
+    from .common import data_paths
     data_paths(a)
     t0 = time.perf_counter()
     rep = reporter(a.out, environment(a.device, args={k: str(v) for k, v in vars(a).items()}))

@@ -41,7 +41,7 @@ tensor), ``pyg_tc.ops.edge_softmax``, attention dropout, then one
 ``spmm_graph(g, h[:, k].contiguous(), alpha[:, k].contiguous())`` per head
 (pyg_tc's SpMM takes one value per edge, so H heads are H SpMM calls).
 
-``python -m pyg_tc.bench.gat --out DIR [--part bench|accuracy|all|layer,fused,...]
+``python -m benchmarks.suites.gat --out DIR [--part bench|accuracy|all|layer,fused,...]
 [--graphs ...] [--budget SECONDS] [--quick | --full] [--device cpu]`` writes
 ``DIR/<name>.jsonl`` (the first record the environment), ``<name>.md`` and
 ``<name>.png``; ``<name>`` is ``gat`` (``gat_accuracy`` for ``--part
@@ -72,10 +72,10 @@ import torch_geometric.nn as pyg_nn
 
 from torch import Tensor
 
-from ..formats.carrier import format_bytes
-from .graphs import ALL_NAMES, BenchGraph, data_dir, load_graph
-from .report import Col, Figure, Panel, Reporter, Table, Text, environment, fmt, log
-from .timing import bench, free, is_cuda, kernel_time, short_error, track_memory, warm_up
+from pyg_tc.formats.carrier import format_bytes
+from pyg_tc.bench.graphs import ALL_NAMES, BenchGraph, data_dir, load_graph
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, fmt, log
+from pyg_tc.bench.timing import bench, free, is_cuda, kernel_time, short_error, track_memory, warm_up
 
 SECTIONS = ('layer', 'fused', 'train', 'table3', 'accuracy')
 BENCH = ('layer', 'fused', 'train', 'table3')
@@ -155,7 +155,7 @@ class GraphCase:
         if self._looped is None:
             from torch_geometric.utils import add_self_loops, remove_self_loops
 
-            from ..formats import CSRGraph
+            from pyg_tc.formats import CSRGraph
 
             def build():
                 ei = add_self_loops(remove_self_loops(self.bg.edge_index)[0], num_nodes=self.N)[0]
@@ -193,7 +193,7 @@ def _row_col(g):
 
 def _per_head_spmm(g, h, alpha):
     """``out[i, k] = sum_e alpha[e, k] h[j, k]``: one pyg_tc SpMM per head."""
-    from ..ops import spmm_graph
+    from pyg_tc.ops import spmm_graph
     return torch.stack([spmm_graph(g, h[:, k].contiguous(), alpha[:, k].contiguous())
                         for k in range(h.size(1))], 1)
 
@@ -204,7 +204,7 @@ class UnfusedGATConv(pyg_nn.GATConv):
 
     def forward(self, x, g, *args, **kwargs):
         """Unfused GAT on the looped CSR graph ``g``: ``[N, heads * out]``."""
-        from ..ops import edge_softmax
+        from pyg_tc.ops import edge_softmax
         H, C = self.heads, self.out_channels
         h = self.lin(x).view(-1, H, C)
         a_src, a_dst = (h * self.att_src).sum(-1), (h * self.att_dst).sum(-1)
@@ -222,7 +222,7 @@ class UnfusedGATv2Conv(pyg_nn.GATv2Conv):
 
     def forward(self, x, g, *args, **kwargs):
         """Unfused GATv2 on the looped CSR graph ``g``: ``[N, heads * out]``."""
-        from ..ops import edge_softmax
+        from pyg_tc.ops import edge_softmax
         H, C = self.heads, self.out_channels
         xl, xr = self.lin_l(x).view(-1, H, C), self.lin_r(x).view(-1, H, C)
         row, col = _row_col(g)
@@ -313,7 +313,7 @@ def reps(a, case: GraphCase) -> Tuple[int, int]:
 def bench_layer(name: str, a) -> Iterator[dict]:
     """The graph's build record, then per layer config one record with PyG,
     unfused and pyg_tc: forward + backward, forward alone, memory, first call."""
-    from ..formats.carrier import get_graph
+    from pyg_tc.formats.carrier import get_graph
     dev = a.device
     case = graph_case(name, dev)
     N = case.N
@@ -414,7 +414,7 @@ def own_memory(rec: dict, x: Tensor, edge_index: Tensor, state: dict) -> None:
 @torch.no_grad()
 def bench_fused(name: str, a) -> Iterator[dict]:
     """Per (op, H, C): the fused attention forward against the SpMM of width H*C."""
-    from ..ops import gat_attention, gatv2_attention, spmm_graph
+    from pyg_tc.ops import gat_attention, gatv2_attention, spmm_graph
     dev = a.device
     case = graph_case(name, dev)
     g = case.looped()
@@ -607,7 +607,7 @@ def bench_table3(name: str, a) -> Iterator[dict]:
 
 def bench_accuracy(ds: str, a) -> Iterator[dict]:
     """Per seed, PyG then pyg_tc from the same initial weights: test metric at the best-val epoch, epoch ms."""
-    from .maxk_train import DATASETS, fit, load_dataset, split_masks
+    from .common import DATASETS, fit, load_dataset, split_masks
     dev = a.device
     data = load_dataset(ds, a.data_root, a.cache_dir).to(dev)
     metric = DATASETS[ds][4]
@@ -851,9 +851,9 @@ _QUICK = dict(warmup=1, rep=2, big_warmup=1, big_rep=2, epochs=3, max_case_s=0.0
               fused_shapes='8x8', table3_hidden='16,64', datasets='cora', seeds=1, graphs='tiny')
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     """The command line, with the --quick / full defaults filled in."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='gat_out')
     p.add_argument('--part', default='bench',
                    help=f'comma list of {", ".join(SECTIONS)}, or bench (= {",".join(BENCH)}) or all')
@@ -912,7 +912,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if bad:
         p.error(f'unknown accuracy dataset(s) {bad}')
     a.device = torch.device(a.device)
-    from .maxk_train import data_paths
+    from .common import data_paths
     data_paths(a)
     return a
 
@@ -944,9 +944,9 @@ def _with_precision(p: str, fn: Callable[[], Iterator[dict]]) -> Callable[[], It
     return run
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Command line: see the module docstring; returns the exit code."""
-    a = parse_args(argv)
+    a = parse_args(argv, prog)
     t0 = time.perf_counter()
     env = environment(a.device, precision=a.precision, sections=a.sections,
                       args={k: str(v) for k, v in vars(a).items()})

@@ -5,7 +5,7 @@ Parts (``--part``, a comma list, or ``all``):
 
 1. ``kernels``: SpMM per dtype (fp32 / fp16 / bf16) against cuSPARSE in the
    same dtype and against pyg_tc fp32, achieved bandwidth against the
-   measured copy bandwidth (``pyg_tc.bench.runner.bench_graph``, the suite's
+   measured copy bandwidth (``benchmarks.suites.spmm.bench_graph``, the suite's
    SpMM records), and the SDDMM per dtype against pyg_tc's fp32 SDDMM
    (kernel-only times).
 2. ``train``: a 2-layer GCN, SAGE (mean), GIN (sum, PyG's default), GIN with
@@ -20,7 +20,7 @@ Parts (``--part``, a comma list, or ``all``):
    dropout seed per seed: test metric at the first best-validation epoch,
    mean over seeds, the difference to fp32 (target: within 0.3 points).
 
-``python -m pyg_tc.bench.half --out DIR [--part kernels,train,accuracy|all]
+``python -m benchmarks.suites.half --out DIR [--part kernels,train,accuracy|all]
 [--train-graphs ...] [--datasets ...] [--seeds 5] [--epochs 200] [--budget S]``
 writes ``DIR/half.jsonl`` (first record: the environment), ``half.md`` and
 ``half.png``. On the CPU (no kernels: pyg_tc runs its PyTorch references
@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as Fn
 import torch_geometric.nn as pyg_nn
 
-from . import graphs as G
-from .report import Col, Figure, Panel, Reporter, Table, Text, environment, fmt, log
-from .timing import copy_bandwidth, free, kernel_time, train_case, warm_up
+from pyg_tc.bench import graphs as G
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, fmt, log
+from pyg_tc.bench.timing import copy_bandwidth, free, kernel_time, train_case, warm_up
 
 PARTS = ('kernels', 'train', 'accuracy')
 PRECISIONS = {'fp32': None, 'fp16': torch.float16, 'bf16': torch.bfloat16}
@@ -116,8 +116,8 @@ def _lr_wd(kind: str):
 
 def bench_kernels(name: str, a) -> Iterator[dict]:
     """The suite's SpMM records (cuSPARSE same dtype, pyg_tc fp32, GB/s), then SDDMM per dtype."""
-    from ..ops import sddmm_graph
-    from .runner import bench_graph
+    from pyg_tc.ops import sddmm_graph
+    from .spmm import bench_graph
     bg = G.load_graph(name, a.device)
     yield from bench_graph(bg, a.widths, list(PRECISIONS), a.copy_gbps, warmup=5, rep=20, max_time_s=1.0)
     g = bg.csr()
@@ -144,7 +144,7 @@ def bench_train(name: str, a) -> Iterator[dict]:
     gen = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(N, cin, generator=gen, device=dev)
     y = torch.randint(0, cout, (N,), generator=gen, device=dev)
-    from ..formats.carrier import clear_graph, get_graph
+    from pyg_tc.formats.carrier import clear_graph, get_graph
     ei = bg.edge_index  # one copy: pyg_tc attaches its format (first step, untimed), dropped before PyG runs
     for kind in a.models:
         torch.manual_seed(0)
@@ -195,7 +195,7 @@ def _train_ratios(recs: List[dict]) -> None:
 
 def bench_accuracy(ds: str, a) -> Iterator[dict]:
     """Per model and seed: fp32, fp16 and bf16 from the same weights and seed."""
-    from .maxk_train import DATASETS, fit, load_dataset, split_masks
+    from .common import DATASETS, fit, load_dataset, split_masks
     dev = a.device
     data = load_dataset(ds, a.data_root, a.cache_dir).to(dev)
     metric = DATASETS[ds][4]
@@ -322,7 +322,7 @@ def reporter(out: str, env: dict) -> Reporter:
             k('kernel_speedup_vs_cusparse', '.2f', 'kernel-only x cuSPARSE', True),
             k('speedup_vs_pyg_tc_fp32', '.2f', 'x pyg_tc fp32', True), k('gbps_gather', '.0f', 'GB/s gather'),
             k('frac_copy_gather', '.2f', 'gather / copy BW'), k('pyg_tc_rel_err', '.1e', 'rel err')],
-            note='The suite\'s SpMM cases (pyg_tc.bench.runner.bench_graph): cuSPARSE in the same dtype '
+            note='The suite\'s SpMM cases (benchmarks.suites.spmm.bench_graph): cuSPARSE in the same dtype '
                  '(torch.sparse.mm), per-call and kernel-only (CUDA-graph replay) times; GB/s gather: every edge '
                  'gathers its source row (an upper bound of the bytes), against the measured copy bandwidth.'),
         Table('## 1b. SDDMM per dtype (kernel-only ms)', 'sddmm', [
@@ -374,9 +374,9 @@ def reporter(out: str, env: dict) -> Reporter:
 
 # -- CLI -----------------------------------------------------------------------------------
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     """The command line (see the module doc)."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='half_out')
     p.add_argument('--part', default='all', help=f'comma list of {", ".join(PARTS)}, or all')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -407,20 +407,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     a.precisions, a.datasets = split(a.precisions), split(a.datasets)
     for vals, known, what in ((a.models, MODELS, 'model'), (a.acc_models, MODELS, 'model'),
                               (a.precisions, PRECISIONS, 'precision'), (a.datasets, None, 'dataset')):
-        from .maxk_train import DATASETS
+        from .common import DATASETS
         bad = [v for v in vals if v not in (known if known is not None else DATASETS)]
         if bad:
             p.error(f'unknown {what}(s) {bad}')
     if a.quick:
         a.widths, a.datasets, a.seeds, a.epochs, a.steps, a.rep = a.widths[:1], a.datasets[:1], 1, 5, 2, 2
-    from .maxk_train import data_paths
+    from .common import data_paths
     data_paths(a)
     return a
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Command line: see the module doc; returns the exit code."""
-    a = parse_args(argv)
+    a = parse_args(argv, prog)
     t0 = time.perf_counter()
     warm_up(a.device)
     a.copy_gbps = copy_bandwidth(a.device)['copy_gbps']

@@ -2,7 +2,7 @@
 width 256 over k, against ``torch.sparse.mm`` and pyg_tc's CSR SpMM at width
 256), the selection kernel against ``torch.topk``, and the full-batch
 MaxK-SAGE training epoch against the ReLU model (pyg_tc's CSR kernels and
-PyG's SAGEConv). ``python -m pyg_tc.bench.maxk --out DIR [--graphs ...] [--ks
+PyG's SAGEConv). ``python -m benchmarks.suites.maxk --out DIR [--graphs ...] [--ks
 2,4,...] [--no-train] [--tf32] [--profile] [--device cpu]`` writes
 ``maxk.jsonl``, ``maxk.md`` and ``maxk.png``; method and results of record:
 ``docs/maxk.md``.
@@ -15,10 +15,10 @@ from typing import Iterator, List, Optional, Sequence
 import torch
 import torch.nn.functional as Fn
 
-from .graphs import default_device, load_graph, resolve_names
-from .report import Col, Figure, Panel, Reporter, Table, environment, log
-from .timing import (free, kernel_time_note, measure, rel_errors, sparse_baseline, speedups, train_case,
-                     warm_up)
+from pyg_tc.bench.graphs import default_device, load_graph, resolve_names
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
+from pyg_tc.bench.timing import (free, kernel_time_note, measure, rel_errors, sparse_baseline, speedups,
+                                 train_case, warm_up)
 
 KS = (2, 4, 8, 16, 32, 64, 96, 128, 192)
 WIDTH = 256
@@ -30,8 +30,8 @@ IMPL_NAMES = {'pyg': ' (PyG SAGEConv, edge_index)', 'pyg_adj_t': ' (PyG SAGEConv
 @torch.no_grad()
 def bench_kernels(name: str, ks: Sequence[int], device=None, rep: int = 20, log=log) -> Iterator[dict]:
     """One 'maxk_kernel' record per k on graph ``name``."""
-    from ..formats import CSRGraph
-    from ..ops import cbsr_spmm_graph, maxk, spmm_graph
+    from pyg_tc.formats import CSRGraph
+    from pyg_tc.ops import cbsr_spmm_graph, maxk, spmm_graph
     dev = torch.device(device) if device is not None else default_device()
     bg = load_graph(name, dev)
     N, E = bg.num_nodes, bg.num_edges
@@ -102,7 +102,7 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
     import torch_geometric.nn as pyg_nn
     from torch_geometric.utils import to_torch_csr_tensor
 
-    from ..nn import MaxKGNN
+    from pyg_tc.nn import MaxKGNN
     dev = torch.device(device) if device is not None else default_device()
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -177,9 +177,9 @@ def reporter(out: str, env: dict) -> Reporter:
                     [kernels, train], [Figure('maxk.png', panels, ncols=2)], lambda env, recs: head, tag='maxk')
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Command line: see the module docstring; returns the exit code."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='bench_out')
     p.add_argument('--graphs', help=f'default {",".join(GRAPHS)} (tiny without CUDA)')
     p.add_argument('--ks', default=','.join(map(str, KS)))

@@ -5,7 +5,7 @@ results of record in ``docs/maxk.md``).
 Per dataset x config (ReLU, then MaxK for each k) x seed: ``torch.manual_seed(seed)``,
 ``MaxKGNN(conv, in, hidden, out, layers, k, dropout, nonlinear='relu'|'maxk')``, Adam
 (weight decay 5e-4 on Planetoid, 0 otherwise, unless ``--weight-decay``), test metric
-at the first best-val epoch (:func:`fit`). Cora, CiteSeer: Planetoid public split,
+at the first best-val epoch (:func:`.common.fit`). Cora, CiteSeer: Planetoid public split,
 ``NormalizeFeatures`` unless ``--raw-features``, accuracy; Tolokers, Minesweeper:
 split ``seed % 10``, ROC-AUC of P(class 1). Writes ``maxk_train.jsonl`` (one record
 per dataset x config x seed), ``maxk_train.md`` and ``maxk_train.png`` in ``--out``.
@@ -14,81 +14,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as Fn
-from torch import Tensor
 
-from .graphs import data_dir, pyg_dataset
-from .report import Col, Figure, Panel, Reporter, Table, Text, log
-from .timing import Stopwatch
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, log
 
-# name -> (sub-folder, folder, PyG class, PyG name, metric)
-DATASETS: Dict[str, Tuple[str, str, str, Optional[str], str]] = {
-    'cora': ('planetoid', 'Cora', 'Planetoid', 'Cora', 'accuracy'),
-    'citeseer': ('planetoid', 'CiteSeer', 'Planetoid', 'CiteSeer', 'accuracy'),
-    'tolokers': ('heterophilous', 'tolokers', 'HeterophilousGraphDataset', 'Tolokers', 'roc_auc'),
-    'minesweeper': ('heterophilous', 'minesweeper', 'HeterophilousGraphDataset', 'Minesweeper',
-                    'roc_auc'),
-    'actor': ('', 'actor', 'Actor', None, 'accuracy'),
-}
-WARMUP_EPOCHS = 5
+from . import common
+from .common import DATASETS, default_data_root, fit, split_masks
+
 CHECK_K, CHECK_POINTS = 32, 1.0
 Key = Tuple[str, Optional[int]]  # (dataset, k); k None = ReLU
-
-
-def default_data_root() -> Optional[Path]:
-    """The real datasets' folder (:func:`graphs.data_dir`: ``$PYG_TC_DATA``), or ``None``
-    when it is not set (loading a dataset then says so in one line)."""
-    try:
-        return data_dir()
-    except FileNotFoundError:
-        return None
-
-
-def data_paths(a) -> None:
-    """A benchmark CLI's ``a.data_root`` (default: :func:`default_data_root`)
-    and ``a.cache_dir`` (optional) as Paths, in place."""
-    a.data_root = Path(a.data_root) if a.data_root is not None else default_data_root()
-    a.cache_dir = Path(a.cache_dir) if getattr(a, 'cache_dir', None) else None
-
-
-def load_dataset(name: str, data_root: Path, cache_dir: Optional[Path] = None, normalize: bool = True):
-    """The ``Data`` of ``name`` (Planetoid features row-normalized unless ``normalize=False``)."""
-    import torch_geometric.transforms as T
-    sub, folder, cls, pyg_name, _ = DATASETS[name]
-    return pyg_dataset(cls, sub, folder, pyg_name, data_root, cache_dir,
-                       T.NormalizeFeatures() if cls == 'Planetoid' and normalize else None)[0]
-
-
-def split_masks(data, seed: int) -> Tuple[Tensor, Tensor, Tensor, int]:
-    """(train, val, test) masks and the split; 2-D masks [N, S] use split ``seed % S``."""
-    masks = [data.train_mask, data.val_mask, data.test_mask]
-    if masks[0].dim() == 1:
-        return (*masks, 0)
-    split = seed % masks[0].size(1)
-    return (*(m[:, split] for m in masks), split)
-
-
-def roc_auc(score: Tensor, target: Tensor) -> Tensor:
-    """Binary ROC-AUC (Mann-Whitney U with average ranks for ties), a 0-d float64
-    tensor on ``score``'s device (no host sync); NaN when a class is absent."""
-    score, pos = score.detach().double().flatten(), target.flatten().bool()
-    _, inv, counts = torch.unique(score, sorted=True, return_inverse=True, return_counts=True)
-    first = torch.cumsum(counts, 0) - counts  # 0-based rank of each group's first element
-    ranks = (first.double() + (counts.double() + 1) / 2)[inv]  # 1-based average ranks
-    n_pos = pos.sum().double()
-    return (ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * (pos.numel() - n_pos))
-
-
-def evaluate(out: Tensor, y: Tensor, mask: Tensor, metric: str) -> Tensor:
-    """The test metric of ``out`` on ``mask``: accuracy, or ROC-AUC of P(class 1)."""
-    if metric == 'accuracy':
-        return (out[mask].argmax(-1) == y[mask]).double().mean()
-    return roc_auc(out[mask].softmax(-1)[:, 1], y[mask])
 
 
 def build_model(args: argparse.Namespace, in_ch: int, out_ch: int, k: Optional[int]):
@@ -98,39 +35,6 @@ def build_model(args: argparse.Namespace, in_ch: int, out_ch: int, k: Optional[i
                    out_channels=out_ch, num_layers=args.layers,
                    k=args.hidden if k is None else k, dropout=args.dropout, norm=args.norm,
                    nonlinear='relu' if k is None else 'maxk', backend=args.backend)
-
-
-def fit(model, data, masks, metric: str, epochs: int, lr: float, weight_decay: float,
-        scaler: Optional['torch.amp.GradScaler'] = None) -> dict:
-    """Full-batch training with Adam, val / test metric after each epoch (eval
-    mode, no grad): the metrics at the first best-val epoch, the last loss and
-    the median epoch time (forward + backward + step) after the first 5.
-    ``scaler``: a ``torch.amp.GradScaler`` (float16 autocast training)."""
-    train, val, test = masks
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    x, y, ei = data.x, data.y, data.edge_index
-    sw, vals, tests, t0 = Stopwatch(x.device, epochs), [], [], time.perf_counter()
-    for _ in range(epochs):
-        model.train()
-        sw.start()
-        opt.zero_grad(set_to_none=True)
-        loss = Fn.cross_entropy(model(x, ei)[train], y[train])
-        if scaler is None:
-            loss.backward()
-            opt.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        sw.stop()
-        model.eval()
-        with torch.no_grad():
-            out = model(x, ei)
-            vals.append(evaluate(out, y, val, metric))
-            tests.append(evaluate(out, y, test, metric))
-    times, best = sw.times_ms(), int(torch.stack(vals).argmax())
-    return dict(val=float(vals[best]), test=float(tests[best]), best_epoch=best, last_loss=float(loss.detach()),
-                epoch_ms=statistics.median(times[WARMUP_EPOCHS:] or times), run_s=time.perf_counter() - t0)
 
 
 def train_one(args: argparse.Namespace, data, metric: str, k: Optional[int], seed: int,
@@ -221,9 +125,9 @@ def reporter(out: Path, setup: str, ks: Sequence[int]) -> Reporter:
 
 # -- command line ------------------------------------------------------------
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     """The command line, with datasets, ks and seeds parsed."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     a = p.add_argument
     a('--datasets', default='cora,citeseer,tolokers,minesweeper', help=', '.join(DATASETS))
     a('--conv', default='sage', choices=['sage', 'gcn', 'gin'])
@@ -258,9 +162,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Command line: see the module docstring; returns the exit code."""
-    args = parse_args(argv)
+    args = parse_args(argv, prog)
     dev = torch.device(args.device)
     setup = (f'{args.conv}, {args.layers} layers, hidden {args.hidden}, dropout {args.dropout}, '
              f'LayerNorm {args.norm}, lr {args.lr}, {args.epochs} epochs, seeds {args.seeds}, '
@@ -272,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def dataset(name: str) -> Iterator[dict]:
         _, _, cls, _, metric = DATASETS[name]
-        data = load_dataset(name, args.data_root, args.cache_dir, args.normalize).to(dev)
+        data = common.load_dataset(name, args.data_root, args.cache_dir, args.normalize).to(dev)
         wd = args.weight_decay if args.weight_decay is not None else (5e-4 if cls == 'Planetoid' else 0.0)
         log(f'[maxk] {name}: {data.num_nodes} nodes, {data.num_edges} edges, '
             f'{data.num_features} features, metric {metric}, weight decay {wd:g}')
@@ -288,3 +192,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     paths = rep.run([('dataset', n, lambda n=n: dataset(n)) for n in args.datasets], dev)
     print(open(paths['markdown']).read())
     return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

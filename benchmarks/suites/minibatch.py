@@ -18,7 +18,7 @@ the default) an epoch the way PyG's recipes train: loader workers
 (``--workers``) sampling ahead, pinned memory and ``PrefetchLoader``, against
 the same work done one phase after the other.
 
-``python -m pyg_tc.bench.minibatch --out DIR [--graphs reddit,products,tolokers]
+``python -m benchmarks.suites.minibatch --out DIR [--graphs reddit,products,tolokers]
 [--models sage,gcn,gat] [--batches 30]`` writes ``minibatch.jsonl``,
 ``minibatch.md``, ``minibatch.png``; needs a sampler backend (pyg-lib or
 torch_sparse) and, for the real graphs (tolokers), ``$PYG_TC_DATA``.
@@ -35,7 +35,7 @@ from typing import Iterator, Optional, Sequence
 import torch
 import torch.nn.functional as Fn
 
-from .report import Col, Figure, Panel, Reporter, Table, environment
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment
 
 MODELS = ('sage', 'gcn', 'gat')
 IMPLS = ('pyg', 'pyg_tc')
@@ -72,7 +72,7 @@ def sample(name: str, a) -> tuple:
     """The graph, its ``Data`` on the CPU, its first ``a.batches`` batches and the sampling ms per batch."""
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
-    from .graphs import load_graph
+    from pyg_tc.bench.graphs import load_graph
     bg = load_graph(name, 'cpu')
     g = torch.Generator().manual_seed(0)
     n = bg.num_nodes
@@ -89,7 +89,7 @@ def run_impl(impl: str, kind: str, batches: list, a) -> dict:
     """One warm-up and one timed pass of ``impl`` over ``batches``: per-batch means and losses."""
     import torch_geometric.nn as pyg_nn
     import pyg_tc
-    from ..transforms import DegreeBucketTransform
+    from pyg_tc.transforms import DegreeBucketTransform
     dev = a.device
     sync = torch.cuda.synchronize if dev.type == 'cuda' else (lambda: None)
     torch.manual_seed(0)
@@ -136,7 +136,7 @@ def run_epoch(impl: str, kind: str, data, a) -> dict:
     import torch_geometric.nn as pyg_nn
     from torch_geometric.loader import NeighborLoader, PrefetchLoader
     import pyg_tc
-    from ..transforms import DegreeBucketTransform
+    from pyg_tc.transforms import DegreeBucketTransform
     dev = a.device
     cuda = dev.type == 'cuda'
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -317,9 +317,9 @@ def reporter(out: str, env: dict) -> Reporter:
                     tag='minibatch')
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Command line (module doc)."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='minibatch_out')
     p.add_argument('--graphs', default='reddit,products,tolokers')
     p.add_argument('--models', default=','.join(MODELS))

@@ -25,12 +25,12 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import torch
 
-from . import graphs as G
-from .cli_args import DTYPE_NAMES, ENVIRONMENT, MODELS, CommaList, add_arguments, choice, read_environment
-from .graphs import BenchGraph
-from .report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
-from .timing import (Skip, bench, copy_bandwidth, free, measure, sparse_baseline, sparse_csr, speedups, train_case,
-                     warm_up)
+from pyg_tc.bench import graphs as G
+from pyg_tc.bench.cli_args import DTYPE_NAMES, ENVIRONMENT, MODELS, CommaList, add_arguments, choice, read_environment
+from pyg_tc.bench.graphs import BenchGraph
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
+from pyg_tc.bench.timing import (Skip, bench, copy_bandwidth, free, measure, sparse_baseline, sparse_csr, speedups,
+                                 train_case, warm_up)
 
 DTYPES: Dict[str, torch.dtype] = dict(zip(DTYPE_NAMES, (torch.float32, torch.float16, torch.bfloat16)))
 WIDTHS = (32, 64, 128, 256)
@@ -65,8 +65,8 @@ def bench_graph(bg: BenchGraph, widths: Iterable[int] = WIDTHS, dtypes: Iterable
     and (GPU) kernel-only, checked against the fp32 baseline. ``reference``
     (pyg_tc runs its reference path): times and errors only, no speed-ups
     or bandwidths; ``target``: time each until stable (:func:`bench`)."""
-    from ..formats import CSRGraph
-    from ..ops import spmm_graph, spmm_reference
+    from pyg_tc.formats import CSRGraph
+    from pyg_tc.ops import spmm_graph, spmm_reference
     dev, N, E = bg.edge_index.device, bg.num_nodes, bg.num_edges
     base = {'graph': bg.name, 'nodes': N, 'edges': E, 'large': bg.large, 'synthetic': bg.synthetic}
     tb = bench(lambda: CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], N, N), warmup=1, rep=3, device=dev)
@@ -417,9 +417,13 @@ def config_from_args(a) -> Config:
                        a.budget)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python benchmarks/run_suite.py [options]``: the same as ``pyg-tc bench``."""
-    p = argparse.ArgumentParser(prog='pyg-tc bench', description='pyg_tc benchmark suite')
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
+    """``python -m benchmarks.suites.spmm [options]``: the same as ``pyg-tc bench``."""
+    p = argparse.ArgumentParser(prog=prog or 'pyg-tc bench', description='pyg_tc benchmark suite')
     add_arguments(p)
     run(config_from_args(read_environment(p.parse_args(argv), p)))
     return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

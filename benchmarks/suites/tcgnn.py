@@ -4,7 +4,7 @@ gather/scatter; SGT statistics in native, RCM and random node order; the warps
 and ``backend='auto'`` rules; SGT build cost; TC-GNN's Table 6; GCN / AGNN
 training epochs and accuracy against PyG's own layers.
 
-``python -m pyg_tc.bench.tcgnn --out DIR [--sections kernels,auto,build,table6,train,accuracy]
+``python -m benchmarks.suites.tcgnn --out DIR [--sections kernels,auto,build,table6,train,accuracy]
 [--graphs ...] [--widths 16,32,64,128] [--dtypes float32,float16] [--quick] [--device cpu]``
 writes ``DIR/tcgnn.jsonl`` (the first record the environment), ``tcgnn.md`` and
 ``tcgnn.png``. The method and the results of record are in ``docs/tcgnn.md``;
@@ -20,10 +20,10 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import torch
 import torch.nn.functional as Fn
 
-from .graphs import load_graph, resolve_names
-from .report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
-from .timing import (Impl, Skip, bench, free, kernel_time_note, measure, precision, rel_errors, short_error,
-                     sparse_baseline, sparse_csr, speedups, train_case, warm_up)
+from pyg_tc.bench.graphs import load_graph, resolve_names
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
+from pyg_tc.bench.timing import (Impl, Skip, bench, free, kernel_time_note, measure, precision, rel_errors,
+                                 short_error, sparse_baseline, sparse_csr, speedups, train_case, warm_up)
 
 GRAPHS = ['cora', 'citeseer', 'proteins', 'tolokers', 'arxiv', 'reddit', 'products', 'blogcatalog', 'cornell5']
 TRAIN_GRAPHS = ['cora', 'citeseer', 'proteins', 'arxiv', 'reddit']
@@ -75,7 +75,7 @@ def _ref_sddmm(row, col, a, b):
 
 
 def _graph(ei, N: int):
-    from ..formats import CSRGraph
+    from pyg_tc.formats import CSRGraph
     return CSRGraph.from_coo(ei[0], ei[1], N, N)
 
 
@@ -84,7 +84,7 @@ def _relabel(ei, N: int, order: str):
     if order == 'native':
         return ei
     if order == 'rcm':
-        from ..transforms.reorder import rcm_order
+        from pyg_tc.transforms.reorder import rcm_order
         perm = rcm_order(ei, N)
     else:
         perm = torch.randperm(N, generator=torch.Generator().manual_seed(0)).to(ei.device)
@@ -101,7 +101,7 @@ def _auto(rec: dict, tcu: Optional[float], csr: Optional[float]) -> None:
 
 def bench_kernels(name: str, a, log=log) -> Iterator[dict]:
     """SGT statistics per node order, then SpMM / SDDMM records per order, width and dtype."""
-    from ..ops import sgt_of
+    from pyg_tc.ops import sgt_of
     dev = a.device
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -126,7 +126,7 @@ def bench_kernels(name: str, a, log=log) -> Iterator[dict]:
 def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
     from torch_geometric.utils import scatter
 
-    from ..ops import choose_backend, sddmm_graph, sgt_of, sgt_sddmm_cells, sgt_spmm_cells, spmm_graph
+    from pyg_tc.ops import choose_backend, sddmm_graph, sgt_of, sgt_sddmm_cells, sgt_spmm_cells, spmm_graph
     dev, N, E = g.device, g.num_rows, g.num_edges
     bkey = sparse_baseline(dev)[0]
     s = sgt_of(g)
@@ -191,8 +191,8 @@ def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
 @torch.no_grad()
 def bench_auto(name: str, a, log=log) -> Iterator[dict]:
     """The CSR kernel and the TCU SpMM with 1-8 warps against the warps rule and backend='auto'."""
-    from ..ops import choose_backend, sgt_of, sgt_spmm_cells, spmm_graph
-    from ..ops.sgt import warps_for
+    from pyg_tc.ops import choose_backend, sgt_of, sgt_spmm_cells, spmm_graph
+    from pyg_tc.ops.sgt import warps_for
     dev = a.device
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -231,9 +231,9 @@ def bench_auto(name: str, a, log=log) -> Iterator[dict]:
 @torch.no_grad()
 def bench_build(name: str, a, log=log) -> Iterator[dict]:
     """CSRGraph and SGT build times against one F=32 SpMM."""
-    from ..formats import CSRGraph
-    from ..formats.sgt import SGT
-    from ..ops import sgt_spmm_cells, spmm_graph
+    from pyg_tc.formats import CSRGraph
+    from pyg_tc.formats.sgt import SGT
+    from pyg_tc.ops import sgt_spmm_cells, spmm_graph
     dev = a.device
     bg = load_graph(name, dev)
     N, E, ei = bg.num_nodes, bg.num_edges, bg.edge_index
@@ -263,7 +263,7 @@ def bench_build(name: str, a, log=log) -> Iterator[dict]:
 def bench_table6(a, log=log) -> Iterator[dict]:
     """n x n matrix, ``dbw`` dense 16 x 16 blocks in distinct random block
     columns of every 16-row window (seed 0), width 16, fp32, unit values."""
-    from ..ops import sgt_of, sgt_spmm_cells, spmm_graph
+    from pyg_tc.ops import sgt_of, sgt_spmm_cells, spmm_graph
     dev, n, F = a.device, a.table6_n, 16
     bkey = sparse_baseline(dev)[0]
     nw = n // 16
@@ -348,8 +348,8 @@ def _init_state(model: str, cin: int, cout: int, seed: int) -> dict:
 
 def bench_train(name: str, a, log=log) -> Iterator[dict]:
     """GCN and AGNN training epochs: PyG against the pyg_tc backends, same weights and dropout."""
-    from ..formats.carrier import get_graph
-    from ..ops import sgt_of
+    from pyg_tc.formats.carrier import get_graph
+    from pyg_tc.ops import sgt_of
     dev, cin, cout = a.device, a.train_in, a.classes
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -392,9 +392,9 @@ def bench_train(name: str, a, log=log) -> Iterator[dict]:
 
 def bench_accuracy(ds: str, a, log=log) -> Iterator[dict]:
     """GCN and AGNN test accuracy per seed and implementation, from the same initial weights."""
-    from ..formats.carrier import get_graph
-    from ..ops import sgt_of
-    from .maxk_train import fit, load_dataset
+    from pyg_tc.formats.carrier import get_graph
+    from pyg_tc.ops import sgt_of
+    from .common import fit, load_dataset
     data = load_dataset(ds, a.data_root, a.cache_dir).to(a.device)
     cin, cout, N = data.num_features, int(data.y.max()) + 1, data.num_nodes
     sgt_of(get_graph(data.edge_index, size=(N, N))[0])  # attached up front, as SGTTransform does
@@ -571,9 +571,9 @@ _QUICK = dict(graphs='tiny', train_graphs='tiny', datasets='cora', widths='16', 
               rep=2, train_warmup=1, train_rep=2, seeds=1, epochs=3, table6_n=256, dbw='1,4')
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     """The command line, with the --quick / full defaults filled in."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='tcgnn_out')
     p.add_argument('--sections', default=','.join(SECTIONS), help=f'comma list of {", ".join(SECTIONS)}')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -609,7 +609,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     a.dtypes = [_DT.get(d, d) for d in a.dtypes.split(',')]
     a.device = torch.device(a.device)
     if a.data_root is None:
-        from .maxk_train import default_data_root
+        from .common import default_data_root
         a.data_root = default_data_root()
     return a
 
@@ -619,9 +619,9 @@ def _with_precision(p: str, records: Iterator[dict]) -> Iterator[dict]:
         yield from records
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Command line: see the module docstring; returns the exit code."""
-    a = parse_args(argv)
+    a = parse_args(argv, prog)
     rep = reporter(a.out, environment(a.device, args={k: str(v) for k, v in vars(a).items()}))
     warm_up(a.device)
     gens = {'kernels': bench_kernels, 'auto': bench_auto, 'build': bench_build,

@@ -19,12 +19,12 @@ def cora_root(request, monkeypatch, tmp_path) -> Path:
         return data_dir()
     import torch_geometric.transforms as T
 
-    from pyg_tc.bench import maxk_train
+    from benchmarks.suites import common
     from pyg_tc.datasets import synthetic
 
     def load_dataset(name, data_root, cache_dir=None, normalize=True):
         if name != 'cora':
             raise FileNotFoundError(f'{name}: only Cora has a synthetic stand-in here')
         return synthetic('Cora', transform=T.NormalizeFeatures() if normalize else None)[0]
-    monkeypatch.setattr(maxk_train, 'load_dataset', load_dataset)
+    monkeypatch.setattr(common, 'load_dataset', load_dataset)
     return tmp_path / 'no-data'

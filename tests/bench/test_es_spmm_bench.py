@@ -1,11 +1,11 @@
-"""The ES-SpMM accuracy suite (pyg_tc/bench/es_spmm.py) end to end on the
+"""The ES-SpMM accuracy suite (benchmarks/suites/es_spmm.py) end to end on the
 CPU (the reference path; on Cora: synthetic, and the real one with $PYG_TC_DATA),
 and its metric helpers."""
 import json
 
 import torch
 
-from pyg_tc.bench import es_spmm
+from benchmarks.suites import es_spmm
 
 
 def test_es_suite_quick(tmp_path, cora_root):

@@ -1,4 +1,4 @@
-"""The fuseGNN benchmark (pyg_tc/bench/gat.py) end to end on the CPU: every
+"""The fuseGNN benchmark (benchmarks/suites/gat.py) end to end on the CPU: every
 section with --quick on the 'tiny' synthetic graph (pyg_tc's ops run their
 PyTorch references: a code-path check, not a measurement) and the accuracy
 section for 3 epochs on Cora (synthetic, and the real one with $PYG_TC_DATA);
@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from pyg_tc.bench import gat
+from benchmarks.suites import gat
 
 from ..conftest import real_data
 

@@ -1,11 +1,11 @@
-"""The HalfGNN suite (pyg_tc/bench/half.py) end to end on the CPU: quick
+"""The HalfGNN suite (benchmarks/suites/half.py) end to end on the CPU: quick
 settings, every part's records, the report and its accuracy summary (on Cora:
 synthetic, and the real one with $PYG_TC_DATA)."""
 import json
 
 import pytest
 
-from pyg_tc.bench import half
+from benchmarks.suites import half
 
 
 def test_half_suite_quick(tmp_path, cora_root):

@@ -1,4 +1,4 @@
-"""The benchmark harness (pyg_tc/bench/timing.py + report.py) on the CPU: timing
+"""The benchmark harness (pyg_tc.bench.timing + report) on the CPU: timing
 gives positive numbers, the Reporter writes the declared columns to JSON lines,
 markdown and PNG, a declared suite runs end to end with a skipped baseline and a
 failing item, and the `pyg-tc bench` / MaxK suites degrade cleanly without CUDA."""
@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from pyg_tc.bench import maxk, runner
+from benchmarks.suites import maxk, spmm
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, ms_col
 from pyg_tc.bench.timing import (Impl, Skip, Stopwatch, Timing, bench, copy_bandwidth, kernel_time, measure,
                                  sparse_baseline, speedups, track_memory)
@@ -175,9 +175,9 @@ def test_bench_suite_on_the_cpu_names_its_baseline_and_skips_what_cannot_run(tmp
     """On the CPU pyg_tc runs its reference path: times (each with its
     confidence interval, noisy or not) and errors, no speed-up ratios."""
     out = tmp_path / 'b'
-    cfg = runner.make_config(graphs='tiny', widths='32', dtypes='fp32,fp16', out=str(out), training=False, cuda=False)
+    cfg = spmm.make_config(graphs='tiny', widths='32', dtypes='fp32,fp16', out=str(out), training=False, cuda=False)
     cfg.max_total_s = 0.5
-    paths = runner.run(cfg)
+    paths = spmm.run(cfg)
     assert set(paths) >= {'jsonl', 'markdown'}
     recs = _lines(out / 'results.jsonl')
     assert recs[-1]['kind'] == 'summary' and 'all/fp32' in recs[-1]['summary']

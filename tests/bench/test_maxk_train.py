@@ -1,5 +1,5 @@
-"""The MaxK training script (pyg_tc/bench/maxk_train.py): a 3-epoch CPU run on
-Cora end to end, and its ROC-AUC against a brute-force pairwise count."""
+"""The MaxK training suite (benchmarks/suites/maxk_train.py): a 3-epoch CPU run on
+Cora end to end, and the shared ROC-AUC (common.py) against a brute-force pairwise count."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from pyg_tc.bench import maxk_train
+from benchmarks.suites import common, maxk_train
 
 
 def test_roc_auc_matches_pairwise_count_with_ties():
@@ -19,11 +19,11 @@ def test_roc_auc_matches_pairwise_count_with_ties():
         pos, neg = score[target == 1], score[target == 0]
         diff = pos[:, None] - neg[None, :]
         brute = ((diff > 0).double() + 0.5 * (diff == 0).double()).mean()
-        got = maxk_train.roc_auc(score, target)
+        got = common.roc_auc(score, target)
         assert got.dtype == torch.float64
         assert abs(float(got) - float(brute)) < 1e-12, (n, float(got), float(brute))
-    assert float(maxk_train.roc_auc(torch.tensor([0.1, 0.2, 0.9]), torch.tensor([0, 0, 1]))) == 1.0
-    assert float(maxk_train.roc_auc(torch.ones(4), torch.tensor([0, 1, 0, 1]))) == 0.5
+    assert float(common.roc_auc(torch.tensor([0.1, 0.2, 0.9]), torch.tensor([0, 0, 1]))) == 1.0
+    assert float(common.roc_auc(torch.ones(4), torch.tensor([0, 1, 0, 1]))) == 0.5
 
 
 def test_cora_run_writes_records_and_tables(tmp_path, cora_root):

@@ -1,4 +1,4 @@
-"""The mini-batch suite (pyg_tc/bench/minibatch.py) at toy size on the CPU:
+"""The mini-batch suite (benchmarks/suites/minibatch.py) at toy size on the CPU:
 records per (model, implementation), the same losses as PyG's layers, and
 the three outputs. Needs a sampler backend (skips with the reason)."""
 import json
@@ -10,7 +10,7 @@ def test_minibatch_suite_cpu(tmp_path):
     from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
     if not (WITH_PYG_LIB or WITH_TORCH_SPARSE):
         pytest.skip('neighbour sampling needs pyg-lib or torch_sparse')
-    from pyg_tc.bench.minibatch import main
+    from benchmarks.suites.minibatch import main
     out = tmp_path / 'mb'
     assert main(['--out', str(out), '--graphs', 'tiny', '--models', 'sage,gat', '--batches', '3',
                  '--batch-size', '64', '--fanout', '5,5', '--width', '16', '--hidden', '16',
@@ -39,7 +39,7 @@ def test_minibatch_budget_checked_per_model_and_epoch(tmp_path, monkeypatch):
     from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
     if not (WITH_PYG_LIB or WITH_TORCH_SPARSE):
         pytest.skip('neighbour sampling needs pyg-lib or torch_sparse')
-    import pyg_tc.bench.minibatch as mb
+    import benchmarks.suites.minibatch as mb
     calls = []
     monkeypatch.setattr(mb, '_past_budget', lambda a: calls.append(1) or len(calls) > 1)
     out = tmp_path / 'mb'

@@ -1,4 +1,4 @@
-"""The TC-GNN benchmark (pyg_tc/bench/tcgnn.py) end to end on the CPU: every
+"""The TC-GNN benchmark (benchmarks/suites/tcgnn.py) end to end on the CPU: every
 section with --quick on the 'tiny' synthetic graph (the ops run their reference
 implementations: a code-path check, not a measurement), and the accuracy
 section for 3 epochs on Cora."""
@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from pyg_tc.bench import tcgnn
+from benchmarks.suites import tcgnn
 from pyg_tc.bench.timing import sparse_baseline
 
 
