@@ -1,4 +1,4 @@
-"""Command line: ``pyg-tc info`` and ``pyg-tc bench`` (also ``python -m pyg_tc``).
+"""Command line: ``pyg-tc info`` and ``pyg-tc bench [SUITE]`` (also ``python -m pyg_tc``).
 
 The parser is built without importing torch or torch_geometric (``pyg_tc``
 and ``pyg_tc.bench`` import lazily, the ``bench`` options live in the
@@ -44,18 +44,49 @@ def _info(args) -> int:
 
 
 def _bench(args) -> int:
-    from .bench.runner import config_from_args, run
-    run(config_from_args(args))
+    """``pyg-tc bench [options]``: the default suite; ``pyg-tc bench SUITE ...``: that suite's command line."""
+    from .bench import registry
+    try:
+        if getattr(args, 'suite', None) is not None:
+            return registry.run_suite(args.suite, args.suite_args)
+        suite = registry.load_suite(registry.DEFAULT)
+    except registry.SuitesNotFound as e:
+        sys.exit(f'pyg-tc bench: error: {e}')
+    suite.run(suite.config_from_args(args))
     return 0
+
+
+class _ListSuites(argparse.Action):
+    """``--list``: prints the suites of :mod:`pyg_tc.bench.registry` and exits."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .bench.registry import DEFAULT, SUITES
+        w = max(map(len, SUITES))
+        for name, (_, desc) in SUITES.items():
+            print(f'{name:<{w}}  {desc}' + ' (the default)' * (name == DEFAULT))
+        parser.exit()
 
 
 class _CommandParser(argparse.ArgumentParser):
     """A sub-command's parser: an argument it does not know is its own error
     (its usage), not the top-level parser's; ``check(namespace, parser)``,
-    when set, completes and checks the parsed options."""
+    when set, completes and checks the parsed options. A first argument in
+    ``programs`` names a program that parses the rest itself (``suite`` and
+    ``suite_args``, no other option parsed)."""
     check: Optional[Callable[[argparse.Namespace, argparse.ArgumentParser], object]] = None
+    programs: Sequence[str] = ()
 
     def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        if args and args[0] in self.programs:
+            namespace = namespace if namespace is not None else argparse.Namespace()
+            namespace.suite, namespace.suite_args = args[0], args[1:]
+            for key, value in self._defaults.items():
+                setattr(namespace, key, value)
+            return namespace, []
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f'unrecognized arguments: {" ".join(extras)}')
@@ -68,6 +99,7 @@ def parser() -> argparse.ArgumentParser:
     """The ``pyg-tc`` argument parser (imports no torch)."""
     from . import __version__
     from .bench.cli_args import add_arguments, read_environment
+    from .bench.registry import DEFAULT, SUITES
     p = argparse.ArgumentParser(prog='pyg-tc', description='pyg_tc: PyG layers on CUDA sparse kernels')
     p.add_argument('--version', action='version', version=f'pyg_tc {__version__}')
     sub = p.add_subparsers(dest='command', required=True, parser_class=_CommandParser)
@@ -75,15 +107,20 @@ def parser() -> argparse.ArgumentParser:
     pi.add_argument('--json', action='store_true', help='print the raw dictionary as JSON')
     pi.add_argument('--no-build', action='store_true', help='do not build/load the kernels first')
     pi.set_defaults(func=_info)
-    pb = sub.add_parser('bench', help='run the benchmark suite (JSON + markdown + PNG in --out)')
+    pb = sub.add_parser('bench', help='run a benchmark suite (JSON + markdown + PNG in --out)',
+                        description=f'Runs the {DEFAULT} suite: {SUITES[DEFAULT][1]}, with the options below. '
+                        '"pyg-tc bench SUITE [options]" runs another suite of the source checkout\'s benchmarks/ '
+                        '(--list lists them; pyg-tc bench SUITE --help gives its options).')
+    pb.add_argument('--list', action=_ListSuites, help='list the suites and exit')
     add_arguments(pb)
+    pb.programs = tuple(SUITES)
     pb.check = read_environment  # the PYG_TC_BENCH_* variables, checked like the options
     pb.set_defaults(func=_bench)
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``pyg-tc`` (``info`` / ``bench``); returns the exit code."""
+    """Entry point of ``pyg-tc`` (``info`` / ``bench [SUITE]``); returns the exit code."""
     args = parser().parse_args(argv)
     return args.func(args)
 

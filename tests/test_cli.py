@@ -10,6 +10,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -63,28 +64,57 @@ def test_parsing_bench_options_imports_neither_torch_nor_pyg():
 
 
 def test_bench_options_give_the_same_config(monkeypatch):
-    from pyg_tc.bench import runner
+    from benchmarks.suites import spmm
     for var in ('GRAPHS', 'WIDTHS', 'DTYPES', 'TRAIN_GRAPHS'):
         monkeypatch.delenv(f'PYG_TC_BENCH_{var}', raising=False)
     a = cli.parser().parse_args(['bench', '--graphs', 'tiny', '--widths', '32', '--dtypes', 'fp32', '--quick',
                                  '--train-models', 'gcn,sage', '--out', 'x'])
     assert a.func is cli._bench
-    cfg = runner.config_from_args(a)
-    assert cfg == runner.make_config('tiny', '32', 'fp32', 'x', True, True, None, 'gcn,sage', None)
+    cfg = spmm.config_from_args(a)
+    assert cfg == spmm.make_config('tiny', '32', 'fp32', 'x', True, True, None, 'gcn,sage', None)
     assert cfg.graphs == ['tiny'] and cfg.widths == [32] and cfg.dtypes == ['fp32'] and cfg.train_models == [
         'gcn', 'sage']
-    assert tuple(runner.DTYPES) == ('fp32', 'fp16', 'bf16')
+    assert tuple(spmm.DTYPES) == ('fp32', 'fp16', 'bf16')
     # the environment fills what the command line leaves out, checked the same way
     monkeypatch.setenv('PYG_TC_BENCH_WIDTHS', '64,128')
-    assert cli.parser().parse_args(['bench']).widths == [64, 128] == runner.make_config().widths
+    assert cli.parser().parse_args(['bench']).widths == [64, 128] == spmm.make_config().widths
     assert cli.parser().parse_args(['bench', '--widths', '32']).widths == [32]
     # from Python: the same checks, as a ValueError of one line
     for kw, msg in ((dict(widths='abc'), "'abc' is not a positive integer"),
                     (dict(dtypes=['fp64']), "unknown dtype 'fp64'"), (dict(graphs='nosuch'), "unknown graph 'nosuch'"),
                     (dict(train_models='x'), "unknown model 'x'")):
         with pytest.raises(ValueError, match=msg) as e:
-            runner.make_config(**kw)
+            spmm.make_config(**kw)
         assert '\n' not in str(e.value)
+
+
+def test_bench_lists_and_runs_the_registered_suites(tmp_path):
+    """``pyg-tc bench --list`` prints every suite of the registry (no torch
+    import); ``pyg-tc bench SUITE ...`` hands the rest to that suite's own
+    command line (its usage and errors, named ``pyg-tc bench SUITE``); without
+    ``benchmarks/`` beside the package, one error line."""
+    from pyg_tc.bench.registry import DEFAULT, SUITES
+    p = _python('-X', 'importtime', '-m', 'pyg_tc', 'bench', '--list')
+    listed = {line.split()[0]: line for line in p.stdout.splitlines()}
+    assert list(listed) == list(SUITES) and '(the default)' in listed[DEFAULT]
+    assert {'spmm', 'maxk', 'maxk_train', 'tcgnn', 'gat', 'half', 'es_spmm', 'minibatch', 'sampling',
+            'captured_step'} <= set(SUITES)
+    assert not [m for m in _imported(p.stderr) if m.split('.')[0] in HEAVY]
+    p = _python('-m', 'pyg_tc', 'bench', 'maxk', '--help')
+    assert p.stdout.startswith('usage: pyg-tc bench maxk [-h]') and '--ks' in p.stdout
+    p = _python('-m', 'pyg_tc', 'bench', 'maxk_train', '--conv', 'nosuch', check=False)
+    assert p.returncode == 2 and p.stderr.startswith('usage: pyg-tc bench maxk_train [-h]')
+    assert "pyg-tc bench maxk_train: error: argument --conv: invalid choice: 'nosuch'" in p.stderr.splitlines()[-1]
+    a = cli.parser().parse_args(['bench', 'tcgnn', '--quick', '--graphs', 'tiny'])
+    assert (a.suite, a.suite_args, a.func) == ('tcgnn', ['--quick', '--graphs', 'tiny'], cli._bench)
+    # an installed package without the checkout: the suites are not there
+    shutil.copytree(REPO_ROOT / 'pyg_tc', tmp_path / 'pyg_tc', ignore=shutil.ignore_patterns('__pycache__'))
+    for args in (['bench', 'maxk'], ['bench', '--no-training']):
+        p = subprocess.run([sys.executable, '-m', 'pyg_tc', *args], capture_output=True, text=True, cwd=tmp_path,
+                           env={**os.environ, 'PYTHONPATH': str(tmp_path)})
+        assert p.returncode == 1 and p.stdout == '' and p.stderr.splitlines() == [
+            f'pyg-tc bench: error: the benchmark suites ship with the source checkout: clone pyg_tc, pip install '
+            f'-e . and run from there (no benchmarks/ next to {tmp_path.resolve()})']
 
 
 ERRORS = [

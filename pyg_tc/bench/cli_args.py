@@ -1,8 +1,8 @@
 """The ``pyg-tc bench`` options, declared without importing torch (or
 torch_geometric), so ``pyg-tc --help`` and ``pyg-tc bench --help`` answer at
 once and a bad value is refused at once, with argparse's usage and one
-error line (exit code 2); :func:`pyg_tc.bench.runner.config_from_args` turns
-the options into a Config."""
+error line (exit code 2); the ``spmm`` suite (``benchmarks/suites/spmm.py``)
+turns the options into its Config."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Sequence
 
 from .catalog import ALL_NAMES, resolve_names
 
-#: the dtypes of the suite (the keys of :data:`pyg_tc.bench.runner.DTYPES`)
+#: the dtypes of the ``spmm`` suite (the keys of its ``DTYPES``)
 DTYPE_NAMES = ('fp32', 'fp16', 'bf16')
 #: the model kinds of the training benchmark
 MODELS = ('gcn', 'sage', 'gin')
@@ -97,7 +97,7 @@ ENVIRONMENT: Dict[str, tuple] = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``bench`` options (shared by ``pyg-tc bench`` and ``benchmarks/run_suite.py``)."""
+    """The ``pyg-tc bench`` options (also those of ``pyg-tc bench spmm``, the same suite)."""
     p.add_argument('--graphs', type=graph_list, metavar='LIST',
                    help='comma list of graphs or groups (all, large, synthetic, real); '
                    f'known: {", ".join(ALL_NAMES)}; env PYG_TC_BENCH_GRAPHS')

@@ -11,12 +11,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor
 
-from .catalog import ALL_NAMES, CPU_SUITE, GPU_SUITE, QUICK_GPU_SUITE, REAL, SYNTHETIC  # noqa: F401
+from .catalog import ALL_NAMES, CPU_SUITE, GPU_SUITE, QUICK_GPU_SUITE, REAL, SYNTHETIC, resolve_names  # noqa: F401
 
 
 def default_device() -> torch.device:
@@ -144,29 +144,6 @@ def _from_data(graphs: list) -> Tuple[Tensor, int]:
     from torch_geometric.data import Batch
     d = graphs[0] if len(graphs) == 1 else Batch.from_data_list(graphs)
     return d.edge_index, int(d.num_nodes)
-
-
-def resolve_names(spec: Optional[str], default: List[str]) -> List[str]:
-    """``'a,b'`` -> names; also ``'all'`` (every graph except tiny), ``'large'``,
-    ``'synthetic'``, ``'real'``; ``None``/empty -> ``default``."""
-    if not spec:
-        return list(default)
-    groups = {'all': [n for n in ALL_NAMES if n != 'tiny'],
-              'large': [n for n in ALL_NAMES if n in SYNTHETIC and SYNTHETIC[n][2]
-                        or n in REAL and REAL[n][1]],
-              'synthetic': [n for n in SYNTHETIC if n != 'tiny'], 'real': list(REAL)}
-    names: List[str] = []
-    for tok in (t.strip().lower() for t in spec.split(',')):
-        if not tok:
-            continue
-        new = groups.get(tok, [tok])
-        for n in new:
-            if _split_frac(n)[0] not in SYNTHETIC and n not in REAL:
-                raise ValueError(f'unknown graph {n!r}; known: {", ".join(ALL_NAMES)} '
-                                 f'or groups {", ".join(groups)}')
-            if n not in names:
-                names.append(n)
-    return names
 
 
 def _split_frac(name: str) -> Tuple[str, float]:

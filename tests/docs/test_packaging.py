@@ -1,5 +1,6 @@
 """The wheel is a complete PyG-ecosystem package: SPDX license with its file,
-``py.typed``, the kernel sources, classifiers and the ``pyg-tc`` script.
+``py.typed``, the kernel sources, classifiers and the ``pyg-tc`` script, and
+nothing of the checkout's ``benchmarks/`` package.
 
 Built from a copy of the sources the wheel needs (setuptools writes build/
 and *.egg-info next to them) without build isolation (offline, with the
@@ -23,7 +24,7 @@ def wheel(tmp_path_factory):
     src = tmp_path_factory.mktemp('src')
     for name in ('pyproject.toml', 'setup.py', 'README.md', 'LICENSE'):
         shutil.copy(REPO_ROOT / name, src / name)
-    for name in ('pyg_tc', 'kernels'):  # what the wheel is built from
+    for name in ('pyg_tc', 'kernels', 'benchmarks'):  # what the wheel is built from, and what it must leave out
         shutil.copytree(REPO_ROOT / name, src / name, ignore=shutil.ignore_patterns('__pycache__'))
     out = tmp_path_factory.mktemp('wheel')
     r = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation',
@@ -53,3 +54,4 @@ def test_wheel_files(wheel):
     assert any(n.startswith('pyg_tc/kernels/csr/') and n.endswith('.cu') for n in names)
     entry_points = wheel.read(f'{dist_info}/entry_points.txt').decode()
     assert 'pyg-tc = pyg_tc.cli:main' in entry_points
+    assert {n.split('/')[0] for n in names} == {'pyg_tc', dist_info}  # no benchmarks/ (a checkout's own)
