@@ -21,10 +21,10 @@
 #   bench      pyg-tc bench: SpMM vs cuSPARSE + training steps (BENCH_ARGS)
 #   probe      kernel configs / chunk-size sweep and peak memory per stage
 #              (benchmarks/kernel_probe.py PROBE_ARGS, benchmarks/memory_probe.py)
-#   maxk       MaxK-GNN kernels (Figure 8) + training epoch (pyg_tc.bench.maxk, MAXK_ARGS)
-#   maxktrain  MaxK accuracy / epoch time on real datasets (benchmarks/maxk_train.py, MAXKTRAIN_ARGS)
+#   maxk       MaxK-GNN kernels (Figure 8) + training epoch (benchmarks.suites.maxk, MAXK_ARGS)
+#   maxktrain  MaxK accuracy / epoch time on real datasets (benchmarks.suites.maxk_train, MAXKTRAIN_ARGS)
 #   tcgnn      TC-GNN kernels, auto / warps rules, SGT build, Table 6, GCN / AGNN training and
-#              accuracy (pyg_tc.bench.tcgnn, TCGNN_ARGS)
+#              accuracy (benchmarks.suites.tcgnn, TCGNN_ARGS)
 #   quick      TC-GNN SpMM vs the CSR kernel, 1-8 warps per unit (benchmarks/sgt_quick.py, QUICK_ARGS)
 #   sgtprobe   TC-GNN unit-size x warps sweeps (benchmarks/sgt_probe.py, SGTPROBE_ARGS)
 #   sanitize   TC-GNN kernels under compute-sanitizer memcheck and racecheck (benchmarks/sanitize_sgt.py)
@@ -33,17 +33,17 @@
 #   sass       SASS of the TC-GNN SpMM with executed instructions per SASS line, one SpMM call per
 #              case in SASS_CASES (graph[:native]/dtype:F items, default tolokers/float32:16)
 #   gat        fuseGNN: GAT / GATv2 layers vs PyG and the unfused ops, fused forward vs SpMM,
-#              2-layer GAT training, Table 3 (pyg_tc.bench.gat, GAT_ARGS)
+#              2-layer GAT training, Table 3 (benchmarks.suites.gat, GAT_ARGS)
 #   gatacc     the accuracy part of the same suite (GATACC_ARGS)
 #   half       HalfGNN: SpMM / SDDMM per dtype, training steps fp32 / fp16 / bf16 vs PyG + autocast,
-#              accuracy (pyg_tc.bench.half, HALF_ARGS, e.g. --part train)
+#              accuracy (benchmarks.suites.half, HALF_ARGS, e.g. --part train)
 #   halfprobe  half SpMM / SDDMM per dtype, two-level sum on / off, config sweep
 #              (benchmarks/half_probe.py, HALFPROBE_ARGS)
 #   es         ES-SpMM: sampled-inference accuracy per cap and strategy, training with sampling,
-#              sampled SpMM kernels, 2-layer inference (pyg_tc.bench.es_spmm, ES_ARGS,
+#              sampled SpMM kernels, 2-layer inference (benchmarks.suites.es_spmm, ES_ARGS,
 #              e.g. --part kernels,infer)
 #   minibatch  NeighborLoader training per batch, PyG's layers vs pyg_tc's on the same batches
-#              (pyg_tc.bench.minibatch, MINIBATCH_ARGS; needs a sampler backend, see --wheels)
+#              (benchmarks.suites.minibatch, MINIBATCH_ARGS; needs a sampler backend, see --wheels)
 #   overhead   host issue time / launches of one layer and of the format build
 #              (benchmarks/layer_overhead.py, OVERHEAD_ARGS)
 #   graphcls   tutorials/05_graph_classification.py at full size (GRAPHCLS_ARGS; needs --data with tu/)
@@ -191,25 +191,25 @@ if want tests; then
   $PY -m pytest -q -rf -m cuda $timeout_arg ${TEST_ARGS:-tests} -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" || rc=1
 fi
 if want maxk; then
-  $PY -m pyg_tc.bench.maxk --out "$OUT/maxk" ${MAXK_ARGS:-} 2>&1 | tee "$OUT/maxk.log" || rc=1
+  $PY -m benchmarks.suites.maxk --out "$OUT/maxk" ${MAXK_ARGS:-} 2>&1 | tee "$OUT/maxk.log" || rc=1
 fi
 if want maxktrain; then
-  $PY benchmarks/maxk_train.py --out "$OUT/maxk_train" ${MAXKTRAIN_ARGS:-} 2>&1 | tee "$OUT/maxktrain.log" || rc=1
+  $PY -m benchmarks.suites.maxk_train --out "$OUT/maxk_train" ${MAXKTRAIN_ARGS:-} 2>&1 | tee "$OUT/maxktrain.log" || rc=1
 fi
 if want tcgnn; then
-  $PY -m pyg_tc.bench.tcgnn --out "$OUT/tcgnn" ${TCGNN_ARGS:-} 2>&1 | tee "$OUT/tcgnn.log" || rc=1
+  $PY -m benchmarks.suites.tcgnn --out "$OUT/tcgnn" ${TCGNN_ARGS:-} 2>&1 | tee "$OUT/tcgnn.log" || rc=1
 fi
 if want gat; then
-  $PY -m pyg_tc.bench.gat --out "$OUT/gat" ${GAT_ARGS:-} 2>&1 | tee "$OUT/gat.log" || rc=1
+  $PY -m benchmarks.suites.gat --out "$OUT/gat" ${GAT_ARGS:-} 2>&1 | tee "$OUT/gat.log" || rc=1
 fi
 if want gatacc; then
-  $PY -m pyg_tc.bench.gat --part accuracy --out "$OUT/gat" ${GATACC_ARGS:-} 2>&1 | tee "$OUT/gatacc.log" || rc=1
+  $PY -m benchmarks.suites.gat --part accuracy --out "$OUT/gat" ${GATACC_ARGS:-} 2>&1 | tee "$OUT/gatacc.log" || rc=1
 fi
 if want half; then
-  $PY -m pyg_tc.bench.half --out "$OUT/half" ${HALF_ARGS:-} 2>&1 | tee "$OUT/half.log" || rc=1
+  $PY -m benchmarks.suites.half --out "$OUT/half" ${HALF_ARGS:-} 2>&1 | tee "$OUT/half.log" || rc=1
 fi
 if want es; then
-  $PY -m pyg_tc.bench.es_spmm --out "$OUT/es" ${ES_ARGS:-} 2>&1 | tee "$OUT/es.log" || rc=1
+  $PY -m benchmarks.suites.es_spmm --out "$OUT/es" ${ES_ARGS:-} 2>&1 | tee "$OUT/es.log" || rc=1
 fi
 if want overhead; then
   $PY benchmarks/layer_overhead.py ${OVERHEAD_ARGS:-} 2>&1 | tee "$OUT/overhead.log" || rc=1
@@ -231,7 +231,7 @@ if want ddp; then
   else rc=1; fi
 fi
 if want minibatch; then
-  $PY -m pyg_tc.bench.minibatch --out "$OUT/minibatch" ${MINIBATCH_ARGS:-} 2>&1 | tee "$OUT/minibatch.log" || rc=1
+  $PY -m benchmarks.suites.minibatch --out "$OUT/minibatch" ${MINIBATCH_ARGS:-} 2>&1 | tee "$OUT/minibatch.log" || rc=1
 fi
 if want bench; then
   $PY -m pyg_tc bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1

@@ -81,9 +81,9 @@ def test_suites_write_their_logs_to_the_named_folder(fake_gpu, tmp_path):
     assert {'info.txt', 'tests.log', 'maxk.log', 'bench.log'} <= {p.name for p in out.iterdir()}
     calls = log.read_text().splitlines()
     assert any(c.startswith('-m pytest -q -rf -m cuda') and 'tests/ops' in c for c in calls)
-    assert f'-m pyg_tc.bench.maxk --out {out}/maxk --graphs reddit --ks 16 | data={data}' in calls
+    assert f'-m benchmarks.suites.maxk --out {out}/maxk --graphs reddit --ks 16 | data={data}' in calls
     assert any(c.startswith(f'-m pyg_tc bench --out {out}/bench') for c in calls)
-    assert not any('pyg_tc.bench.gat' in c for c in calls)  # only the suites asked for
+    assert not any('benchmarks.suites.gat' in c for c in calls)  # only the suites asked for
 
 
 def test_a_failing_suite_fails_the_run_and_the_rest_still_runs(fake_gpu, tmp_path):
