@@ -73,7 +73,7 @@ napoleon_custom_sections = ['Shapes']  # PyG's layer docstrings: rendered as a r
 # PyG and the standard library are ignored; nothing else is.
 nitpick_ignore_regex = [
     (r'py:.*', r'(torch|torch_geometric|torch_sparse|torch_scatter|numpy|scipy|typing|'
-               r'collections|pathlib)(\..*)?'),
+               r'collections|pathlib|types)(\..*)?'),
     # PyG's SAGEConv annotates ``aggr`` with its Aggregation class unqualified
     (r'py:class', r'Aggregation'),
     # PyG's docstring convention (pyg_tc's layers repeat PyG's docstrings) marks

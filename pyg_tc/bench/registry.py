@@ -51,8 +51,8 @@ def load_suite(name: str) -> ModuleType:
     """The module of suite ``name``, the checkout put first on ``sys.path``.
 
     Raises:
-        ValueError: For a name not in :data:`SUITES`.
-        SuitesNotFound: Without a source checkout (:func:`checkout`).
+        ValueError: For a name not in :data:`pyg_tc.bench.SUITES`.
+        SuitesNotFound: Without a source checkout (no ``benchmarks/`` beside the package).
     """
     if name not in SUITES:
         raise ValueError(f'unknown suite {name!r}; known: {", ".join(SUITES)}')
