@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data, InMemoryDataset
 
-__all__ = ['NAMES', 'DatasetUnavailableError', 'SyntheticDataset', 'synthetic', 'load']
+__all__ = ['NAMES', 'DatasetUnavailableError', 'SyntheticDataset', 'synthetic', 'load', 'load_or_exit']
 
 #: name -> (PyG dataset class, sub-folder of the root, PyG's name)
 _REAL = {
@@ -85,6 +85,25 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
         raise DatasetUnavailableError(
             f'{name} is not in {folder} and could not be downloaded there '
             f'({type(e).__name__}: {reason})') from None
+
+
+def load_or_exit(name: str, root: Optional[str] = None, transform: Optional[Callable] = None) -> InMemoryDataset:
+    """:func:`load` for a command-line script (the tutorials): without ``root`` it says in one line
+    that it runs on synthetic data shaped like ``name``; a dataset that cannot be had ends the
+    script with a one-line error (``SystemExit``) instead of a traceback.
+
+    Args:
+        name (str): As in :func:`load`.
+        root (str, optional): As in :func:`load` (the script's ``--root``).
+        transform (typing.Callable, optional): As in :func:`load`.
+    """
+    if root is None:
+        print(f'No --root: synthetic data shaped like {name}; --root DIR runs on the real {name} '
+              '(downloaded there if missing).')
+    try:
+        return load(name, root, transform)
+    except DatasetUnavailableError as e:
+        raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data') from None
 
 
 class SyntheticDataset(InMemoryDataset):

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 import pyg_tc
 import pyg_tc.nn
-from pyg_tc.datasets import DatasetUnavailableError, load
+from pyg_tc.datasets import load_or_exit
 
 
 class GCN(torch.nn.Module):
@@ -83,13 +83,7 @@ def main():
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
     epochs = 20 if a.small else 200
-    if a.root is None:
-        print('No --root: synthetic data shaped like Cora; --root DIR runs on the real Cora '
-              '(downloaded there if missing).')
-    try:
-        data = load('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
-    except DatasetUnavailableError as e:
-        raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
+    data = load_or_exit('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
 
     torch.manual_seed(0)
     ref = GCN(torch_geometric.nn, data.num_features, 16, 7).to(a.device)    # the PyG model

@@ -52,7 +52,7 @@ from tqdm import tqdm
 
 import pyg_tc
 import pyg_tc.nn
-from pyg_tc.datasets import DatasetUnavailableError, load
+from pyg_tc.datasets import load_or_exit
 from pyg_tc.ops import spmm
 from pyg_tc.transforms import CBSRTransform, DegreeBucketTransform, ReorderTransform, SGTTransform
 
@@ -85,13 +85,7 @@ def main():
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
     reps = 5 if a.small else 50
-    if a.root is None:
-        print('No --root: synthetic data shaped like Cora; --root DIR runs on the real Cora '
-              '(downloaded there if missing).')
-    try:
-        data = load('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
-    except DatasetUnavailableError as e:
-        raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
+    data = load_or_exit('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
     graph = 'Cora' if a.root else 'Synthetic Cora'
     backend = pyg_tc.info()['backend']  # also builds the kernels on a GPU, before any timing
     torch.manual_seed(0)

@@ -33,7 +33,7 @@ import torch_geometric.transforms as T
 from tqdm import tqdm
 
 import pyg_tc
-from pyg_tc.datasets import DatasetUnavailableError, load
+from pyg_tc.datasets import load_or_exit
 from pyg_tc.nn import MaxKGNN
 
 
@@ -74,13 +74,7 @@ def main():
     a = p.parse_args()
     epochs, seeds, hidden = (150, 1, 32) if a.small else (300, 3, 256)
     ks = (8,) if a.small else (8, 16, 32, 64)
-    if a.root is None:
-        print('No --root: synthetic data shaped like Cora; --root DIR runs on the real Cora '
-              '(downloaded there if missing).')
-    try:
-        data = load('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
-    except DatasetUnavailableError as e:
-        raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
+    data = load_or_exit('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
 
     rows = []
     for nonlinear, k in [('relu', hidden), *(('maxk', k) for k in ks)]:

@@ -87,7 +87,7 @@ from tqdm import tqdm
 import pyg_tc
 import pyg_tc.loader
 import pyg_tc.nn
-from pyg_tc.datasets import DatasetUnavailableError, load
+from pyg_tc.datasets import load_or_exit
 from pyg_tc.formats import plain_tensor
 from pyg_tc.loader import CapturedStep, PadToBuckets, buckets_from_batches
 from pyg_tc.transforms import DegreeBucketTransform
@@ -164,13 +164,7 @@ def main():
     p.add_argument('--no-sampler', action='store_true', help="PyG's rows: the k-hop fallback even with a sampler")
     a = p.parse_args()
     epochs, batch_size = (4 if a.small else 40), 32
-    if a.root is None:
-        print('No --root: synthetic data shaped like Cora; --root DIR runs on the real Cora '
-              '(downloaded there if missing).')
-    try:
-        data = load('Cora', a.root)[0]  # stays on the CPU, where PyG's loader samples
-    except DatasetUnavailableError as e:
-        raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
+    data = load_or_exit('Cora', a.root)[0]  # stays on the CPU, where PyG's loader samples
     full = data.to(a.device)  # on the device: pyg_tc's loader samples and gathers there; full-graph tests
 
     build = Timed(DegreeBucketTransform())   # the loader's transform, timed

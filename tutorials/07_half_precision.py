@@ -43,7 +43,7 @@ from torch_geometric.utils import scatter
 from tqdm import tqdm
 
 import pyg_tc
-from pyg_tc.datasets import DatasetUnavailableError, load
+from pyg_tc.datasets import load_or_exit
 from pyg_tc.nn import GCNConv, SAGEConv
 
 
@@ -110,13 +110,7 @@ def main():
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
     epochs = 20 if a.small else 200
-    if a.root is None:
-        print('No --root: synthetic data shaped like Cora; --root DIR runs on the real Cora '
-              '(downloaded there if missing).')
-    try:
-        data = load('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
-    except DatasetUnavailableError as e:
-        raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
+    data = load_or_exit('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
     dtypes = [torch.float32, torch.float16, torch.bfloat16] if a.device == 'cuda' else [torch.float32, torch.bfloat16]
 
     rows = []

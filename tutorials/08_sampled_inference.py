@@ -61,7 +61,7 @@ from torch_geometric.data import Data
 from tqdm import tqdm
 
 import pyg_tc
-from pyg_tc.datasets import DatasetUnavailableError, load
+from pyg_tc.datasets import load_or_exit
 from pyg_tc.nn import GCNConv, SAGEConv
 from pyg_tc.transforms import CapNeighbors
 
@@ -150,13 +150,7 @@ def main():
     # full size: docs/es_spmm.md's accuracy suite (hidden 64, lr 0.01, 200 epochs, the 10 splits)
     epochs, lr, hidden, splits, reps = (30, 0.05, 16, 1, 3) if a.small else (200, 0.01, 64, 10, 10)
     sync = torch.cuda.synchronize if a.device.startswith('cuda') else (lambda: None)
-    if a.root is None:
-        print('No --root: synthetic data shaped like Tolokers; --root DIR runs on the real Tolokers '
-              '(downloaded there if missing).')
-    try:
-        data = load('Tolokers', a.root)[0].to(a.device)
-    except DatasetUnavailableError as e:
-        raise SystemExit(f'error: {e}; check --root, or run without it (and $PYG_TC_DATA) on synthetic data')
+    data = load_or_exit('Tolokers', a.root)[0].to(a.device)
     graph = 'Tolokers' if a.root else 'Synthetic Tolokers'
     x, ei, N, E = data.x, data.edge_index, data.num_nodes, data.edge_index.size(1)
     deg = torch.bincount(ei[1], minlength=N)
