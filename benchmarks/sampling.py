@@ -16,7 +16,10 @@ split's):
   recipe), pyg_tc's layers with that same loader, and pyg_tc's layers with
   pyg_tc's GPU loader; for the latter also the epoch split into sampling,
   gathering and the step (each phase synchronised, over ``--split-batches``
-  batches);
+  batches); and pyg_tc's GPU loader with its batches padded to two buckets
+  measured on 20 batches (:class:`pyg_tc.loader.PadToBuckets` as the loader's
+  ``transform``: padded on the side stream) and the step captured
+  (:class:`pyg_tc.loader.CapturedStep`, one CUDA graph per bucket);
 * the sampler's GPU memory: the graph (CSC, edge permutation, state) and the
   peak of one batch's workspace.
 
@@ -49,6 +52,8 @@ SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'arxiv':
 
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')  # the CPU runs a dry run of the code
+#: the epoch run with the batches padded to buckets and the step captured (CapturedStep)
+CAPTURED = 'pyg_tc GPU loader, padded + captured step'
 
 
 def sync():
@@ -152,7 +157,7 @@ def epoch_records(name, data, seeds, a, best_workers):
     import torch_geometric.typing as tgt
     from torch_geometric.loader import NeighborLoader as PyGLoader
     import pyg_tc.nn
-    from pyg_tc.loader import NeighborLoader
+    from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches
     width, classes, _ = SHAPES[name]
     dims = [width, a.hidden, a.hidden, classes]
     dev = DEV
@@ -162,24 +167,30 @@ def epoch_records(name, data, seeds, a, best_workers):
     if tgt.WITH_PYG_LIB or tgt.WITH_TORCH_SPARSE:
         pyg = PyGLoader(data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
                         num_workers=best_workers, persistent_workers=best_workers > 0, pin_memory=True)
+    buckets = buckets_from_batches(ours, num_batches=20, levels=2)
     for kind in a.models:
         rows = []
-        runs = [('PyG', 'PyG loader'), ('pyg_tc', 'PyG loader'), ('pyg_tc', 'pyg_tc GPU loader')]
+        runs = [('PyG', 'PyG loader'), ('pyg_tc', 'PyG loader'), ('pyg_tc', 'pyg_tc GPU loader'),
+                ('pyg_tc', CAPTURED)]
         for lib, loader_name in runs:
-            loader = ours if loader_name == 'pyg_tc GPU loader' else pyg
+            loader = {'PyG loader': pyg, 'pyg_tc GPU loader': ours}.get(loader_name)
+            if loader_name == CAPTURED:  # batches padded on the side stream, as they are made
+                loader = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
+                                        transform=PadToBuckets(buckets, a.batch_size, self_loops=kind == 'gat'))
             if loader is None:
                 continue
             torch.manual_seed(0)
             model = Net(pyg_tc.nn if lib == 'pyg_tc' else pyg_nn, kind, dims).to(dev)
-            opt = torch.optim.Adam(model.parameters(), lr=0.003)
+            opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=loader_name == CAPTURED and DEV.type == 'cuda')
+            run = CapturedStep(model, opt) if loader_name == CAPTURED else (lambda b: step(model, opt, b))
             times, n = [], 0
-            for ep in range(a.epochs + 1):  # epoch 0 warms up (kernels, workers, allocator)
+            for ep in range(a.epochs + 1):  # epoch 0 warms up (kernels, workers, allocator, graphs)
                 sync()
                 t0 = time.perf_counter()
                 n = 0
                 for b in itertools.islice(loader, a.max_batches):
                     b = b.to(dev, non_blocking=True)
-                    step(model, opt, b)
+                    run(b)
                     n += 1
                 sync()
                 if ep:
@@ -190,6 +201,8 @@ def epoch_records(name, data, seeds, a, best_workers):
                        peak_gb=allocated(True) / 2 ** 30)
             if loader_name == 'pyg_tc GPU loader':
                 rec.update(split(ours, model, opt, a))
+            if isinstance(run, CapturedStep):
+                rec.update(replays=run.replays, eager_steps=run.eager_steps, graphs=len(run.graphs))
             rows.append(rec)
             del model, opt
             reset_peak()
@@ -204,7 +217,7 @@ def uva_records(name, data, seeds, a):
     host memory, read over UVA, while another allocation holds all but
     ``--uva-free-gb`` of the GPU's memory (a feature matrix that does not fit)."""
     import pyg_tc.nn
-    from pyg_tc.loader import NeighborLoader
+    from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches
     width, classes, _ = SHAPES[name]
     kind = a.models[0]
     free, _ = torch.cuda.mem_get_info()
