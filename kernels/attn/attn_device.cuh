@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   extern __shared__ float sh[];
   const int64_t row = heavy_rows[blockIdx.x];
   const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
+  if (s0 == s1) return;  // a padded schedule's filler entry (block-uniform, before any barrier)
   const int HC = H * C, F = HC + H, G = merge_groups(F), FT = blockDim.x / G;
   float* sM = sh;
   float* sP = sh + H;      // [G][F] (G > 1)
@@ -280,6 +281,7 @@ __global__ void __launch_bounds__(kMergeThreads)
   extern __shared__ float sh[];
   const int64_t row = heavy_rows[blockIdx.x];
   const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
+  if (s0 == s1) return;  // a padded schedule's filler entry (block-uniform, before any barrier)
   const int F = n_t + n_f, G = merge_groups(F), FT = blockDim.x / G;
   const int g = threadIdx.x / FT;
   for (int f = threadIdx.x % FT; g < G && f < F; f += FT) {

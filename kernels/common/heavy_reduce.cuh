@@ -29,6 +29,9 @@ heavy_reduce_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ 
   const int h = blockIdx.x;
   const int64_t row = heavy_rows[h];
   const int s0 = heavy_ptr[h], s1 = heavy_ptr[h + 1];
+  // an empty entry is a padded schedule's filler (a real heavy row has >= 2
+  // slots): nothing to write (the whole block returns, before the barrier)
+  if (s0 == s1) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int f = blockIdx.y * 32 + lane;
   float acc = MAX ? -INFINITY : 0.f;

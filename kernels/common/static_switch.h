@@ -21,6 +21,7 @@
 // pruned branch raises the family's "unsupported config" error).
 #pragma once
 
+#include <string>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <c10/core/ScalarType.h>
@@ -77,7 +78,7 @@ namespace detail {
 template <int... Cases, typename Body>
 inline void int_switch(int64_t value, const char* what, Body&& body) {
   const bool hit = ((value == Cases ? (body(std::integral_constant<int, Cases>{}), true) : false) || ...);
-  TORCH_CHECK(hit, "pyg_tc: no kernel compiled for ", what, " = ", value);
+  TORCH_CHECK(hit, "pyg_tc: no kernel compiled for ", what, " = ", std::to_string(value));
 }
 
 }  // namespace detail

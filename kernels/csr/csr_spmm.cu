@@ -23,6 +23,7 @@
 // This file: the SpMM kernel and its launcher (instantiated for fp32, fp16
 // and bf16); the entry point and the config rules are in csr_host.cpp.
 
+#include <string>
 #include <c10/cuda/CUDAException.h>
 
 #include "common/dtype.cuh"
@@ -351,7 +352,8 @@ void run_csr_spmm(const CsrSpmmParams& p, cudaStream_t stream) {
         PYG_TC_INT_SWITCH(p.config.L, L, (4, 8, 16, 32), [&] {
           PYG_TC_INT_SWITCH(p.config.NV, NV, (1, 2), [&] {
             if constexpr (!spmm_compiled(L, NV)) {
-              TORCH_CHECK(false, "pyg_tc: unsupported SpMM config L=", p.config.L, " NV=", p.config.NV);
+              TORCH_CHECK(false, "pyg_tc: unsupported SpMM config L=", std::to_string(p.config.L), " NV=",
+                          std::to_string(p.config.NV));
             } else {
               PYG_TC_BOOL_SWITCH(p.coop, COOP, [&] {
                 // half vectors, sum / mean: the two-level sum unless switched off

@@ -15,6 +15,7 @@
 // and the launch rules (paired loads, lanes per edge, private buffers) are in
 // maxk_host.cpp.
 
+#include <string>
 #include <c10/cuda/CUDAException.h>
 
 #include <cstdint>
@@ -152,7 +153,7 @@ void run_cbsr_spmm(const CbsrSpmmParams& p, cudaStream_t stream) {
       PYG_TC_INT_SWITCH(p.kg, KG, (1, 2, 4, 8, 16, 32), [&] {
         PYG_TC_BOOL_SWITCH(p.priv, PRIV, [&] {
           if constexpr (PRIV && !cbsr_priv_compiled(KG)) {
-            TORCH_CHECK(false, "pyg_tc: cbsr_spmm has no private-buffer kernel for KG=", KG);
+            TORCH_CHECK(false, "pyg_tc: cbsr_spmm has no private-buffer kernel for KG=", std::to_string(KG));
           } else {
             launch_cbsr_spmm<T, IT, KG, PRIV ? 32 / KG : 1, VT>(p, stream);
           }

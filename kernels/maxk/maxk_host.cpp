@@ -3,6 +3,7 @@
 // CUDA registration. The kernels and launchers are in maxk_select.cu,
 // maxk_cbsr_spmm.cu and maxk_cbsr_sspmm.cu; the schemas are defined in Python
 // (pyg_tc/ops).
+#include <string>
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -68,14 +69,14 @@ void check_cbsr(const at::Tensor& indices, int64_t rows, int64_t k, int64_t widt
   TORCH_CHECK(indices.scalar_type() == (width <= 256 ? at::kByte : at::kShort),
               "pyg_tc: CBSR indices must be uint8 for widths <= 256 and int16 above");
   TORCH_CHECK(width >= 1 && width <= kCbsrMaxWidth, "pyg_tc: CBSR CUDA kernels support widths 1..",
-              kCbsrMaxWidth, ", got ", width);
+              std::to_string(kCbsrMaxWidth), ", got ", std::to_string(width));
 }
 
 std::tuple<at::Tensor, at::Tensor> maxk_select_cuda(const at::Tensor& x, int64_t k) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 2, "pyg_tc: maxk input must be a 2-D CUDA tensor");
   const int64_t N = x.size(0), F = x.size(1);
-  TORCH_CHECK(F >= 2 && F <= 1024, "pyg_tc: the maxk kernel supports widths 2..1024, got ", F);
-  TORCH_CHECK(k >= 1 && k < F, "pyg_tc: maxk kernel needs 1 <= k < width, got k=", k);
+  TORCH_CHECK(F >= 2 && F <= 1024, "pyg_tc: the maxk kernel supports widths 2..1024, got ", std::to_string(F));
+  TORCH_CHECK(k >= 1 && k < F, "pyg_tc: maxk kernel needs 1 <= k < width, got k=", std::to_string(k));
   c10::cuda::CUDAGuard guard(x.device());
   const auto xc = x.contiguous();
   auto vals = at::empty({N, k}, xc.options());

@@ -32,6 +32,7 @@
 // reduce sgt_reduce) and its launcher (fp32, fp16, bf16); the entry point and
 // the launch rules are in sgt_host.cpp.
 
+#include <string>
 #include <c10/cuda/CUDAException.h>
 
 #include <cstdint>
@@ -573,7 +574,8 @@ void run_sgt_spmm(const SgtSpmmParams& p, cudaStream_t stream) {
     PYG_TC_BOOL_SWITCH(p.vec, VEC, [&] {
       PYG_TC_BOOL_SWITCH(p.split, SPLIT, [&] {
         if constexpr (!sgt_spmm_compiled(std::is_same<T, float>::value, FS, VEC, SPLIT)) {
-          TORCH_CHECK(false, "pyg_tc: sgt_spmm has no kernel for slice ", FS, ", vec ", VEC, ", split ", SPLIT);
+          TORCH_CHECK(false, "pyg_tc: sgt_spmm has no kernel for slice ", std::to_string(FS), ", vec ",
+                      std::to_string(VEC), ", split ", std::to_string(SPLIT));
         } else {
           launch_sgt_spmm<T, FS, VEC, SPLIT>(p, stream);
         }

@@ -122,6 +122,48 @@ def _light_schedule(rowptr: Tensor) -> Schedule:
     return Schedule(units[order], units.new_zeros(0), units.new_zeros(1), 0)
 
 
+def padded_schedule(rowptr: Tensor, chunk: int, num_edges: int) -> Schedule:
+    """The degree-bucket schedule of a padded graph's ``rowptr``
+    (:meth:`CSRGraph.pad`) with array sizes fixed by ``(rows, num_edges,
+    chunk)``, built without synchronisation. With ``q = ceil(num_edges /
+    chunk)``: ``R + q`` units (every row has one, a row of degree ``d``
+    ``ceil(d / chunk)``), ``q`` heavy entries (a heavy row has more than
+    ``chunk`` edges) and ``3 q`` workspace slots (heavy rows own at most
+    ``2 q``). What a graph does not use is filler: units ``(R - 1, E, E,
+    spare slot)`` (empty, their partial goes to a slot no row reads; sorted
+    last) and heavy entries ``(R - 1, empty slot range)``, which the second
+    pass skips. The real units, slots and heavy rows are those
+    :func:`build_schedules` gives, in the same order."""
+    rp = rowptr.long()
+    dev, R = rp.device, rp.numel() - 1
+    q = -(-num_edges // chunk)
+    U, H, S = R + q, q, 3 * q
+    deg = rp[1:] - rp[:-1]
+    n = torch.div(deg + chunk - 1, chunk, rounding_mode='floor').clamp_(min=1)
+    heavy = n > 1
+    csum = torch.cumsum(n, 0)
+    n_ext = torch.cat([n, U - csum[-1:]])  # the fillers: one more "row"
+    row = torch.repeat_interleave(torch.arange(R + 1, device=dev), n_ext, output_size=U)
+    k = torch.arange(U, device=dev) - torch.cat([csum - n, csum[-1:]])[row]
+    real = row < R
+    r = row.clamp(max=R - 1)
+    e = rp[R]
+    start = torch.where(real, rp[r] + k * chunk, e)
+    end = torch.where(real, torch.minimum(start + chunk, rp[r + 1]), e)
+    hn = torch.where(heavy, n, torch.zeros_like(n))
+    hcsum = torch.cumsum(hn, 0)
+    slot = torch.where(real, torch.where(heavy[r], (hcsum - hn)[r] + k, torch.full_like(k, -1)), hcsum[-1] + k)
+    order = torch.sort(end - start, descending=True, stable=True)[1]
+    units = torch.stack([r, start, end, slot], 1)[order].to(torch.int32).contiguous()
+    # heavy rows in row order (i-th heavy row to entry i, the others to a dropped entry H)
+    dest = torch.where(heavy, torch.cumsum(heavy, 0) - 1, torch.full_like(n, H))
+    heavy_rows = torch.full((H + 1,), R - 1, dtype=torch.long, device=dev).scatter_(
+        0, dest, torch.arange(R, device=dev))[:H]
+    counts = torch.zeros(H + 1, dtype=torch.long, device=dev).scatter_(0, dest, n)[:H]
+    heavy_ptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+    return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), S)
+
+
 def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
                     max_degrees: Optional[Sequence[Optional[int]]] = None) -> List[Schedule]:
     """:func:`build_schedule` of several ``rowptr``: on CUDA with the kernels
@@ -418,8 +460,10 @@ class CSRGraph:
           ``rowptr[-1]``: no kernel reads them; their ``col`` (and the
           transpose's) is the last row, so ``row()`` and ``per_edge`` see them
           as loops of the last padded row, whose values nothing reads;
-        * both schedules are one unit per row (no heavy row is split), so
-          every array has a size fixed by ``(num_rows, num_edges)``;
+        * both schedules (:func:`padded_schedule`, ``chunk`` from
+          :func:`auto_chunk` of the padded sizes) have array sizes fixed by
+          ``(num_rows, num_edges)``: heavy rows are split as in any graph,
+          unused units and heavy entries are fillers the kernels skip;
         * ``perm`` / ``t_perm`` map padding slots to themselves.
 
         Builds on the graph's device without synchronisation. ``padded`` is
@@ -445,9 +489,11 @@ class CSRGraph:
         tail = torch.arange(E, num_edges, dtype=torch.int32, device=dev)
         perm = None if self.perm is None else torch.cat([self.perm.to(torch.int32), tail])
         rowptr, t_rowptr = ptr(self.rowptr), ptr(self.t_rowptr)
+        chunk = auto_chunk(num_edges, num_rows)
         g = CSRGraph(rowptr, idx(self.col), perm, t_rowptr, idx(self.t_col),
                      torch.cat([self.t_perm.to(torch.int32), tail]),
-                     _light_schedule(rowptr), _light_schedule(t_rowptr), num_rows, num_rows, max(num_edges, 1))
+                     padded_schedule(rowptr, chunk, num_edges), padded_schedule(t_rowptr, chunk, num_edges),
+                     num_rows, num_rows, chunk)
         g.padded, g.real_size = True, (R, E)
         g.sampling = self.sampling
         if 'max_degree' in self._memo:
@@ -512,13 +558,32 @@ class CSRGraph:
             raise ValueError('pyg_tc: transpose does not match the forward CSR')
         if real < E and not torch.equal(self.t_perm[real:].long(), torch.arange(real, E, device=tp.device)):
             raise ValueError('pyg_tc: padding edge slots must map to themselves')
-        _validate_schedule(self.sched, self.rowptr, 'forward')
-        _validate_schedule(self.t_sched, self.t_rowptr, 'transpose')
+        _validate_schedule(_without_fillers(self.sched) if self.padded else self.sched, self.rowptr, 'forward')
+        _validate_schedule(_without_fillers(self.t_sched) if self.padded else self.t_sched, self.t_rowptr,
+                           'transpose')
         for name, s in (('forward', self.sched), ('transpose', self.t_sched)):
             u = s.units
             if u.numel() and int((u[:, 2] - u[:, 1]).max()) > self.chunk:
                 raise ValueError(f'pyg_tc: {name} schedule has a unit longer than chunk={self.chunk}')
         return self
+
+
+def _without_fillers(s: Schedule) -> Schedule:
+    """A padded schedule's real part (:func:`padded_schedule`): the heavy
+    entries with slots (they come first) and the units of their slots or
+    written directly."""
+    hp = s.heavy_ptr.long()
+    keep = hp[1:] > hp[:-1]
+    H = int(keep.sum())
+    if not bool(keep[:H].all()):
+        raise ValueError('pyg_tc: padded schedule: empty heavy entries before real ones')
+    S = int(hp[H])
+    u = s.units
+    real = (u[:, 3] < S) if u.numel() else torch.zeros(0, dtype=torch.bool, device=u.device)
+    fill = u[~real]
+    if fill.numel() and bool((fill[:, 1] != fill[:, 2]).any()):
+        raise ValueError('pyg_tc: padded schedule: a filler unit has edges')
+    return Schedule(u[real], s.heavy_rows[:H], s.heavy_ptr[:H + 1], S)
 
 
 def _validate_csr(rowptr, col, R, C, name, num_edges):

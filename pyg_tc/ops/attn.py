@@ -729,6 +729,8 @@ def emulate_attention(g: CSRGraph, x: Tensor, logits: Tensor, dropout: float = 0
     ws_l[slot[heavy]] = l[heavy]
     hr = sch.heavy_rows.to(dev).long()
     hp = sch.heavy_ptr.to(dev).long()
+    keep = hp[1:] > hp[:-1]  # (a padded graph's empty heavy entries: the kernel skips them)
+    hr, hp = hr[keep], torch.cat([hp[:1], hp[1:][keep]])  # (they follow the real ones)
     NH = hr.numel()
     if NH == 0:
         return out.to(x.dtype), lse

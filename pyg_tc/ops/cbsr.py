@@ -353,8 +353,11 @@ def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, redu
     ws = torch.full((s.num_slots, F), float('nan'))
     ws[slot[~direct]] = buf[~direct]
     hp, hr = s.heavy_ptr.long(), s.heavy_rows.long()
-    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=s.num_slots)
-    h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws)
+    S = int(hp[-1])  # (a padded graph's schedule: spare slots and empty heavy entries, skipped)
+    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=S)
+    h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws[:S])
+    keep = hp[1:] > hp[:-1]
+    h, hr = h[keep], hr[keep]
     if reduce == 'mean':
         h = h / (g.rowptr[hr + 1] - g.rowptr[hr]).float().unsqueeze(1)
     out[hr] = h

@@ -450,12 +450,16 @@ def emulate_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce:
     ws[slot[~direct]] = acc[~direct]
     hp = s.heavy_ptr.long()
     hr = s.heavy_rows.long()
-    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=s.num_slots)
+    # (a padded graph's schedule has spare slots and empty heavy entries: the kernel skips those)
+    S = int(hp[-1])
+    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=S)
     if reduce == 'max':
         h = torch.full((hr.numel(), F), float('-inf')).scatter_reduce_(
-            0, owner.unsqueeze(1).expand(-1, F), ws, 'amax')
+            0, owner.unsqueeze(1).expand(-1, F), ws[:S], 'amax')
     else:
-        h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws)
+        h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws[:S])
+    keep = hp[1:] > hp[:-1]
+    h, hr = h[keep], hr[keep]
     if reduce == 'mean':
         h = h / (rowptr[hr + 1] - rowptr[hr]).float().unsqueeze(1)
     out[hr] = h

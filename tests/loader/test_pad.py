@@ -15,6 +15,9 @@ from torch_geometric.data import Data
 
 import pyg_tc
 from pyg_tc.formats import CSRGraph
+from pyg_tc.formats.csr import _without_fillers, build_schedules
+from pyg_tc.ops import emulate_spmm
+from pyg_tc.ops.attn import edge_softmax, emulate_attention
 from pyg_tc.loader import NeighborLoader
 from pyg_tc.loader.pad import Bucket, PadToBuckets, buckets_from_batches, buckets_from_fanouts, seed_loss
 from pyg_tc.nn.models import MaxKGNN
@@ -75,11 +78,28 @@ def test_pad_graph_invariants(kind, extra):
     assert (p.num_rows, p.num_cols, p.num_edges, p.padded, p.real_size) == (R, R, E, True, (N, ei.size(1)))
     assert torch.equal(p.rowptr[:N + 1], g.rowptr) and bool((p.rowptr[N:] == ei.size(1)).all())
     assert torch.equal(p.degree()[:N], g.degree()) and not bool(p.degree()[N:].any())
-    assert p.sched.units.size(0) == R and p.t_sched.units.size(0) == R and p.sched.num_slots == 0
+    q = -(-E // p.chunk)
+    for s, rp in ((p.sched, p.rowptr), (p.t_sched, p.t_rowptr)):
+        # sizes fixed by the bucket; the real part is the ordinary schedule of the padded rowptr
+        assert (s.units.size(0), s.heavy_rows.numel(), s.num_slots) == (R + q, q, 3 * q)
+        real, ref = _without_fillers(s), build_schedules([rp], p.chunk)[0]
+        assert torch.equal(real.units, ref.units) and torch.equal(real.heavy_rows, ref.heavy_rows)
+        assert torch.equal(real.heavy_ptr, ref.heavy_ptr) and real.num_slots == ref.num_slots
     x = torch.randn(R, 5)
     x[N:] = 0
     out = pyg_tc.ops.spmm(x, p)
     assert torch.allclose(out[:N], pyg_tc.ops.spmm(x[:N], g), atol=1e-5) and not bool(out[N:].any())
+    # the kernels' schedule walk (CPU emulation: unwritten rows would be NaN), both directions
+    for t in (False, True):
+        for reduce in ('sum', 'mean', 'max'):
+            torch.testing.assert_close(emulate_spmm(p, x, reduce=reduce, transpose=t),
+                                       pyg_tc.ops.spmm(x, p.transpose() if t else p, reduce=reduce),
+                                       atol=1e-5, rtol=1e-5)
+    logits, xh = torch.randn(E, 2), torch.randn(R, 2, 3)
+    emu, _ = emulate_attention(p, xh, logits)
+    alpha, n = edge_softmax(p, logits), ei.size(1)  # (padding slots: 0)
+    agg = torch.zeros(R, 2, 3).index_add_(0, p.row().long()[:n], alpha[:n].unsqueeze(-1) * xh[p.col.long()[:n]])
+    torch.testing.assert_close(emu, agg, atol=1e-5, rtol=1e-5)
     assert p.transpose().real_size == p.real_size and p.transpose().padded and p.transpose().validate()
     with pytest.raises(ValueError, match='cannot pad'):
         g.pad(N - 1, E)

@@ -170,3 +170,42 @@ def test_sort_int32_is_stable_and_matches_torch(device):
         ref_v, ref_p = torch.sort(keys.cpu(), stable=True)
         assert perm.dtype == torch.int32 and values.dtype == torch.int32
         assert torch.equal(values.cpu(), ref_v) and torch.equal(perm.cpu().long(), ref_p)
+
+
+_RAW_CALLS = r'''
+import torch, pyg_tc.ops, pyg_tc._library as L
+assert L.ensure(), 'kernels not loaded'
+bad = torch.zeros(3, dtype=torch.float64, device='cuda')  # the wrong dtype for every op's tensors
+for name, op in sorted(L.OPS.items()):
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(op.qualname, 'CUDA') or op.reference is None:
+        continue
+    schema = torch._C.parse_schema(f'pyg_tc::{op.schema}')
+    args = []
+    for a in schema.arguments:
+        t = str(a.type)
+        args.append({'Tensor': bad, 'Optional[Tensor]': None, 'int': 1, 'float': 0.5, 'bool': False,
+                     'List[int]': [1], 'List[Tensor]': [bad], 'str': 'sum'}.get(t, None))
+    try:
+        getattr(torch.ops.pyg_tc, name).default(*args)
+        print(name, 'NO ERROR', flush=True)
+    except RuntimeError:
+        print(name, 'RuntimeError', flush=True)
+    except Exception as e:
+        print(name, type(e).__name__, flush=True)
+print('DONE', flush=True)
+'''
+
+
+@cuda_only
+def test_raw_ops_raise_on_bad_arguments():
+    """Every raw ``torch.ops.pyg_tc`` op with a CUDA kernel, called with the
+    wrong dtype everywhere, raises (no segfault: the C++ checks build their
+    messages without streaming integers, which crashes on some toolchains).
+    In a subprocess, so a crash fails this test only."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, '-c', _RAW_CALLS], capture_output=True, text=True, timeout=600)
+    out = r.stdout.splitlines()
+    assert r.returncode == 0 and out and out[-1] == 'DONE', (r.returncode, out[-5:], r.stderr[-2000:])
+    results = dict(line.rsplit(' ', 1) for line in out[:-1])
+    assert results and all(v in ('RuntimeError', 'ValueError', 'TypeError') for v in results.values()), results
