@@ -95,6 +95,8 @@ class Op:
         self._ref_args = [(n, self.args.index(n)) for n in ref_args]
         self._fake, self._backward = fake, backward
         self._overload = None  # torch.ops.<namespace>.<name>.default, once the kernels are loaded
+        #: whether CUDA runs a C++ kernel (set by :func:`ensure`; else the reference runs there)
+        self.cuda_kernel = False
         self._save, self._consts = save, consts
         self._saved_names = tuple(self.tensors) if save is None or callable(save) else tuple(save)
         self._const_args = tuple(n for n in self.args if n not in self.tensors)
@@ -238,7 +240,8 @@ def ensure() -> bool:
             loaded = _kernels.load()
             for o in OPS.values():
                 # no kernel for this op (or none loaded): its reference runs on CUDA too
-                if not loaded or not torch._C._dispatch_has_kernel_for_dispatch_key(o.qualname, 'CUDA'):
+                o.cuda_kernel = loaded and torch._C._dispatch_has_kernel_for_dispatch_key(o.qualname, 'CUDA')
+                if not o.cuda_kernel:
                     o._lib.impl(o.name, o._reference_impl, 'CUDA')
             _STATE['kernels'], _STATE['ready'] = loaded, True
     return _STATE['kernels']
