@@ -20,8 +20,12 @@ Each row gives the wall time per step (``--steps`` steps back to back,
 synchronised at the ends: what the training loop sees, the host included)
 and the GPU time per step (the sum of the kernels' times from
 ``torch.profiler`` over ``--profile-steps`` steps), their ratio, and the
-ratio to PyG's eager step. The padding rows give the padded / real nodes
-and edges. Run on a GPU: ``python benchmarks/captured_step.py --out DIR``.
+ratio to PyG's eager step (and to PyG's compiled step), and the time of
+the matrix-product kernels (cuBLAS / CUTLASS GEMMs: the layers' ``Linear``
+work, the same in every run: what no sparse kernel can remove). The batches
+are padded to ``--levels`` buckets measured on ``--bucket-batches`` batches;
+the rows give the padded / real nodes and edges. ``--top-kernels N`` logs
+the N kernels taking most time per run. Run on a GPU: ``python benchmarks/captured_step.py --out DIR``.
 """
 from __future__ import annotations
 
@@ -69,7 +73,7 @@ def batches(name: str, a) -> tuple:
     seeds = torch.randperm(n, device='cpu', generator=torch.Generator().manual_seed(0))[:S]
     loader = NeighborLoader(data, a.fanout, batch_size=a.batch_size, input_nodes=seeds, shuffle=True, device=DEV)
     torch.manual_seed(0)
-    buckets = buckets_from_batches(loader, num_batches=a.bucket_batches)
+    buckets = buckets_from_batches(loader, num_batches=a.bucket_batches, levels=a.levels)
     pad = PadToBuckets(buckets, a.batch_size, self_loops=True)
     raw = list(itertools.islice(loader, a.batches))
     padded = [pad(copy.copy(b)) for b in raw]
@@ -108,18 +112,29 @@ def wall_ms(step, data, steps: int) -> float:
     return 1e3 * (time.perf_counter() - t0) / steps
 
 
-def gpu_ms(step, data, steps: int) -> float:
-    """Sum of the kernels' device times per step (torch.profiler)."""
+def _dense(name: str) -> bool:
+    """A cuBLAS / CUTLASS matrix product kernel (the layers' Linear work, the same for every run)."""
+    n = name.lower()
+    return 'gemm' in n or 'gemv' in n or 'splitk' in n or 'xmma' in n
+
+
+def gpu_ms(step, data, steps: int, top: int = 0) -> tuple:
+    """Per step: the sum of the kernels' device times (torch.profiler), the
+    matrix products' share of it, and the ``top`` kernels by time."""
     if DEV.type != 'cuda':
-        return float('nan')
+        return float('nan'), float('nan'), []
     from torch.profiler import ProfilerActivity, profile
     sync()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for b in itertools.islice(itertools.cycle(data), steps):
             step(b)
         sync()
-    total = sum(e.self_device_time_total for e in prof.key_averages())
-    return total / 1e3 / steps
+    ev = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    total = sum(e.self_device_time_total for e in ev)
+    dense = sum(e.self_device_time_total for e in ev if _dense(e.key))
+    ev.sort(key=lambda e: -e.self_device_time_total)
+    kernels = [(e.key[:90], e.count // steps, e.self_device_time_total / 1e3 / steps) for e in ev[:top]]
+    return total / 1e3 / steps, dense / 1e3 / steps, kernels
 
 
 def step_records(name: str, a):
@@ -154,16 +169,22 @@ def step_records(name: str, a):
         for run, data, step in runs:
             log(f'[captured] {name} {kind}: {run}')
             w = wall_ms(step, data, a.steps)
-            gms = gpu_ms(step, data, a.profile_steps)
+            gms, dense, kernels = gpu_ms(step, data, a.profile_steps, a.top_kernels)
+            if kernels:
+                log(f'[captured] {name} {kind} {run}: top kernels (name, launches / step, ms / step):\n  '
+                    + '\n  '.join(f'{k:90s} {c:4d} {t:7.3f}' for k, c, t in kernels))
             rec = dict(kind='step', graph=name, model=kind, run=run, wall_ms=w, gpu_ms=gms, wall_over_gpu=w / gms,
+                       dense_ms=dense,
                        batches=len(data), nodes=pad_n if 'padded' in run or 'captured' in run else real_n,
                        edges=pad_e if 'padded' in run or 'captured' in run else real_e)
             if isinstance(step, CapturedStep):
                 rec.update(replays=step.replays, eager_steps=step.eager_steps, graphs=len(step.graphs))
             recs.append(rec)
         ref = recs[0]['wall_ms']
+        comp = next((r['wall_ms'] for r in recs if r['run'] == 'PyG compiled'), None)
         for r in recs:
             r['x_pyg_eager'] = ref / r['wall_ms']
+            r['x_pyg_compiled'] = comp / r['wall_ms'] if comp else None
             r['padding_nodes'], r['padding_edges'] = pad_n / real_n, pad_e / real_e
             yield r
 
@@ -184,6 +205,8 @@ def main(argv=None, prog=None):
     p.add_argument('--layers', type=int, default=3)
     p.add_argument('--batches', type=int, default=20, help='distinct batches the steps cycle through')
     p.add_argument('--bucket-batches', type=int, default=20, help='batches the buckets are measured on')
+    p.add_argument('--levels', type=int, default=3, help='buckets (buckets_from_batches(levels=...))')
+    p.add_argument('--top-kernels', type=int, default=0, help='log the N kernels taking most time per run')
     p.add_argument('--steps', type=int, default=50, help='timed steps per run')
     p.add_argument('--profile-steps', type=int, default=10)
     p.add_argument('--pyg-compile', action='store_true', help="also time torch.compile of PyG's model")
@@ -204,7 +227,9 @@ def main(argv=None, prog=None):
                        Col('graph', 'graph'), Col('model', 'model'), Col('run', 'run'),
                        Col('wall ms', 'wall_ms', '.3f'), Col('GPU ms', 'gpu_ms', '.3f'),
                        Col('wall / GPU', 'wall_over_gpu', '.2f'),
+                       Col('matrix products ms', 'dense_ms', '.3f'),
                        Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
+                       Col('x PyG compiled', 'x_pyg_compiled', '.2f', bold=True),
                        Col('nodes', 'nodes', ',.0f'), Col('edges', 'edges', ',.0f')])],
                    figures=[Figure('captured_step.png', [Panel(
                        _step_rows, 'case', 'x_pyg_eager', series='run',
