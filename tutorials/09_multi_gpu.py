@@ -61,6 +61,13 @@ What to watch for:
   them (``pyg_tc.info()``) while the others wait at a barrier and then load the finished library
   (torch's extension build also holds a file lock).
 
+``--captured`` (pyg_tc's layers with pyg_tc's loader) trains with the step captured in CUDA graphs:
+each rank pads its batches to two buckets (``pyg_tc.loader.PadToBuckets`` as the loader's
+``transform``; the buckets measured on 10 batches, then the largest over the ranks), wraps the model
+in ``DDP(..., static_graph=True)`` and steps through ``pyg_tc.loader.CapturedStep`` with a capturable
+Adam: DDP's all-reduce is part of each replayed graph. The loss is ``pyg_tc.loader.seed_loss``
+(cross-entropy over the real seeds, the same as PyG's ``[:batch_size]`` on unpadded batches).
+
 ``--check`` (on with ``--small``, which CI runs on two CPU processes with gloo) verifies the
 recipe: after the epoch every rank holds bitwise the same parameters, and rank 0 replays all
 ranks' batches in one process (each step: the ranks' losses divided by ``world_size``, one
@@ -202,8 +209,18 @@ def prepare(batch, layers: str, device):
 
 
 def loss_of(model, b):
-    n = b.batch_size
-    return F.cross_entropy(model(b.x, b.edge_index)[:n], b.y[:n])
+    """Cross-entropy over the seeds: ``out[:batch_size]`` (``seed_loss`` does that on a padded batch too)."""
+    return pyg_tc.loader.seed_loss(model(b.x, b.edge_index), b)
+
+
+def pad_to_buckets(loader, a, device):
+    """``--captured``: pad this rank's batches to two buckets measured on 10 of them, the largest
+    over the ranks (every rank then captures graphs of the same shapes)."""
+    buckets = pyg_tc.loader.buckets_from_batches(loader, num_batches=10, levels=2)
+    t = torch.tensor(buckets, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    loader.transform = pyg_tc.loader.PadToBuckets([tuple(b) for b in t.tolist()], a.batch_size,
+                                                  self_loops=a.model == 'gat')
 
 
 def flat_params(model) -> torch.Tensor:
@@ -234,19 +251,28 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     info = dict(processes=world, layers=layers, loader=loader_name(a), model=a.model, graph=a.graph, steps=steps)
     if layers == 'loader':  # the floor of any epoch: making the batches on the device, no model
         return dict(info, accuracy=None, **epoch_times(loader, a, rank, device, lambda b: b.to(device)))
+    captured = a.captured and layers == 'pyg_tc'
+    if captured:
+        pad_to_buckets(loader, a, device)
     torch.manual_seed(0)
     model = Net(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
     init = {k: v.clone() for k, v in model.state_dict().items()}
-    ddp = DDP(model.to(device), device_ids=[device] if cuda else None)
-    opt = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    ddp = DDP(model.to(device), device_ids=[device] if cuda else None, static_graph=captured)
+    opt = torch.optim.Adam(ddp.parameters(), lr=0.01, capturable=captured and cuda)
     record = []  # --check: this rank's (batch on the CPU, loss) per step
+    if captured:  # forward, loss, backward (with DDP's all-reduce) and Adam: one CUDA graph per bucket
+        info['step'] = 'captured'
+        graph_step = pyg_tc.loader.CapturedStep(ddp, opt)
 
     def train_step(batch):
         b = prepare(batch, layers, device)
-        opt.zero_grad()
-        loss = loss_of(ddp, b)
-        loss.backward()  # DDP averages the gradients over the ranks here
-        opt.step()
+        if captured:
+            loss = graph_step(b)
+        else:
+            opt.zero_grad()
+            loss = loss_of(ddp, b)
+            loss.backward()  # DDP averages the gradients over the ranks here
+            opt.step()
         if a.check:
             record.append((copy.copy(batch).to('cpu'), float(loss.detach())))
     ddp.train()
@@ -365,7 +391,8 @@ def print_table(rows) -> None:
         s1 = f'{one[r["layers"]] / r["epoch_s"]:.2f}' if r['layers'] in one else '-'
         xp = f'{pyg[r["processes"]] / r["epoch_s"]:.2f}' if r['layers'] == 'pyg_tc' and r['processes'] in pyg else '-'
         acc = '-' if r['accuracy'] is None else f'{100 * r["accuracy"]:.1f}%'
-        print(f'| {r["processes"]} | {r["layers"]} | {r["loader"]} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} '
+        step = ', step captured' if r.get('step') == 'captured' else ''
+        print(f'| {r["processes"]} | {r["layers"]} | {r["loader"]}{step} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} '
               f'| {acc} |')
     for r in rows:
         if 'ranks_param_diff' in r:
@@ -401,6 +428,8 @@ def main():
                    help="with --loader pyg: sampling worker processes per rank (num_workers; 0: the rank "
                         "samples); default 4 on GPUs, 0 on CPUs")
     p.add_argument('--json', help='also write the table rows (with every epoch time) to this file')
+    p.add_argument('--captured', action='store_true',
+                   help="pyg_tc's layers and loader: padded batches, the step captured (CapturedStep, see the module doc)")
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
     a.layers = [s for s in (a.layers or ('pyg_tc' if a.small else 'PyG,pyg_tc')).split(',') if s]
@@ -411,6 +440,8 @@ def main():
     if a.workers and a.loader == 'pyg_tc':
         p.error("--workers: pyg_tc's loader samples in the rank's process, on its device; "
                 'the option is for --loader pyg')
+    if a.captured and a.loader != 'pyg_tc':
+        p.error("--captured: needs pyg_tc's loader (--loader pyg_tc)")
     if a.workers is None:  # on GPUs the CPU sampler is the bottleneck: sample ahead (docs/distributed.md)
         a.workers = 4 if a.device == 'cuda' and a.loader == 'pyg' else 0
     if a.small:

@@ -23,6 +23,18 @@ loop-fill index) are dropped before the capture, so each replay recomputes
 them from the batch in the buffers; what padding built (the CSR, GAT's
 padded self-loop graph) is part of the batch and copied per step.
 
+DistributedDataParallel (``static_graph=True`` recommended): the model may be
+a ``DDP`` module; DDP's all-reduce is then part of each captured backward
+(NCCL records into CUDA graphs). As PyTorch's CUDA-graph notes ask, DDP runs
+11 eager, synchronised iterations before its first capture: on every rank the
+first call runs them on its batch (a side stream; parameters and optimizer
+state put back afterwards). Later captures warm up through the wrapped module
+(``ddp.module``: no collective, no change to DDP's state, and again put back),
+so every call after the first is exactly one synchronised step on every rank,
+whether it replays, captures or runs eagerly: the ranks stay in lockstep
+however their batches fall into buckets, as long as they make the same number
+of calls (DDP's own rule).
+
 Limits: the model's forward must take ``(x, edge_index)`` (or pass
 ``forward=``), its loss a ``(out, batch)`` function; the optimizer must be
 capturable (Adam / AdamW with ``capturable=True``; SGD as is). State the
@@ -43,6 +55,9 @@ from ..formats.carrier import _ATTR, attach, plain_tensor
 from .loader import _tensors
 from .pad import seed_loss
 
+#: eager DDP iterations before DDP's first capture (PyTorch's CUDA-graph notes: at least 11)
+DDP_WARMUP = 11
+
 
 def check_capturable(optimizer: torch.optim.Optimizer) -> None:
     """Raises where the optimizer's step cannot be captured (Adam / AdamW
@@ -55,6 +70,10 @@ def check_capturable(optimizer: torch.optim.Optimizer) -> None:
 
 def _forward(model: torch.nn.Module, batch: Data) -> Tensor:
     return model(batch.x, batch.edge_index)
+
+
+def _is_ddp(model: torch.nn.Module) -> bool:
+    return isinstance(model, torch.nn.parallel.DistributedDataParallel)
 
 
 def _static_copy(batch: Data) -> Data:
@@ -109,6 +128,8 @@ class CapturedStep:
         scaler (torch.amp.GradScaler, optional): scaled backward (captured)
             and the scaler's step and update (eager).
         warmup (int, optional): warm-up steps before each capture (default 3).
+            A DDP model first runs :data:`DDP_WARMUP` synchronised steps on
+            its first call (see the module doc).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -120,6 +141,8 @@ class CapturedStep:
         self.model, self.optimizer, self.loss_fn, self.forward = model, optimizer, loss_fn, forward
         self.autocast, self.scaler, self.warmup = autocast, scaler, int(warmup)
         self.graphs: Dict[Any, _Captured] = {}
+        #: a DDP model still needs its eager iterations before a capture
+        self._ddp_pending = _is_ddp(model)
         #: steps taken by replay and eagerly
         self.replays = self.eager_steps = 0
 
@@ -129,9 +152,9 @@ class CapturedStep:
             return contextlib.nullcontext()
         return torch.autocast('cuda', dtype=self.autocast, cache_enabled=False)
 
-    def _loss(self, batch: Data) -> Tensor:
+    def _loss(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
         with self._amp():
-            return self.loss_fn(self.forward(self.model, batch), batch)
+            return self.loss_fn(self.forward(self.model if model is None else model, batch), batch)
 
     def _backward(self, loss: Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
@@ -157,6 +180,8 @@ class CapturedStep:
         """One training step on ``batch``; returns its loss (a detached
         tensor on the batch's device; reading it synchronises)."""
         bucket = batch.get('bucket')
+        if self._ddp_pending and batch.x.is_cuda:
+            self._ddp_warmup(batch)
         if bucket is None or not batch.x.is_cuda:
             return self.eager(batch)
         key = tuple(bucket)
@@ -199,22 +224,36 @@ class CapturedStep:
                         else:  # created by the warm-up: as a first step finds it
                             t.zero_()
 
+    def _warm(self, batch: Data, steps: int, model: Optional[torch.nn.Module] = None) -> None:
+        """``steps`` eager steps on a side stream (the caller puts the state back)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(steps):
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = self._loss(batch, model)
+                self._backward(loss)
+                if self.scaler is None:
+                    self.optimizer.step()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def _ddp_warmup(self, batch: Data) -> None:
+        """DDP's eager iterations before its first capture, on every rank's
+        first call (synchronised: every rank runs them); state put back."""
+        snap = self._snapshot()
+        self._warm(batch, DDP_WARMUP)
+        torch.cuda.synchronize()
+        self._restore(snap)
+        self._ddp_pending = False
+
     def _capture(self, batch: Data) -> _Captured:
         static = _static_copy(batch)
         buffers = _flat(static)  # the inputs; what the step memoises later is computed in the graph
         graphs = _graphs(static)
         before = [set(g._memo) for g in graphs]
         snap = self._snapshot()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup):
-                self.optimizer.zero_grad(set_to_none=True)
-                loss = self._loss(static)
-                self._backward(loss)
-                if self.scaler is None:
-                    self.optimizer.step()
-        torch.cuda.current_stream().wait_stream(side)
+        # a DDP model warms up through the module it wraps: no collective, so the ranks stay in step
+        self._warm(static, self.warmup, self.model.module if _is_ddp(self.model) else None)
         for g, keys in zip(graphs, before):  # recomputed inside the graph on every replay
             for k in list(g._memo):
                 if k not in keys:

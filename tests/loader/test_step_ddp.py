@@ -1,0 +1,90 @@
+"""CapturedStep with DistributedDataParallel on two GPUs: the captured run's
+loss curve and parameters equal the eager DDP loop's on every rank, the
+ranks hold identical parameters (the all-reduce is inside the graphs), and
+the ranks stay in lockstep although their batches fall into their buckets in
+different orders (each rank samples its own batches)."""
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import pytest
+import torch
+
+from tests.loader.test_step import Net, _data
+
+WORLD = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _run(rank: int, captured: bool, conv: str) -> tuple:
+    """Two epochs on this rank's batches; (losses, flat parameters, CapturedStep or None)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
+    dev = torch.device('cuda', rank)
+    loader = NeighborLoader(_data(seed=rank), [5, 3], batch_size=32, device=dev, shuffle=True,
+                            generator=torch.Generator().manual_seed(rank))
+    torch.manual_seed(123 + rank)
+    buckets = buckets_from_batches(loader, num_batches=6, levels=2, node_multiple=64, edge_multiple=256)
+    loader.transform = PadToBuckets(buckets, 32, self_loops=True)
+    torch.manual_seed(0)
+    model = DDP(Net(conv).to(dev), device_ids=[dev], static_graph=True)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, capturable=True)
+    step = CapturedStep(model, opt) if captured else None
+
+    def eager(b):
+        opt.zero_grad(set_to_none=True)
+        loss = seed_loss(model(b.x, b.edge_index), b)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    losses = []
+    loader.generator.manual_seed(rank)
+    torch.manual_seed(7 + rank)  # this rank's neighbour draws (the same in both runs)
+    for _ in range(2):
+        for b in loader:
+            losses.append((step or eager)(b))
+    torch.cuda.synchronize()
+    dist.barrier()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return torch.stack(losses).cpu(), flat, step
+
+
+def _worker(rank: int, port: int, conv: str, out: str) -> None:
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group('nccl', rank=rank, world_size=WORLD, timeout=timedelta(seconds=120))
+    try:
+        l_eager, p_eager, _ = _run(rank, False, conv)
+        l_cap, p_cap, step = _run(rank, True, conv)
+        every = [torch.empty_like(p_cap) for _ in range(WORLD)]
+        dist.all_gather(every, p_cap)
+        torch.save(dict(eager=l_eager, captured=l_cap, p_eager=p_eager.cpu(), p_cap=p_cap.cpu(),
+                        ranks=[t.cpu() for t in every], replays=step.replays, eager_steps=step.eager_steps,
+                        graphs=len(step.graphs)), os.path.join(out, f'rank{rank}.pt'))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < WORLD,
+                    reason=f'needs {WORLD} GPUs')
+@pytest.mark.parametrize('conv', ['sage', 'gat'])
+def test_ddp_captured_equals_ddp_eager(conv, tmp_path):
+    torch.multiprocessing.spawn(_worker, args=(_free_port(), conv, str(tmp_path)), nprocs=WORLD, join=True)
+    for rank in range(WORLD):
+        r = torch.load(tmp_path / f'rank{rank}.pt')
+        torch.testing.assert_close(r['captured'], r['eager'], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(r['p_cap'], r['p_eager'], atol=1e-4, rtol=1e-3)
+        for other in r['ranks']:  # DDP's all-reduce ran in the replays: identical parameters
+            torch.testing.assert_close(other, r['ranks'][0], atol=0, rtol=0)
+        assert r['replays'] > 0 and r['graphs'] >= 1
