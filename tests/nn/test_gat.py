@@ -637,3 +637,28 @@ def test_loops_merged_into_target_ordered_edges(kind, num_loops, device):
     # _append_loops takes this path for such edges and the general one otherwise
     via = _append_loops(src, dst, N, N, L, None)
     assert torch.equal(via.graph.col, ref.col) and torch.equal(via.ids.long(), ref_ids)
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('H,C', [(1, 7), (3, 5), (8, 8)])
+@pytest.mark.parametrize('k', [1, 2])
+def test_att_logits_equal_pygs_expression(device, H, C, k):
+    """GAT's per-node logit terms as one matrix product (block-diagonal per
+    head) equal PyG's ``(x * att).sum(-1)``, values and gradients (float64
+    gradcheck), and under autocast keep PyG's expression and dtypes."""
+    from pyg_tc.nn.gat import att_logits
+    g = torch.Generator().manual_seed(H * 10 + k)
+    x = torch.randn(37, H, C, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    atts = [torch.randn(1, H, C, generator=g, dtype=torch.float64).to(device).requires_grad_() for _ in range(k)]
+    got = att_logits(x, *atts)
+    ref = [(x * a).sum(-1) for a in atts]
+    assert len(got) == k
+    for a, b in zip(got, ref):
+        assert a.shape == (37, H)
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(lambda x, *a: torch.cat(att_logits(x, *a), 1), (x, *atts))
+    xf = x.detach().float()
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+        out = att_logits(xf.to(torch.bfloat16), *[a.detach().float() for a in atts])
+        want = [(xf.to(torch.bfloat16) * a.detach().float()).sum(-1) for a in atts]
+    assert [o.dtype for o in out] == [w.dtype for w in want]
