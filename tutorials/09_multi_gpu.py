@@ -65,7 +65,9 @@ What to watch for:
 each rank pads its batches to two buckets (``pyg_tc.loader.PadToBuckets`` as the loader's
 ``transform``; the buckets measured on 10 batches, then the largest over the ranks), wraps the model
 in ``DDP(..., static_graph=True)`` and steps through ``pyg_tc.loader.CapturedStep`` with a capturable
-Adam: DDP's all-reduce is part of each replayed graph. The loss is ``pyg_tc.loader.seed_loss``
+Adam: DDP's all-reduce is part of each replayed graph. On GPUs, DDP, the step and the loop run under
+one side stream (``with torch.cuda.stream(s)``): DDP keeps its gradient accumulators on the stream
+it was built under, and a capture must not depend on another. The loss is ``pyg_tc.loader.seed_loss``
 (cross-entropy over the real seeds, the same as PyG's ``[:batch_size]`` on unpadded batches).
 
 ``--check`` (on with ``--small``, which CI runs on two CPU processes with gloo) verifies the
@@ -254,6 +256,16 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     captured = a.captured and layers == 'pyg_tc'
     if captured:
         pad_to_buckets(loader, a, device)
+        if cuda:  # DDP, its captured step and the loop on one side stream (see CapturedStep)
+            with torch.cuda.stream(torch.cuda.Stream(device)):
+                return train_and_test(rank, world, a, data, layers, device, loader, info, captured)
+    return train_and_test(rank, world, a, data, layers, device, loader, info, captured)
+
+
+def train_and_test(rank: int, world: int, a, data: Data, layers: str, device, loader, info: dict,
+                   captured: bool) -> dict:
+    """The model, its training epochs, the evaluation and (``--check``) the check."""
+    cuda = device.type == 'cuda'
     torch.manual_seed(0)
     model = Net(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
     init = {k: v.clone() for k, v in model.state_dict().items()}

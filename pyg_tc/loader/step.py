@@ -25,7 +25,13 @@ padded self-loop graph) is part of the batch and copied per step.
 
 DistributedDataParallel (``static_graph=True`` recommended): the model may be
 a ``DDP`` module; DDP's all-reduce is then part of each captured backward
-(NCCL records into CUDA graphs). As PyTorch's CUDA-graph notes ask, DDP runs
+(NCCL records into CUDA graphs). DDP keeps its parameters' gradient
+accumulators from its construction, on the stream current then, and autograd
+joins that stream in every backward: a capture on another stream would make
+it depend on the capturing one, which CUDA refuses. So build DDP, the
+``CapturedStep`` and run the loop under one side stream
+(``with torch.cuda.stream(s): ...``); the step warms up and captures on it
+(a DDP model under the default stream is refused with that advice). As PyTorch's CUDA-graph notes ask, DDP runs
 11 eager, synchronised iterations before its first capture: on every rank the
 first call runs them on its batch (a side stream; parameters and optimizer
 state put back afterwards). Later captures warm up through the wrapped module
@@ -128,6 +134,9 @@ class CapturedStep:
         scaler (torch.amp.GradScaler, optional): scaled backward (captured)
             and the scaler's step and update (eager).
         warmup (int, optional): warm-up steps before each capture (default 3).
+        stream (torch.cuda.Stream, optional): the stream warm-ups and
+            captures run on (default: a new side stream per capture; for a
+            DDP model the stream current at construction, see the module doc).
             A DDP model first runs :data:`DDP_WARMUP` synchronised steps on
             its first call (see the module doc).
     """
@@ -135,9 +144,20 @@ class CapturedStep:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  loss_fn: Callable[[Tensor, Data], Tensor] = seed_loss,
                  forward: Callable[[torch.nn.Module, Data], Tensor] = _forward,
-                 autocast: Optional[torch.dtype] = None, scaler: Optional[Any] = None, warmup: int = 3):
-        if any(p.is_cuda for p in model.parameters()):
+                 autocast: Optional[torch.dtype] = None, scaler: Optional[Any] = None, warmup: int = 3,
+                 stream: Optional[torch.cuda.Stream] = None):
+        cuda = any(p.is_cuda for p in model.parameters())
+        if cuda:
             check_capturable(optimizer)
+        if cuda and _is_ddp(model) and stream is None:
+            cur = torch.cuda.current_stream()
+            if cur.cuda_stream == torch.cuda.default_stream().cuda_stream:
+                raise ValueError('pyg_tc: CapturedStep with DistributedDataParallel: build DDP, the CapturedStep '
+                                 'and run the loop under one side stream (s = torch.cuda.Stream(); with '
+                                 'torch.cuda.stream(s): model = DDP(...); step = CapturedStep(model, opt); ...), '
+                                 "so DDP's gradient accumulators live on the stream the step is captured on")
+            stream = cur
+        self.stream = stream
         self.model, self.optimizer, self.loss_fn, self.forward = model, optimizer, loss_fn, forward
         self.autocast, self.scaler, self.warmup = autocast, scaler, int(warmup)
         self.graphs: Dict[Any, _Captured] = {}
@@ -226,7 +246,7 @@ class CapturedStep:
 
     def _warm(self, batch: Data, steps: int, model: Optional[torch.nn.Module] = None) -> None:
         """``steps`` eager steps on a side stream (the caller puts the state back)."""
-        side = torch.cuda.Stream()
+        side = self.stream or torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(steps):
@@ -260,7 +280,9 @@ class CapturedStep:
                     del g._memo[k]
         graph = torch.cuda.CUDAGraph()
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.cuda.graph(graph):
+        side = self.stream or torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.graph(graph, stream=side):
             loss = self._loss(static)
             self._backward(loss)
             if self.scaler is None:

@@ -1,4 +1,5 @@
-"""CapturedStep with DistributedDataParallel on two GPUs: the captured run's
+"""CapturedStep with DistributedDataParallel (one process, and two on two
+GPUs; DDP built and the loop run under a side stream): the captured run's
 loss curve and parameters equal the eager DDP loop's on every rank, the
 ranks hold identical parameters (the all-reduce is inside the graphs), and
 the ranks stay in lockstep although their batches fall into their buckets in
@@ -14,7 +15,6 @@ import torch
 
 from tests.loader.test_step import Net, _data
 
-WORLD = 2
 
 
 def _free_port() -> int:
@@ -24,6 +24,11 @@ def _free_port() -> int:
 
 
 def _run(rank: int, captured: bool, conv: str) -> tuple:
+    with torch.cuda.stream(torch.cuda.Stream(rank)):  # DDP, its step and the loop on one side stream
+        return _train(rank, captured, conv)
+
+
+def _train(rank: int, captured: bool, conv: str) -> tuple:
     """Two epochs on this rank's batches; (losses, flat parameters, CapturedStep or None)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -58,15 +63,15 @@ def _run(rank: int, captured: bool, conv: str) -> tuple:
     return torch.stack(losses).cpu(), flat, step
 
 
-def _worker(rank: int, port: int, conv: str, out: str) -> None:
+def _worker(rank: int, world: int, port: int, conv: str, out: str) -> None:
     import torch.distributed as dist
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
-    dist.init_process_group('nccl', rank=rank, world_size=WORLD, timeout=timedelta(seconds=120))
+    dist.init_process_group('nccl', rank=rank, world_size=world, timeout=timedelta(seconds=120))
     try:
         l_eager, p_eager, _ = _run(rank, False, conv)
         l_cap, p_cap, step = _run(rank, True, conv)
-        every = [torch.empty_like(p_cap) for _ in range(WORLD)]
+        every = [torch.empty_like(p_cap) for _ in range(world)]
         dist.all_gather(every, p_cap)
         torch.save(dict(eager=l_eager, captured=l_cap, p_eager=p_eager.cpu(), p_cap=p_cap.cpu(),
                         ranks=[t.cpu() for t in every], replays=step.replays, eager_steps=step.eager_steps,
@@ -76,15 +81,38 @@ def _worker(rank: int, port: int, conv: str, out: str) -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < WORLD,
-                    reason=f'needs {WORLD} GPUs')
+@pytest.mark.parametrize('world', [1, 2])
 @pytest.mark.parametrize('conv', ['sage', 'gat'])
-def test_ddp_captured_equals_ddp_eager(conv, tmp_path):
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), conv, str(tmp_path)), nprocs=WORLD, join=True)
-    for rank in range(WORLD):
+def test_ddp_captured_equals_ddp_eager(conv, world, tmp_path):
+    if not torch.cuda.is_available() or torch.cuda.device_count() < world:
+        pytest.skip(f'needs {world} GPU(s)')
+    torch.multiprocessing.spawn(_worker, args=(world, _free_port(), conv, str(tmp_path)), nprocs=world, join=True)
+    for rank in range(world):
         r = torch.load(tmp_path / f'rank{rank}.pt')
         torch.testing.assert_close(r['captured'], r['eager'], atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(r['p_cap'], r['p_eager'], atol=1e-4, rtol=1e-3)
         for other in r['ranks']:  # DDP's all-reduce ran in the replays: identical parameters
             torch.testing.assert_close(other, r['ranks'][0], atol=0, rtol=0)
         assert r['replays'] > 0 and r['graphs'] >= 1
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a GPU')
+def test_ddp_under_the_default_stream_is_refused():
+    """A DDP model built under the default stream cannot be captured (its
+    gradient accumulators live there): a clear error up front."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from pyg_tc.loader import CapturedStep
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(_free_port()))
+    dist.init_process_group('nccl', rank=0, world_size=1)
+    try:
+        model = DDP(Net('sage').cuda())
+        opt = torch.optim.Adam(model.parameters(), capturable=True)
+        with pytest.raises(ValueError, match='side stream'):
+            CapturedStep(model, opt)
+        with torch.cuda.stream(torch.cuda.Stream()):
+            assert CapturedStep(model, opt).stream is not None
+    finally:
+        dist.destroy_process_group()
