@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from .. import _library
+from . import _build_ops as _ops  # the builders' GPU ops (defined below the formats)
 
 #: edges per schedule unit by default; None: :func:`auto_chunk` picks it from the edge count
 DEFAULT_CHUNK = None
@@ -174,7 +175,7 @@ def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
     if not rowptrs:
         return []
     if all(rp.is_cuda for rp in rowptrs) and _library.use_kernel(rowptrs[0]):
-        flat = _library.op('csr_schedules')([rp.to(torch.int32) for rp in rowptrs], chunk)
+        flat = _ops.csr_schedules([rp.to(torch.int32) for rp in rowptrs], chunk)
         slots = flat[-1].tolist()
         return [Schedule(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2], slots[i]) for i in range(len(rowptrs))]
     return build_schedules_torch(rowptrs, chunk, max_degrees)
@@ -252,7 +253,7 @@ def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
     the memory of torch.sort); elsewhere torch.sort."""
     bits = max(1, (max(num_keys, 1) - 1).bit_length())
     if keys.is_cuda and bits <= 31 and _library.use_kernel(keys):
-        return _library.op('sort_int32')(keys, bits)
+        return _ops.sort_int32(keys, bits)
     values, perm = torch.sort(keys, stable=True)
     return values, perm.to(torch.int32)
 
@@ -283,7 +284,7 @@ def transpose(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, Tensor,
     the ``csr_transpose`` op on CUDA with the kernels loaded (one radix sort
     and one kernel), else :func:`transpose_torch`."""
     if col.is_cuda and _library.use_kernel(col):
-        return _library.op('csr_transpose')(col, rows.to(torch.int32), num_cols)
+        return _ops.csr_transpose(col, rows.to(torch.int32), num_cols)
     return transpose_torch(col, rows, num_cols)
 
 
