@@ -162,7 +162,7 @@ class PadToBuckets(BaseTransform):
             every padded batch reserves).
         self_loops (bool, optional): also build the padded self-loop graph
             that ``GATConv`` / ``GATv2Conv`` (``add_self_loops=True``) use
-            (:func:`pyg_tc.formats.loops.pad_loop_graph`), so a step with GAT layers
+            (``pyg_tc.formats.loops.pad_loop_graph``), so a step with GAT layers
             builds nothing either (default: False).
     """
 
