@@ -268,15 +268,18 @@ print(json.dumps(out))
 
 
 def test_ops_are_defined_when_needed_without_importing_pyg_tc_ops():
-    """``pyg_tc.formats`` alone does not import the op modules; looking an op
-    up imports them, and so does loading the kernels (``ensure()``, which
+    """``pyg_tc.formats`` alone does not import the op modules: it defines
+    only the builders' own ops (below it, called directly); looking another
+    op up imports them, and so does loading the kernels (``ensure()``, which
     ``info()`` calls where the kernels can be built), so every op is defined
     before its CUDA fallback is registered."""
     code = ('import json, sys; import pyg_tc.formats; from pyg_tc import _library; '
-            'before = "pyg_tc.ops" in sys.modules; name = _library.op("sort_int32").name; '
-            'print(json.dumps([before, name, sorted(_library.OPS)]))')
-    before, name, ops = json.loads(_python('-c', code).stdout)
-    assert before is False and name == 'sort_int32' and {'spmm_csr', 'edge_softmax', 'sampled_spmm'} <= set(ops)
+            'before = "pyg_tc.ops" in sys.modules; own = sorted(_library.OPS); '
+            'name = _library.op("spmm_csr").name; '
+            'print(json.dumps([before, own, name, sorted(_library.OPS)]))')
+    before, own, name, ops = json.loads(_python('-c', code).stdout)
+    assert before is False and own == ['csr_schedules', 'csr_transpose', 'sort_int32']
+    assert name == 'spmm_csr' and {'spmm_csr', 'edge_softmax', 'sampled_spmm', 'sort_int32'} <= set(ops)
     code = ('import json, sys, pyg_tc; from pyg_tc import _library; _library.ensure(); '
             'print(json.dumps(["pyg_tc.ops" in sys.modules, sorted(_library.OPS)]))')
     loaded, ops = json.loads(_python('-c', code).stdout)

@@ -28,12 +28,13 @@ medium row, heavy rows spread over many warps).
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from .. import _library
+from . import _build_ops as _ops  # the builders' GPU ops (defined below the formats)
 
 #: edges per schedule unit by default; None: :func:`auto_chunk` picks it from the edge count
 DEFAULT_CHUNK = None
@@ -174,7 +175,7 @@ def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
     if not rowptrs:
         return []
     if all(rp.is_cuda for rp in rowptrs) and _library.use_kernel(rowptrs[0]):
-        flat = _library.op('csr_schedules')([rp.to(torch.int32) for rp in rowptrs], chunk)
+        flat = _ops.csr_schedules([rp.to(torch.int32) for rp in rowptrs], chunk)
         slots = flat[-1].tolist()
         return [Schedule(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2], slots[i]) for i in range(len(rowptrs))]
     return build_schedules_torch(rowptrs, chunk, max_degrees)
@@ -252,7 +253,7 @@ def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
     the memory of torch.sort); elsewhere torch.sort."""
     bits = max(1, (max(num_keys, 1) - 1).bit_length())
     if keys.is_cuda and bits <= 31 and _library.use_kernel(keys):
-        return _library.op('sort_int32')(keys, bits)
+        return _ops.sort_int32(keys, bits)
     values, perm = torch.sort(keys, stable=True)
     return values, perm.to(torch.int32)
 
@@ -283,7 +284,7 @@ def transpose(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, Tensor,
     the ``csr_transpose`` op on CUDA with the kernels loaded (one radix sort
     and one kernel), else :func:`transpose_torch`."""
     if col.is_cuda and _library.use_kernel(col):
-        return _library.op('csr_transpose')(col, rows.to(torch.int32), num_cols)
+        return _ops.csr_transpose(col, rows.to(torch.int32), num_cols)
     return transpose_torch(col, rows, num_cols)
 
 
@@ -322,15 +323,104 @@ class CSRGraph:
         self.padded = False
         #: ``(rows, edges)`` really in a padded graph (informational)
         self.real_size: Optional[Tuple[int, int]] = None
+        # the one store of what is derived from the structure, by key (see
+        # "derived objects" below); only pyg_tc.formats reads it directly
         self._memo: dict = {}
 
-    def memo(self, key, fn):
-        """Structure-derived tensors (self loops, normalisations) computed once
-        per graph and shared by every layer that uses it; not carried by
-        :meth:`to` (recomputed on the new device)."""
+    # -- derived objects ----------------------------------------------------
+    # Objects computed from the structure once per graph and shared by every
+    # layer that uses it: derived graphs (the self-loop graph of
+    # :mod:`pyg_tc.formats.loops`, ES-SpMM's capped graph), row and edge
+    # orders, normalisations. One store holds them, which the named accessors
+    # below and :meth:`memo` fill; :meth:`derived_keys`, :meth:`derived_values`
+    # and :meth:`drop_derived` list and drop its entries. Not carried by
+    # :meth:`to` (recomputed on the new device).
+
+    def memo(self, key: Any, fn: Callable[[], Any]) -> Any:
+        """The object derived from the structure under ``key``, ``fn()``
+        computed on first use and kept (a layer's or op's own per-graph
+        cache: normalisations, schedules, tuning results; derived graphs have
+        named accessors)."""
         if key not in self._memo:
             self._memo[key] = fn()
         return self._memo[key]
+
+    def memoised(self, key: Any) -> Any:
+        """The object kept under ``key`` by :meth:`memo`, or None; builds
+        nothing (what a layer checks under ``torch.compile``)."""
+        return self._memo.get(key)
+
+    def _remember(self, key: Any, value: Any) -> Any:
+        """Keep ``value`` under ``key`` (replacing what was there); returns it."""
+        self._memo[key] = value
+        return value
+
+    def derived_keys(self) -> frozenset:
+        """The keys of every derived object kept on this graph, to drop later
+        those made after this point (:meth:`drop_derived`)."""
+        return frozenset(self._memo)
+
+    def derived_values(self) -> list:
+        """Every derived object kept on this graph (graphs among them: e.g. a
+        self-loop graph, a capped graph)."""
+        return list(self._memo.values())
+
+    def drop_derived(self, keep: Collection = ()) -> None:
+        """Forget the derived objects whose key is not in ``keep`` (e.g. an
+        earlier :meth:`derived_keys`): they are made again on next use.
+        :class:`pyg_tc.loader.CapturedStep` drops what its warm-up made, so
+        that the capture computes it inside the CUDA graph."""
+        for key in [k for k in self._memo if k not in keep]:
+            del self._memo[key]
+
+    def known_max_degree(self) -> Optional[int]:
+        """:meth:`max_degree` if it was read already, else None (reading it
+        synchronises with the device)."""
+        return self._memo.get('max_degree')
+
+    @property
+    def fp16_sum_warned(self) -> bool:
+        """Whether a layer gave its notice about float16 sums on this graph
+        (once per graph). Kept with the derived objects, so
+        :meth:`drop_derived` resets it."""
+        return 'fp16_sum_warned' in self._memo
+
+    @fp16_sum_warned.setter
+    def fp16_sum_warned(self, value: bool) -> None:
+        if value:
+            self._memo['fp16_sum_warned'] = True
+        else:
+            self._memo.pop('fp16_sum_warned', None)
+
+    def csr_positions(self) -> Optional[Tensor]:
+        """The CSR position of every original edge (the inverse of ``perm``;
+        once per graph), or None when the orders agree (``perm`` is None)."""
+        if self.perm is None:
+            return None
+        return self.memo('inverse_perm', lambda: inverse_perm(self.perm))
+
+    def rows_by_degree(self) -> Tensor:
+        """The rows by in-degree, descending, ties in row order (int32; once
+        per graph)."""
+        return self.memo('row_order', lambda: torch.sort(self.degree(), descending=True, stable=True)[1].int())
+
+    def capped(self, max_neighbors: int, sampling: str, seed: int,
+               build: Optional[Callable[[], Any]] = None) -> Any:
+        """ES-SpMM's capped graph of this graph for ``(max_neighbors,
+        sampling, seed)``: what ``build()`` returns
+        (:func:`pyg_tc.ops.sample.capped_graph`: the capped graph, its edges'
+        positions here and their weights), kept one per ``(max_neighbors,
+        sampling)``: a new seed's replaces the earlier one. ``build`` None:
+        lookup only (None when not kept)."""
+        key = ('capped', max_neighbors, sampling)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] == seed:
+            return hit[1]
+        if build is None:
+            return None
+        value = build()
+        self._memo[key] = (seed, value)
+        return value
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -496,8 +586,8 @@ class CSRGraph:
                      num_rows, num_rows, chunk)
         g.padded, g.real_size = True, (R, E)
         g.sampling = self.sampling
-        if 'max_degree' in self._memo:
-            g._memo['max_degree'] = self._memo['max_degree']
+        if self.known_max_degree() is not None:
+            g._remember('max_degree', self.known_max_degree())
         return g
 
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':

@@ -44,6 +44,7 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
 from ..formats.carrier import attach, resolve
+from ..formats.loops import pad_loop_graph
 
 
 class Bucket(NamedTuple):
@@ -161,7 +162,7 @@ class PadToBuckets(BaseTransform):
             every padded batch reserves).
         self_loops (bool, optional): also build the padded self-loop graph
             that ``GATConv`` / ``GATv2Conv`` (``add_self_loops=True``) use
-            (``pyg_tc.nn.gat.pad_loop_graph``), so a step with GAT layers
+            (``pyg_tc.formats.loops.pad_loop_graph``), so a step with GAT layers
             builds nothing either (default: False).
     """
 
@@ -205,7 +206,6 @@ class PadToBuckets(BaseTransform):
                              "(pyg_tc.loader.NeighborLoader's)")
         pg = g.pad(N, P)
         if self.self_loops:
-            from ..nn.gat import pad_loop_graph
             pad_loop_graph(pg)
         store = batch._store
         node_keys = [k for k in store.keys() if k not in ('edge_index', 'num_nodes') and store.is_node_attr(k)]

@@ -270,14 +270,12 @@ class CapturedStep:
         static = _static_copy(batch)
         buffers = _flat(static)  # the inputs; what the step memoises later is computed in the graph
         graphs = _graphs(static)
-        before = [set(g._memo) for g in graphs]
+        before = [g.derived_keys() for g in graphs]
         snap = self._snapshot()
         # a DDP model warms up through the module it wraps: no collective, so the ranks stay in step
         self._warm(static, self.warmup, self.model.module if _is_ddp(self.model) else None)
         for g, keys in zip(graphs, before):  # recomputed inside the graph on every replay
-            for k in list(g._memo):
-                if k not in keys:
-                    del g._memo[k]
+            g.drop_derived(keep=keys)
         graph = torch.cuda.CUDAGraph()
         self.optimizer.zero_grad(set_to_none=True)
         side = self.stream or torch.cuda.Stream()
@@ -304,7 +302,7 @@ def _graphs(batch: Data) -> list:
         seen.add(id(obj))
         if isinstance(obj, CSRGraph):
             out.append(obj)
-            todo.extend(obj._memo.values())
+            todo.extend(obj.derived_values())
         elif isinstance(obj, (tuple, list)):
             todo.extend(obj)
         elif isinstance(obj, Tensor) and hasattr(obj, _ATTR):

@@ -101,11 +101,11 @@ def warn_fp16_sum(g: CSRGraph, layer: str) -> None:
     read once and kept)."""
     if torch.compiler.is_compiling() or g.num_rows == 0:
         return
-    if 'fp16_sum_warned' in g._memo:
+    if g.fp16_sum_warned:
         return
-    if g.padded and 'max_degree' not in g._memo:  # reading it would synchronise the step
+    if g.padded and g.known_max_degree() is None:  # reading it would synchronise the step
         return
-    g._memo['fp16_sum_warned'] = True
+    g.fp16_sum_warned = True
     deg = g.max_degree()
     if deg > 2048:
         warnings.warn(

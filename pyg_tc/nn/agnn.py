@@ -11,10 +11,10 @@ from torch_geometric.typing import Adj
 
 from ..formats.carrier import resolve
 from ..formats.csr import CSRGraph
+from ..formats.loops import format_ready, loop_graph, loops_from_edges, plain_edge_index
 from ..ops import attn, dispatch
 from ._base import TCLayer, pyg_dtype, pyg_method, softmax_dtype
 from .conv import _loop_info, pyg_layer
-from .gat import _loop_key, format_ready, loop_graph, loops_from_edges, plain_edge_index
 
 
 def _without_loops(g: CSRGraph) -> CSRGraph:
@@ -99,7 +99,7 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
     def _loop_graph(self, adj: Adj, N: int) -> Optional[CSRGraph]:
         """The graph the fused path runs on: with ``add_self_loops`` PyG's
         ``remove_self_loops`` + ``add_self_loops`` (shared with GATConv's on
-        the same adjacency: :func:`pyg_tc.nn.gat.loops_from_edges` for a
+        the same adjacency: :func:`pyg_tc.formats.loops.loops_from_edges` for a
         plain ``edge_index``, else memoised on its graph). None: under
         ``torch.compile`` it does not exist yet."""
         compiling = torch.compiler.is_compiling()
@@ -109,9 +109,8 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
             lg = loops_from_edges(adj, N, N, self.flow, N, build=not compiling)
             return None if lg is None else lg.graph
         g, _ = resolve(adj, size=(N, N), flow=self.flow)
-        if compiling and _loop_key('append', N) not in g._memo:
-            return None
-        return loop_graph(g, N, 'append').graph
+        lg = loop_graph(g, N, 'append', build=not compiling)
+        return None if lg is None else lg.graph
 
     @torch.jit.unused
     def _tc_forward(self, x: Tensor, edge_index: Adj) -> Tensor:

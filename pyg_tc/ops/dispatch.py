@@ -36,7 +36,7 @@ from .. import _library
 from .._cuda_graph import capture_graph
 from ..formats.carrier import resolve
 from ..formats.cbsr import CBSR
-from ..formats.csr import CSRGraph, inverse_perm
+from ..formats.csr import CSRGraph
 
 #: the user-facing backends (layers add 'pyg': PyG's own message passing)
 BACKENDS = ('auto', 'csr', 'sgt', 'reference')
@@ -298,7 +298,7 @@ def sddmm(a: Tensor, b: Tensor, adj: Any, *,
     out = edge_scores(g, autocast_features(a), autocast_features(b), backend)
     if g.perm is None:
         return out
-    return out.index_select(0, g.memo('inverse_perm', lambda: inverse_perm(g.perm)))
+    return out.index_select(0, g.csr_positions())
 
 
 # ---------------------------------------------------------------------------
@@ -336,8 +336,9 @@ def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm'
     if g.device.type != 'cuda':
         return 'csr'
     key = ('auto', op, int(width), dtype)
-    if key in g._memo:
-        return g._memo[key]
+    hit = g.memoised(key)
+    if hit is not None:
+        return hit
     if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
         return 'csr'
     return g.memo(key, lambda: _tune(g, int(width), dtype, op))

@@ -218,13 +218,7 @@ def row_order(g) -> Tensor:
     """The rows of ``g`` by degree, descending (int32, once per graph): the
     kernel's warps take rows in this order, so the rows sharing a warp keep
     nearly equal counts ``min(deg, S)`` for every cap ``S``."""
-    return g.memo('row_order', lambda: torch.sort(g.degree(), descending=True, stable=True)[1].int())
-
-
-def _built(g, max_neighbors: int, sampling: str, seed: int):
-    """The capped graph of this (cap, strategy, seed) if one is kept on ``g``."""
-    hit = g._memo.get(('capped', max_neighbors, sampling))
-    return hit[1] if hit is not None and hit[0] == seed else None
+    return g.rows_by_degree()
 
 
 def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
@@ -237,14 +231,12 @@ def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
     from ..formats.csr import CSRGraph
     if g.max_degree() <= max_neighbors:
         return None
-    hit = _built(g, max_neighbors, sampling, seed)
-    if hit is not None:
-        return hit
-    rowptr_s, edge, scale = sample_csr(g.rowptr, max_neighbors, sampling, seed)
-    gs = CSRGraph.from_csr(rowptr_s, g.col.index_select(0, edge), g.num_cols, g.chunk)
-    w = scale.index_select(0, gs.row().long())
-    g._memo[('capped', max_neighbors, sampling)] = (seed, (gs, edge, w))
-    return gs, edge, w
+
+    def build():
+        rowptr_s, edge, scale = sample_csr(g.rowptr, max_neighbors, sampling, seed)
+        gs = CSRGraph.from_csr(rowptr_s, g.col.index_select(0, edge), g.num_cols, g.chunk)
+        return gs, edge, scale.index_select(0, gs.row().long())
+    return g.capped(max_neighbors, sampling, seed, build)
 
 
 def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, spec: Sampling,
@@ -271,7 +263,7 @@ def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, 
     seed = spec.resolved_seed()
     if g.max_degree() <= spec.max_neighbors:  # nothing capped: the exact op, bitwise
         return dispatch.aggregate(g, x, value, reduce, diag, backend=backend, strict=strict)
-    built = _built(g, spec.max_neighbors, spec.sampling, seed)
+    built = g.capped(spec.max_neighbors, spec.sampling, seed)
     a = check_spmm(g, x, value, reduce, diag)
     if built is None and isinstance(x, Tensor) and backend in ('auto', 'csr') and use_kernel(x) and not (
             torch.is_grad_enabled() and any(t is not None and t.requires_grad

@@ -526,7 +526,7 @@ def test_plain_edge_index_keeps_one_graph():
     it, and an in-place edit of the edges rebuilds it."""
     from pyg_tc.formats.carrier import format_bytes, has_graph
     from pyg_tc.nn import AGNNConv
-    from pyg_tc.nn.gat import loops_from_edges
+    from pyg_tc.formats.loops import loops_from_edges
     torch.manual_seed(0)
     N, E = 300, 2000
     ei = torch.randint(0, N, (2, E))
@@ -619,7 +619,7 @@ def test_loops_merged_into_target_ordered_edges(kind, num_loops, device):
     batches) get their loops written into the CSR without a sort: the same
     graph and edge ids as the sorted construction."""
     from pyg_tc.formats import CSRGraph
-    from pyg_tc.nn.gat import _append_loops, _merge_loops
+    from pyg_tc.formats.loops import _append_loops, _merge_loops
     ei, n = make_graph(kind, device)
     N = n if isinstance(n, int) else max(n)
     ei = ei[:, ei[0] != ei[1]]

@@ -259,7 +259,7 @@ def test_cap_neighbors_transform(kind):
     x = torch.rand(120, 6)
     data = CapNeighbors(8, 'uniform', seed=4)(Data(x=x, edge_index=ei.clone(), num_nodes=120))
     g = DegreeBucketTransform.graph(data)
-    assert ('capped', 8, 'uniform') in g._memo  # built once, by the transform
+    assert g.capped(8, 'uniform', 4) is not None  # built once, by the transform
     with torch.no_grad():
         out = conv(x, data.edge_index)
         with pyg_tc.sampled_aggregation(8, 'uniform', seed=4):
@@ -357,7 +357,8 @@ def test_layers_kernel_path_cuda(kind):
     g = CSRGraph.from_csr(rowptr, col, 120).to('cuda')
     xs = torch.rand(120, 16, device='cuda')
     out = pyg_tc.ops.spmm(xs, g, max_neighbors=8, seed=3)
-    assert not any(k[0] == 'capped' for k in g._memo if isinstance(k, tuple))  # nothing built
+    assert g.capped(8, 'uniform', 3) is None  # nothing built
+    assert not any(k[0] == 'capped' for k in g.derived_keys() if isinstance(k, tuple))
     ref = sampled_spmm_reference(rowptr, col, None, xs.cpu(), 8, 'uniform', 3)
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
 
