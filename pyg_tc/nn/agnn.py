@@ -20,11 +20,15 @@ from .conv import _loop_info, pyg_layer
 def _without_loops(g: CSRGraph) -> CSRGraph:
     """``g`` minus its self loops (``g`` itself when it has none), once per graph."""
     def build():
-        pos, _ = _loop_info(g)
-        if pos.numel() == 0:
+        pos, lrow = _loop_info(g)
+        if g.padded:  # every position listed, loops by their row: keep the real non-loop edges
+            live = torch.arange(g.num_edges, device=g.device) < g.rowptr[-1]
+            keep = live & (lrow == g.num_rows)
+        elif pos.numel() == 0:
             return g
-        keep = torch.ones(g.num_edges, dtype=torch.bool, device=g.device)
-        keep[pos] = False
+        else:
+            keep = torch.ones(g.num_edges, dtype=torch.bool, device=g.device)
+            keep[pos] = False
         return CSRGraph.from_coo(g.col[keep], g.row()[keep], g.num_cols, g.num_rows, g.chunk)
     return g.memo('without_loops', build)
 
