@@ -31,15 +31,17 @@ joins that stream in every backward: a capture on another stream would make
 it depend on the capturing one, which CUDA refuses. So build DDP, the
 ``CapturedStep`` and run the loop under one side stream
 (``with torch.cuda.stream(s): ...``); the step warms up and captures on it
-(a DDP model under the default stream is refused with that advice). As PyTorch's CUDA-graph notes ask, DDP runs
-11 eager, synchronised iterations before its first capture: on every rank the
-first call runs them on its batch (a side stream; parameters and optimizer
-state put back afterwards). Later captures warm up through the wrapped module
-(``ddp.module``: no collective, no change to DDP's state, and again put back),
-so every call after the first is exactly one synchronised step on every rank,
-whether it replays, captures or runs eagerly: the ranks stay in lockstep
-however their batches fall into buckets, as long as they make the same number
-of calls (DDP's own rule).
+(a DDP model under the default stream is refused with that advice). As
+PyTorch's CUDA-graph notes ask, DDP runs 11 eager, synchronised iterations
+before its first capture: on every rank the first call runs them on its batch
+(parameters and optimizer state put back afterwards). Later captures warm up
+through the wrapped module (``ddp.module``: no collective, no change to DDP's
+state, and again put back), so every call after the first is one
+synchronised step on every rank, whether it replays, captures or runs
+eagerly, as long as the ranks make the same number of calls (DDP's own
+rule). Give every rank the same buckets: a test where the ranks' buckets
+differ (one rank capturing while another replays) did not finish on two
+GPUs.
 
 Limits: the model's forward must take ``(x, edge_index)`` (or pass
 ``forward=``), its loss a ``(out, batch)`` function; the optimizer must be

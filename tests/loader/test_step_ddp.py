@@ -2,8 +2,8 @@
 GPUs; DDP built and the loop run under a side stream): the captured run's
 loss curve and parameters equal the eager DDP loop's on every rank, the
 ranks hold identical parameters (the all-reduce is inside the graphs), and
-the ranks stay in lockstep although their batches fall into their buckets in
-different orders (each rank samples its own batches)."""
+the ranks stay in lockstep although their batches (each rank samples its own)
+fall into the shared buckets in different orders."""
 from __future__ import annotations
 
 import itertools
@@ -42,7 +42,9 @@ def _train(rank: int, captured: bool, conv: str) -> tuple:
                             generator=torch.Generator().manual_seed(rank))
     torch.manual_seed(123 + rank)
     buckets = buckets_from_batches(loader, num_batches=6, levels=2, node_multiple=64, edge_multiple=256)
-    loader.transform = PadToBuckets(buckets, 32, self_loops=True)
+    t = torch.tensor(buckets, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the same buckets on every rank (CapturedStep's DDP rule)
+    loader.transform = PadToBuckets([tuple(b) for b in t.tolist()], 32, self_loops=True)
     torch.manual_seed(0)
     model = DDP(Net(conv).to(dev), device_ids=[dev], static_graph=True)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, capturable=True)
