@@ -71,12 +71,15 @@ class Op:
         materialize_grads: as ``ctx.set_materialize_grads`` (False: outputs
             without an incoming gradient pass None).
         namespace: the op library (``pyg_tc``; only its ops are in :data:`OPS`).
+        reference_only: no CUDA kernel implements the op; its reference runs
+            on every device (tests check the kernels register exactly the
+            other ops).
     """
 
     def __init__(self, schema: str, *, reference: Callable, fake: Callable,
                  backward: Optional[Callable] = None, save: Optional[Saved] = None,
                  consts: Optional[Callable] = None, materialize_grads: bool = True,
-                 namespace: str = NAMESPACE):
+                 namespace: str = NAMESPACE, reference_only: bool = False):
         parsed = torch._C.parse_schema(f'{namespace}::{schema}')
         self.namespace = namespace
         self.name: str = parsed.name.split('::', 1)[1]
@@ -97,6 +100,8 @@ class Op:
         self._overload = None  # torch.ops.<namespace>.<name>.default, once the kernels are loaded
         #: whether CUDA runs a C++ kernel (set by :func:`ensure`; else the reference runs there)
         self.cuda_kernel = False
+        #: declared: no kernel implements this op (its reference runs on every device)
+        self.reference_only = bool(reference_only)
         self._save, self._consts = save, consts
         self._saved_names = tuple(self.tensors) if save is None or callable(save) else tuple(save)
         self._const_args = tuple(n for n in self.args if n not in self.tensors)

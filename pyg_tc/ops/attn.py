@@ -622,7 +622,7 @@ def _edge_softmax_backward(a: Any, needs: dict, grad: Tensor) -> dict:
 edge_softmax_op = Op(
     'edge_softmax(Tensor rowptr, Tensor score) -> Tensor',
     reference=edge_softmax_reference, fake=lambda a: torch.empty_like(a.score),
-    backward=_edge_softmax_backward, save=('rowptr', 'out'))
+    backward=_edge_softmax_backward, save=('rowptr', 'out'), reference_only=True)
 
 
 def edge_softmax(g: CSRGraph, score: Tensor) -> Tensor:
