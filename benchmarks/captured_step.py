@@ -34,7 +34,6 @@ import copy
 import itertools
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as Fn
@@ -42,6 +41,7 @@ import torch.nn.functional as Fn
 import pyg_tc
 from pyg_tc.bench.graphs import load_graph
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
+from pyg_tc.bench.timing import kernel_profile, loop_ms
 from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,11 +53,6 @@ from benchmarks.suites.minibatch import Net  # noqa: E402
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
 SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'tiny': (16, 4, 1_000)}
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-
-
-def sync():
-    if DEV.type == 'cuda':
-        torch.cuda.synchronize()
 
 
 def batches(name: str, a) -> tuple:
@@ -102,39 +97,8 @@ def _tc_eager(model, opt):
 
 
 def wall_ms(step, data, steps: int) -> float:
-    for b in data[:3]:  # warm-up
-        step(b)
-    sync()
-    t0 = time.perf_counter()
-    for b in itertools.islice(itertools.cycle(data), steps):
-        step(b)
-    sync()
-    return 1e3 * (time.perf_counter() - t0) / steps
-
-
-def _dense(name: str) -> bool:
-    """A cuBLAS / CUTLASS matrix product kernel (the layers' Linear work, the same for every run)."""
-    n = name.lower()
-    return 'gemm' in n or 'gemv' in n or 'splitk' in n or 'xmma' in n
-
-
-def gpu_ms(step, data, steps: int, top: int = 0) -> tuple:
-    """Per step: the sum of the kernels' device times (torch.profiler), the
-    matrix products' share of it, and the ``top`` kernels by time."""
-    if DEV.type != 'cuda':
-        return float('nan'), float('nan'), []
-    from torch.profiler import ProfilerActivity, profile
-    sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for b in itertools.islice(itertools.cycle(data), steps):
-            step(b)
-        sync()
-    ev = [e for e in prof.key_averages() if e.self_device_time_total > 0]
-    total = sum(e.self_device_time_total for e in ev)
-    dense = sum(e.self_device_time_total for e in ev if _dense(e.key))
-    ev.sort(key=lambda e: -e.self_device_time_total)
-    kernels = [(e.key[:90], e.count // steps, e.self_device_time_total / 1e3 / steps) for e in ev[:top]]
-    return total / 1e3 / steps, dense / 1e3 / steps, kernels
+    """Wall ms per step over ``steps`` steps cycling through ``data`` (three warm-up steps)."""
+    return loop_ms(step, itertools.chain(data[:3], itertools.islice(itertools.cycle(data), steps)), DEV, warmup=3)
 
 
 def step_records(name: str, a):
@@ -169,7 +133,8 @@ def step_records(name: str, a):
         for run, data, step in runs:
             log(f'[captured] {name} {kind}: {run}')
             w = wall_ms(step, data, a.steps)
-            gms, dense, kernels = gpu_ms(step, data, a.profile_steps, a.top_kernels)
+            prof = kernel_profile(step, itertools.islice(itertools.cycle(data), a.profile_steps), DEV, a.top_kernels)
+            gms, dense, kernels = prof['gpu_ms'], prof['dense_ms'], prof['kernels']
             if kernels:
                 log(f'[captured] {name} {kind} {run}: top kernels (name, launches / step, ms / step):\n  '
                     + '\n  '.join(f'{k:90s} {c:4d} {t:7.3f}' for k, c, t in kernels))

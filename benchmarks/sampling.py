@@ -39,6 +39,7 @@ import torch
 
 from pyg_tc.bench.graphs import load_graph
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
+from pyg_tc.bench.timing import PhaseTimer, loop_ms, loop_time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/sampling.py
@@ -54,11 +55,6 @@ SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'arxiv':
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')  # the CPU runs a dry run of the code
 #: the epoch run with the batches padded to buckets and the step captured (CapturedStep)
 CAPTURED = 'pyg_tc GPU loader, padded + captured step'
-
-
-def sync():
-    if DEV.type == 'cuda':
-        torch.cuda.synchronize()
 
 
 def allocated(peak: bool = False) -> float:
@@ -86,13 +82,7 @@ def make_data(name: str, seed: int = 0):
 
 def timed(fn, reps: int) -> float:
     """ms per call over ``reps`` calls after one warm-up call."""
-    fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    sync()
-    return 1e3 * (time.perf_counter() - t0) / reps
+    return loop_ms(lambda _: fn(), range(reps + 1), DEV, warmup=1)
 
 
 def sampler_records(name, data, seeds, a):
@@ -141,13 +131,9 @@ def sampler_records(name, data, seeds, a):
             loader = NeighborLoader(bare, fan, input_nodes=seeds, batch_size=B, shuffle=True, num_workers=w,
                                     persistent_workers=True)
             n = min(len(loader), a.batches * 4)
-            itl = iter(loader)
-            next(itl)  # workers started
-            t0 = time.perf_counter()
-            for _ in range(n - 1):
-                next(itl)
-            ms = 1e3 * (time.perf_counter() - t0) / (n - 1)
-            del itl, loader
+            # the loader's batches one after the other (the first untimed: the workers start)
+            ms = loop_ms(lambda b: None, itertools.islice(loader, n), 'cpu', warmup=1)
+            del loader
             yield dict(base, sampler=f'pyg-lib loader, {w} workers', workers=w, ms=ms, edges=edges,
                        edges_per_s=edges / ms * 1e3)
 
@@ -185,16 +171,10 @@ def epoch_records(name, data, seeds, a, best_workers):
             run = CapturedStep(model, opt) if loader_name == CAPTURED else (lambda b: step(model, opt, b))
             times, n = [], 0
             for ep in range(a.epochs + 1):  # epoch 0 warms up (kernels, workers, allocator, graphs)
-                sync()
-                t0 = time.perf_counter()
-                n = 0
-                for b in itertools.islice(loader, a.max_batches):
-                    b = b.to(dev, non_blocking=True)
-                    run(b)
-                    n += 1
-                sync()
+                t, n = loop_time(lambda b: run(b.to(dev, non_blocking=True)), itertools.islice(loader, a.max_batches),
+                                 DEV)
                 if ep:
-                    times.append(time.perf_counter() - t0)
+                    times.append(t)
             rec = dict(kind='epoch', graph=name, model=kind, layers=lib, loader=loader_name, batches=n,
                        workers=best_workers if loader_name == 'PyG loader' else 0,
                        epoch_s=min(times), epoch_ms_per_batch=1e3 * min(times) / n,
@@ -217,7 +197,7 @@ def uva_records(name, data, seeds, a):
     host memory, read over UVA, while another allocation holds all but
     ``--uva-free-gb`` of the GPU's memory (a feature matrix that does not fit)."""
     import pyg_tc.nn
-    from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches
+    from pyg_tc.loader import NeighborLoader
     width, classes, _ = SHAPES[name]
     kind = a.models[0]
     free, _ = torch.cuda.mem_get_info()
@@ -229,15 +209,9 @@ def uva_records(name, data, seeds, a):
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
     times = []
     for ep in range(a.epochs + 1):
-        sync()
-        t0 = time.perf_counter()
-        n = 0
-        for b in itertools.islice(loader, a.max_batches):
-            step(model, opt, b)
-            n += 1
-        sync()
+        t, n = loop_time(lambda b: step(model, opt, b), itertools.islice(loader, a.max_batches), DEV)
         if ep:
-            times.append(time.perf_counter() - t0)
+            times.append(t)
     x_gb = data.x.numel() * data.x.element_size() / 2 ** 30
     rec = dict(kind='epoch', graph=name, model=kind, layers='pyg_tc', loader='pyg_tc GPU loader, host memory (UVA)',
                batches=n, workers=0, epoch_s=min(times), epoch_ms_per_batch=1e3 * min(times) / n,
@@ -272,26 +246,17 @@ def split(loader, model, opt, a):
     """Per-batch ms of sampling (with the batch's CSR), gathering and the
     step, each phase synchronised, on the first ``--split-batches`` batches."""
     s = loader._sampler
-    t_sample, t_gather, t_step = [], [], []
-    n = min(a.split_batches, len(loader))
-    for i in range(n):
+    pt = PhaseTimer(DEV)
+    for i in range(min(a.split_batches, len(loader))):
         index = torch.arange(i * a.batch_size, min((i + 1) * a.batch_size, loader.input_data.node.numel()))
-        sync()
-        t0 = time.perf_counter()
+        pt.start()
         out = s.sample_from_nodes(loader.input_data[index])
-        sync()
-        t1 = time.perf_counter()
+        pt.lap('sample')
         b = loader.filter_fn(out)
-        sync()
-        t2 = time.perf_counter()
+        pt.lap('gather')
         step(model, opt, b)
-        sync()
-        t3 = time.perf_counter()
-        t_sample.append(t1 - t0)
-        t_gather.append(t2 - t1)
-        t_step.append(t3 - t2)
-    m = lambda v: 1e3 * sum(v) / len(v)  # noqa: E731
-    return dict(sample_ms=m(t_sample), gather_ms=m(t_gather), step_ms=m(t_step))
+        pt.lap('step')
+    return pt.mean_ms()
 
 
 def main(argv=None, prog=None):

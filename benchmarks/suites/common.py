@@ -15,7 +15,7 @@ import torch.nn.functional as Fn
 from torch import Tensor
 
 from pyg_tc.bench.graphs import data_dir, pyg_dataset
-from pyg_tc.bench.timing import Stopwatch
+from pyg_tc.bench.timing import Stopwatch, bench, free, short_error, track_memory
 
 # name -> (sub-folder, folder, PyG class, PyG name, metric)
 DATASETS: Dict[str, Tuple[str, str, str, Optional[str], str]] = {
@@ -111,3 +111,65 @@ def fit(model, data, masks, metric: str, epochs: int, lr: float, weight_decay: f
     times, best = sw.times_ms(), int(torch.stack(vals).argmax())
     return dict(val=float(vals[best]), test=float(tests[best]), best_epoch=best, last_loss=float(loss.detach()),
                 epoch_ms=statistics.median(times[WARMUP_EPOCHS:] or times), run_s=time.perf_counter() - t0)
+
+
+# -- the cuSPARSE baseline and the full-batch training step the suites time ----------
+
+def sparse_baseline(device) -> Tuple[str, str, str]:
+    """``torch.sparse.mm`` named by what runs it on ``device``: (record key,
+    short label, description). cuSPARSE only on an NVIDIA GPU."""
+    if torch.device(device).type == 'cuda':
+        lib = 'hipSPARSE' if torch.version.hip else 'cuSPARSE'
+        return lib.lower(), lib, f'{lib} via torch.sparse.mm (CSR)'
+    mkl = ' (MKL)' if torch.backends.mkl.is_available() else ''
+    return 'cpu_sparse', 'torch.sparse CPU', f'torch.sparse.mm on the CPU{mkl}, not cuSPARSE'
+
+
+def sparse_csr(g, values):
+    """``torch.sparse`` CSR of ``g``'s adjacency (rows = targets, ``g``'s int32 indices) with edge ``values``."""
+    return torch.sparse_csr_tensor(g.rowptr, g.col, values, size=(g.num_rows, g.num_cols), check_invariants=False)
+
+
+def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.01, target: Optional[float] = None,
+                  max_total_s: float = 2.0):
+    """Full-batch cross-entropy steps with Adam: the losses of the first
+    ``steps`` (also the warm-up), then ``rep`` timed steps (more until the
+    median is stable with ``target``: :func:`bench`), peak memory over all.
+    Returns (losses, Timing, memory dict)."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = Fn.cross_entropy(model(x, edge_index), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    with track_memory(x.device) as mem:
+        losses = [float(step().detach()) for _ in range(steps)]
+        t = bench(step, warmup=0, rep=rep, device=x.device, target=target, max_total_s=max_total_s)
+    return losses, t, mem
+
+
+def train_case(rec: dict, build: Callable[[], torch.nn.Module], x, y, edge_index, steps: int, rep: int,
+               prefix: str = 'step', after: Optional[Callable] = None, lr: float = 0.01,
+               target: Optional[float] = None, max_total_s: float = 2.0) -> dict:
+    """:func:`time_training` of ``build()`` into ``rec``: ``status`` ('ok', 'oom'
+    or 'error: ...'), ``<prefix>_ms`` / ``_min_ms`` / ``_max_ms`` / ``_reps``
+    (with ``target`` also ``_ci`` / ``_noisy``: :func:`bench`), the losses and
+    the memory fields; then ``after(model)``. ``edge_index`` may be a
+    function, called after ``build()``."""
+    try:
+        model = build()
+        ei = edge_index() if callable(edge_index) else edge_index
+        losses, t, mem = time_training(model, x, y, ei, steps, rep, lr, target, max_total_s)
+        rec.update(status='ok', **{k.replace('step', prefix): v for k, v in t.as_dict('step').items()
+                                   if not k.endswith('spread')}, losses=losses, **mem,
+                   loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None)
+        if after is not None:
+            after(model)
+    except Exception as e:  # OOM, a layer that is not available, ...
+        rec['status'] = 'oom' if isinstance(e, torch.OutOfMemoryError) else f'error: {short_error(e)}'
+    model = None
+    free(x.device)
+    return rec

@@ -40,7 +40,9 @@ import torch_geometric.nn as pyg_nn
 
 from pyg_tc.bench import graphs as G
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, fmt, log
-from pyg_tc.bench.timing import copy_bandwidth, free, kernel_time, train_case, warm_up
+from pyg_tc.bench.timing import copy_bandwidth, free, kernel_time, warm_up
+
+from .common import train_case
 
 PARTS = ('kernels', 'train', 'accuracy')
 PRECISIONS = {'fp32': None, 'fp16': torch.float16, 'bf16': torch.bfloat16}

@@ -17,8 +17,9 @@ import torch.nn.functional as Fn
 
 from pyg_tc.bench.graphs import default_device, load_graph, resolve_names
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
-from pyg_tc.bench.timing import (free, kernel_time_note, measure, rel_errors, sparse_baseline, speedups,
-                                 train_case, warm_up)
+from pyg_tc.bench.timing import free, kernel_time_note, measure, rel_errors, speedups, warm_up
+
+from .common import sparse_baseline, train_case
 
 KS = (2, 4, 8, 16, 32, 64, 96, 128, 192)
 WIDTH = 256

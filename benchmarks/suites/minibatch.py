@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as Fn
 
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment
+from pyg_tc.bench.timing import PhaseTimer, loop_time
 
 MODELS = ('sage', 'gcn', 'gat')
 IMPLS = ('pyg', 'pyg_tc')
@@ -80,9 +81,9 @@ def sample(name: str, a) -> tuple:
                 edge_index=bg.edge_index, num_nodes=n)
     loader = NeighborLoader(data, num_neighbors=a.fanout, batch_size=a.batch_size, shuffle=True,
                             generator=torch.Generator().manual_seed(0))
-    t0 = time.perf_counter()
-    batches = list(itertools.islice(loader, a.batches))  # fewer on a small graph (Tolokers: 12)
-    return bg, data, batches, 1e3 * (time.perf_counter() - t0) / len(batches)
+    batches = []  # fewer on a small graph (Tolokers: 12)
+    seconds, n = loop_time(batches.append, itertools.islice(loader, a.batches), 'cpu')
+    return bg, data, batches, 1e3 * seconds / n
 
 
 def run_impl(impl: str, kind: str, batches: list, a) -> dict:
@@ -91,35 +92,27 @@ def run_impl(impl: str, kind: str, batches: list, a) -> dict:
     import pyg_tc
     from pyg_tc.transforms import DegreeBucketTransform
     dev = a.device
-    sync = torch.cuda.synchronize if dev.type == 'cuda' else (lambda: None)
     torch.manual_seed(0)
     model = Net(pyg_tc.nn if impl == 'pyg_tc' else pyg_nn, kind, [a.width, a.hidden, a.hidden, a.classes]).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     build = DegreeBucketTransform() if impl == 'pyg_tc' else None
-    times = {'transfer': [], 'build': [], 'compute': []}
     losses = []
     for timed in (False, True):
+        pt = PhaseTimer(dev)  # the timed pass's phases (the first pass warms up)
         for b in batches:
-            sync()
-            t0 = time.perf_counter()
+            pt.start()
             b = b.to(dev, non_blocking=True)
-            sync()
-            t1 = time.perf_counter()
-            t2 = t1  # PyG's layers build nothing
-            if build is not None:
+            pt.lap('transfer')
+            if build is not None:  # (PyG's layers build nothing)
                 b = build(b)
-                sync()
-                t2 = time.perf_counter()
+                pt.lap('build')
             loss = train_step(model, opt, b)
-            sync()
-            t3 = time.perf_counter()
+            pt.lap('compute')
             if timed:
-                for k, v in (('transfer', t1 - t0), ('build', t2 - t1), ('compute', t3 - t2)):
-                    times[k].append(1e3 * v)
                 losses.append(float(loss))
     if a.profile:
         profile_impl(f'{a.graph} {kind} {impl}', model, opt, build, batches[:5], a)
-    mean = {f'{k}_ms': statistics.mean(v) for k, v in times.items()}
+    mean = {'build_ms': 0.0, **pt.mean_ms()}
     total = sum(mean.values())
     return dict(mean, total_ms=total, build_share=mean['build_ms'] / total, losses=losses,
                 peak_mib=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == 'cuda' else None)
@@ -139,7 +132,6 @@ def run_epoch(impl: str, kind: str, data, a) -> dict:
     from pyg_tc.transforms import DegreeBucketTransform
     dev = a.device
     cuda = dev.type == 'cuda'
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.manual_seed(0)
     model = Net(pyg_tc.nn if impl == 'pyg_tc' else pyg_nn, kind, [a.width, a.hidden, a.hidden, a.classes]).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -148,18 +140,16 @@ def run_epoch(impl: str, kind: str, data, a) -> dict:
                             num_workers=a.workers, persistent_workers=a.workers > 0, pin_memory=cuda,
                             generator=torch.Generator().manual_seed(0))
     source = PrefetchLoader(loader, dev) if cuda else loader
-    for timed in (False, True):
-        sync()
-        t0 = time.perf_counter()
-        n = 0
-        for b in itertools.islice(source, a.batches):
-            b = b.to(dev)  # a no-op after PrefetchLoader
-            if build is not None:
-                b = build(b)
-            loss = train_step(model, opt, b)
-            n += 1
-        sync()
-        dt = time.perf_counter() - t0
+    last = []
+
+    def one(b):
+        b = b.to(dev)  # a no-op after PrefetchLoader
+        if build is not None:
+            b = build(b)
+        last[:] = [train_step(model, opt, b)]
+    for _ in range(2):  # a warm-up pass, then the timed one
+        dt, n = loop_time(one, itertools.islice(source, a.batches), dev)
+    loss = last[0]
     del source, loader  # stops the workers
     return dict(epoch_ms=1e3 * dt, epoch_batches=n, epoch_batch_ms=1e3 * dt / n, workers=a.workers,
                 final_loss=float(loss.detach()))

@@ -29,8 +29,9 @@ from pyg_tc.bench import graphs as G
 from pyg_tc.bench.cli_args import DTYPE_NAMES, ENVIRONMENT, MODELS, CommaList, add_arguments, choice, read_environment
 from pyg_tc.bench.graphs import BenchGraph
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
-from pyg_tc.bench.timing import (Skip, bench, copy_bandwidth, free, measure, sparse_baseline, sparse_csr, speedups,
-                                 train_case, warm_up)
+from pyg_tc.bench.timing import Skip, bench, copy_bandwidth, free, measure, speedups, warm_up
+
+from .common import sparse_baseline, sparse_csr, train_case
 
 DTYPES: Dict[str, torch.dtype] = dict(zip(DTYPE_NAMES, (torch.float32, torch.float16, torch.bfloat16)))
 WIDTHS = (32, 64, 128, 256)

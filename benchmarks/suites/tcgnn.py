@@ -23,7 +23,9 @@ import torch.nn.functional as Fn
 from pyg_tc.bench.graphs import load_graph, resolve_names
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
 from pyg_tc.bench.timing import (Impl, Skip, bench, free, kernel_time_note, measure, precision, rel_errors,
-                                 short_error, sparse_baseline, sparse_csr, speedups, train_case, warm_up)
+                                 short_error, speedups, warm_up)
+
+from .common import sparse_baseline, sparse_csr, train_case
 
 GRAPHS = ['cora', 'citeseer', 'proteins', 'tolokers', 'arxiv', 'reddit', 'products', 'blogcatalog', 'cornell5']
 TRAIN_GRAPHS = ['cora', 'citeseer', 'proteins', 'arxiv', 'reddit']

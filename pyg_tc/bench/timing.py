@@ -4,7 +4,11 @@ warm-up, ``perf_counter`` on the CPU; the median counts), kernel-only time
 (:func:`kernel_time`: CUDA-graph replay, short calls captured back to back),
 peak memory, copy bandwidth, training steps, and :func:`measure`, which runs
 one case's implementations (ours and the baselines) on the same inputs and
-records their times, errors and skip reasons."""
+records their times, errors and skip reasons. For loops (training steps,
+epochs, samplers): :func:`loop_time` / :func:`loop_ms` (back to back,
+synchronised at the ends),
+:class:`PhaseTimer` (each phase synchronised) and :func:`kernel_profile`
+(GPU time per item from the profiler, its matrix products' share)."""
 from __future__ import annotations
 
 import gc
@@ -14,7 +18,7 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as Fn
@@ -56,21 +60,6 @@ def precision(p: Optional[str]):
         yield
     finally:
         torch.set_float32_matmul_precision(old)
-
-
-def sparse_baseline(device) -> Tuple[str, str, str]:
-    """``torch.sparse.mm`` named by what runs it on ``device``: (record key,
-    short label, description). cuSPARSE only on an NVIDIA GPU."""
-    if torch.device(device).type == 'cuda':
-        lib = 'hipSPARSE' if torch.version.hip else 'cuSPARSE'
-        return lib.lower(), lib, f'{lib} via torch.sparse.mm (CSR)'
-    mkl = ' (MKL)' if torch.backends.mkl.is_available() else ''
-    return 'cpu_sparse', 'torch.sparse CPU', f'torch.sparse.mm on the CPU{mkl}, not cuSPARSE'
-
-
-def sparse_csr(g, values):
-    """``torch.sparse`` CSR of ``g``'s adjacency (rows = targets, ``g``'s int32 indices) with edge ``values``."""
-    return torch.sparse_csr_tensor(g.rowptr, g.col, values, size=(g.num_rows, g.num_cols), check_invariants=False)
 
 
 def kernel_time_note(device) -> str:
@@ -199,6 +188,90 @@ def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None
     return Timing.of(times, target)
 
 
+def synchronize(device=None) -> None:
+    """Waits for the device's work (nothing on the CPU)."""
+    if is_cuda(device):
+        torch.cuda.synchronize()
+
+
+def loop_time(fn: Callable[[object], object], items: Iterable[object], device=None,
+              warmup: int = 0) -> Tuple[float, int]:
+    """``(seconds, items timed)`` of ``fn(item)`` back to back over ``items`` (the first ``warmup``
+    untimed), synchronised only before and after: what a loop or an epoch sees, host work included."""
+    it = iter(items)
+    for _ in range(warmup):
+        fn(next(it))
+    synchronize(device)
+    t0, n = time.perf_counter(), 0
+    for item in it:
+        fn(item)
+        n += 1
+    synchronize(device)
+    return time.perf_counter() - t0, n
+
+
+def loop_ms(fn: Callable[[object], object], items: Iterable[object], device=None, warmup: int = 1) -> float:
+    """Wall ms per item of :func:`loop_time`."""
+    seconds, n = loop_time(fn, items, device, warmup)
+    if n == 0:
+        raise ValueError('loop_ms: no item left to time after the warm-up')
+    return 1e3 * seconds / n
+
+
+class PhaseTimer:
+    """Wall ms of consecutive phases of a loop, each ended by a device
+    synchronisation: per iteration ``start()``, then ``lap(name)`` after
+    each phase; :meth:`mean_ms` gives ``{'<name>_ms': mean}``."""
+
+    def __init__(self, device=None):
+        self.device = device
+        self.times: Dict[str, List[float]] = {}
+        self._t = 0.0
+
+    def start(self) -> None:
+        """Starts an iteration (after the device's pending work)."""
+        synchronize(self.device)
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        """Ends phase ``name`` (when the device has finished it)."""
+        synchronize(self.device)
+        now = time.perf_counter()
+        self.times.setdefault(name, []).append(1e3 * (now - self._t))
+        self._t = now
+
+    def mean_ms(self) -> Dict[str, float]:
+        """``<phase>_ms``: each phase's mean over the iterations."""
+        return {f'{k}_ms': statistics.mean(v) for k, v in self.times.items()}
+
+
+def is_matrix_product(kernel: str) -> bool:
+    """Whether a kernel is a cuBLAS / CUTLASS GEMM, GEMV or split-K reduction."""
+    n = kernel.lower()
+    return 'gemm' in n or 'gemv' in n or 'splitk' in n or 'xmma' in n
+
+
+def kernel_profile(fn: Callable[[object], object], items: Iterable[object], device=None,
+                   top: int = 0) -> Dict[str, object]:
+    """Per item of ``fn(item)`` (``torch.profiler``): ``gpu_ms`` (kernel times summed), ``dense_ms``
+    (:func:`is_matrix_product`'s part) and the ``top`` ``kernels`` (name, launches, ms). NaN on the CPU."""
+    if not is_cuda(device):
+        return dict(gpu_ms=float('nan'), dense_ms=float('nan'), kernels=[])
+    from torch.profiler import ProfilerActivity, profile
+    items = list(items)
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for item in items:
+            fn(item)
+        synchronize(device)
+    n = max(len(items), 1)
+    ev = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    ev.sort(key=lambda e: -e.self_device_time_total)
+    return dict(gpu_ms=sum(e.self_device_time_total for e in ev) / 1e3 / n,
+                dense_ms=sum(e.self_device_time_total for e in ev if is_matrix_product(e.key)) / 1e3 / n,
+                kernels=[(e.key[:90], e.count // n, e.self_device_time_total / 1e3 / n) for e in ev[:top]])
+
+
 def _timed(fn: Callable[[], object], rep: int, device, wall: bool, sync: Callable[[], None]) -> List[float]:
     sw = Stopwatch('cpu' if wall else device, rep)
     for _ in range(rep):
@@ -289,51 +362,6 @@ def copy_bandwidth(device=None, nbytes: Optional[int] = None) -> Dict[str, float
     dst = torch.empty_like(src)
     t = bench(lambda: dst.copy_(src), warmup=3, rep=20, device=dev)
     return {'copy_gbps': 2 * nbytes / (t.median_ms * 1e-3) / 1e9, 'copy_bytes': nbytes, 'copy_ms': t.median_ms}
-
-
-def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.01, target: Optional[float] = None,
-                  max_total_s: float = 2.0):
-    """Full-batch cross-entropy steps with Adam: the losses of the first
-    ``steps`` (also the warm-up), then ``rep`` timed steps (more until the
-    median is stable with ``target``: :func:`bench`), peak memory over all.
-    Returns (losses, Timing, memory dict)."""
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = Fn.cross_entropy(model(x, edge_index), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    with track_memory(x.device) as mem:
-        losses = [float(step().detach()) for _ in range(steps)]
-        t = bench(step, warmup=0, rep=rep, device=x.device, target=target, max_total_s=max_total_s)
-    return losses, t, mem
-
-
-def train_case(rec: dict, build: Callable[[], torch.nn.Module], x, y, edge_index, steps: int, rep: int,
-               prefix: str = 'step', after: Optional[Callable] = None, lr: float = 0.01,
-               target: Optional[float] = None, max_total_s: float = 2.0) -> dict:
-    """:func:`time_training` of ``build()`` into ``rec``: ``status`` ('ok', 'oom'
-    or 'error: ...'), ``<prefix>_ms`` / ``_min_ms`` / ``_max_ms`` / ``_reps``
-    (with ``target`` also ``_ci`` / ``_noisy``: :func:`bench`), the losses and
-    the memory fields; then ``after(model)``. ``edge_index`` may be a
-    function, called after ``build()``."""
-    try:
-        model = build()
-        ei = edge_index() if callable(edge_index) else edge_index
-        losses, t, mem = time_training(model, x, y, ei, steps, rep, lr, target, max_total_s)
-        rec.update(status='ok', **{k.replace('step', prefix): v for k, v in t.as_dict('step').items()
-                                   if not k.endswith('spread')}, losses=losses, **mem,
-                   loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None)
-        if after is not None:
-            after(model)
-    except Exception as e:  # OOM, a layer that is not available, ...
-        rec['status'] = 'oom' if isinstance(e, torch.OutOfMemoryError) else f'error: {short_error(e)}'
-    model = None
-    free(x.device)
-    return rec
 
 
 # -- one case: implementations, baselines, errors ----------------------------------

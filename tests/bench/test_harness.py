@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 
 import pytest
 import torch
 
 from benchmarks.suites import maxk, spmm
+from benchmarks.suites.common import sparse_baseline
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, ms_col
 from pyg_tc.bench.timing import (Impl, Skip, Stopwatch, Timing, bench, copy_bandwidth, kernel_time, measure,
-                                 sparse_baseline, speedups, track_memory)
+                                 speedups, track_memory)
 
 
 @pytest.fixture(autouse=True)
@@ -279,3 +281,50 @@ def test_progress_bar_on_a_terminal_only_and_log_lines_stay_whole(tmp_path, monk
     assert '[toy] (1/2, 0 s) cases g1' in lines and '[toy] case graph=g2 F=1: ours 1.0000 ms' in lines
     assert '2/2' in err.text() and 'cases g2' in err.text()  # the bar, with the current item, on stderr
     assert not report._BARS  # closed
+
+
+def test_loop_time_times_every_item_after_the_warm_up():
+    from pyg_tc.bench.timing import loop_ms, loop_time
+    seen = []
+
+    def fn(i):
+        seen.append(i)
+        time.sleep(0.002)
+    seconds, n = loop_time(fn, range(6), 'cpu', warmup=2)
+    assert seen == list(range(6)) and n == 4 and 0.008 <= seconds < 1.0
+    assert 2.0 <= loop_ms(fn, range(3), 'cpu', warmup=1) < 500
+    with pytest.raises(ValueError, match='no item left'):
+        loop_ms(fn, range(1), 'cpu', warmup=1)
+
+
+def test_phase_timer_splits_an_iteration():
+    from pyg_tc.bench.timing import PhaseTimer
+    pt = PhaseTimer('cpu')
+    for _ in range(3):
+        pt.start()
+        time.sleep(0.003)
+        pt.lap('slow')
+        pt.lap('fast')
+    mean = pt.mean_ms()
+    assert set(mean) == {'slow_ms', 'fast_ms'} and len(pt.times['slow']) == 3
+    assert mean['slow_ms'] >= 2.5 and mean['fast_ms'] < mean['slow_ms']
+
+
+def test_kernel_profile_names_matrix_products():
+    from pyg_tc.bench.timing import is_matrix_product, kernel_profile
+    assert is_matrix_product('sm90_xmma_gemm_f32f32_tn') and is_matrix_product('cutlass_80_simt_sgemm_128x256')
+    assert is_matrix_product('gemv2T_kernel') and is_matrix_product('splitKreduce_kernel')
+    assert not is_matrix_product('pyg_tc::attn_forward_kernel') and not is_matrix_product('elementwise_kernel')
+    cpu = kernel_profile(lambda i: None, range(2), 'cpu')
+    assert math.isnan(cpu['gpu_ms']) and math.isnan(cpu['dense_ms']) and cpu['kernels'] == []
+
+
+def test_the_harness_stays_small():
+    """``pyg_tc.bench`` ships only what ``pyg-tc bench`` needs (timing, reports,
+    graphs, the suites' registry): under 1,500 lines; suites and what they
+    share live in ``benchmarks/``."""
+    from pathlib import Path
+
+    import pyg_tc.bench
+    lines = sum(len(p.read_text().splitlines()) for p in Path(pyg_tc.bench.__file__).parent.glob('*.py'))
+    assert lines < 1500, lines

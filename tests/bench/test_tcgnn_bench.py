@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from benchmarks.suites import tcgnn
-from pyg_tc.bench.timing import sparse_baseline
+from benchmarks.suites.common import sparse_baseline
 
 
 @pytest.fixture(autouse=True)
