@@ -550,8 +550,8 @@ class CSRGraph:
           ``rowptr[-1]``: no kernel reads them; their ``col`` (and the
           transpose's) is the last row, so ``row()`` and ``per_edge`` see them
           as loops of the last padded row, whose values nothing reads;
-        * both schedules (:func:`padded_schedule`, ``chunk`` from
-          :func:`auto_chunk` of the padded sizes) have array sizes fixed by
+        * both schedules (``padded_schedule``, ``chunk`` from
+          ``auto_chunk`` of the padded sizes) have array sizes fixed by
           ``(num_rows, num_edges)``: heavy rows are split as in any graph,
           unused units and heavy entries are fillers the kernels skip;
         * ``perm`` / ``t_perm`` map padding slots to themselves.

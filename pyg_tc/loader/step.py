@@ -139,7 +139,7 @@ class CapturedStep:
         stream (torch.cuda.Stream, optional): the stream warm-ups and
             captures run on (default: a new side stream per capture; for a
             DDP model the stream current at construction, see the module doc).
-            A DDP model first runs :data:`DDP_WARMUP` synchronised steps on
+            A DDP model first runs ``DDP_WARMUP`` (11) synchronised steps on
             its first call (see the module doc).
     """
 
