@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from tests.loader.test_step import Net, _data
+from tests.loader.test_step import Net, _data, _eager
 
 CONVS = ('sage', 'gat')
 
@@ -36,7 +36,7 @@ def _train(rank: int, captured: bool, conv: str) -> tuple:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
+    from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches
     dev = torch.device('cuda', rank)
     loader = NeighborLoader(_data(seed=rank), [5, 3], batch_size=32, device=dev, shuffle=True,
                             generator=torch.Generator().manual_seed(rank))
@@ -49,13 +49,7 @@ def _train(rank: int, captured: bool, conv: str) -> tuple:
     model = DDP(Net(conv).to(dev), device_ids=[dev], static_graph=True)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, capturable=True)
     step = CapturedStep(model, opt) if captured else None
-
-    def eager(b):
-        opt.zero_grad(set_to_none=True)
-        loss = seed_loss(model(b.x, b.edge_index), b)
-        loss.backward()
-        opt.step()
-        return loss.detach()
+    eager = _eager(model, opt)
     losses = []
     loader.generator.manual_seed(rank)
     torch.manual_seed(7 + rank)  # this rank's neighbour draws (the same in both runs)
