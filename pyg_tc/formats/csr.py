@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from .. import _library
-from . import _build_ops as _ops  # the builders' GPU ops (defined below the formats)
+from .._library import Op
 
 #: edges per schedule unit by default; None: :func:`auto_chunk` picks it from the edge count
 DEFAULT_CHUNK = None
@@ -175,7 +175,7 @@ def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
     if not rowptrs:
         return []
     if all(rp.is_cuda for rp in rowptrs) and _library.use_kernel(rowptrs[0]):
-        flat = _ops.csr_schedules([rp.to(torch.int32) for rp in rowptrs], chunk)
+        flat = csr_schedules([rp.to(torch.int32) for rp in rowptrs], chunk)
         slots = flat[-1].tolist()
         return [Schedule(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2], slots[i]) for i in range(len(rowptrs))]
     return build_schedules_torch(rowptrs, chunk, max_degrees)
@@ -253,7 +253,7 @@ def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
     the memory of torch.sort); elsewhere torch.sort."""
     bits = max(1, (max(num_keys, 1) - 1).bit_length())
     if keys.is_cuda and bits <= 31 and _library.use_kernel(keys):
-        return _ops.sort_int32(keys, bits)
+        return sort_int32_op(keys, bits)
     values, perm = torch.sort(keys, stable=True)
     return values, perm.to(torch.int32)
 
@@ -284,7 +284,7 @@ def transpose(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, Tensor,
     the ``csr_transpose`` op on CUDA with the kernels loaded (one radix sort
     and one kernel), else :func:`transpose_torch`."""
     if col.is_cuda and _library.use_kernel(col):
-        return _ops.csr_transpose(col, rows.to(torch.int32), num_cols)
+        return csr_transpose(col, rows.to(torch.int32), num_cols)
     return transpose_torch(col, rows, num_cols)
 
 
@@ -725,3 +725,62 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
     slot_row[ps] = row[~direct]
     if not torch.equal(owner, slot_row):
         raise ValueError(f'pyg_tc: {name} schedule heavy_ptr does not match the unit slots')
+
+
+# ---------------------------------------------------------------------------
+# The builders' GPU ops, defined here beside their references (the pure-PyTorch
+# builders above), so ``formats`` needs nothing from the op packages above it;
+# :mod:`pyg_tc.ops.sort` and :mod:`pyg_tc.ops.build` name them among the op
+# families. Kernels: ``kernels/sort/`` and ``kernels/csr/csr_build.cu``.
+
+def sort_reference(keys: Tensor):
+    """``torch.sort`` (stable), permutation as int32."""
+    values, perm = torch.sort(keys, stable=True)
+    return values, perm.to(torch.int32)
+
+
+def transpose_reference(col: Tensor, rows: Tensor, num_cols: int):
+    """:func:`transpose_torch`."""
+    return transpose_torch(col, rows, num_cols)
+
+
+def schedules_reference(rowptrs: List[Tensor], chunk: int) -> List[Tensor]:
+    """:func:`build_schedules_torch`, flattened."""
+    out: List[Tensor] = []
+    scheds = build_schedules_torch(rowptrs, chunk)
+    for s in scheds:
+        out += [s.units, s.heavy_rows, s.heavy_ptr]
+    return out + [torch.tensor([s.num_slots for s in scheds], dtype=torch.long)]
+
+
+def _schedules_fake(a):
+    ctx = torch.library.get_ctx()
+    out = []
+    for rp in a.rowptrs:
+        u, h = ctx.new_dynamic_size(), ctx.new_dynamic_size()
+        out += [rp.new_empty(u, 4), rp.new_empty(h), rp.new_empty(h + 1)]
+    return out + [torch.empty(len(a.rowptrs), dtype=torch.long)]
+
+
+#: ``sort_int32(keys, end_bit) -> (values, perm)``: stable sort of non-negative
+#: int32 keys below ``2**end_bit``, with an int32 permutation (a radix sort:
+#: about half the memory of ``torch.sort``, which returns int64 indices);
+#: called by :func:`sort_int32`
+sort_int32_op = Op(
+    'sort_int32(Tensor keys, int end_bit) -> (Tensor values, Tensor perm)',
+    reference=sort_reference,
+    fake=lambda a: (a.keys.new_empty(a.keys.shape), a.keys.new_empty(a.keys.shape)))
+
+#: ``csr_transpose(col, rows, num_cols) -> (t_rowptr, t_col, t_perm)``: the
+#: transpose of a CSR given the source (``col``) and target (``rows``) of every
+#: CSR position, sources sorted stably; called by :func:`transpose`
+csr_transpose = Op(
+    'csr_transpose(Tensor col, Tensor rows, int num_cols) -> (Tensor t_rowptr, Tensor t_col, Tensor t_perm)',
+    reference=transpose_reference,
+    fake=lambda a: (a.col.new_empty(a.num_cols + 1), a.col.new_empty(a.col.shape), a.col.new_empty(a.col.shape)))
+
+#: ``csr_schedules(rowptrs, chunk) -> [units, heavy_rows, heavy_ptr] * n +
+#: [slots]``: the degree-bucket schedule of each ``rowptr``, with one
+#: synchronisation in all; called by :func:`build_schedules`
+csr_schedules = Op('csr_schedules(Tensor[] rowptrs, int chunk) -> Tensor[]',
+                   reference=schedules_reference, fake=_schedules_fake)

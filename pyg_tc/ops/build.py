@@ -9,11 +9,11 @@
 
 Their references are the pure-PyTorch builders of :mod:`pyg_tc.formats.csr`,
 which calls these ops on CUDA tensors when the kernels are loaded. The ops
-are defined in ``pyg_tc.formats._build_ops`` (below the formats, which call
-them directly and never import this package); this module names them among
-the op families.
+are defined in :mod:`pyg_tc.formats.csr`, beside their references (the
+formats sit below the ops and call them directly, never importing this
+package); this module names them among the op families.
 """
 from __future__ import annotations
 
-from ..formats._build_ops import (csr_schedules, csr_transpose, schedules_reference,  # noqa: F401
-                                  transpose_reference)
+from ..formats.csr import (csr_schedules, csr_transpose, schedules_reference,  # noqa: F401
+                           transpose_reference)

@@ -4,9 +4,9 @@ format builders use on the GPU (about half the memory of ``torch.sort``,
 which returns int64 indices). Kernel: ``kernels/sort/``. Caller:
 :func:`pyg_tc.formats.csr.sort_int32`.
 
-The op is defined in ``pyg_tc.formats._build_ops`` (below the formats, which
-call it directly and never import this package); this module names it among
-the op families."""
+The op is defined in :mod:`pyg_tc.formats.csr`, beside its reference (the
+formats sit below the ops and call it directly, never importing this
+package); this module names it among the op families."""
 from __future__ import annotations
 
-from ..formats._build_ops import sort_int32, sort_reference  # noqa: F401
+from ..formats.csr import sort_int32_op as sort_int32, sort_reference  # noqa: F401
