@@ -296,8 +296,9 @@ class TCLayer:
         reduction runs the CSR kernel). Inside ``torch.autocast('cuda')`` fp32
         features are cast once to the autocast dtype
         (:func:`~pyg_tc.ops.dispatch.autocast_features`); inside
-        :func:`pyg_tc.sampled_aggregation` the sampled aggregation runs
-        (:func:`pyg_tc.ops.sample.sampled_aggregate`)."""
+        :func:`pyg_tc.sampled_aggregation` (or on a graph that
+        :class:`~pyg_tc.transforms.CapNeighbors` capped) the sampled
+        aggregation runs (``sampling=`` of :func:`~pyg_tc.ops.dispatch.aggregate`)."""
         spec = sample.active() or g.sampling
         restore = _same
         if not isinstance(x, CBSR):
@@ -305,10 +306,8 @@ class TCLayer:
             if spec is None and x.dtype == torch.float16 and value is None and reduce == 'sum':
                 warn_fp16_sum(g, type(self).__name__)
             x, restore = node_major(x, self.node_dim)
-        if spec is not None:  # inside pyg_tc.sampled_aggregation(...) or on a CapNeighbors graph
-            return restore(sample.sampled_aggregate(g, x, value, reduce, diag, spec, self.backend,
-                                                    strict=False))
-        return restore(dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False))
+        return restore(dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False,
+                                          sampling=spec))
 
     def _prepare(self, x: Any, adj: Any, size: Optional[Tuple[int, int]]):
         """(message source features, root features, graph, edge values in CSR

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from .. import _library
+from .._library import use_kernel as _use_kernel  # (private below)
 from .._cuda_graph import capture_graph
 from ..formats.carrier import resolve
 from ..formats.cbsr import CBSR
@@ -46,31 +47,66 @@ REDUCE = {'sum': 'sum', 'add': 'sum', 'mean': 'mean', 'max': 'max'}
 
 @dataclass
 class Impl:
-    """One implementation of an op family."""
+    """One implementation of an op family, with the limits :func:`choose`
+    reads (nothing else decides whether it runs).
+
+    Attributes:
+        fn: ``fn(g, **checked_args)`` (in a routed family also ``backend=`` and
+            ``strict=``: its implementations run other families' ops).
+        reduces: the reductions it computes.
+        max_width: the widest row its CUDA kernel takes (None: any).
+        fits: ``fits(features) -> bool``: whether it takes these features
+            (beyond ``max_width``; e.g. the attention kernels' head width).
+        applies: ``applies(g, checked_args) -> bool`` (routed families):
+            whether it serves this call at all.
+        needs_kernel: it runs a CUDA kernel, so its limits (the kernels
+            loaded, not float64, ``max_width``, ``fits``) hold only where that
+            kernel runs: on CUDA tensors (the CPU runs the op's reference,
+            which takes anything). False: its limits hold on every device.
+        deterministic: False for a kernel with atomics: under
+            ``torch.use_deterministic_algorithms(True)`` a CUDA call runs the
+            reference instead.
+    """
     fn: Callable
     reduces: Tuple[str, ...] = ('sum', 'mean', 'max')
-    max_width: Optional[int] = None  # widest row its kernel takes (None: any)
+    max_width: Optional[int] = None
+    fits: Optional[Callable[[Any], bool]] = None
+    applies: Optional[Callable[[Optional[CSRGraph], dict], bool]] = None
+    needs_kernel: bool = True
+    deterministic: bool = True
 
 
 @dataclass
 class Family:
     """An op family: its argument check, implementations and (optionally)
-    the candidates ``'auto'`` times."""
+    the candidates ``'auto'`` times.
+
+    ``auto`` names the implementation ``'auto'`` runs unless it tunes.
+    ``routes`` (a routed family) maps every backend to implementations in
+    order of preference: :func:`choose` takes the first whose limits hold.
+    """
     check: Callable
     features: str = 'x'
     impls: Dict[str, Impl] = field(default_factory=dict)
     candidates: Optional[Callable] = None
+    auto: str = 'csr'
+    routes: Optional[Dict[str, Tuple[str, ...]]] = None
 
 
 FAMILIES: Dict[str, Family] = {}
 
 
-def family(op: str, check: Callable, features: str = 'x') -> None:
+def family(op: str, check: Callable, features: str = 'x', auto: str = 'csr',
+           routes: Optional[Dict[str, Sequence[str]]] = None) -> None:
     """Declare op family ``op``: ``check(g, *args, **kwargs)`` validates a
     call and returns its arguments normalised, as the keyword arguments of
     the implementations: the features that decide the backend under
-    ``features``, the reduction (if any) under ``'reduce'``."""
-    FAMILIES[op] = Family(check, features)
+    ``features``, the reduction (if any) under ``'reduce'``. ``auto``: what
+    ``'auto'`` runs (before any tuning). ``routes``: for a family whose
+    implementations are tried in order (``{backend: (name, ...)}``, every
+    backend of :data:`BACKENDS`), see :func:`choose`."""
+    FAMILIES[op] = Family(check, features, auto=auto,
+                          routes=None if routes is None else {b: tuple(r) for b, r in routes.items()})
 
 
 def autocast_features(x: Any) -> Any:
@@ -89,10 +125,18 @@ def autocast_features(x: Any) -> Any:
 
 
 def register(op: str, backend: str, reduces: Sequence[str] = ('sum', 'mean', 'max'),
-             max_width: Optional[int] = None) -> Callable:
-    """Decorator: ``fn(g, **checked_args)`` implements ``op`` for ``backend``."""
+             max_width: Optional[int] = None, fits: Optional[Callable[[Any], bool]] = None,
+             applies: Optional[Callable[[Optional[CSRGraph], dict], bool]] = None,
+             needs_kernel: Optional[bool] = None, deterministic: bool = True) -> Callable:
+    """Decorator: ``fn(g, **checked_args)`` implements ``op`` under the name
+    ``backend``, with the limits of :class:`Impl` (``needs_kernel``
+    defaults to True unless the name ends with ``'reference'``)."""
+    if needs_kernel is None:
+        needs_kernel = not backend.endswith('reference')
+
     def deco(fn: Callable) -> Callable:
-        FAMILIES[op].impls[backend] = Impl(fn, tuple(reduces), max_width)
+        FAMILIES[op].impls[backend] = Impl(fn, tuple(reduces), max_width, fits, applies, needs_kernel,
+                                           deterministic)
         return fn
     return deco
 
@@ -114,28 +158,74 @@ def _width(x: Any) -> int:
     return x.width if isinstance(x, CBSR) else x.size(-1)
 
 
-def choose(op: str, backend: str, g: CSRGraph, x: Any, reduce: str = 'sum',
-           strict: bool = True) -> str:
+def _kernel_takes(impl: Impl, x: Any) -> bool:
+    """Whether ``impl``'s CUDA kernel takes features ``x``: a CUDA tensor,
+    the kernels loaded, not float64, within ``max_width`` and ``fits``."""
+    t = x.values if isinstance(x, CBSR) else x
+    return (_use_kernel(t) and (impl.max_width is None or _width(x) <= impl.max_width)
+            and (impl.fits is None or impl.fits(x)))
+
+
+def _route(op: str, fam: Family, backend: str, g: Optional[CSRGraph], x: Any, args: dict) -> str:
+    """A routed family's choice: the first implementation listed for
+    ``backend`` that serves the call (``applies``) and takes the features
+    (a kernel's limits where it would run: a kernel that does not take them
+    gives way to the next one, as on the CPU; ``fits`` of a composition on
+    every device)."""
+    for name in fam.routes[backend]:
+        impl = fam.impls[name]
+        if impl.applies is not None and not impl.applies(g, args):
+            continue
+        if impl.needs_kernel:
+            if not _kernel_takes(impl, x):
+                continue
+        elif impl.fits is not None and not impl.fits(x):
+            continue
+        return name
+    raise ValueError(f'pyg_tc: no implementation of {op} takes this call with backend={backend!r}')
+
+
+def choose(op: str, backend: str, g: Optional[CSRGraph], x: Any, reduce: str = 'sum',
+           strict: bool = True, args: Optional[dict] = None) -> str:
     """The implementation of ``op`` that runs this call (``x``: the features
-    that decide: dense or CBSR; ``reduce``: the normalised reduction). A
-    backend that lacks the reduction or the feature format raises with
-    ``strict`` (the op front-ends) and falls back without (layers:
-    ``'sgt'`` with max aggregation runs the CSR kernel, with CBSR features
-    the CBSR kernel)."""
+    that decide: dense or CBSR; ``reduce``: the normalised reduction;
+    ``args``: the checked arguments, which a routed family's limits read).
+    The only code that picks an implementation, from what the families
+    declared (:func:`family`, :func:`register`):
+
+    * an explicit backend names the implementation, ``'auto'`` the family's
+      ``auto`` one, or the faster of CSR and SGT where the family declared
+      candidates (:func:`choose_backend`); CBSR features name ``'cbsr'``
+      (``'cbsr_reference'`` for ``'reference'``);
+    * a backend that lacks the op, the reduction or the feature format
+      raises with ``strict`` (the op front-ends) and falls back without
+      (layers): ``'sgt'`` with max aggregation, or for an op without
+      tensor-core kernels (attention), runs the CSR kernel; with CBSR
+      features the CBSR kernel;
+    * on a CUDA tensor that the implementation's kernel does not take
+      (float64, kernels not built, wider than ``max_width``, not ``fits``),
+      or with deterministic algorithms on for a kernel with atomics, its
+      ``<name>_reference`` runs, or the family's ``'reference'``;
+    * a routed family (``routes``) takes the first implementation listed for
+      the backend whose limits hold (:func:`_route`)."""
     check_backend(backend)
     fam = FAMILIES[op]
+    if fam.routes is not None:
+        return _route(op, fam, backend, g, x, args or {})
     if isinstance(x, CBSR):
         if backend == 'sgt' and strict:
             raise ValueError("pyg_tc: backend='sgt' takes dense features (CBSR input uses the "
                              "CBSR kernels)")
         name = 'cbsr_reference' if backend == 'reference' else 'cbsr'
     elif backend == 'auto':
-        name = 'csr'
+        name = fam.auto
         if 'sgt' in fam.impls and reduce in fam.impls['sgt'].reduces:
             name = choose_backend(g, x.size(1), x.dtype, op)
     else:
         name = backend
     impl = fam.impls.get(name)
+    if impl is None and not strict and 'csr' in fam.impls:  # (attention: no tensor-core kernels)
+        name, impl = 'csr', fam.impls['csr']
     if impl is None:
         raise ValueError(f'pyg_tc: {op} has no {name!r} implementation')
     if reduce not in impl.reduces and not strict and name != 'cbsr':
@@ -145,19 +235,21 @@ def choose(op: str, backend: str, g: CSRGraph, x: Any, reduce: str = 'sum',
         raise ValueError(f'pyg_tc: {what} {op.upper().replace("SPMM", "SpMM")} supports reduce {" and ".join(map(repr, impl.reduces))}, '
                          f'got {reduce!r}')
     t = x.values if isinstance(x, CBSR) else x
-    if not name.endswith('reference') and t.is_cuda and not (
-            _library.use_kernel(t) and (impl.max_width is None or _width(x) <= impl.max_width)):
+    if t.is_cuda and ((impl.needs_kernel and not _kernel_takes(impl, x)) or
+                      (not impl.deterministic and torch.are_deterministic_algorithms_enabled())):
         return f'{name}_reference' if f'{name}_reference' in fam.impls else 'reference'
     return name
 
 
-def run(op: str, g: CSRGraph, *args: Any, backend: str = 'auto', strict: bool = True,
+def run(op: str, g: Optional[CSRGraph], *args: Any, backend: str = 'auto', strict: bool = True,
         **kwargs: Any) -> Any:
-    """Check a call of ``op`` on graph ``g``, choose its implementation
-    (:func:`choose`) and run it."""
+    """Check a call of ``op`` on graph ``g`` (None for an op without one),
+    choose its implementation (:func:`choose`) and run it."""
     fam = FAMILIES[op]
     a = fam.check(g, *args, **kwargs)
-    name = choose(op, backend, g, a[fam.features], a.get('reduce', 'sum'), strict)
+    name = choose(op, backend, g, a[fam.features], a.get('reduce', 'sum'), strict, a)
+    if fam.routes is not None:  # (its implementations run other families' ops, on this backend)
+        return fam.impls[name].fn(g, backend=backend, strict=strict, **a)
     return fam.impls[name].fn(g, **a)
 
 
@@ -166,7 +258,7 @@ def run(op: str, g: CSRGraph, *args: Any, backend: str = 'auto', strict: bool = 
 
 def aggregate(g: CSRGraph, x: Any, value: Optional[Tensor] = None, reduce: str = 'sum',
               diag: Any = None, t_value: Optional[Tensor] = None, backend: str = 'auto',
-              strict: bool = True) -> Tensor:
+              strict: bool = True, sampling: Optional[tuple] = None) -> Tensor:
     """``out[i] = reduce_{e: i <- j} value[e] * x[j] (+ diag[i] * x[i])`` on
     a :class:`~pyg_tc.formats.CSRGraph` (rows = targets), what the layers call.
 
@@ -180,12 +272,18 @@ def aggregate(g: CSRGraph, x: Any, value: Optional[Tensor] = None, reduce: str =
             gather per backward).
         backend (str, optional): as in :func:`spmm`.
         strict (bool, optional): as in :func:`~pyg_tc.ops.dispatch.choose`.
+        sampling (tuple, optional): ES-SpMM's ``(max_neighbors, sampling,
+            seed)`` (a :class:`~pyg_tc.ops.sample.Sampling`): the sampled
+            aggregation (family ``'sampled_spmm'``, :mod:`pyg_tc.ops.sample`);
+            ``t_value`` is not used then.
 
     Shapes:
         - **input:** x :math:`(N_{src}, F)`, value :math:`(E)`, diag
           :math:`(N_{dst})` or a scalar
         - **output:** :math:`(N_{dst}, F)` in ``x``'s dtype
     """
+    if sampling is not None:
+        return run('sampled_spmm', g, x, value, reduce, diag, sampling, backend=backend, strict=strict)
     return run('spmm', g, x, value, reduce, diag, t_value=t_value, backend=backend, strict=strict)
 
 
@@ -265,11 +363,8 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     if size is None and isinstance(x, (Tensor, CBSR)) and x.dim() == 2:
         size = _default_size(adj, x.size(0), flow)
     g, value = resolve(adj, size=size, flow=flow, edge_weight=edge_weight)
-    if max_neighbors is not None:
-        from .sample import Sampling, sampled_aggregate
-        return sampled_aggregate(g, autocast_features(x), value, REDUCE.get(reduce, reduce), diag,
-                                 Sampling(max_neighbors, sampling, seed), backend)
-    return aggregate(g, autocast_features(x), value, reduce, diag, backend=backend)
+    spec = None if max_neighbors is None else (max_neighbors, sampling, seed)
+    return aggregate(g, autocast_features(x), value, reduce, diag, backend=backend, sampling=spec)
 
 
 def sddmm(a: Tensor, b: Tensor, adj: Any, *,

@@ -38,6 +38,9 @@ from typing import Iterator, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import dispatch
+from .csr import check_spmm, spmm_reference
+
 #: the strategies, in the order of the kernel op's ``sampling`` index
 SAMPLINGS = ('uniform', 'bucket', 'fastrand')
 FASTRAND_PRIME = 577
@@ -180,7 +183,6 @@ def sampled_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor],
         - **input:** x :math:`(N_{src}, F)`, col and value :math:`(E)`
         - **output:** :math:`(N_{dst}, F)`
     """
-    from .csr import spmm_reference
     if reduce not in ('sum', 'mean', 'max'):
         raise ValueError(f"pyg_tc: reduce must be 'sum', 'mean' or 'max', got {reduce!r}")
     rowptr_s, edge, scale = sample_csr(rowptr, max_neighbors, sampling, seed)
@@ -239,6 +241,79 @@ def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
     return g.capped(max_neighbors, sampling, seed, build)
 
 
+def check_sampled(g, x, value: Optional[Tensor], reduce: str, diag, spec: tuple) -> dict:
+    """The checked arguments of a sampled aggregation (family
+    ``'sampled_spmm'``): the settings ``spec`` (a :class:`Sampling` or its
+    fields) checked and this call's seed drawn, then the aggregation's
+    arguments as given (the capped graph's path gathers the edge values
+    themselves) and as checked by :func:`~pyg_tc.ops.csr.check_spmm`
+    (``checked``: what the kernel and the exact path take)."""
+    spec = Sampling(*spec)
+    check_sampling(spec.max_neighbors, spec.sampling)
+    seed = spec.resolved_seed()
+    return dict(x=x, value=value, reduce=dispatch.REDUCE.get(reduce, reduce), diag=diag, spec=spec,
+                seed=seed, checked=check_spmm(g, x, value, reduce, diag))
+
+
+# ES-SpMM on a CSRGraph: ``reduce`` over each row's kept edges (module doc: sums
+# scaled by ``deg / S`` on capped rows, means over the kept edges), ``value``
+# (CSR order of ``g``) gathered for the kept edges, ``diag`` not sampled.
+# Differentiable in ``x``, ``value`` and ``diag``: the backward is the exact
+# transpose of the call's sample. Three implementations, one sample (results
+# equal up to fp32 rounding order), tried in this order by dispatch.choose:
+#
+# * 'exact': no row of ``g`` has more than ``max_neighbors`` edges: the exact op, bitwise;
+# * 'kernel' (backends 'auto' and 'csr'): without gradients on CUDA, unless a capped
+#   graph is kept on ``g`` for this seed, the ``sampled_spmm`` kernel op computes each
+#   row's sample itself (nothing built, no host synchronisation);
+# * 'capped': the capped graph kept on ``g`` for this seed (built by CapNeighbors or an
+#   earlier training call: the fastest inference), or built now (:func:`capped_graph`:
+#   with gradients, on the CPU, for float64 or CBSR features), and the exact engine
+#   on it, forward and transposed backward.
+
+dispatch.family('sampled_spmm', check_sampled, routes={
+    'auto': ('exact', 'kernel', 'capped'), 'csr': ('exact', 'kernel', 'capped'),
+    'sgt': ('exact', 'capped'), 'reference': ('exact', 'capped')})
+
+
+def _nothing_capped(g, a: dict) -> bool:
+    return g.max_degree() <= a['spec'].max_neighbors
+
+
+def _kernel_applies(g, a: dict) -> bool:
+    """No capped graph kept for this seed, dense features, no gradient needed."""
+    c, spec = a['checked'], a['spec']
+    return (g.capped(spec.max_neighbors, spec.sampling, a['seed']) is None and isinstance(a['x'], Tensor)
+            and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                     for t in (a['x'], c['value'], c['diag']))))
+
+
+@dispatch.register('sampled_spmm', 'exact', applies=_nothing_capped, needs_kernel=False)
+def _exact(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> Tensor:
+    return dispatch.aggregate(g, x, checked['value'], checked['reduce'], checked['diag'], backend=backend,
+                              strict=strict)
+
+
+@dispatch.register('sampled_spmm', 'kernel', applies=_kernel_applies)
+def _kernel(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> Tensor:
+    c = checked
+    return sampled_spmm(g.rowptr, g.col, c['value'], x, c['diag'], row_order(g), spec.max_neighbors,
+                        SAMPLINGS.index(spec.sampling), seed, c['reduce'],
+                        differentiable=(x, c['value'], c['diag']))
+
+
+@dispatch.register('sampled_spmm', 'capped', needs_kernel=False)
+def _capped(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> Tensor:
+    built = g.capped(spec.max_neighbors, spec.sampling, seed)
+    gs, edge, w = built if built is not None else capped_graph(g, spec.max_neighbors, spec.sampling, seed)
+    v = None if value is None else value.index_select(0, edge)
+    if reduce == 'sum':
+        w = w.to(value.dtype if value is not None else
+                 torch.float64 if x.dtype == torch.float64 else torch.float32)
+        v = w if v is None else v * w
+    return dispatch.aggregate(gs, x, v, reduce, diag, backend=backend, strict=strict)
+
+
 def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, spec: Sampling,
                       backend: str = 'auto', strict: bool = True) -> Tensor:
     """ES-SpMM on a :class:`~pyg_tc.formats.CSRGraph`: ``reduce`` over each row's kept edges
@@ -247,37 +322,18 @@ def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, 
     ``diag`` not sampled. Differentiable in ``x``, ``value`` and ``diag``: the
     backward is the exact transpose of the call's sample.
 
-    Two paths, one sample (results equal up to fp32 rounding order): a capped
+    :func:`pyg_tc.ops.dispatch.aggregate` with ``sampling=spec``, which
+    chooses among three implementations, one sample (results equal up to
+    fp32 rounding order): the exact op where no row is capped; a capped
     graph kept on ``g`` for this seed (built by
-    :class:`~pyg_tc.transforms.CapNeighbors` or an earlier training call) runs
-    the exact engine on it, the fastest inference; otherwise, without
+    :class:`~pyg_tc.transforms.CapNeighbors` or an earlier training call)
+    runs the exact engine on it, the fastest inference; otherwise, without
     gradients on CUDA, the ``sampled_spmm`` kernel op computes each row's
     sample itself (nothing built, no host synchronisation); with gradients,
     on the CPU, for float64 or CBSR features the capped graph is built
     (:func:`capped_graph`) and the exact engine runs on it, forward and
     transposed backward."""
-    from . import dispatch
-    from .._library import use_kernel
-    from .csr import check_spmm
-    check_sampling(spec.max_neighbors, spec.sampling)
-    seed = spec.resolved_seed()
-    if g.max_degree() <= spec.max_neighbors:  # nothing capped: the exact op, bitwise
-        return dispatch.aggregate(g, x, value, reduce, diag, backend=backend, strict=strict)
-    built = g.capped(spec.max_neighbors, spec.sampling, seed)
-    a = check_spmm(g, x, value, reduce, diag)
-    if built is None and isinstance(x, Tensor) and backend in ('auto', 'csr') and use_kernel(x) and not (
-            torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                            for t in (x, a['value'], a['diag']))):
-        return sampled_spmm(g.rowptr, g.col, a['value'], x, a['diag'], row_order(g), spec.max_neighbors,
-                            SAMPLINGS.index(spec.sampling), seed, a['reduce'],
-                            differentiable=(x, a['value'], a['diag']))
-    gs, edge, w = built if built is not None else capped_graph(g, spec.max_neighbors, spec.sampling, seed)
-    v = None if value is None else value.index_select(0, edge)
-    if reduce == 'sum':
-        w = w.to(value.dtype if value is not None else
-                 torch.float64 if x.dtype == torch.float64 else torch.float32)
-        v = w if v is None else v * w
-    return dispatch.aggregate(gs, x, v, reduce, diag, backend=backend, strict=strict)
+    return dispatch.aggregate(g, x, value, reduce, diag, backend=backend, strict=strict, sampling=spec)
 
 
 # The enclosing sampled_aggregation's settings: a module-level slot (process-wide, like
