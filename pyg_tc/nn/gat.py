@@ -29,7 +29,8 @@ from ..formats.csr import CSRGraph
 # (the self-loop graph's names, importable from here as before)
 from ..formats.loops import (LoopGraph, fill_index_from_edges, format_ready, loop_fill_index,  # noqa: F401
                              loop_graph, loops_from_edges, pad_loop_graph, plain_edge_index, pyg_order)
-from ..ops.attn import attention_weights, gat_attention, gat_logits, gatv2_attention, new_rng
+from ..ops import dispatch
+from ..ops.attn import attention_weights, gat_logits, new_rng
 from ..ops.csr import acc_dtype
 from ._base import TCLayer, add_bias_as, autocast_input, pyg_dtype, pyg_method, softmax_dtype
 from .conv import pyg_layer
@@ -87,12 +88,6 @@ def att_logits(x: Tensor, *atts: Tensor) -> List[Tensor]:
 def _in_csr_order(v: Tensor, g: CSRGraph) -> Tensor:
     """Per-edge rows ``v [E, ...]`` (adjacency order) in ``g``'s CSR order."""
     return v if g.perm is None else v.index_select(0, g.perm)
-
-
-def _op_backend(backend: str) -> str:
-    # The attention ops have CSR kernels and the reference; 'sgt' (no
-    # tensor-core attention) runs the CSR kernels.
-    return 'csr' if backend == 'sgt' else backend
 
 
 class _GATBase(TCLayer):
@@ -417,8 +412,9 @@ class GATConv(_GATBase, pyg_nn.GATConv):
                 score = score.index_select(0, lg.ids)
 
         p, rng = self._dropout(x_src.device)
-        out, lse = gat_attention(used, x_src, a_src, a_dst, score, self.negative_slope, p, rng,
-                                 _op_backend(self.backend))
+        # (strict=False: 'sgt', which has no tensor-core attention, runs the CSR kernels)
+        out, lse = dispatch.run('attention', used, x_src, a_src, a_dst, score, self.negative_slope, p, rng,
+                                backend=self.backend, strict=False)
         dtype = self._pyg_dtype(x_src, self.att_src, self.att_dst if x_dst is not None else None,
                                 self.att_edge if uses_attr else None)
         out = self._epilogue(out, res, dtype)
@@ -523,8 +519,8 @@ class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
 
         att = self.att.view(H, C)
         p, rng = self._dropout(x_l.device)
-        out, lse = gatv2_attention(used, x_l, x_r, att, edge, self.negative_slope, p, rng,
-                                   _op_backend(self.backend))
+        out, lse = dispatch.run('attention_v2', used, x_l, x_r, att, edge, self.negative_slope, p, rng,
+                                backend=self.backend, strict=False)
         dtype = self._pyg_dtype(x_l, x_r, att, edge)
         out = self._epilogue(out, res, dtype)
         if return_attention_weights:

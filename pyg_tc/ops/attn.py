@@ -486,10 +486,10 @@ def _fits(x: Tensor) -> bool:
     return 0 < C and C * b <= ATTN_MAX_HEAD_BYTES and (C <= 128 or (C * b) % 16 == 0)
 
 
-@dispatch.register('attention', 'csr', reduces=('sum',))
+# The fused kernels' limit is declared (``fits``): dispatch.choose runs the
+# reference for CUDA heads they do not take.
+@dispatch.register('attention', 'csr', reduces=('sum',), fits=_fits)
 def _gat_csr(g: CSRGraph, x, a_src, a_dst, score, negative_slope, dropout, rng):
-    if x.is_cuda and not _fits(x):
-        return _gat_reference(g, x, a_src, a_dst, score, negative_slope, dropout, rng)
     return attn_gat(*_graph_args(g), _aligned(x), a_src, a_dst, score, negative_slope, dropout,
                     rng, differentiable=(x, a_src, a_dst, score))
 
@@ -499,10 +499,8 @@ def _gat_reference(g: CSRGraph, x, a_src, a_dst, score, negative_slope, dropout,
     return gat_reference(g.rowptr, g.col, x, a_src, a_dst, score, negative_slope, dropout, rng)
 
 
-@dispatch.register('attention_v2', 'csr', reduces=('sum',))
+@dispatch.register('attention_v2', 'csr', reduces=('sum',), fits=_fits)
 def _gatv2_csr(g: CSRGraph, x, x_r, att, edge, negative_slope, dropout, rng):
-    if x.is_cuda and not _fits(x):
-        return _gatv2_reference(g, x, x_r, att, edge, negative_slope, dropout, rng)
     return attn_gatv2(*_graph_args(g), _aligned(x), _aligned(x_r), att, _aligned(edge),
                       negative_slope, dropout, rng, differentiable=(x, x_r, att, edge))
 
@@ -543,7 +541,7 @@ def gat_attention(g: CSRGraph, x: Tensor, a_src: Optional[Tensor] = None,
         - **output:** out :math:`(N_{dst}, H, C)`, lse :math:`(N_{dst}, H)`
     """
     return dispatch.run('attention', g, x, a_src, a_dst, score, negative_slope, dropout, rng,
-                        backend=backend, strict=False)
+                        backend=backend, strict=True)
 
 
 def gatv2_attention(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor,
@@ -569,7 +567,7 @@ def gatv2_attention(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor,
         - **output:** out :math:`(N_{dst}, H, C)`, lse :math:`(N_{dst}, H)`
     """
     return dispatch.run('attention_v2', g, x, x_r, att, edge, negative_slope, dropout, rng,
-                        backend=backend, strict=False)
+                        backend=backend, strict=True)
 
 
 def attention_weights(g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float = 0.0,
