@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from .._library import Op, use_kernel
+from .._library import Op
 from ..formats.cbsr import CBSR, index_dtype
 from ..formats.csr import CSRGraph, csr_rows
 from . import dispatch
@@ -130,12 +130,10 @@ maxk_select = Op(
 
 
 def _sspmm(a: Any, grad: Tensor) -> Tensor:
-    """The SSpMM op, or its deterministic reference when
-    torch.use_deterministic_algorithms(True) (the kernel uses global atomics)."""
-    if grad.is_cuda and torch.are_deterministic_algorithms_enabled():
-        return cbsr_sspmm_reference(a.rowptr, a.col, a.value, grad, a.indices, a.diag, a.reduce)
-    return cbsr_sspmm(a.rowptr, a.col, a.value, grad, a.indices, a.units, a.heavy_rows,
-                      a.heavy_ptr, a.num_slots, a.diag, a.reduce)
+    """The SSpMM op, or its deterministic reference on CUDA when
+    torch.use_deterministic_algorithms(True) (the kernel uses global
+    atomics: declared below, chosen by dispatch)."""
+    return dispatch.run('cbsr_sspmm', None, a, grad)
 
 
 def _edge_grads(a: Any, grad: Tensor, need_value: bool, need_diag: bool):
@@ -205,6 +203,21 @@ cbsr_sspmm = Op(
     consts=lambda a: {'width': a.grad.size(1)})
 
 
+dispatch.family('cbsr_sspmm', lambda g, a, grad: dict(a=a, grad=grad), features='grad', auto='cbsr')
+
+
+# (no kernel check: with no kernel loaded the op runs its reference on CUDA itself)
+@dispatch.register('cbsr_sspmm', 'cbsr', needs_kernel=False, deterministic=False)
+def _sspmm_kernel(g: None, a: Any, grad: Tensor) -> Tensor:
+    return cbsr_sspmm(a.rowptr, a.col, a.value, grad, a.indices, a.units, a.heavy_rows,
+                      a.heavy_ptr, a.num_slots, a.diag, a.reduce)
+
+
+@dispatch.register('cbsr_sspmm', 'cbsr_reference')
+def _sspmm_reference(g: None, a: Any, grad: Tensor) -> Tensor:
+    return cbsr_sspmm_reference(a.rowptr, a.col, a.value, grad, a.indices, a.diag, a.reduce)
+
+
 # ---------------------------------------------------------------------------
 # Front-ends
 
@@ -254,11 +267,21 @@ def maxk(x: Tensor, k: int) -> CBSR:
     if k >= F:  # keeps everything: the identity, in CBSR form
         cols = torch.arange(F, device=x.device, dtype=idt).expand(x.size(0), F).contiguous()
         return CBSR(x, cols, F, check=False)
-    if x.is_cuda and not use_kernel(x, MAXK_KERNEL_WIDTH):
-        values, indices = maxk_reference(x, k)
-    else:
-        values, indices = maxk_select(x.contiguous(), k, differentiable=(x,))
+    values, indices = dispatch.run('maxk', None, x, k)
     return CBSR(values, indices, F, check=False)
+
+
+dispatch.family('maxk', lambda g, x, k: dict(x=x, k=k), auto='select')
+
+
+@dispatch.register('maxk', 'select', max_width=MAXK_KERNEL_WIDTH)
+def _maxk_select(g: None, x: Tensor, k: int):
+    return maxk_select(x.contiguous(), k, differentiable=(x,))
+
+
+@dispatch.register('maxk', 'reference')
+def _maxk_reference(g: None, x: Tensor, k: int):
+    return maxk_reference(x, k)
 
 
 @dispatch.register('spmm', 'cbsr', reduces=('sum', 'mean'), max_width=CBSR_KERNEL_WIDTH)
