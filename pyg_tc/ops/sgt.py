@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from .._library import Op, use_kernel
+from .._library import Op
 from ..formats.csr import CSRGraph, inverse_perm, stale_error
 from ..formats.sgt import BLOCK_W, SGT, WINDOW, SGTDir, _mask_bits, cell_coords
 from . import dispatch
@@ -198,6 +198,58 @@ def _dir(d: SGTDir):
 # ---------------------------------------------------------------------------
 # Cell-level calls and the dispatch implementations
 
+def check_spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor] = None,
+                     warps: Optional[int] = None) -> dict:
+    """A cell-level SpMM call (family ``'sgt_spmm_cells'``): one value per
+    cell of the graph's SGT (built on first use), cast to the accumulation
+    dtype."""
+    s = sgt_of(g)
+    if cell_val.numel() != s.num_cells:
+        raise ValueError(f'pyg_tc: expected {s.num_cells} cell values, got {cell_val.numel()}')
+    return dict(x=x, cell_val=cell_val.to(acc_dtype(x.dtype)), diag=diag, warps=warps)
+
+
+def check_sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int] = None) -> dict:
+    """A cell-level SDDMM call (family ``'sgt_sddmm_cells'``): the graph's
+    SGT built on first use."""
+    sgt_of(g)
+    return dict(a=a, b=b, warps=warps)
+
+
+dispatch.family('sgt_spmm_cells', check_spmm_cells)
+dispatch.family('sgt_sddmm_cells', check_sddmm_cells, features='a')
+
+
+@dispatch.register('sgt_spmm_cells', 'sgt', reduces=('sum',))
+def _spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor],
+                warps: Optional[int]) -> Tensor:
+    s = sgt_of(g)
+    w = warps if warps is not None else warps_for(s, x.size(1), x.dtype)
+    return sgt_spmm(*_dir(s.fwd), cell_val, x.contiguous(), diag, g.num_rows, precision_of(x.dtype), w,
+                    *_dir(s.bwd), s.t_cell, differentiable=(x, cell_val, diag))
+
+
+@dispatch.register('sgt_spmm_cells', 'sgt_reference', reduces=('sum',))
+def _spmm_cells_reference(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor],
+                          warps: Optional[int]) -> Tensor:
+    d = sgt_of(g).fwd
+    return sgt_spmm_reference(d.sched.units, d.cols, d.mask, cell_val, x, diag, g.num_rows)
+
+
+@dispatch.register('sgt_sddmm_cells', 'sgt', reduces=('sum',))
+def _sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int]) -> Tensor:
+    s = sgt_of(g)
+    w = warps if warps is not None else warps_for(s, a.size(1), a.dtype, 'sddmm')
+    return sgt_sddmm(*_dir(s.fwd), a.contiguous(), b.contiguous(), s.num_cells, precision_of(a.dtype),
+                     w, *_dir(s.bwd), s.t_cell, differentiable=(a, b))
+
+
+@dispatch.register('sgt_sddmm_cells', 'sgt_reference', reduces=('sum',))
+def _sddmm_cells_reference(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int]) -> Tensor:
+    d = sgt_of(g).fwd
+    return sgt_sddmm_reference(d.sched.units, d.cols, d.mask, a, b)
+
+
 def sgt_spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor] = None,
                    warps: Optional[int] = None) -> Tensor:
     """``out[i] = sum_cells(i, j) cell_val * x[j] (+ diag[i] x[i])`` on tensor
@@ -216,16 +268,7 @@ def sgt_spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tens
         - **input:** x :math:`(N_{src}, F)`, cell_val :math:`(C)` (``C`` cells)
         - **output:** :math:`(N_{dst}, F)`
     """
-    s = sgt_of(g)
-    if cell_val.numel() != s.num_cells:
-        raise ValueError(f'pyg_tc: expected {s.num_cells} cell values, got {cell_val.numel()}')
-    cell_val = cell_val.to(acc_dtype(x.dtype))
-    if x.is_cuda and not use_kernel(x):
-        d = s.fwd
-        return sgt_spmm_reference(d.sched.units, d.cols, d.mask, cell_val, x, diag, g.num_rows)
-    w = warps if warps is not None else warps_for(s, x.size(1), x.dtype)
-    return sgt_spmm(*_dir(s.fwd), cell_val, x.contiguous(), diag, g.num_rows, precision_of(x.dtype), w,
-                    *_dir(s.bwd), s.t_cell, differentiable=(x, cell_val, diag))
+    return dispatch.run('sgt_spmm_cells', g, x, cell_val, diag, warps, backend='sgt')
 
 
 def sgt_sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int] = None) -> Tensor:
@@ -241,13 +284,7 @@ def sgt_sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int] = No
         - **input:** a :math:`(N_{dst}, F)`, b :math:`(N_{src}, F)`
         - **output:** one value per cell
     """
-    s = sgt_of(g)
-    if a.is_cuda and not use_kernel(a):
-        d = s.fwd
-        return sgt_sddmm_reference(d.sched.units, d.cols, d.mask, a, b)
-    w = warps if warps is not None else warps_for(s, a.size(1), a.dtype, 'sddmm')
-    return sgt_sddmm(*_dir(s.fwd), a.contiguous(), b.contiguous(), s.num_cells, precision_of(a.dtype),
-                     w, *_dir(s.bwd), s.t_cell, differentiable=(a, b))
+    return dispatch.run('sgt_sddmm_cells', g, a, b, warps, backend='sgt')
 
 
 @dispatch.register('spmm', 'sgt', reduces=('sum', 'mean'))
@@ -257,12 +294,13 @@ def _spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str, diag: Op
         inv = 1.0 / g.degree().clamp(min=1).to(acc_dtype(x.dtype))
         scale = g.per_edge(inv)
         value = scale if value is None else value * scale
-    return sgt_spmm_cells(g, x, sgt_of(g).cell_values(value), diag)
+    # (choose() picked 'sgt' for these features: its kernel takes them, so no second choice)
+    return _spmm_cells(g, **check_spmm_cells(g, x, sgt_of(g).cell_values(value), diag))
 
 
 @dispatch.register('sddmm', 'sgt', reduces=('sum',))
 def _sddmm(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
-    return sgt_of(g).edge_values(sgt_sddmm_cells(g, a, b))
+    return sgt_of(g).edge_values(_sddmm_cells(g, a, b, None))
 
 
 def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
