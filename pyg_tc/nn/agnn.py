@@ -124,35 +124,61 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
         # (in fp32 under CUDA autocast); ours are aggregated in x's dtype
         dtype = pyg_dtype(x.dtype, self.beta.dtype, softmax_dtype(x))
         x = dispatch.autocast_features(x)  # under autocast: the attention runs in half
-        N = x.size(0)
         xn = _unit_rows(x)
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         beta = self.beta.to(acc)
-        if self.backend != 'sgt' and attn._fits(x.unsqueeze(1)):
-            # fused: cosine scores on the graph with one loop per node, then
-            # softmax and aggregation in one pass (no E x F tensor)
-            gl = self._loop_graph(edge_index, N)
-            if gl is None:  # torch.compile before the self-loop graph exists
-                return self._run_pyg(x, edge_index)
-            score = beta * dispatch.edge_scores(gl, xn, xn, self.backend).to(acc)
-            out, _ = attn.gat_attention(gl, x.unsqueeze(1), score=score.unsqueeze(1),
-                                        negative_slope=1.0,
-                                        backend='reference' if self.backend == 'reference' else 'csr')
-            out = out.squeeze(1).to(dtype)
-            if self.aggr == 'mean':  # PyG's mean over the row's messages, loop included
-                out = out / gl.degree().clamp(min=1).to(out.dtype).unsqueeze(1)
-            return out
-        g, _ = resolve(edge_index, size=(N, N), flow=self.flow)  # edge values are ignored, as in PyG
-        # tensor cores (or rows too wide for the fused kernel): SDDMM, edge softmax, SpMM,
-        # existing loops dropped and every node's loop a fused diagonal term
-        if self.add_self_loops:
-            g = _without_loops(g)
-        score = dispatch.edge_scores(g, xn, xn, self.backend)
-        loop = beta * xn.to(acc).square().sum(-1) if self.add_self_loops else None
-        alpha, alpha_loop = edge_softmax(g, beta * score.to(acc), loop)
-        if self.aggr == 'mean':  # PyG's mean over the row's messages, loop included
-            cnt = g.degree().to(acc) + (1 if self.add_self_loops else 0)
-            inv = 1.0 / cnt.clamp(min=1)
-            alpha = alpha * g.per_edge(inv)
-            alpha_loop = alpha_loop * inv if alpha_loop is not None else None
-        return self._aggregate(g, x, alpha, 'sum', alpha_loop).to(dtype)
+        return dispatch.run('agnn', None, self, x, edge_index, xn, beta, dtype, backend=self.backend)
+
+
+# AGNN's two paths, chosen by dispatch.choose: the fused one where the fused
+# attention kernel takes the rows (its head limit, on every device: elsewhere the
+# unfused path never builds an E x F tensor), except with 'sgt' (tensor cores have
+# no fused attention); else the unfused one.
+
+def _check_agnn(g: None, layer: AGNNConv, x: Tensor, edge_index: Adj, xn: Tensor, beta: Tensor,
+                dtype: torch.dtype) -> dict:
+    return dict(layer=layer, x=x, heads=x.unsqueeze(1), edge_index=edge_index, xn=xn, beta=beta, dtype=dtype)
+
+
+_BOTH = ('fused', 'unfused')
+dispatch.family('agnn', _check_agnn, features='heads',
+                routes={'auto': _BOTH, 'csr': _BOTH, 'reference': _BOTH, 'sgt': ('unfused',)})
+
+
+@dispatch.register('agnn', 'fused', reduces=('sum', 'mean'), fits=attn._fits, needs_kernel=False)
+def _fused(g: None, layer: AGNNConv, x: Tensor, heads: Tensor, edge_index: Adj, xn: Tensor, beta: Tensor,
+           dtype: torch.dtype, backend: str, strict: bool) -> Tensor:
+    """Cosine scores on the graph with one loop per node, then softmax and
+    aggregation in one pass (no E x F tensor)."""
+    acc = beta.dtype
+    gl = layer._loop_graph(edge_index, x.size(0))
+    if gl is None:  # torch.compile before the self-loop graph exists
+        return layer._run_pyg(x, edge_index)
+    score = beta * dispatch.edge_scores(gl, xn, xn, backend).to(acc)
+    out, _ = attn.gat_attention(gl, heads, score=score.unsqueeze(1), negative_slope=1.0, backend=backend)
+    out = out.squeeze(1).to(dtype)
+    if layer.aggr == 'mean':  # PyG's mean over the row's messages, loop included
+        out = out / gl.degree().clamp(min=1).to(out.dtype).unsqueeze(1)
+    return out
+
+
+@dispatch.register('agnn', 'unfused', reduces=('sum', 'mean'), needs_kernel=False)
+def _unfused(g: None, layer: AGNNConv, x: Tensor, heads: Tensor, edge_index: Adj, xn: Tensor, beta: Tensor,
+             dtype: torch.dtype, backend: str, strict: bool) -> Tensor:
+    """SDDMM, edge softmax, SpMM (tensor cores, or rows too wide for the
+    fused kernel), existing loops dropped and every node's loop a fused
+    diagonal term."""
+    acc = beta.dtype
+    N = x.size(0)
+    g, _ = resolve(edge_index, size=(N, N), flow=layer.flow)  # edge values are ignored, as in PyG
+    if layer.add_self_loops:
+        g = _without_loops(g)
+    score = dispatch.edge_scores(g, xn, xn, backend)
+    loop = beta * xn.to(acc).square().sum(-1) if layer.add_self_loops else None
+    alpha, alpha_loop = edge_softmax(g, beta * score.to(acc), loop)
+    if layer.aggr == 'mean':  # PyG's mean over the row's messages, loop included
+        cnt = g.degree().to(acc) + (1 if layer.add_self_loops else 0)
+        inv = 1.0 / cnt.clamp(min=1)
+        alpha = alpha * g.per_edge(inv)
+        alpha_loop = alpha_loop * inv if alpha_loop is not None else None
+    return layer._aggregate(g, x, alpha, 'sum', alpha_loop).to(dtype)
