@@ -257,9 +257,14 @@ def kernels_loaded() -> bool:
     return _STATE['kernels']
 
 
-def use_kernel(t: torch.Tensor, max_width: Optional[int] = None) -> bool:
+def _use_kernel(t: torch.Tensor) -> bool:
     """The one rule for "kernel or reference" on a CUDA tensor: the kernels
-    are loaded, the dtype is fp32 / fp16 / bf16 (float64 runs the
-    reference) and the row width is within the kernel's limit."""
-    return (t.is_cuda and t.dtype != torch.float64 and ensure()
-            and (max_width is None or t.size(-1) <= max_width))
+    are loaded and the dtype is fp32 / fp16 / bf16 (float64 runs the
+    reference); an implementation's own limits (the widest row its kernel
+    takes) are declared with it and read by
+    :func:`pyg_tc.ops.dispatch.choose`.
+
+    Private: only :func:`~pyg_tc.ops.dispatch.choose` (every op call) and the
+    format builders of :mod:`pyg_tc.formats.csr` (below the ops, so they
+    cannot ask the dispatcher) call it."""
+    return t.is_cuda and t.dtype != torch.float64 and ensure()

@@ -174,7 +174,7 @@ def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
         raise ValueError(f'chunk must be positive, got {chunk}')
     if not rowptrs:
         return []
-    if all(rp.is_cuda for rp in rowptrs) and _library.use_kernel(rowptrs[0]):
+    if all(rp.is_cuda for rp in rowptrs) and _library._use_kernel(rowptrs[0]):
         flat = csr_schedules([rp.to(torch.int32) for rp in rowptrs], chunk)
         slots = flat[-1].tolist()
         return [Schedule(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2], slots[i]) for i in range(len(rowptrs))]
@@ -252,7 +252,7 @@ def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
     permutation). On the GPU a radix sort over the used key bits (about half
     the memory of torch.sort); elsewhere torch.sort."""
     bits = max(1, (max(num_keys, 1) - 1).bit_length())
-    if keys.is_cuda and bits <= 31 and _library.use_kernel(keys):
+    if keys.is_cuda and bits <= 31 and _library._use_kernel(keys):
         return sort_int32_op(keys, bits)
     values, perm = torch.sort(keys, stable=True)
     return values, perm.to(torch.int32)
@@ -283,7 +283,7 @@ def transpose(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, Tensor,
     """``(t_rowptr, t_col, t_perm)`` of a CSR (see :func:`transpose_torch`):
     the ``csr_transpose`` op on CUDA with the kernels loaded (one radix sort
     and one kernel), else :func:`transpose_torch`."""
-    if col.is_cuda and _library.use_kernel(col):
+    if col.is_cuda and _library._use_kernel(col):
         return csr_transpose(col, rows.to(torch.int32), num_cols)
     return transpose_torch(col, rows, num_cols)
 

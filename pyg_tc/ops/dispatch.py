@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .. import _library
-from .._library import use_kernel as _use_kernel  # (private below)
+from .._library import _use_kernel
 from .._cuda_graph import capture_graph
 from ..formats.carrier import resolve
 from ..formats.cbsr import CBSR
