@@ -740,12 +740,12 @@ def sort_reference(keys: Tensor):
 
 
 def transpose_reference(col: Tensor, rows: Tensor, num_cols: int):
-    """:func:`transpose_torch`."""
+    """:func:`pyg_tc.formats.csr.transpose_torch`."""
     return transpose_torch(col, rows, num_cols)
 
 
 def schedules_reference(rowptrs: List[Tensor], chunk: int) -> List[Tensor]:
-    """:func:`build_schedules_torch`, flattened."""
+    """:func:`pyg_tc.formats.csr.build_schedules_torch`, flattened."""
     out: List[Tensor] = []
     scheds = build_schedules_torch(rowptrs, chunk)
     for s in scheds:

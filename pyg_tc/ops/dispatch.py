@@ -104,7 +104,7 @@ def family(op: str, check: Callable, features: str = 'x', auto: str = 'csr',
     ``features``, the reduction (if any) under ``'reduce'``. ``auto``: what
     ``'auto'`` runs (before any tuning). ``routes``: for a family whose
     implementations are tried in order (``{backend: (name, ...)}``, every
-    backend of :data:`BACKENDS`), see :func:`choose`."""
+    backend of ``BACKENDS``), see :func:`choose`."""
     FAMILIES[op] = Family(check, features, auto=auto,
                           routes=None if routes is None else {b: tuple(r) for b, r in routes.items()})
 
@@ -129,7 +129,7 @@ def register(op: str, backend: str, reduces: Sequence[str] = ('sum', 'mean', 'ma
              applies: Optional[Callable[[Optional[CSRGraph], dict], bool]] = None,
              needs_kernel: Optional[bool] = None, deterministic: bool = True) -> Callable:
     """Decorator: ``fn(g, **checked_args)`` implements ``op`` under the name
-    ``backend``, with the limits of :class:`Impl` (``needs_kernel``
+    ``backend``, with the limits of ``Impl`` (``needs_kernel``
     defaults to True unless the name ends with ``'reference'``)."""
     if needs_kernel is None:
         needs_kernel = not backend.endswith('reference')
@@ -195,7 +195,7 @@ def choose(op: str, backend: str, g: Optional[CSRGraph], x: Any, reduce: str = '
 
     * an explicit backend names the implementation, ``'auto'`` the family's
       ``auto`` one, or the faster of CSR and SGT where the family declared
-      candidates (:func:`choose_backend`); CBSR features name ``'cbsr'``
+      candidates (:func:`~pyg_tc.ops.choose_backend`); CBSR features name ``'cbsr'``
       (``'cbsr_reference'`` for ``'reference'``);
     * a backend that lacks the op, the reduction or the feature format
       raises with ``strict`` (the op front-ends) and falls back without
@@ -207,7 +207,7 @@ def choose(op: str, backend: str, g: Optional[CSRGraph], x: Any, reduce: str = '
       or with deterministic algorithms on for a kernel with atomics, its
       ``<name>_reference`` runs, or the family's ``'reference'``;
     * a routed family (``routes``) takes the first implementation listed for
-      the backend whose limits hold (:func:`_route`)."""
+      the backend whose limits hold (``_route``)."""
     check_backend(backend)
     fam = FAMILIES[op]
     if fam.routes is not None:

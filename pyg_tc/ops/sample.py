@@ -322,7 +322,7 @@ def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, 
     ``diag`` not sampled. Differentiable in ``x``, ``value`` and ``diag``: the
     backward is the exact transpose of the call's sample.
 
-    :func:`pyg_tc.ops.dispatch.aggregate` with ``sampling=spec``, which
+    :func:`pyg_tc.ops.aggregate` with ``sampling=spec``, which
     chooses among three implementations, one sample (results equal up to
     fp32 rounding order): the exact op where no row is capped; a capped
     graph kept on ``g`` for this seed (built by
