@@ -39,9 +39,9 @@ through the wrapped module (``ddp.module``: no collective, no change to DDP's
 state, and again put back), so every call after the first is one
 synchronised step on every rank, whether it replays, captures or runs
 eagerly, as long as the ranks make the same number of calls (DDP's own
-rule). Give every rank the same buckets: a test where the ranks' buckets
-differ (one rank capturing while another replays) did not finish on two
-GPUs.
+rule). Give every rank the same buckets (``all_reduce`` them with ``MAX``),
+as the tested recipe does. Free the step (:meth:`CapturedStep.close`) before
+``destroy_process_group()``: graphs holding NCCL work keep it waiting.
 
 Limits: the model's forward must take ``(x, edge_index)`` (or pass
 ``forward=``), its loss a ``(out, batch)`` function; the optimizer must be
@@ -223,6 +223,16 @@ class CapturedStep:
             self._optimizer_step()
         self.replays += 1
         return cap.loss.detach().clone()
+
+    def close(self) -> None:
+        """Frees the captured graphs and their static buffers (later calls
+        capture again). With DDP, call it (or drop the step) before
+        ``torch.distributed.destroy_process_group()``: graphs that hold NCCL
+        work keep ``destroy_process_group`` waiting (it did not return on two
+        H100s, NCCL 2.28)."""
+        if self.graphs and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.graphs.clear()
 
     # -- capture ------------------------------------------------------------
     def _snapshot(self) -> tuple:

@@ -76,6 +76,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
             torch.save(dict(eager=l_eager, captured=l_cap, p_eager=p_eager.cpu(), p_cap=p_cap.cpu(),
                             ranks=[t.cpu() for t in every], replays=step.replays, eager_steps=step.eager_steps,
                             graphs=len(step.graphs)), os.path.join(out, f'{conv}_rank{rank}.pt'))
+            step.close()  # its graphs hold NCCL work: freed before the process group goes
+            assert not step.graphs
     finally:
         dist.destroy_process_group()
 
