@@ -11,6 +11,14 @@ tensor itself.
   ``Data.to``. ``Batch.from_data_list`` yields a plain ``EdgeIndex`` (a batch
   is another graph); layers then build the batched graph's format on first
   use, on the GPU, and cache it on that tensor.
+* A prefix slice of a sampled batch's ``TCEdgeIndex`` (PyG's
+  ``trim_to_layer``: ``edge_index.narrow(1, 0, k)`` or ``edge_index[:, :k]``,
+  same memory, same strides, offset 0; again sliced in the next layer) is a
+  ``TCEdgeIndex`` that remembers the batch it came from: where ``k`` is a hop
+  boundary its graph is derived from the batch's
+  (:meth:`~pyg_tc.formats.CSRGraph.trimmed`: no sort, no synchronisation,
+  shared by forward, backward and every layer); elsewhere it is built from
+  its edges as for any adjacency.
 * Any other adjacency (plain ``edge_index``, ``EdgeIndex``, ``torch.sparse``
   CSR/CSC/COO ``adj_t``, ``SparseTensor``) gets its graph built on first use
   and cached on the tensor object, keyed by the tensor's version counter, the
@@ -38,6 +46,7 @@ from .csr import DEFAULT_CHUNK, CSRGraph, stale_error
 
 _ATTR = '_pyg_tc_graph'
 _DERIVED = '_pyg_tc_derived'
+_PREFIX = '_pyg_tc_prefix'  # on a prefix slice: (batch's TCEdgeIndex, its version, edges, own version)
 aten = torch.ops.aten
 _CARRY_OPS = (aten._to_copy.default, aten.clone.default, aten._pin_memory.default)
 
@@ -60,7 +69,54 @@ class TCEdgeIndex(EdgeIndex):
                 key, graph = entry
                 moved = graph.to(out.device)
                 setattr(out, _ATTR, ((out._version,) + key[1:3] + (out.device,) + key[4:], moved))
+        elif func is aten.slice.Tensor and isinstance(out, EdgeIndex):
+            _mark_prefix(args[0], out)
         return out
+
+
+def _mark_prefix(src: Any, out: EdgeIndex) -> None:
+    """Records on ``out``, a slice of ``src``, the sampled batch whose edges
+    it is a prefix of (see the module doc): ``src`` is the batch's
+    ``TCEdgeIndex`` (its graph has a hop structure) or a prefix of it, both
+    unchanged since, and ``out`` has the batch's memory and strides at its
+    offset (``edge_index.narrow(1, 0, k)``, ``edge_index[:, :k]``, a no-op
+    slice)."""
+    if torch.compiler.is_compiling():
+        return
+    rec = getattr(src, _PREFIX, None)
+    if rec is not None:
+        root, version = rec[0], rec[1]
+        if rec[3] != src._version:
+            return
+    else:
+        entry = getattr(src, _ATTR, None)
+        if entry is None or entry[1].sampled_hops is None:
+            return
+        root, version = src, entry[0][0]
+    if root._version != version:
+        return
+    a, b = plain_tensor(root), plain_tensor(out)
+    if (b.dim() != 2 or b.size(0) != 2 or b.size(1) > a.size(1) or b.device != a.device
+            or b.data_ptr() != a.data_ptr() or b.stride() != a.stride()):
+        return
+    out.__class__ = TCEdgeIndex
+    setattr(out, _PREFIX, (root, version, b.size(1), out._version))
+
+
+def _trimmed_graph(adj: Any, num_src: int, num_dst: int) -> Optional[CSRGraph]:
+    """The graph of a prefix slice of a sampled batch (:func:`_mark_prefix`)
+    with these node counts, derived from the batch's graph
+    (:meth:`CSRGraph.trimmed`), or None (not such a slice, changed since, or
+    not a hop boundary)."""
+    rec = getattr(adj, _PREFIX, None)
+    if rec is None:
+        return None
+    root, version, k, own = rec
+    entry = getattr(root, _ATTR, None)
+    if (entry is None or root._version != version or entry[0][0] != version or adj._version != own
+            or adj.size(1) != k or entry[0][3] != adj.device):
+        return None
+    return entry[1].trimmed(k, num_dst, num_src)
 
 
 def plain_tensor(t: Any) -> Any:
@@ -104,7 +160,7 @@ def clear_graph(adj: Any) -> None:
     """Forget the formats cached on (or attached to) ``adj``, for both flows;
     the next call builds them again from the current edges. Needed only after
     a write the version counter does not see (see the module doc)."""
-    for name in (_ATTR, _ATTR + '_t2s', _DERIVED):
+    for name in (_ATTR, _ATTR + '_t2s', _DERIVED, _PREFIX):
         if hasattr(adj, name):
             delattr(adj, name)
     if isinstance(adj, TCEdgeIndex):
@@ -289,9 +345,12 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
                                         'device': (built[3], adj.device)},
                               'the format attached to this edge_index is for another graph: '
                               're-apply the transform')
-        data = plain_tensor(adj)
-        src, dst = (data[0], data[1]) if flow == 'source_to_target' else (data[1], data[0])
-        g = CSRGraph.from_coo(src, dst, num_src, num_dst, chunk)
+        trim = flow == 'source_to_target' and chunk == DEFAULT_CHUNK
+        g = _trimmed_graph(adj, num_src, num_dst) if trim else None
+        if g is None:
+            data = plain_tensor(adj)
+            src, dst = (data[0], data[1]) if flow == 'source_to_target' else (data[1], data[0])
+            g = CSRGraph.from_coo(src, dst, num_src, num_dst, chunk)
         _store(adj, key, g)
     return g, None
 

@@ -28,6 +28,7 @@ medium row, heavy rows spread over many warps).
 """
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any, Callable, Collection, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -52,6 +53,17 @@ class Schedule(NamedTuple):
         """This schedule on ``device``."""
         return Schedule(self.units.to(device), self.heavy_rows.to(device),
                         self.heavy_ptr.to(device), self.num_slots)
+
+
+class SampledHops(NamedTuple):
+    """The hop structure of a sampled mini-batch (:mod:`pyg_tc.loader`):
+    nodes are the seeds then each hop's new nodes, edges each hop's edges in
+    turn (hop ``j``'s edges point to hop ``j - 1``'s nodes), as PyG's
+    ``num_sampled_nodes`` / ``num_sampled_edges``; ``max_degree`` bounds the
+    in-degrees (the largest fan-out), or None."""
+    num_nodes: Tuple[int, ...]
+    num_edges: Tuple[int, ...]
+    max_degree: Optional[int]
 
 
 COOP_UNITS = 32768  # below this many units the kernel runs in cooperative mode
@@ -323,6 +335,12 @@ class CSRGraph:
         self.padded = False
         #: ``(rows, edges)`` really in a padded graph (informational)
         self.real_size: Optional[Tuple[int, int]] = None
+        #: the hop structure of a sampled mini-batch (:meth:`from_sampled`),
+        #: by which :meth:`trimmed` derives PyG's ``trim_to_layer`` graphs
+        self.sampled_hops: Optional[SampledHops] = None
+        # whether a schedule has filler entries (:func:`padded_schedule`):
+        # padded graphs and trimmed graphs with possibly heavy rows
+        self._fillers = False
         # the one store of what is derived from the structure, by key (see
         # "derived objects" below); only pyg_tc.formats reads it directly
         self._memo: dict = {}
@@ -422,6 +440,66 @@ class CSRGraph:
         self._memo[key] = (seed, value)
         return value
 
+    def trimmed(self, num_edges: int, num_rows: int, num_cols: int) -> Optional['CSRGraph']:
+        """The graph of this sampled mini-batch's first ``num_edges`` edges
+        between its first ``num_rows`` targets and ``num_cols`` sources: what
+        PyG's ``trim_to_layer`` keeps for a layer (``edge_index.narrow(1, 0,
+        num_edges)`` and the first nodes). Derived from this graph without a
+        sort and without reading the device (:meth:`_trim`); memoised per
+        ``(num_edges, num_rows, num_cols)``, so forward, backward and every
+        layer share it; this graph itself when nothing is trimmed.
+
+        None when the graph has no hop structure (:attr:`sampled_hops`), or
+        ``num_edges`` is not a hop boundary, or the node counts do not cover
+        those hops' targets and sources: the caller builds the graph from
+        its edges instead."""
+        hops = self.sampled_hops
+        k, R, C = int(num_edges), int(num_rows), int(num_cols)
+        if hops is None or self.padded or self.perm is not None or R > self.num_rows or C > self.num_cols:
+            return None
+        if (k, R, C) == (self.num_edges, self.num_rows, self.num_cols):
+            return self
+        ends = [0, *accumulate(hops.num_edges)]
+        if k not in ends:
+            return None
+        # the first hops whose edges end at k: targets lie in hops < j, sources in hops <= j
+        j = ends.index(k)
+        nodes = list(accumulate(hops.num_nodes))
+        if j > 0 and (R < nodes[j - 1] or C < nodes[j]):
+            return None
+        return self.memo(('trimmed', k, R, C), lambda: self._trim(k, R, C))
+
+    def _trim(self, k: int, R: int, C: int) -> 'CSRGraph':
+        """:meth:`trimmed`'s graph, whose edges are the CSR prefix ``[0, k)``
+        (``k`` a row boundary): ``rowptr[:R + 1]`` clamped at ``k`` (rows past
+        the kept hops keep no edge), ``col[:k]`` (a view); the transpose is
+        this graph's with the entries of edges ``>= k`` removed by an
+        order-preserving compaction of known size ``k`` (mask, cumulative
+        sum, scatter; the new ``t_rowptr`` is the sum at the old one), which
+        is the stable sort a build would make. Schedules: one direct unit per
+        row where the degrees are known to fit a unit (the in-degrees from
+        the fan-outs, the out-degrees when this graph's transpose has no heavy
+        row), else :func:`padded_schedule` (array sizes fixed by ``(R, k)``;
+        fillers the kernels skip). No synchronisation."""
+        chunk = auto_chunk(k, R)
+        rowptr = self.rowptr[:R + 1].clamp(max=k)
+        keep = self.t_perm < k
+        csum = torch.cumsum(keep, 0)
+        dest = torch.where(keep, csum - 1, torch.full_like(csum, k))  # dropped entries to a spare slot k
+        t_col = self.t_col.new_empty(k + 1).scatter_(0, dest, self.t_col)[:k]
+        t_perm = self.t_perm.new_empty(k + 1).scatter_(0, dest, self.t_perm)[:k]
+        t_rowptr = torch.cat([csum.new_zeros(1), csum]).index_select(0, self.t_rowptr[:C + 1].long())
+        t_rowptr = t_rowptr.to(torch.int32)
+        bound = self.sampled_hops.max_degree if self.sampled_hops.max_degree is not None else self.known_max_degree()
+        light = k <= chunk or (bound is not None and bound <= chunk)
+        t_light = k <= chunk or (self.t_sched.heavy_rows.numel() == 0 and self.chunk <= chunk)
+        sched = _light_schedule(rowptr) if light else padded_schedule(rowptr, chunk, k)
+        t_sched = _light_schedule(t_rowptr) if t_light else padded_schedule(t_rowptr, chunk, k)
+        g = CSRGraph(rowptr, self.col[:k], None, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
+        g._fillers = not (light and t_light)
+        g.sampling = self.sampling
+        return g
+
     # -- construction -------------------------------------------------------
     @classmethod
     def from_coo(cls, src: Tensor, dst: Tensor, num_src: int, num_dst: int,
@@ -476,13 +554,28 @@ class CSRGraph:
 
     @classmethod
     def from_sampled(cls, rowptr: Tensor, col: Tensor, rows: Tensor, num_nodes: int,
-                     max_degree: Optional[int] = None, chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
+                     max_degree: Optional[int] = None, chunk: Optional[int] = DEFAULT_CHUNK,
+                     num_sampled_nodes: Optional[Sequence[int]] = None,
+                     num_sampled_edges: Optional[Sequence[int]] = None) -> 'CSRGraph':
         """The graph of a sampled mini-batch (:mod:`pyg_tc.loader`): its edges
         come sorted by target with every index in range, so ``rowptr``,
         ``col`` and ``rows`` (int32, the target of every edge) are taken as
         they are; ``max_degree`` bounds the in-degrees (the largest fan-out)
-        when known. Only the transpose and the schedules are built."""
-        return cls._finish(rowptr, col, None, num_nodes, num_nodes, chunk, rows, max_degree)
+        when known. Only the transpose and the schedules are built.
+        ``num_sampled_nodes`` / ``num_sampled_edges`` (per hop, as PyG's
+        batch fields) record the hop structure (:attr:`sampled_hops`), from
+        which :meth:`trimmed` derives ``trim_to_layer``'s graphs."""
+        hops = None
+        if num_sampled_nodes is not None or num_sampled_edges is not None:
+            nodes, edges = tuple(int(n) for n in num_sampled_nodes or ()), tuple(int(e) for e in num_sampled_edges or ())
+            if len(nodes) != len(edges) + 1 or sum(nodes) != num_nodes or sum(edges) != col.numel():
+                raise ValueError(f'pyg_tc: {len(nodes)} hop node counts (sum {sum(nodes)}) and {len(edges)} hop edge '
+                                 f'counts (sum {sum(edges)}) do not describe a batch of {num_nodes} nodes and '
+                                 f'{col.numel()} edges (one more node count than edge counts)')
+            hops = SampledHops(nodes, edges, max_degree)
+        g = cls._finish(rowptr, col, None, num_nodes, num_nodes, chunk, rows, max_degree)
+        g.sampled_hops = hops
+        return g
 
     @classmethod
     def _finish(cls, rowptr, col, perm, R, C, chunk, rows=None, max_degree=None) -> 'CSRGraph':
@@ -534,7 +627,7 @@ class CSRGraph:
         g = CSRGraph(self.t_rowptr, self.t_col, None, self.rowptr, self.col,
                      inverse_perm(self.t_perm),
                      self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
-        g.padded, g.real_size = self.padded, self.real_size
+        g.padded, g.real_size, g._fillers = self.padded, self.real_size, self._fillers
         return g
 
     def pad(self, num_rows: int, num_edges: int) -> 'CSRGraph':
@@ -584,7 +677,7 @@ class CSRGraph:
                      torch.cat([self.t_perm.to(torch.int32), tail]),
                      padded_schedule(rowptr, chunk, num_edges), padded_schedule(t_rowptr, chunk, num_edges),
                      num_rows, num_rows, chunk)
-        g.padded, g.real_size = True, (R, E)
+        g.padded, g.real_size, g._fillers = True, (R, E), True
         g.sampling = self.sampling
         if self.known_max_degree() is not None:
             g._remember('max_degree', self.known_max_degree())
@@ -600,7 +693,8 @@ class CSRGraph:
         if self.sgt is not None:
             g.sgt = self.sgt.to(device, non_blocking=non_blocking)
         g.sampling = self.sampling
-        g.padded, g.real_size = self.padded, self.real_size
+        g.padded, g.real_size, g._fillers = self.padded, self.real_size, self._fillers
+        g.sampled_hops = self.sampled_hops
         return g
 
     def __repr__(self) -> str:
@@ -648,8 +742,8 @@ class CSRGraph:
             raise ValueError('pyg_tc: transpose does not match the forward CSR')
         if real < E and not torch.equal(self.t_perm[real:].long(), torch.arange(real, E, device=tp.device)):
             raise ValueError('pyg_tc: padding edge slots must map to themselves')
-        _validate_schedule(_without_fillers(self.sched) if self.padded else self.sched, self.rowptr, 'forward')
-        _validate_schedule(_without_fillers(self.t_sched) if self.padded else self.t_sched, self.t_rowptr,
+        _validate_schedule(_without_fillers(self.sched) if self._fillers else self.sched, self.rowptr, 'forward')
+        _validate_schedule(_without_fillers(self.t_sched) if self._fillers else self.t_sched, self.t_rowptr,
                            'transpose')
         for name, s in (('forward', self.sched), ('transpose', self.t_sched)):
             u = s.units
@@ -659,9 +753,9 @@ class CSRGraph:
 
 
 def _without_fillers(s: Schedule) -> Schedule:
-    """A padded schedule's real part (:func:`padded_schedule`): the heavy
-    entries with slots (they come first) and the units of their slots or
-    written directly."""
+    """The real part of a schedule with fillers (:func:`padded_schedule`:
+    a padded graph's, or a trimmed one's): the heavy entries with slots
+    (they come first) and the units of their slots or written directly."""
     hp = s.heavy_ptr.long()
     keep = hp[1:] > hp[:-1]
     H = int(keep.sum())

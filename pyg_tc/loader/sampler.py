@@ -221,8 +221,9 @@ class NeighborSampler(BaseSampler):
         out = SamplerOutput(node=nodes, row=edge_index[0], col=edge_index[1], edge=edge,
                             num_sampled_nodes=c[:H + 1], num_sampled_edges=c[H + 1:])
         known = None if min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
-        out.pyg_tc_graph = (edge_index, CSRGraph.from_sampled(rowptr, col, edge_index[1].to(torch.int32),
-                                                             nodes.numel(), max_degree=known))
+        out.pyg_tc_graph = (edge_index, CSRGraph.from_sampled(
+            rowptr, col, edge_index[1].to(torch.int32), nodes.numel(), max_degree=known,
+            num_sampled_nodes=c[:H + 1], num_sampled_edges=c[H + 1:]))
         return out
 
     def __repr__(self) -> str:
