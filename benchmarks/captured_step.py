@@ -14,7 +14,12 @@ of:
 * ``pyg_tc captured``: :class:`pyg_tc.loader.CapturedStep` on the padded
   batches (one CUDA graph per bucket, the batch copied in, one replay);
 * ``PyG compiled`` (``--pyg-compile``): ``torch.compile`` of PyG's model
-  (``dynamic=True``: PyG's batches change shape every step).
+  (``dynamic=True``: PyG's batches change shape every step);
+* ``PyG eager, trim_to_layer`` and ``pyg_tc eager, trim_to_layer``
+  (``--trim``): the eager steps with PyG's ``trim_to_layer`` (layer ``i``
+  drops the last ``i`` hops' nodes and edges). Eager rows only:
+  :class:`~pyg_tc.loader.CapturedStep` runs on padded batches, whose shapes
+  are fixed per bucket and which do not trim by hop.
 
 Each row gives the wall time per step (``--steps`` steps back to back,
 synchronised at the ends: what the training loop sees, the host included)
@@ -48,7 +53,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/captured_step.py
     sys.path.insert(0, _ROOT)
 
-from benchmarks.suites.minibatch import Net  # noqa: E402
+from benchmarks.suites.minibatch import Net, hops  # noqa: E402
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
 SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'tiny': (16, 4, 1_000)}
@@ -79,7 +84,7 @@ def _pyg_step(model, opt):
     def step(b):
         opt.zero_grad(set_to_none=True)
         B = b.batch_size
-        loss = Fn.cross_entropy(model(b.x, b.plain_ei)[:B], b.y[:B])
+        loss = Fn.cross_entropy(model(b.x, b.plain_ei, *hops(b))[:B], b.y[:B])
         loss.backward()
         opt.step()
         return loss
@@ -89,7 +94,7 @@ def _pyg_step(model, opt):
 def _tc_eager(model, opt):
     def step(b):
         opt.zero_grad(set_to_none=True)
-        loss = seed_loss(model(b.x, b.edge_index), b)
+        loss = seed_loss(model(b.x, b.edge_index, *hops(b)), b)
         loss.backward()
         opt.step()
         return loss
@@ -124,6 +129,13 @@ def step_records(name: str, a):
                                                          torch.optim.Adam(mc.parameters(), lr=1e-3))))
         m = copy.deepcopy(base['tc'])
         runs.append(('pyg_tc eager', raw, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+        if a.trim:  # the eager steps with trim_to_layer (the same weights)
+            m = copy.deepcopy(base['pyg'])
+            m.trim = True
+            runs.append(('PyG eager, trim_to_layer', raw, _pyg_step(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+            m = copy.deepcopy(base['tc'])
+            m.trim = True
+            runs.append(('pyg_tc eager, trim_to_layer', raw, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
         m = copy.deepcopy(base['tc'])
         runs.append(('pyg_tc eager, padded', padded, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
         m = copy.deepcopy(base['tc'])
@@ -175,6 +187,8 @@ def main(argv=None, prog=None):
     p.add_argument('--steps', type=int, default=50, help='timed steps per run')
     p.add_argument('--profile-steps', type=int, default=10)
     p.add_argument('--pyg-compile', action='store_true', help="also time torch.compile of PyG's model")
+    p.add_argument('--trim', action='store_true', help="also the eager steps with PyG's trim_to_layer (the "
+                   'captured step runs on padded batches, which do not trim)')
     p.add_argument('--render', metavar='JSONL', help='only rewrite the markdown and PNG from these records '
                    "(the run block from their 'env' record)")
     a = p.parse_args(argv)
@@ -182,7 +196,7 @@ def main(argv=None, prog=None):
     a.models = a.models.split(',')
     if DEV.type != 'cuda' and not a.render:
         log('[captured] no CUDA GPU: a dry run of the code on the CPU (the times mean nothing)')
-    env = environment(DEV, fanout=a.fanout, batch_size=a.batch_size, hidden=a.hidden, layers=a.layers)
+    env = environment(DEV, fanout=a.fanout, batch_size=a.batch_size, hidden=a.hidden, layers=a.layers, trim=a.trim)
     if a.render:
         import json
         records = [json.loads(line) for line in open(a.render) if line.strip()]

@@ -19,7 +19,10 @@ split's):
   batches); and pyg_tc's GPU loader with its batches padded to two buckets
   measured on 20 batches (:class:`pyg_tc.loader.PadToBuckets` as the loader's
   ``transform``: padded on the side stream) and the step captured
-  (:class:`pyg_tc.loader.CapturedStep`, one CUDA graph per bucket);
+  (:class:`pyg_tc.loader.CapturedStep`, one CUDA graph per bucket); with
+  ``--trim`` also the eager runs with PyG's ``trim_to_layer`` (layer ``i``
+  drops the last ``i`` hops; the captured step on padded batches does not
+  trim, so it has no such row);
 * the sampler's GPU memory: the graph (CSC, edge permutation, state) and the
   peak of one batch's workspace.
 
@@ -156,9 +159,11 @@ def epoch_records(name, data, seeds, a, best_workers):
     buckets = buckets_from_batches(ours, num_batches=20, levels=2)
     for kind in a.models:
         rows = []
-        runs = [('PyG', 'PyG loader'), ('pyg_tc', 'PyG loader'), ('pyg_tc', 'pyg_tc GPU loader'),
-                ('pyg_tc', CAPTURED)]
-        for lib, loader_name in runs:
+        runs = [('PyG', 'PyG loader', False), ('pyg_tc', 'PyG loader', False), ('pyg_tc', 'pyg_tc GPU loader', False),
+                ('pyg_tc', CAPTURED, False)]
+        if a.trim:  # the eager runs again with trim_to_layer (CapturedStep's padded batches do not trim)
+            runs += [(lib, name, True) for lib, name, _ in runs if name != CAPTURED]
+        for lib, loader_name, trim in runs:
             loader = {'PyG loader': pyg, 'pyg_tc GPU loader': ours}.get(loader_name)
             if loader_name == CAPTURED:  # batches padded on the side stream, as they are made
                 loader = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
@@ -166,7 +171,7 @@ def epoch_records(name, data, seeds, a, best_workers):
             if loader is None:
                 continue
             torch.manual_seed(0)
-            model = Net(pyg_tc.nn if lib == 'pyg_tc' else pyg_nn, kind, dims).to(dev)
+            model = Net(pyg_tc.nn if lib == 'pyg_tc' else pyg_nn, kind, dims, trim=trim).to(dev)
             opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=loader_name == CAPTURED and DEV.type == 'cuda')
             run = CapturedStep(model, opt) if loader_name == CAPTURED else (lambda b: step(model, opt, b))
             times, n = [], 0
@@ -175,7 +180,7 @@ def epoch_records(name, data, seeds, a, best_workers):
                                  DEV)
                 if ep:
                     times.append(t)
-            rec = dict(kind='epoch', graph=name, model=kind, layers=lib, loader=loader_name, batches=n,
+            rec = dict(kind='epoch', graph=name, model=kind, layers=lib, loader=loader_name, trim=trim, batches=n,
                        workers=best_workers if loader_name == 'PyG loader' else 0,
                        epoch_s=min(times), epoch_ms_per_batch=1e3 * min(times) / n,
                        peak_gb=allocated(True) / 2 ** 30)
@@ -186,7 +191,7 @@ def epoch_records(name, data, seeds, a, best_workers):
             rows.append(rec)
             del model, opt
             reset_peak()
-        ref = next((r['epoch_s'] for r in rows if r['layers'] == 'PyG'), None)
+        ref = next((r['epoch_s'] for r in rows if r['layers'] == 'PyG' and not r['trim']), None)
         for r in rows:
             r['x_pyg'] = ref / r['epoch_s'] if ref else None
             yield r
@@ -238,7 +243,8 @@ def _sampler_rows(records):
 
 def _epoch_rows(records):
     """Epoch records with the plot's keys: the case (graph, model) and the run (layers + loader)."""
-    return [dict(r, case=f"{r['graph']} {r['model']}", run=f"{r['layers']} layers, {r['loader']}")
+    return [dict(r, case=f"{r['graph']} {r['model']}",
+                 run=f"{r['layers']} layers, {r['loader']}" + (', trim_to_layer' if r.get('trim') else ''))
             for r in records if r.get('kind') == 'epoch']
 
 
@@ -275,6 +281,8 @@ def main(argv=None, prog=None):
                    help="PyG loader worker counts to try (default: powers of two up to the machine's cores)")
     p.add_argument('--parts', default='sampler,epoch', help='sampler, epoch, uva (graph and features in host memory)')
     p.add_argument('--uva-free-gb', type=float, default=2.0, help='GPU memory left free in the uva part')
+    p.add_argument('--trim', action='store_true',
+                   help="epoch: also the eager runs with PyG's trim_to_layer (not the captured step)")
     p.add_argument('--render', metavar='JSONL', help='only rewrite the markdown and PNG from these records')
     a = p.parse_args(argv)
     a.fanout = [int(k) for k in a.fanout.split(',')]
@@ -295,7 +303,8 @@ def main(argv=None, prog=None):
                            Col('x pyg-lib, best loader', 'x_best', '.1f', bold=True)]),
                        Table('## Epoch', 'epoch', [
                            Col('graph', 'graph'), Col('model', 'model'), Col('layers', 'layers'),
-                           Col('loader', 'loader'), Col('workers', 'workers'), Col('batches', 'batches'),
+                           Col('loader', 'loader'), Col('trim_to_layer', lambda r: 'yes' if r.get('trim') else ''),
+                           Col('workers', 'workers'), Col('batches', 'batches'),
                            Col('epoch s', 'epoch_s', '.2f'), Col('ms / batch', 'epoch_ms_per_batch', '.2f'),
                            Col('x PyG', 'x_pyg', '.2f', bold=True), Col('sample ms', 'sample_ms', '.2f'),
                            Col('gather ms', 'gather_ms', '.2f'), Col('step ms', 'step_ms', '.2f'),

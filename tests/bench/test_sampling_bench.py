@@ -17,12 +17,15 @@ def test_sampling_suite_runs_and_renders(tmp_path):
     suite = _suite()
     out = tmp_path / 'out'
     suite.main(['--out', str(out), '--graphs', 'tiny', '--batches', '2', '--workers', '1', '--split-batches', '1',
-                '--fanout', '3,2', '--batch-size', '64', '--hidden', '8', '--models', 'sage', '--max-batches', '2'])
+                '--fanout', '3,2', '--batch-size', '64', '--hidden', '8', '--models', 'sage', '--max-batches', '2',
+                '--trim'])
     recs = [json.loads(line) for line in (out / 'sampling.jsonl').read_text().splitlines()]
     ours = [r for r in recs if r.get('sampler') == 'pyg_tc GPU']
     assert len(ours) == 1 and ours[0]['edges'] > 0 and ours[0]['ms'] > 0
     epoch = [r for r in recs if r.get('kind') == 'epoch' and r['loader'] == 'pyg_tc GPU loader']
-    assert len(epoch) == 1 and epoch[0]['batches'] == 2 and epoch[0]['step_ms'] > 0
+    assert len(epoch) == 2 and {r['trim'] for r in epoch} == {False, True}  # --trim: the eager runs again, trimmed
+    assert all(r['batches'] == 2 and r['step_ms'] > 0 for r in epoch)
+    assert not [r for r in recs if r.get('kind') == 'epoch' and r['trim'] and 'captured' in r['loader']]
     md = (out / 'sampling.md').read_text()
     assert md.startswith('# ') and '| run | |' in md and '## Epoch' in md
     again = tmp_path / 'again'

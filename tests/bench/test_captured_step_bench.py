@@ -1,0 +1,23 @@
+"""benchmarks/captured_step.py end to end on the CPU (a dry run of its code
+on a tiny graph: the times mean nothing there), with ``--trim``."""
+import importlib.util
+import json
+
+from ..conftest import REPO_ROOT
+
+
+def test_captured_step_suite_runs_with_trim(tmp_path):
+    spec = importlib.util.spec_from_file_location('captured_step_suite', REPO_ROOT / 'benchmarks' / 'captured_step.py')
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    out = tmp_path / 'out'
+    suite.main(['--out', str(out), '--graphs', 'tiny', '--models', 'sage', '--fanout', '3,2', '--batch-size', '64',
+                '--hidden', '8', '--layers', '2', '--batches', '2', '--bucket-batches', '2', '--levels', '1',
+                '--steps', '2', '--profile-steps', '1', '--trim'])
+    recs = [json.loads(line) for line in (out / 'captured_step.jsonl').read_text().splitlines()]
+    runs = {r['run'] for r in recs if r.get('kind') == 'step'}
+    # --trim adds the eager rows with trim_to_layer; the padded and captured rows do not trim
+    assert runs == {'PyG eager', 'pyg_tc eager', 'PyG eager, trim_to_layer', 'pyg_tc eager, trim_to_layer',
+                    'pyg_tc eager, padded', 'pyg_tc captured'}
+    assert all(r['wall_ms'] > 0 for r in recs if r.get('kind') == 'step')
+    assert 'trim_to_layer' in (out / 'captured_step.md').read_text()
