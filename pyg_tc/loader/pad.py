@@ -26,9 +26,9 @@ a batch larger than every bucket comes back unpadded (``bucket`` None), and
 :class:`~pyg_tc.loader.CapturedStep` runs it eagerly.
 
 Decision: buckets bound the batch's totals (nodes, edges), not each hop:
-pyg_tc's layers aggregate the whole batch graph in one kernel per layer and
-do not trim by hop (``trim_to_layer``), so per-hop buckets would only
-multiply the shapes. Buckets come from measured batches (:func:`~pyg_tc.loader.buckets_from_batches`:
+a padded batch is aggregated whole, in one kernel per layer (the captured
+step does not trim by hop; eager steps on unpadded batches can use
+``trim_to_layer``), so per-hop buckets would only multiply the shapes. Buckets come from measured batches (:func:`~pyg_tc.loader.buckets_from_batches`:
 the mean plus ``sigma`` standard deviations of ``num_batches`` batches, as
 NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
 (:func:`~pyg_tc.loader.buckets_from_fanouts`: never exceeded, but large).
