@@ -445,11 +445,11 @@ class CSRGraph:
         between its first ``num_rows`` targets and ``num_cols`` sources: what
         PyG's ``trim_to_layer`` keeps for a layer (``edge_index.narrow(1, 0,
         num_edges)`` and the first nodes). Derived from this graph without a
-        sort and without reading the device (:meth:`_trim`); memoised per
+        sort and without reading the device (``_trim``); memoised per
         ``(num_edges, num_rows, num_cols)``, so forward, backward and every
         layer share it; this graph itself when nothing is trimmed.
 
-        None when the graph has no hop structure (:attr:`sampled_hops`), or
+        None when the graph has no hop structure (``sampled_hops``), or
         ``num_edges`` is not a hop boundary, or the node counts do not cover
         those hops' targets and sources: the caller builds the graph from
         its edges instead."""
@@ -563,11 +563,12 @@ class CSRGraph:
         they are; ``max_degree`` bounds the in-degrees (the largest fan-out)
         when known. Only the transpose and the schedules are built.
         ``num_sampled_nodes`` / ``num_sampled_edges`` (per hop, as PyG's
-        batch fields) record the hop structure (:attr:`sampled_hops`), from
+        batch fields) record the hop structure (``sampled_hops``), from
         which :meth:`trimmed` derives ``trim_to_layer``'s graphs."""
         hops = None
         if num_sampled_nodes is not None or num_sampled_edges is not None:
-            nodes, edges = tuple(int(n) for n in num_sampled_nodes or ()), tuple(int(e) for e in num_sampled_edges or ())
+            nodes = tuple(int(n) for n in num_sampled_nodes or ())
+            edges = tuple(int(e) for e in num_sampled_edges or ())
             if len(nodes) != len(edges) + 1 or sum(nodes) != num_nodes or sum(edges) != col.numel():
                 raise ValueError(f'pyg_tc: {len(nodes)} hop node counts (sum {sum(nodes)}) and {len(edges)} hop edge '
                                  f'counts (sum {sum(edges)}) do not describe a batch of {num_nodes} nodes and '
