@@ -203,3 +203,19 @@ def test_derivation_reads_nothing_from_the_device(monkeypatch):
             fillers |= t._fillers
     monkeypatch.undo()
     assert fillers  # the heavy (padded-size) schedules were derived too
+
+
+def test_hop_counts_must_describe_the_batch():
+    """``from_sampled``'s hop counts are checked against the batch's sizes;
+    ``to()`` keeps them (the derivation works on any device)."""
+    b = batch()
+    g = b.edge_index._pyg_tc_graph[1]
+    args = (g.rowptr, g.col, g.row(), g.num_rows)
+    with pytest.raises(ValueError, match='hop node counts'):
+        CSRGraph.from_sampled(*args, num_sampled_nodes=b.num_sampled_nodes[:-1],
+                              num_sampled_edges=b.num_sampled_edges)
+    with pytest.raises(ValueError, match='hop node counts'):
+        CSRGraph.from_sampled(*args, num_sampled_nodes=b.num_sampled_nodes,
+                              num_sampled_edges=[e + 1 for e in b.num_sampled_edges])
+    assert g.to('cpu').sampled_hops == g.sampled_hops == (tuple(b.num_sampled_nodes), tuple(b.num_sampled_edges), 5)
+    assert CSRGraph.from_sampled(*args).trimmed(b.num_sampled_edges[0], g.num_rows, g.num_rows) is None
