@@ -18,12 +18,14 @@ from pyg_tc.formats.csr import CSRGraph, _without_fillers, build_schedules
 from pyg_tc.loader import NeighborLoader
 from pyg_tc.ops.csr import spmm_graph
 
+from ..conftest import DEVICES, cuda_only
+
 MODELS = {'sage': (pyg_nn.models.GraphSAGE, lambda c: pyg_tc.nn.SAGEConv(c.in_channels, c.out_channels)),
           'gcn': (pyg_nn.models.GCN, lambda c: pyg_tc.nn.GCNConv(c.in_channels, c.out_channels)),
           'gat': (pyg_nn.models.GAT, lambda c: pyg_tc.nn.GATConv(c.in_channels, c.out_channels))}
 
 
-def batch(kind: str = 'random', fanout=(5, 4, 3), batch_size: int = 16, seed: int = 0):
+def batch(kind: str = 'random', fanout=(5, 4, 3), batch_size: int = 16, seed: int = 0, device='cpu'):
     """A batch of pyg_tc's NeighborLoader on a random graph (self loops and
     repeated edges included), or on one with a hub row and a hub column
     ('hub': heavy rows both ways)."""
@@ -36,12 +38,12 @@ def batch(kind: str = 'random', fanout=(5, 4, 3), batch_size: int = 16, seed: in
         ei = torch.randint(0, N, (2, 2000), generator=g)
         n = torch.arange(N)
         ei = torch.cat([ei, torch.stack([n, torch.zeros_like(n)]), torch.stack([torch.ones_like(n), n])], 1)
-    data = Data(x=torch.randn(N, 8, generator=g), edge_index=ei, num_nodes=N)
+    data = Data(x=torch.randn(N, 8, generator=g), edge_index=ei, num_nodes=N).to(device)
     torch.manual_seed(seed)
-    return next(iter(NeighborLoader(data, list(fanout), batch_size=batch_size, device='cpu')))
+    return next(iter(NeighborLoader(data, list(fanout), batch_size=batch_size, device=device)))
 
 
-def models(kind: str):
+def models(kind: str, device='cpu'):
     """(PyG's model with pyg_tc's layers, the same with PyG's layers), same weights."""
     cls, make = MODELS[kind]
     torch.manual_seed(0)
@@ -49,7 +51,7 @@ def models(kind: str):
     ours = cls(8, 16, num_layers=3, out_channels=5)
     ours.convs = torch.nn.ModuleList(make(c) for c in ref.convs)
     ours.load_state_dict(ref.state_dict())
-    return ours, ref
+    return ours.to(device), ref.to(device)
 
 
 def run(model, b, edge_index, trim: bool):
@@ -79,16 +81,17 @@ def test_trim_builds_formats_without_this_change():
     assert g is b.edge_index._pyg_tc_graph[1].memoised(('trimmed', ei.size(1), ei.sparse_size(0), ei.sparse_size(1)))
 
 
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('kind', ['sage', 'gcn', 'gat'])
 @pytest.mark.parametrize('data', ['random', 'hub'])
-def test_trim_matches_pyg_and_untrimmed(kind, data, monkeypatch):
+def test_trim_matches_pyg_and_untrimmed(kind, data, device, monkeypatch):
     """Seed outputs and gradients with trim_to_layer: as PyG's layers with
     trim_to_layer, and (SAGE, GAT: seeds see the same neighbourhoods) as
     without trimming; GCN's normalisation sees the trimmed degrees, in PyG
     too. No graph is built for the adjacency (GAT builds the self-loop
     graph of each layer's graph, as for any graph)."""
-    b = batch(data, fanout=(5, 4, 3) if data == 'random' else (-1, 3, 2))
-    ours, ref = models(kind)
+    b = batch(data, fanout=(5, 4, 3) if data == 'random' else (-1, 3, 2), device=device)
+    ours, ref = models(kind, device)
     full = run(ours, b, b.edge_index, trim=False)
     built = []
     real = CSRGraph.from_coo.__func__
@@ -120,12 +123,13 @@ def hop_boundaries(b):
     return ends, nodes
 
 
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('data', ['random', 'hub'])
-def test_trimmed_graph_equals_a_build(data):
+def test_trimmed_graph_equals_a_build(data, device):
     """At every hop boundary, the derived graph is the graph built from the
     narrowed edges: both directions, schedules (less a padded-size
     schedule's fillers where heavy rows may occur), SpMM and its gradient."""
-    b = batch(data, fanout=(5, 4, 3) if data == 'random' else (-1, -1))
+    b = batch(data, fanout=(5, 4, 3) if data == 'random' else (-1, -1), device=device)
     g = b.edge_index._pyg_tc_graph[1]
     ends, nodes = hop_boundaries(b)
     heavy = False
@@ -143,7 +147,7 @@ def test_trimmed_graph_equals_a_build(data):
                 assert torch.equal(real.units, r.units) and torch.equal(real.heavy_ptr, r.heavy_ptr)
                 assert torch.equal(real.heavy_rows, r.heavy_rows) and real.num_slots == r.num_slots
                 heavy |= r.num_slots > 0
-            x = torch.randn(R, 3, requires_grad=True)
+            x = torch.randn(R, 3, device=device, requires_grad=True)
             out = spmm_graph(t, x)
             out.sum().backward()
             gx, x.grad = x.grad, None
@@ -219,3 +223,20 @@ def test_hop_counts_must_describe_the_batch():
                               num_sampled_edges=[e + 1 for e in b.num_sampled_edges])
     assert g.to('cpu').sampled_hops == g.sampled_hops == (tuple(b.num_sampled_nodes), tuple(b.num_sampled_edges), 5)
     assert CSRGraph.from_sampled(*args).trimmed(b.num_sampled_edges[0], g.num_rows, g.num_rows) is None
+
+
+@cuda_only
+def test_derivation_does_not_synchronise_on_the_gpu():
+    """On a GPU, deriving every trimmed graph of a batch (light and heavy
+    schedules) runs under ``torch.cuda.set_sync_debug_mode('error')``."""
+    for data, fanout in (('random', (5, 4, 3)), ('hub', (-1, -1))):
+        b = batch(data, fanout=fanout, device='cuda')
+        ends, nodes = hop_boundaries(b)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode('error')
+        try:
+            for j in range(1, len(ends) - 1):
+                t = get_graph(b.edge_index.narrow(1, 0, ends[j]), size=(nodes[j], nodes[j]))[0]
+                assert t is b.edge_index._pyg_tc_graph[1].memoised(('trimmed', ends[j], nodes[j], nodes[j]))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
