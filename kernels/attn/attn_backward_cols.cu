@@ -142,18 +142,12 @@ void launch_cols(const AttnParams& p, cudaStream_t stream) {
 }  // namespace attn
 
 template <typename T>
-void run_attn_backward_cols(const AttnParams& p, bool vec, bool nv4, bool v2, cudaStream_t stream) {
-  PYG_TC_BOOL_SWITCH(vec, VEC, [&] {
-    constexpr int V = VEC ? vec16<T>() : 1;
-    PYG_TC_BOOL_SWITCH(nv4, NV4, [&] {
-      constexpr int NV = NV4 ? 4 : 1;
-      PYG_TC_BOOL_SWITCH(v2, V2, [&] { attn::launch_cols<T, V, NV, V2>(p, stream); });
-    });
-  });
+void run_attn_backward_cols(const AttnParams& p, cudaStream_t stream) {
+  attn::attn_switch<T>(p, [&]<int V, int NV, bool V2>() { attn::launch_cols<T, V, NV, V2>(p, stream); });
 }
 
-template void run_attn_backward_cols<float>(const AttnParams&, bool, bool, bool, cudaStream_t);
-template void run_attn_backward_cols<__half>(const AttnParams&, bool, bool, bool, cudaStream_t);
-template void run_attn_backward_cols<__nv_bfloat16>(const AttnParams&, bool, bool, bool, cudaStream_t);
+template void run_attn_backward_cols<float>(const AttnParams&, cudaStream_t);
+template void run_attn_backward_cols<__half>(const AttnParams&, cudaStream_t);
+template void run_attn_backward_cols<__nv_bfloat16>(const AttnParams&, cudaStream_t);
 
 }  // namespace pyg_tc

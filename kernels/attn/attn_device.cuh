@@ -9,6 +9,7 @@
 #include "attn/attn_params.h"
 #include "common/dtype.cuh"
 #include "common/philox.cuh"
+#include "common/static_switch.h"
 
 namespace pyg_tc {
 namespace attn {
@@ -320,6 +321,20 @@ inline void launch_merge_sum(const AttnParams& p, int n_t, T* out_t, int n_f, fl
   merge_sum_kernel<T><<<(unsigned)p.num_heavy, kMergeThreads, merge_smem(n_t + n_f, 0), stream>>>(
       p.heavy_rows, p.heavy_ptr, p.ws, p.ws_stride, n_t, out_t, n_f, out_f);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The family's compile-time dispatch, in one place: the params' vec, nv4
+// and v2 as the template arguments V (elements per vector), NV (vectors per
+// lane) and V2 of body.template operator()<V, NV, V2>().
+template <typename T, typename Body>
+inline void attn_switch(const AttnParams& p, Body&& body) {
+  PYG_TC_BOOL_SWITCH(p.vec, VEC, [&] {
+    constexpr int V = VEC ? vec16<T>() : 1;
+    PYG_TC_BOOL_SWITCH(p.nv4, NV4, [&] {
+      constexpr int NV = NV4 ? 4 : 1;
+      PYG_TC_BOOL_SWITCH(p.v2, V2, [&] { body.template operator()<V, NV, V2>(); });
+    });
+  });
 }
 
 inline dim3 grid_of(const AttnParams& p) {

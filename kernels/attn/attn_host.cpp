@@ -81,8 +81,9 @@ void set_walk(AttnParams& p, const Walk& w, const int* perm, int stride, at::Ten
   p.ws = workspace(ws, w.num_slots * stride, like);
 }
 
-void set_common(AttnParams& p, const at::Tensor& x, double slope, double dropout, const Opt& rng) {
+void set_common(AttnParams& p, const at::Tensor& x, bool v2, double slope, double dropout, const Opt& rng) {
   p.x = x.data_ptr();
+  p.v2 = v2;
   p.H = (int)x.size(1);
   p.C = (int)x.size(2);
   p.slope = (float)slope;
@@ -111,6 +112,25 @@ void apply_layout(AttnParams& p, const Layout& lay) {
   p.L = lay.L;
   p.LH = lay.LH;
   p.HS = lay.HS;
+  p.vec = lay.vec;
+  p.nv4 = lay.nv4;
+}
+
+enum class Pass { kForward, kRows, kCols };
+
+// The family's one dtype switch: the launcher of `pass` for x's dtype (the
+// launchers map the params' layout to template arguments with attn_switch).
+void run(const AttnParams& p, at::ScalarType dtype, Pass pass, cudaStream_t stream) {
+  const char* op = pass == Pass::kForward ? "pyg_tc_attn_forward"
+                   : pass == Pass::kRows  ? "pyg_tc_attn_backward_rows"
+                                          : "pyg_tc_attn_backward_cols";
+  PYG_TC_DTYPE_SWITCH(dtype, T, op, [&] {
+    switch (pass) {
+      case Pass::kForward: run_attn_forward<T>(p, stream); break;
+      case Pass::kRows: run_attn_backward_rows<T>(p, stream); break;
+      case Pass::kCols: run_attn_backward_cols<T>(p, stream); break;
+    }
+  });
 }
 
 #define PYG_TC_ATTN_GRAPH_ARGS                                                                  \
@@ -132,7 +152,7 @@ std::tuple<at::Tensor, at::Tensor> forward(PYG_TC_ATTN_GRAPH_ARGS, const at::Ten
   auto lse = at::empty({R, H}, x.options().dtype(at::kFloat));
   if (R == 0 || H == 0) return {out, lse};
   AttnParams p;
-  set_common(p, x, slope, dropout, rng);
+  set_common(p, x, v2, slope, dropout, rng);
   p.a_src = opt_f32(a_src, x.size(0) * H, "pyg_tc: a_src must be fp32 [Ns, H]");
   p.a_dst = opt_f32(a_dst, R * H, "pyg_tc: a_dst must be fp32 [Nd, H]");
   p.score = opt_f32(score, E * H, "pyg_tc: score must be fp32 [E, H]");
@@ -155,8 +175,7 @@ std::tuple<at::Tensor, at::Tensor> forward(PYG_TC_ATTN_GRAPH_ARGS, const at::Ten
   at::Tensor ws;
   set_walk(p, Walk{units, heavy_rows, heavy_ptr, col, num_slots}, nullptr, (int)(H * C + 2 * H), ws, x);
   auto stream = c10::cuda::getCurrentCUDAStream();
-  PYG_TC_DTYPE_SWITCH(x.scalar_type(), T, "pyg_tc_attn_forward",
-                      [&] { run_attn_forward<T>(p, lay.vec, lay.nv4, v2, stream); });
+  run(p, x.scalar_type(), Pass::kForward, stream);
   return {out, lse};
 }
 
@@ -202,7 +221,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gat_backward_cud
   auto g_score = at::empty({need_row && score.has_value() ? E : 0, H}, fopt);
   if (x.numel() == 0 && R * H == 0) return {g_x, g_src, g_dst, g_score};
   AttnParams p;
-  set_common(p, x, slope, dropout, rng);
+  set_common(p, x, false, slope, dropout, rng);
   p.a_src = opt_f32(a_src, Ns * H, "pyg_tc: a_src must be fp32 [Ns, H]");
   p.a_dst = opt_f32(a_dst, R * H, "pyg_tc: a_dst must be fp32 [Nd, H]");
   p.score = opt_f32(score, E * H, "pyg_tc: score must be fp32 [E, H]");
@@ -216,8 +235,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gat_backward_cud
     r.g_dst = g_dst.numel() ? g_dst.data_ptr<float>() : nullptr;
     r.g_score = g_score.numel() ? g_score.data_ptr<float>() : nullptr;
     set_walk(r, Walk{units, heavy_rows, heavy_ptr, col, num_slots}, nullptr, (int)H, ws_rows, x);
-    PYG_TC_DTYPE_SWITCH(x.scalar_type(), T, "pyg_tc_attn_backward_rows",
-                        [&] { run_attn_backward_rows<T>(r, lay.vec, lay.nv4, false, stream); });
+    run(r, x.scalar_type(), Pass::kRows, stream);
   }
   if (Ns > 0 && H > 0) {
     check_index(t_perm, "t_perm");
@@ -226,8 +244,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gat_backward_cud
     c.g_src = g_src.numel() ? g_src.data_ptr<float>() : nullptr;
     set_walk(c, Walk{t_units, t_heavy_rows, t_heavy_ptr, t_col, t_num_slots}, t_perm.data_ptr<int>(),
              (int)(H * C + H), ws_cols, x);
-    PYG_TC_DTYPE_SWITCH(x.scalar_type(), T, "pyg_tc_attn_backward_cols",
-                        [&] { run_attn_backward_cols<T>(c, lay.vec, lay.nv4, false, stream); });
+    run(c, x.scalar_type(), Pass::kCols, stream);
   }
   if (g_score.numel()) zero_edge_tail(g_score, rowptr);  // a padded graph's padding slots
   return {g_x, g_src, g_dst, g_score};
@@ -245,7 +262,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gatv2_backward_c
   auto g_att_rows = at::empty({R, H, C}, x.options().dtype(at::kFloat));
   auto g_edge = at::empty({need_edge && edge.has_value() ? E : 0, H, C}, x.options());
   AttnParams p;
-  set_common(p, x, slope, dropout, rng);
+  set_common(p, x, true, slope, dropout, rng);
   TORCH_CHECK(x_r.scalar_type() == x.scalar_type() && x_r.is_contiguous() && x_r.numel() == R * H * C,
               "pyg_tc: x_r must be [Nd, H, C] in x's dtype");
   p.x_r = x_r.data_ptr();
@@ -271,8 +288,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gatv2_backward_c
     r.g_att = g_att_rows.data_ptr<float>();
     r.g_edge = g_edge.numel() ? g_edge.data_ptr() : nullptr;
     set_walk(r, Walk{units, heavy_rows, heavy_ptr, col, num_slots}, nullptr, (int)(2 * H * C), ws_rows, x);
-    PYG_TC_DTYPE_SWITCH(x.scalar_type(), T, "pyg_tc_attn_backward_rows",
-                        [&] { run_attn_backward_rows<T>(r, lay.vec, lay.nv4, true, stream); });
+    run(r, x.scalar_type(), Pass::kRows, stream);
   }
   if (Ns > 0) {
     check_index(t_perm, "t_perm");
@@ -280,8 +296,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gatv2_backward_c
     c.g_x = g_x.data_ptr();
     set_walk(c, Walk{t_units, t_heavy_rows, t_heavy_ptr, t_col, t_num_slots}, t_perm.data_ptr<int>(),
              (int)(H * C), ws_cols, x);
-    PYG_TC_DTYPE_SWITCH(x.scalar_type(), T, "pyg_tc_attn_backward_cols",
-                        [&] { run_attn_backward_cols<T>(c, lay.vec, lay.nv4, true, stream); });
+    run(c, x.scalar_type(), Pass::kCols, stream);
   }
   auto g_att = R > 0 ? at::sum(g_att_rows, {0}) : at::zeros({H, C}, x.options().dtype(at::kFloat));
   if (g_edge.numel()) zero_edge_tail(g_edge, rowptr);  // a padded graph's padding slots

@@ -1,6 +1,7 @@
 // Attention family (fused GAT / GATv2 / given-score attention): the parameters
 // of the forward and the two backward walks, filled once by attn_host.cpp and
-// passed by value to the kernels (attn_forward.cu, attn_backward.cu).
+// passed by value to the kernels (attn_forward.cu, attn_backward_rows.cu,
+// attn_backward_cols.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -60,15 +61,18 @@ struct AttnParams {
   void* g_edge{};
   void* g_x{};
   float* g_src{};
+  // launch configuration (the lane layout rule in attn_host.cpp); the
+  // launchers turn it into template arguments with attn_switch
+  // (attn_device.cuh)
+  bool vec{};  // 16-byte vectors
+  bool nv4{};  // four vectors per lane (heads wider than 32 vectors)
+  bool v2{};  // GATv2 scores (else GAT / given scores)
 };
 
-// Defined for float, __half, __nv_bfloat16 in attn_forward.cu / attn_backward.cu
-// (`vec`: 16-byte vectors; `nv4`: four vectors per lane; `v2`: GATv2 scores).
-template <typename T> void run_attn_forward(const AttnParams& p, bool vec, bool nv4, bool v2,
-                                            cudaStream_t stream);
-template <typename T> void run_attn_backward_rows(const AttnParams& p, bool vec, bool nv4,
-                                                  bool v2, cudaStream_t stream);
-template <typename T> void run_attn_backward_cols(const AttnParams& p, bool vec, bool nv4,
-                                                  bool v2, cudaStream_t stream);
+// Defined for float, __half, __nv_bfloat16 in attn_forward.cu /
+// attn_backward_rows.cu / attn_backward_cols.cu.
+template <typename T> void run_attn_forward(const AttnParams& p, cudaStream_t stream);
+template <typename T> void run_attn_backward_rows(const AttnParams& p, cudaStream_t stream);
+template <typename T> void run_attn_backward_cols(const AttnParams& p, cudaStream_t stream);
 
 }  // namespace pyg_tc
