@@ -42,6 +42,16 @@ from . import _kernels
 NAMESPACE = 'pyg_tc'
 #: every op, by name, in definition order (filled by the op modules)
 OPS: Dict[str, 'Op'] = {}
+# The graph arguments of the schemas, each pack defined once and shared by
+# the ops that take it (the C++ entry points take the same arguments in the
+# same order; kernels/attn/attn_host.cpp spells GRAPH_ARGS as one macro):
+#: a CSR's unit schedule: units, the heavy rows and their slot ranges, the slot count
+SCHEDULE_ARGS = 'Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots'
+#: the transpose of a CSR with its schedule (the backward walks over the sources)
+T_GRAPH_ARGS = ('Tensor t_rowptr, Tensor t_col, Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, '
+                'Tensor t_heavy_ptr, int t_num_slots')
+#: a CSR, its schedule and its transpose (the attention ops)
+GRAPH_ARGS = f'Tensor rowptr, Tensor col, {SCHEDULE_ARGS}, {T_GRAPH_ARGS}'
 _STATE = {'ready': False, 'kernels': False}
 _LOCK = threading.Lock()
 

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._library import Op
+from .._library import GRAPH_ARGS, Op
 from .._philox import U32 as _U32, philox4x32  # noqa: F401 (re-exported for the tests)
 from ..formats.csr import COOP_UNITS, CSRGraph, Schedule, build_schedule
 from . import dispatch
@@ -234,9 +234,6 @@ def gatv2_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor
 # ---------------------------------------------------------------------------
 # Ops
 
-GRAPH_ARGS = ('Tensor rowptr, Tensor col, Tensor units, Tensor heavy_rows, Tensor heavy_ptr, '
-              'int num_slots, Tensor t_rowptr, Tensor t_col, Tensor t_perm, Tensor t_units, '
-              'Tensor t_heavy_rows, Tensor t_heavy_ptr, int t_num_slots')
 _GRAPH = tuple(a.split()[1] for a in GRAPH_ARGS.split(', '))
 _GRAPH_TENSORS = tuple(a.split()[1] for a in GRAPH_ARGS.split(', ') if a.startswith('Tensor'))
 

@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from .._library import Op
+from .._library import SCHEDULE_ARGS, Op
 from ..formats.cbsr import CBSR, index_dtype
 from ..formats.csr import CSRGraph, csr_rows
 from . import dispatch
@@ -173,8 +173,7 @@ def _cbsr_spmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
 
 cbsr_spmm = Op(
     'cbsr_spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor values, Tensor indices, '
-    'int width, Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, '
-    'Tensor? diag, str reduce) -> Tensor',
+    f'int width, {SCHEDULE_ARGS}, Tensor? diag, str reduce) -> Tensor',
     reference=cbsr_spmm_reference,
     fake=lambda a: a.values.new_empty(a.rowptr.size(0) - 1, a.width),
     backward=_cbsr_spmm_backward)
@@ -194,8 +193,7 @@ def _cbsr_sspmm_backward(a: Any, needs: dict, h: Tensor) -> dict:
 
 cbsr_sspmm = Op(
     'cbsr_sspmm(Tensor rowptr, Tensor col, Tensor? value, Tensor grad, Tensor indices, '
-    'Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor? diag, '
-    'str reduce) -> Tensor',
+    f'{SCHEDULE_ARGS}, Tensor? diag, str reduce) -> Tensor',
     reference=cbsr_sspmm_reference,
     fake=lambda a: a.grad.new_empty(a.indices.size(0), a.indices.size(1)),
     backward=_cbsr_sspmm_backward,

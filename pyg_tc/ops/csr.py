@@ -17,7 +17,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from .._library import Op
+from .._library import T_GRAPH_ARGS, Op
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph, csr_rows, inverse_perm
 from . import dispatch
@@ -181,6 +181,7 @@ def _saved(a: Any) -> tuple:
 spmm_csr = Op(
     'spmm_csr(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor units, '
     'Tensor heavy_rows, Tensor heavy_ptr, Tensor? diag, int num_slots, str reduce, '
+    # the transpose pack with the transposed edge values after t_perm
     'Tensor t_rowptr, Tensor t_col, Tensor t_perm, Tensor? t_value, Tensor t_units, '
     'Tensor t_heavy_rows, Tensor t_heavy_ptr, int t_num_slots) -> Tensor',
     reference=spmm_reference,
@@ -348,9 +349,7 @@ def _sddmm_backward(s: Any, needs: dict, grad: Tensor) -> dict:
 
 sddmm_csr = Op(
     'sddmm_csr(Tensor col, Tensor a, Tensor b, Tensor units, Tensor rowptr, '
-    'Tensor heavy_rows, Tensor heavy_ptr, int num_slots, Tensor t_rowptr, Tensor t_col, '
-    'Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, Tensor t_heavy_ptr, '
-    'int t_num_slots) -> Tensor',
+    f'Tensor heavy_rows, Tensor heavy_ptr, int num_slots, {T_GRAPH_ARGS}) -> Tensor',
     reference=sddmm_reference,
     fake=lambda a: a.a.new_empty(a.col.size(0)),
     backward=_sddmm_backward)
