@@ -138,12 +138,17 @@ void launch_cols(const AttnParams& p, cudaStream_t stream) {
                       stream);
 }
 
+template <typename T, int V, int NV, bool V2>
+struct Cols {  // attn_switch's launcher
+  static void run(const AttnParams& p, cudaStream_t stream) { launch_cols<T, V, NV, V2>(p, stream); }
+};
+
 }  // namespace
 }  // namespace attn
 
 template <typename T>
 void run_attn_backward_cols(const AttnParams& p, cudaStream_t stream) {
-  attn::attn_switch<T>(p, [&]<int V, int NV, bool V2>() { attn::launch_cols<T, V, NV, V2>(p, stream); });
+  attn::attn_switch<T, attn::Cols>(p, stream);
 }
 
 template void run_attn_backward_cols<float>(const AttnParams&, cudaStream_t);

@@ -156,12 +156,17 @@ void launch_rows(const AttnParams& p, cudaStream_t stream) {
   }
 }
 
+template <typename T, int V, int NV, bool V2>
+struct Rows {  // attn_switch's launcher
+  static void run(const AttnParams& p, cudaStream_t stream) { launch_rows<T, V, NV, V2>(p, stream); }
+};
+
 }  // namespace
 }  // namespace attn
 
 template <typename T>
 void run_attn_backward_rows(const AttnParams& p, cudaStream_t stream) {
-  attn::attn_switch<T>(p, [&]<int V, int NV, bool V2>() { attn::launch_rows<T, V, NV, V2>(p, stream); });
+  attn::attn_switch<T, attn::Rows>(p, stream);
 }
 
 template void run_attn_backward_rows<float>(const AttnParams&, cudaStream_t);

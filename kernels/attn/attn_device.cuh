@@ -325,14 +325,14 @@ inline void launch_merge_sum(const AttnParams& p, int n_t, T* out_t, int n_f, fl
 
 // The family's compile-time dispatch, in one place: the params' vec, nv4
 // and v2 as the template arguments V (elements per vector), NV (vectors per
-// lane) and V2 of body.template operator()<V, NV, V2>().
-template <typename T, typename Body>
-inline void attn_switch(const AttnParams& p, Body&& body) {
+// lane) and V2 of Launch<T, V, NV, V2>::run(p, stream).
+template <typename T, template <typename, int, int, bool> class Launch>
+inline void attn_switch(const AttnParams& p, cudaStream_t stream) {
   PYG_TC_BOOL_SWITCH(p.vec, VEC, [&] {
     constexpr int V = VEC ? vec16<T>() : 1;
     PYG_TC_BOOL_SWITCH(p.nv4, NV4, [&] {
       constexpr int NV = NV4 ? 4 : 1;
-      PYG_TC_BOOL_SWITCH(p.v2, V2, [&] { body.template operator()<V, NV, V2>(); });
+      PYG_TC_BOOL_SWITCH(p.v2, V2, [&] { Launch<T, V, NV, V2>::run(p, stream); });
     });
   });
 }

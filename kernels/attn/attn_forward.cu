@@ -148,12 +148,17 @@ void launch_forward(const AttnParams& p, cudaStream_t stream) {
   }
 }
 
+template <typename T, int V, int NV, bool V2>
+struct Forward {  // attn_switch's launcher
+  static void run(const AttnParams& p, cudaStream_t stream) { launch_forward<T, V, NV, V2>(p, stream); }
+};
+
 }  // namespace
 }  // namespace attn
 
 template <typename T>
 void run_attn_forward(const AttnParams& p, cudaStream_t stream) {
-  attn::attn_switch<T>(p, [&]<int V, int NV, bool V2>() { attn::launch_forward<T, V, NV, V2>(p, stream); });
+  attn::attn_switch<T, attn::Forward>(p, stream);
 }
 
 template void run_attn_forward<float>(const AttnParams&, cudaStream_t);
