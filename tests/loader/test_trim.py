@@ -65,9 +65,12 @@ def run(model, b, edge_index, trim: bool):
 
 
 def close(a, b):
-    torch.testing.assert_close(a[0], b[0])
+    # fp32 sums in another order on the GPU (heavy rows split and merged in a
+    # fixed order; PyG scatters): a few ulps over a hub row's 400 terms
+    tol = dict(rtol=1e-5, atol=1e-4) if a[0].is_cuda else {}
+    torch.testing.assert_close(a[0], b[0], **tol)
     for x, y in zip(a[1], b[1]):
-        torch.testing.assert_close(x, y)
+        torch.testing.assert_close(x, y, **tol)
 
 
 def test_trim_builds_formats_without_this_change():
