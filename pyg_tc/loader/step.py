@@ -40,7 +40,7 @@ state, and again put back), so every call after the first is one
 synchronised step on every rank, whether it replays, captures or runs
 eagerly, as long as the ranks make the same number of calls (DDP's own
 rule). Give every rank the same buckets (``all_reduce`` them with ``MAX``),
-as the tested recipe does. Free the step (:meth:`CapturedStep.close`) before
+as the tested recipe does. Free the step (:meth:`~pyg_tc.loader.CapturedStep.close`) before
 ``destroy_process_group()``: graphs holding NCCL work keep it waiting.
 
 Limits: the model's forward must take ``(x, edge_index)`` (or pass
