@@ -266,8 +266,7 @@ def sort_int32(keys: Tensor, num_keys: int) -> Tuple[Tensor, Tensor]:
     bits = max(1, (max(num_keys, 1) - 1).bit_length())
     if keys.is_cuda and bits <= 31 and _library._use_kernel(keys):
         return sort_int32_op(keys, bits)
-    values, perm = torch.sort(keys, stable=True)
-    return values, perm.to(torch.int32)
+    return sort_reference(keys)
 
 
 def _rows_to_keep(rows: Tensor) -> Optional[Tensor]:
