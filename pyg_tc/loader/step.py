@@ -21,7 +21,11 @@ NVIDIA's MLPerf GNN code applies it to sampled batches:
 Memoised structures computed inside the step (a GCN normalisation, GAT's
 loop-fill index) are dropped before the capture, so each replay recomputes
 them from the batch in the buffers; what padding built (the CSR, GAT's
-padded self-loop graph) is part of the batch and copied per step.
+padded self-loop graph) is part of the batch and copied per step. A model
+that trims by layer (PyG's ``trim_to_layer``) runs on per-hop padded batches
+(:class:`~pyg_tc.loader.PadHops`) with ``forward=``
+:func:`~pyg_tc.loader.trimmed_forward`: its per-layer graphs, memoised on the
+batch's graph, are such structures, derived inside each replay.
 
 DistributedDataParallel (``static_graph=True`` recommended): the model may be
 a ``DDP`` module; DDP's all-reduce is then part of each captured backward
