@@ -445,11 +445,23 @@ class PadHops(BaseTransform):
 
 
 def trimmed_forward(model: torch.nn.Module, batch: Data) -> Tensor:
-    """``model(x, edge_index)`` with PyG's ``trim_to_layer`` hop counts
+    r"""``model(x, edge_index)`` with PyG's ``trim_to_layer`` hop counts
     (``num_sampled_nodes_per_hop``, ``num_sampled_edges_per_hop``; a
     ``torch_geometric.nn.models.BasicGNN`` takes them): the ``forward=`` of a
     :class:`~pyg_tc.loader.CapturedStep` over :class:`PadHops`' batches,
-    whose hop counts are the bucket's."""
+    whose hop counts are the bucket's.
+
+    Args:
+        model (torch.nn.Module): a model taking ``(x, edge_index,
+            num_sampled_nodes_per_hop=..., num_sampled_edges_per_hop=...)``.
+        batch (torch_geometric.data.Data): a (per-hop padded) batch.
+
+    Shapes:
+        - **input:** ``batch.x`` :math:`(|\mathcal{V}|, F)`
+        - **output:** the model's output: with ``trim_to_layer``, the rows
+          its last layer keeps (the seed block and the first hop's), seeds
+          first
+    """
     return model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
                  num_sampled_edges_per_hop=batch.num_sampled_edges)
 
