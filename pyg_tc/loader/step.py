@@ -98,6 +98,14 @@ def _static_copy(batch: Data) -> Data:
     return out
 
 
+def _key(bucket) -> tuple:
+    """``bucket`` as a dict key. ``Data.to`` and ``Data.apply`` rebuild a
+    named tuple but turn the tuples inside it into lists (a
+    :class:`HopBucket`'s per-hop counts), so nested sequences become
+    tuples."""
+    return tuple(_key(b) if isinstance(b, (list, tuple)) else b for b in bucket)
+
+
 def _flat(batch: Data) -> List[Tensor]:
     """Every tensor of a batch, in a fixed order; an ``EdgeIndex`` as the
     plain tensor it wraps (zero-copy), so ``copy_`` writes its memory."""
@@ -210,7 +218,7 @@ class CapturedStep:
             self._ddp_warmup(batch)
         if bucket is None or not batch.x.is_cuda:
             return self.eager(batch)
-        key = tuple(bucket)
+        key = _key(bucket)
         cap = self.graphs.get(key)
         if cap is None:
             cap = self.graphs[key] = self._capture(batch)

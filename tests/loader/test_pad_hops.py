@@ -278,6 +278,17 @@ def test_cpu_step_on_per_hop_batches_is_the_unpadded_trimmed_loop():
     assert any(x.get('bucket') is not None for x in loader)
 
 
+def test_bucket_key_survives_data_to():
+    """``Data.to`` turns a HopBucket's per-hop tuples into lists; the
+    CapturedStep's key for it is still hashable and the same as before."""
+    from pyg_tc.loader.step import _key
+    b = batch('hub', fanout=FANOUT['hub'])
+    bk = bucket_of(b)
+    moved = PadHops([bk], b.batch_size)(b).to('cpu')
+    assert isinstance(moved.bucket, HopBucket) and isinstance(moved.bucket.num_nodes, list)
+    assert _key(moved.bucket) == _key(bk) == tuple(bk) and hash(_key(moved.bucket)) == hash(bk)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize('kind', ['sage', 'gcn'])
 def test_captured_trimmed_step_equals_eager(kind):
@@ -291,7 +302,7 @@ def test_captured_trimmed_step_equals_eager(kind):
     o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True)
     step = CapturedStep(m2, o2, forward=trimmed_forward)
     a = _train(_eager(m1, o1), _loader('cuda'))
-    b = _train(step, _loader('cuda'))
+    b = _train(lambda x: step(x.to('cuda', non_blocking=True)), _loader('cuda'))  # .to: as a user's loop
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert step.replays > 0 and 1 <= len(step.graphs) <= 2
     for p1, p2 in zip(m1.parameters(), m2.parameters()):
