@@ -17,9 +17,13 @@ of:
   (``dynamic=True``: PyG's batches change shape every step);
 * ``PyG eager, trim_to_layer`` and ``pyg_tc eager, trim_to_layer``
   (``--trim``): the eager steps with PyG's ``trim_to_layer`` (layer ``i``
-  drops the last ``i`` hops' nodes and edges). Eager rows only:
-  :class:`~pyg_tc.loader.CapturedStep` runs on padded batches, whose shapes
-  are fixed per bucket and which do not trim by hop.
+  drops the last ``i`` hops' nodes and edges); and (SAGE, GCN) ``pyg_tc
+  eager, per-hop padded, trim_to_layer`` and ``pyg_tc captured,
+  trim_to_layer``: the trimmed step on the batches padded hop by hop
+  (:class:`pyg_tc.loader.PadHops`, buckets from
+  ``buckets_from_batches(per_hop=True)``), eager and captured
+  (``forward=`` the model with the bucket's hop counts). GAT has no
+  captured trimmed row (``PadHops`` builds no padded self-loop graph yet).
 
 Each row gives the wall time per step (``--steps`` steps back to back,
 synchronised at the ends: what the training loop sees, the host included)
@@ -47,7 +51,7 @@ import pyg_tc
 from pyg_tc.bench.graphs import load_graph
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
 from pyg_tc.bench.timing import kernel_profile, loop_ms
-from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
+from pyg_tc.loader import CapturedStep, NeighborLoader, PadHops, PadToBuckets, buckets_from_batches, seed_loss
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/captured_step.py
@@ -62,7 +66,8 @@ DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 def batches(name: str, a) -> tuple:
     """The data's shape, ``a.batches`` batches from pyg_tc's GPU loader and
-    the same batches padded to buckets measured on ``a.bucket_batches`` others."""
+    the same batches padded to buckets measured on ``a.bucket_batches`` others
+    (with ``a.trim``: also padded hop by hop, else None)."""
     from torch_geometric.data import Data
     F, C, S = SHAPES[name]
     bg = load_graph(name, DEV)
@@ -75,9 +80,16 @@ def batches(name: str, a) -> tuple:
     torch.manual_seed(0)
     buckets = buckets_from_batches(loader, num_batches=a.bucket_batches, levels=a.levels)
     pad = PadToBuckets(buckets, a.batch_size, self_loops=True)
+    hop_pad = None
+    if a.trim:
+        torch.manual_seed(0)
+        hop_buckets = buckets_from_batches(loader, num_batches=a.bucket_batches, levels=a.levels, per_hop=True)
+        log(f'[captured] {name}: per-hop buckets {[tuple(b) for b in hop_buckets]}')
+        hop_pad = PadHops(hop_buckets, a.batch_size)
     raw = list(itertools.islice(loader, a.batches))
     padded = [pad(copy.copy(b)) for b in raw]
-    return (F, C), raw, padded, buckets
+    per_hop = [hop_pad(copy.copy(b)) for b in raw] if hop_pad is not None else None
+    return (F, C), raw, padded, buckets, per_hop
 
 
 def _pyg_step(model, opt):
@@ -107,7 +119,7 @@ def wall_ms(step, data, steps: int) -> float:
 
 
 def step_records(name: str, a):
-    (F, C), raw, padded, buckets = batches(name, a)
+    (F, C), raw, padded, buckets, per_hop = batches(name, a)
     for b in raw:
         b.plain_ei = b.edge_index.as_tensor()
     real_n = sum(b.num_nodes for b in raw) / len(raw)
@@ -116,6 +128,12 @@ def step_records(name: str, a):
     pad_e = sum(p.edge_index.size(1) for p in padded) / len(padded)
     fell_back = sum(p.get('bucket') is None for p in padded)
     log(f'[captured] {name}: buckets {[tuple(b) for b in buckets]}, {fell_back} of {len(padded)} batches fit none')
+    hop_n = hop_e = None
+    if per_hop is not None:
+        hop_n = sum(p.num_nodes for p in per_hop) / len(per_hop)
+        hop_e = sum(p.edge_index.size(1) for p in per_hop) / len(per_hop)
+        log(f'[captured] {name}: per hop, {sum(p.get("bucket") is None for p in per_hop)} of {len(per_hop)} '
+            'batches fit none')
     dims = [F] + [a.hidden] * (a.layers - 1) + [C]
     for kind in a.models:
         torch.manual_seed(0)
@@ -136,6 +154,16 @@ def step_records(name: str, a):
             m = copy.deepcopy(base['tc'])
             m.trim = True
             runs.append(('pyg_tc eager, trim_to_layer', raw, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+            if kind != 'gat':  # (PadHops builds no padded self-loop graph: GAT would not capture)
+                m = copy.deepcopy(base['tc'])
+                m.trim = True
+                runs.append(('pyg_tc eager, per-hop padded, trim_to_layer', per_hop,
+                             _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+                m = copy.deepcopy(base['tc'])
+                m.trim = True
+                opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=DEV.type == 'cuda')
+                runs.append(('pyg_tc captured, trim_to_layer', per_hop,
+                             CapturedStep(m, opt, forward=lambda net, b: net(b.x, b.edge_index, *hops(b)))))
         m = copy.deepcopy(base['tc'])
         runs.append(('pyg_tc eager, padded', padded, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
         m = copy.deepcopy(base['tc'])
@@ -150,10 +178,12 @@ def step_records(name: str, a):
             if kernels:
                 log(f'[captured] {name} {kind} {run}: top kernels (name, launches / step, ms / step):\n  '
                     + '\n  '.join(f'{k:90s} {c:4d} {t:7.3f}' for k, c, t in kernels))
+            hop = data is per_hop
+            padded_run = 'padded' in run or 'captured' in run
             rec = dict(kind='step', graph=name, model=kind, run=run, wall_ms=w, gpu_ms=gms, wall_over_gpu=w / gms,
-                       dense_ms=dense,
-                       batches=len(data), nodes=pad_n if 'padded' in run or 'captured' in run else real_n,
-                       edges=pad_e if 'padded' in run or 'captured' in run else real_e)
+                       dense_ms=dense, batches=len(data),
+                       nodes=hop_n if hop else pad_n if padded_run else real_n,
+                       edges=hop_e if hop else pad_e if padded_run else real_e)
             if isinstance(step, CapturedStep):
                 rec.update(replays=step.replays, eager_steps=step.eager_steps, graphs=len(step.graphs))
             recs.append(rec)
@@ -187,8 +217,8 @@ def main(argv=None, prog=None):
     p.add_argument('--steps', type=int, default=50, help='timed steps per run')
     p.add_argument('--profile-steps', type=int, default=10)
     p.add_argument('--pyg-compile', action='store_true', help="also time torch.compile of PyG's model")
-    p.add_argument('--trim', action='store_true', help="also the eager steps with PyG's trim_to_layer (the "
-                   'captured step runs on padded batches, which do not trim)')
+    p.add_argument('--trim', action='store_true', help="also the steps with PyG's trim_to_layer: eager on the "
+                   'batches as sampled, eager and captured on batches padded hop by hop (PadHops)')
     p.add_argument('--render', metavar='JSONL', help='only rewrite the markdown and PNG from these records '
                    "(the run block from their 'env' record)")
     a = p.parse_args(argv)

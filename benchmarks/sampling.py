@@ -21,8 +21,8 @@ split's):
   ``transform``: padded on the side stream) and the step captured
   (:class:`pyg_tc.loader.CapturedStep`, one CUDA graph per bucket); with
   ``--trim`` also the eager runs with PyG's ``trim_to_layer`` (layer ``i``
-  drops the last ``i`` hops; the captured step on padded batches does not
-  trim, so it has no such row);
+  drops the last ``i`` hops), and (SAGE, GCN) the trimmed step captured on
+  batches padded hop by hop (:class:`pyg_tc.loader.PadHops`);
 * the sampler's GPU memory: the graph (CSC, edge permutation, state) and the
   peak of one batch's workspace.
 
@@ -58,6 +58,8 @@ SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'arxiv':
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')  # the CPU runs a dry run of the code
 #: the epoch run with the batches padded to buckets and the step captured (CapturedStep)
 CAPTURED = 'pyg_tc GPU loader, padded + captured step'
+#: the same with the batches padded hop by hop (PadHops) and a trimmed model (--trim; SAGE, GCN)
+CAPTURED_HOPS = 'pyg_tc GPU loader, per-hop padded + captured step'
 
 
 def allocated(peak: bool = False) -> float:
@@ -146,7 +148,7 @@ def epoch_records(name, data, seeds, a, best_workers):
     import torch_geometric.typing as tgt
     from torch_geometric.loader import NeighborLoader as PyGLoader
     import pyg_tc.nn
-    from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches
+    from pyg_tc.loader import CapturedStep, NeighborLoader, PadHops, PadToBuckets, buckets_from_batches
     width, classes, _ = SHAPES[name]
     dims = [width, a.hidden, a.hidden, classes]
     dev = DEV
@@ -157,23 +159,34 @@ def epoch_records(name, data, seeds, a, best_workers):
         pyg = PyGLoader(data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
                         num_workers=best_workers, persistent_workers=best_workers > 0, pin_memory=True)
     buckets = buckets_from_batches(ours, num_batches=20, levels=2)
+    hop_buckets = buckets_from_batches(ours, num_batches=20, levels=2, per_hop=True) if a.trim else None
     for kind in a.models:
         rows = []
         runs = [('PyG', 'PyG loader', False), ('pyg_tc', 'PyG loader', False), ('pyg_tc', 'pyg_tc GPU loader', False),
                 ('pyg_tc', CAPTURED, False)]
         if a.trim:  # the eager runs again with trim_to_layer (CapturedStep's padded batches do not trim)
             runs += [(lib, name, True) for lib, name, _ in runs if name != CAPTURED]
+            if kind != 'gat':  # the trimmed step captured on per-hop padded batches (no padded GAT loops yet)
+                runs.append(('pyg_tc', CAPTURED_HOPS, True))
         for lib, loader_name, trim in runs:
             loader = {'PyG loader': pyg, 'pyg_tc GPU loader': ours}.get(loader_name)
             if loader_name == CAPTURED:  # batches padded on the side stream, as they are made
                 loader = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
                                         transform=PadToBuckets(buckets, a.batch_size, self_loops=kind == 'gat'))
+            elif loader_name == CAPTURED_HOPS:
+                loader = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
+                                        transform=PadHops(hop_buckets, a.batch_size))
             if loader is None:
                 continue
             torch.manual_seed(0)
             model = Net(pyg_tc.nn if lib == 'pyg_tc' else pyg_nn, kind, dims, trim=trim).to(dev)
-            opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=loader_name == CAPTURED and DEV.type == 'cuda')
-            run = CapturedStep(model, opt) if loader_name == CAPTURED else (lambda b: step(model, opt, b))
+            captured = loader_name in (CAPTURED, CAPTURED_HOPS)
+            opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=captured and DEV.type == 'cuda')
+            if loader_name == CAPTURED_HOPS:  # the bucket's hop counts: trim_to_layer at static boundaries
+                run = CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.num_sampled_nodes,
+                                                                      b.num_sampled_edges))
+            else:
+                run = CapturedStep(model, opt) if captured else (lambda b: step(model, opt, b))
             times, n = [], 0
             for ep in range(a.epochs + 1):  # epoch 0 warms up (kernels, workers, allocator, graphs)
                 t, n = loop_time(lambda b: run(b.to(dev, non_blocking=True)), itertools.islice(loader, a.max_batches),
@@ -282,7 +295,8 @@ def main(argv=None, prog=None):
     p.add_argument('--parts', default='sampler,epoch', help='sampler, epoch, uva (graph and features in host memory)')
     p.add_argument('--uva-free-gb', type=float, default=2.0, help='GPU memory left free in the uva part')
     p.add_argument('--trim', action='store_true',
-                   help="epoch: also the eager runs with PyG's trim_to_layer (not the captured step)")
+                   help="epoch: also the eager runs with PyG's trim_to_layer, and the trimmed step captured on "
+                   'per-hop padded batches (SAGE, GCN)')
     p.add_argument('--render', metavar='JSONL', help='only rewrite the markdown and PNG from these records')
     a = p.parse_args(argv)
     a.fanout = [int(k) for k in a.fanout.split(',')]

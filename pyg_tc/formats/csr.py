@@ -334,6 +334,12 @@ class CSRGraph:
         self.padded = False
         #: ``(rows, edges)`` really in a padded graph (informational)
         self.real_size: Optional[Tuple[int, int]] = None
+        #: whether the graph's shapes are static per bucket (a padded graph,
+        #: a per-hop padded one (:meth:`pad_hops`) and its trimmed graphs):
+        #: the layers then take their paths without synchronisation (e.g.
+        #: GCN's self-loop search lists every position instead of
+        #: ``nonzero``), so a step on it can be captured in a CUDA graph
+        self.static_shapes = False
         #: the hop structure of a sampled mini-batch (:meth:`from_sampled`),
         #: by which :meth:`trimmed` derives PyG's ``trim_to_layer`` graphs
         self.sampled_hops: Optional[SampledHops] = None
@@ -496,7 +502,7 @@ class CSRGraph:
         t_sched = _light_schedule(t_rowptr) if t_light else padded_schedule(t_rowptr, chunk, k)
         g = CSRGraph(rowptr, self.col[:k], None, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
         g._fillers = not (light and t_light)
-        g.sampling = self.sampling
+        g.sampling, g.static_shapes = self.sampling, self.static_shapes
         return g
 
     # -- construction -------------------------------------------------------
@@ -628,6 +634,7 @@ class CSRGraph:
                      inverse_perm(self.t_perm),
                      self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
         g.padded, g.real_size, g._fillers = self.padded, self.real_size, self._fillers
+        g.static_shapes = self.static_shapes
         return g
 
     def pad(self, num_rows: int, num_edges: int) -> 'CSRGraph':
@@ -677,10 +684,86 @@ class CSRGraph:
                      torch.cat([self.t_perm.to(torch.int32), tail]),
                      padded_schedule(rowptr, chunk, num_edges), padded_schedule(t_rowptr, chunk, num_edges),
                      num_rows, num_rows, chunk)
-        g.padded, g.real_size, g._fillers = True, (R, E), True
+        g.padded, g.real_size, g._fillers, g.static_shapes = True, (R, E), True, True
         g.sampling = self.sampling
         if self.known_max_degree() is not None:
             g._remember('max_degree', self.known_max_degree())
+        return g
+
+    def pad_hops(self, num_nodes: Sequence[int], num_edges: Sequence[int]) -> 'CSRGraph':
+        """This sampled mini-batch's graph padded hop by hop to static shapes
+        (:class:`pyg_tc.loader.PadHops`): node block ``h`` has
+        ``num_nodes[h]`` rows, edge block ``h`` (hop ``h``'s edges, targets
+        in node block ``h - 1``) ``num_edges[h - 1]`` slots; each block's
+        real entries first, in their order, then its padding. Node ``v`` of
+        hop ``h`` moves to ``v - n_0 - .. - n_{h-1} + N_0 + .. + N_{h-1}``.
+
+        The padding edge slots of block ``h`` are real CSR entries: in-edges
+        of node block ``h - 1``'s last row (its *sink*, a padded row), from
+        node block ``h``'s last row (padded). No real edge reads a padded
+        node, so every real row aggregates as before; padded rows aggregate
+        garbage nobody reads. Unlike :meth:`pad`'s graph, this one is an
+        ordinary graph (``padded`` False, ``perm`` None, every slot in a
+        row), with ``sampled_hops`` the padded hop counts, so
+        :meth:`trimmed` derives ``trim_to_layer``'s graphs at the padded hop
+        boundaries, themselves of static shapes. Both schedules are
+        :func:`padded_schedule`'s (array sizes fixed by the totals; the sink
+        rows may be heavy); ``static_shapes`` is set. Built on the graph's
+        device without synchronisation (the transpose sorts the padded
+        sources: a fixed-size sort).
+
+        Args:
+            num_nodes (Sequence[int]): rows per hop, ``N_0 .. N_L``; each
+                more than the hop's real nodes (a sink row at least).
+            num_edges (Sequence[int]): edge slots per hop, ``P_1 .. P_L``;
+                no fewer than the hop's real edges.
+        """
+        hops = self.sampled_hops
+        if hops is None or self.padded or self.perm is not None or self.num_rows != self.num_cols:
+            raise ValueError('pyg_tc: pad_hops pads a sampled mini-batch graph (hop structure, CSR order, '
+                             'not padded)')
+        N, P = [int(v) for v in num_nodes], [int(v) for v in num_edges]
+        n, e = list(hops.num_nodes), list(hops.num_edges)
+        L = len(e)
+        if len(N) != L + 1 or len(P) != L:
+            raise ValueError(f'pyg_tc: a batch of {L} hops pads to {L + 1} node counts and {L} edge counts, '
+                             f'got {len(N)} and {len(P)}')
+        if any(a <= b for a, b in zip(N, n)) or any(a < b for a, b in zip(P, e)):
+            raise ValueError(f'pyg_tc: cannot pad hops of {n} nodes and {e} edges to {N} nodes (one padded '
+                             f'row at least per hop) and {P} edges')
+        R, E = sum(N), sum(P)
+        if R > _INT32_MAX or E > _INT32_MAX:
+            raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
+        O, off = [0, *accumulate(N)], [0, *accumulate(n)]  # node block starts: padded, real
+        Q, base = [0, *accumulate(P)], [0, *accumulate(e)]  # edge block starts (block h at Q[h - 1])
+        dev, i32 = self.device, torch.int32
+        # every real node's new id (blocks shifted by host integers)
+        new_id = torch.cat([torch.arange(O[h], O[h] + n[h], dtype=i32, device=dev) for h in range(L + 1)])
+        ptr, col, rows = [], [], []
+        real_col = new_id.index_select(0, self.col.long())
+        real_rows = new_id.index_select(0, self.row().long())
+        for h in range(L + 1):
+            # node block h owns edge block h + 1, at Q[h]; its padded rows start after the real
+            # edges, its last row (the sink) owns the padding slots up to the next block's start
+            nxt = e[h] if h < L else 0
+            ptr.append(self.rowptr[off[h]:off[h] + n[h]].to(i32) + (Q[h] - base[h]))
+            ptr.append(torch.full((N[h] - n[h],), Q[h] + nxt, dtype=i32, device=dev))
+            if h:
+                col.append(real_col[base[h - 1]:base[h]])
+                col.append(torch.full((P[h - 1] - e[h - 1],), O[h] + N[h] - 1, dtype=i32, device=dev))
+                rows.append(real_rows[base[h - 1]:base[h]])
+                rows.append(torch.full((P[h - 1] - e[h - 1],), O[h] - 1, dtype=i32, device=dev))
+        rowptr = torch.cat(ptr + [torch.full((1,), E, dtype=i32, device=dev)])
+        col_t = torch.cat(col) if col else torch.zeros(0, dtype=i32, device=dev)
+        rows_t = torch.cat(rows) if rows else torch.zeros(0, dtype=i32, device=dev)
+        t_rowptr, t_col, t_perm = transpose(col_t, rows_t, R)
+        chunk = auto_chunk(E, R)
+        g = CSRGraph(rowptr, col_t, None, t_rowptr, t_col, t_perm, padded_schedule(rowptr, chunk, E),
+                     padded_schedule(t_rowptr, chunk, E), R, R, chunk)
+        g._fillers, g.static_shapes, g.sampling = True, True, self.sampling
+        # no degree bound: the sink rows' degrees change from batch to batch (a bound would let
+        # trimmed() pick schedules whose kind depends on the batch)
+        g.sampled_hops = SampledHops(tuple(N), tuple(P), None)
         return g
 
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':
@@ -694,7 +777,7 @@ class CSRGraph:
             g.sgt = self.sgt.to(device, non_blocking=non_blocking)
         g.sampling = self.sampling
         g.padded, g.real_size, g._fillers = self.padded, self.real_size, self._fillers
-        g.sampled_hops = self.sampled_hops
+        g.sampled_hops, g.static_shapes = self.sampled_hops, self.static_shapes
         return g
 
     def __repr__(self) -> str:

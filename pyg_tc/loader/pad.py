@@ -25,10 +25,17 @@ real values (PyG's meaning). A loss over the seeds with a static shape:
 a batch larger than every bucket comes back unpadded (``bucket`` None), and
 :class:`~pyg_tc.loader.CapturedStep` runs it eagerly.
 
-Decision: buckets bound the batch's totals (nodes, edges), not each hop:
-a padded batch is aggregated whole, in one kernel per layer (the captured
-step does not trim by hop; eager steps on unpadded batches can use
-``trim_to_layer``), so per-hop buckets would only multiply the shapes. Buckets come from measured batches (:func:`~pyg_tc.loader.buckets_from_batches`:
+Decision: :class:`PadToBuckets`' buckets bound the batch's totals (nodes,
+edges): a padded batch is aggregated whole, in one kernel per layer, and
+its hop structure is lost. For PyG's ``trim_to_layer`` (layer ``i`` drops the
+last ``i`` hops: about 40% less GPU time for a products-shaped 3-layer SAGE
+step), :class:`PadHops` pads hop by hop instead (:class:`HopBucket`: rows and
+edge slots per hop; each hop's real entries first, then its padding; the
+padding edges of a hop join the last padded rows of two consecutive blocks,
+so the CSR remains an ordinary graph sorted by target and each layer's
+trimmed graph is derived from it with static shapes;
+:meth:`pyg_tc.formats.CSRGraph.pad_hops`). Both kinds cost one captured
+graph per bucket. Buckets come from measured batches (:func:`~pyg_tc.loader.buckets_from_batches`:
 the mean plus ``sigma`` standard deviations of ``num_batches`` batches, as
 NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
 (:func:`~pyg_tc.loader.buckets_from_fanouts`: never exceeded, but large).
@@ -36,7 +43,7 @@ NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -73,7 +80,8 @@ def _sizes(batch: Data) -> tuple:
 
 
 def buckets_from_batches(batches: Iterable[Data], num_batches: int = 20, sigma: float = 5.0,
-                         levels: int = 1, node_multiple: int = 256, edge_multiple: int = 1024) -> List[Bucket]:
+                         levels: int = 1, node_multiple: int = 256, edge_multiple: int = 1024,
+                         per_hop: bool = False) -> Union[List[Bucket], List['HopBucket']]:
     """Buckets from measured batches: their node and edge counts' mean plus
     ``sigma`` standard deviations (then one more row), rounded up.
 
@@ -89,6 +97,10 @@ def buckets_from_batches(batches: Iterable[Data], num_batches: int = 20, sigma: 
             size). Default 1.
         node_multiple (int, optional): nodes rounded up to a multiple of it.
         edge_multiple (int, optional): edges rounded up to a multiple of it.
+        per_hop (bool, optional): per-hop buckets (:class:`HopBucket`, for
+            :class:`PadHops`): each hop's nodes and edges measured and
+            bounded alike (one padded row per hop); the seed block holds the
+            most seeds seen plus one row (the loader's ``batch_size + 1``).
 
     Returns the buckets, smallest first."""
     if num_batches < 2:
@@ -99,9 +111,11 @@ def buckets_from_batches(batches: Iterable[Data], num_batches: int = 20, sigma: 
     for i, b in enumerate(batches):
         if i == num_batches:
             break
-        sizes.append(_sizes(b))
+        sizes.append(_hop_sizes(b) if per_hop else _sizes(b))
     if len(sizes) < 2:
         raise ValueError(f'pyg_tc: buckets_from_batches saw {len(sizes)} batch(es); it needs at least 2')
+    if per_hop:
+        return _hop_buckets(sizes, sigma, levels, node_multiple, edge_multiple)
     t = torch.tensor(sizes, dtype=torch.float64)
     top = t.mean(0) + sigma * t.std(0)
     top_n = _round_up(top[0].item() + 1, node_multiple)
@@ -229,6 +243,227 @@ class PadToBuckets(BaseTransform):
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}({[tuple(b) for b in self.buckets]}, seed_capacity={self.seed_capacity})'
+
+
+class HopBucket(NamedTuple):
+    """The static shape of a per-hop padded batch (:class:`PadHops`).
+
+    Args:
+        num_nodes (Tuple[int, ...]): rows per hop, ``N_0 .. N_L``: the seed
+            block (more rows than the loader's ``batch_size``), then each
+            hop's block; each keeps one padded row at least.
+        num_edges (Tuple[int, ...]): edge slots per hop, ``P_1 .. P_L``.
+    """
+    num_nodes: Tuple[int, ...]
+    num_edges: Tuple[int, ...]
+
+    @property
+    def total_nodes(self) -> int:
+        """Rows of every batch of this bucket."""
+        return sum(self.num_nodes)
+
+    @property
+    def total_edges(self) -> int:
+        """Edge slots of every batch of this bucket."""
+        return sum(self.num_edges)
+
+    def fits(self, num_nodes: Sequence[int], num_edges: Sequence[int]) -> bool:
+        """Whether a batch of these per-hop node and edge counts (PyG's
+        ``num_sampled_nodes`` / ``num_sampled_edges``) pads to this bucket:
+        as many hops, fewer nodes than rows in every hop (a padded row at
+        least), no more edges than slots."""
+        return (len(num_nodes) == len(self.num_nodes) and len(num_edges) == len(self.num_edges)
+                and all(n < N for n, N in zip(num_nodes, self.num_nodes))
+                and all(e <= P for e, P in zip(num_edges, self.num_edges)))
+
+
+def _hop_sizes(batch: Data) -> tuple:
+    ns, es = batch.get('num_sampled_nodes'), batch.get('num_sampled_edges')
+    if ns is None or es is None:
+        raise ValueError('pyg_tc: per-hop padding needs batches with num_sampled_nodes and num_sampled_edges '
+                         "(pyg_tc.loader.NeighborLoader's)")
+    return tuple(int(v) for v in ns), tuple(int(v) for v in es)
+
+
+def _hop_buckets(sizes: list, sigma: float, levels: int, node_multiple: int,
+                 edge_multiple: int) -> List[HopBucket]:
+    """:func:`buckets_from_batches`'s per-hop buckets from measured
+    ``(num_sampled_nodes, num_sampled_edges)``."""
+    if len({(len(n), len(e)) for n, e in sizes}) != 1:
+        raise ValueError('pyg_tc: the measured batches have different numbers of hops')
+    H = len(sizes[0][0])
+    t = torch.tensor([list(n) + list(e) for n, e in sizes], dtype=torch.float64)
+    top = (t.mean(0) + sigma * t.std(0)).tolist()
+    low = t.min(0).values.tolist()
+    seeds = int(t[:, 0].max().item()) + 1  # the seed block: every seed slot and one padded row
+
+    def bucket(f: float) -> HopBucket:
+        def at(i: int, extra: int, multiple: int) -> int:
+            hi = _round_up(top[i] + extra, multiple)
+            return _round_up(low[i] + extra + f * (hi - low[i] - extra), multiple)
+        return HopBucket((seeds, *(at(i, 1, node_multiple) for i in range(1, H))),
+                         tuple(at(i, 0, edge_multiple) for i in range(H, t.size(1))))
+    out = {bucket(k / levels) for k in range(1, levels + 1)}
+    return sorted(out, key=lambda b: (b.total_edges, b.total_nodes, b))
+
+
+def _pad_blocks(t: Tensor, real: Sequence[int], rows: Sequence[int], dim: int = 0) -> Tensor:
+    """``t``, whose entries along ``dim`` come in blocks of ``real[h]``, with
+    each block padded with zeros to ``rows[h]`` entries."""
+    parts, start = [], 0
+    for r, p in zip(real, rows):
+        parts.append(_pad_rows(t.narrow(dim, start, r), p, dim))
+        start += r
+    return torch.cat(parts, dim)
+
+
+class PadHops(BaseTransform):
+    r"""Pads each mini-batch hop by hop to the smallest per-hop bucket it
+    fits, so a step can run PyG's ``trim_to_layer`` with static shapes
+    (e.g. captured by :class:`~pyg_tc.loader.CapturedStep`):
+    ``NeighborLoader(..., transform=PadHops(buckets, batch_size))``.
+
+    Layout (:class:`HopBucket` ``(N_0 .. N_L), (P_1 .. P_L)``): node block
+    ``h`` holds hop ``h``'s real nodes (seeds first in block 0), then padded
+    rows up to ``N_h`` (zero features, label 0, ``n_id`` 0); edge block ``h``
+    holds hop ``h``'s edges in their (CSR) order, then padding slots up to
+    ``P_h`` (zero edge attributes, ``e_id`` 0). Node ids are shifted to
+    their block. The padding edges of block ``h`` go from the last row of
+    node block ``h`` to the last row of node block ``h - 1`` (its *sink*):
+    every block keeps a padded row, no real row has a padded neighbour, so
+    the real rows' results are those of the unpadded batch
+    (:meth:`pyg_tc.formats.CSRGraph.pad_hops`). Padded rows hold garbage:
+    a loss over the seeds (:func:`~pyg_tc.loader.seed_loss`) never reads
+    it, but an operation over all rows (e.g. ``BatchNorm``) sees it, as with
+    :class:`PadToBuckets`.
+
+    The padded batch's ``num_sampled_nodes`` / ``num_sampled_edges`` are the
+    bucket's (``N_h``, ``P_h``, the same for every batch of the bucket), so
+    ``trim_to_layer`` cuts at the padded hop boundaries and each layer's
+    graph is derived from the batch's with static shapes
+    (:meth:`~pyg_tc.formats.CSRGraph.trimmed`); PyG's meaning (the real
+    counts) moves to ``num_real_sampled_nodes`` / ``num_real_sampled_edges``.
+    Also added, as by :class:`PadToBuckets`: ``node_mask``, ``seed_mask``,
+    ``seed_capacity``, ``num_real_nodes``, ``num_real_edges`` and ``bucket``
+    (None, with the batch as it came, when it fits no bucket); ``input_id``
+    is padded to ``seed_capacity`` entries. A trimmed model's step::
+
+        step = CapturedStep(model, opt, forward=trimmed_forward)
+
+    (:func:`~pyg_tc.loader.trimmed_forward`).
+
+    Args:
+        buckets (List[HopBucket]): the per-hop shapes, e.g. from
+            :func:`~pyg_tc.loader.buckets_from_batches` with
+            ``per_hop=True``.
+        seed_capacity (int): the loader's ``batch_size`` (below every
+            bucket's ``N_0``).
+        self_loops (bool, optional): GAT's padded self-loop graph; not
+            supported with per-hop padding yet (raises).
+    """
+
+    def __init__(self, buckets: Sequence[Sequence[Sequence[int]]], seed_capacity: int, self_loops: bool = False):
+        if self_loops:
+            raise NotImplementedError('pyg_tc: PadHops does not build the self-loop graph of GATConv / GATv2Conv '
+                                      '(self_loops=True) yet: use PadToBuckets (no trim_to_layer), or run GAT '
+                                      'layers on per-hop padded batches eagerly')
+        bs = []
+        for b in buckets:
+            nodes, edges = b
+            b = HopBucket(tuple(int(v) for v in nodes), tuple(int(v) for v in edges))
+            if len(b.num_nodes) != len(b.num_edges) + 1:
+                raise ValueError(f'pyg_tc: a per-hop bucket has one more node count than edge counts, got {b}')
+            if b.num_nodes[0] <= seed_capacity:
+                raise ValueError(f'pyg_tc: bucket {b} has no more seed rows ({b.num_nodes[0]}) than the '
+                                 f'{seed_capacity} seeds (one padded row at least)')
+            bs.append(b)
+        if not bs:
+            raise ValueError('pyg_tc: PadHops needs at least one bucket')
+        self.buckets = sorted(set(bs), key=lambda b: (b.total_edges, b.total_nodes, b))
+        self.seed_capacity = int(seed_capacity)
+
+    def bucket_for(self, num_nodes: Sequence[int], num_edges: Sequence[int]) -> Optional[HopBucket]:
+        """The smallest bucket (fewest edge slots, then rows) a batch of
+        these per-hop counts fits, or None."""
+        for b in self.buckets:
+            if b.fits(num_nodes, num_edges):
+                return b
+        return None
+
+    def forward(self, batch: Data) -> Data:
+        """``batch`` padded to its bucket (in place; see the class doc), or
+        with only ``seed_capacity`` and the real counts added when it fits
+        none. Reads nothing from the device (the hop counts are host
+        integers)."""
+        if not isinstance(batch, Data):
+            raise NotImplementedError(f'pyg_tc: PadHops pads homogeneous batches, got {type(batch).__name__}')
+        ns, es = _hop_sizes(batch)
+        n, E = _sizes(batch)
+        if sum(ns) != n or sum(es) != E:
+            raise ValueError(f'pyg_tc: the hop counts {list(ns)} / {list(es)} do not add up to the batch\'s '
+                             f'{n} nodes and {E} edges')
+        B = int(batch.batch_size) if 'batch_size' in batch else ns[0]
+        if B > self.seed_capacity:
+            raise ValueError(f'pyg_tc: the batch has {B} seeds but seed_capacity is {self.seed_capacity}')
+        bucket = self.bucket_for(ns, es)
+        batch.seed_capacity = self.seed_capacity
+        batch.num_real_nodes, batch.num_real_edges = n, E
+        batch.num_real_sampled_nodes, batch.num_real_sampled_edges = list(ns), list(es)
+        batch.bucket = bucket
+        if bucket is None:  # larger than every bucket: as it came (an eager step)
+            return batch
+        N, P = bucket
+        g, _ = resolve(batch.edge_index, size=(n, n))
+        if g.sampled_hops is None or (g.sampled_hops.num_nodes, g.sampled_hops.num_edges) != (ns, es):
+            raise ValueError("pyg_tc: PadHops needs batches whose CSR carries their hop structure "
+                             "(pyg_tc.loader.NeighborLoader's)")
+        pg = g.pad_hops(N, P)
+        store = batch._store
+        node_keys = [k for k in store.keys() if k not in ('edge_index', 'num_nodes') and store.is_node_attr(k)]
+        edge_keys = [k for k in store.keys() if k != 'edge_index' and store.is_edge_attr(k)]
+        for keys, real, rows in ((node_keys, ns, N), (edge_keys, es, P)):
+            for key in keys:
+                value = store[key]
+                if isinstance(value, Tensor):
+                    batch[key] = _pad_blocks(value, real, rows, batch.__cat_dim__(key, value, store))
+        for key in ('input_id', 'seed_time'):  # one entry per seed: seed_capacity of them
+            value = batch.get(key)
+            if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) <= self.seed_capacity:
+                batch[key] = _pad_rows(value, self.seed_capacity)
+        ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
+        R = bucket.total_nodes
+        batch.edge_index = attach(torch.stack([pg.col, pg.row()]).to(ei.dtype), R, pg, sort_order='col')
+        batch.num_nodes = R
+        batch.num_sampled_nodes, batch.num_sampled_edges = list(N), list(P)
+        dev = ei.device
+        batch.node_mask = _pad_blocks(torch.ones(n, dtype=torch.bool, device=dev), ns, N)
+        batch.seed_mask = torch.arange(self.seed_capacity, device=dev) < B
+        return batch
+
+    def __repr__(self) -> str:
+        return f'{type(self).__name__}({[tuple(b) for b in self.buckets]}, seed_capacity={self.seed_capacity})'
+
+
+def trimmed_forward(model: torch.nn.Module, batch: Data) -> Tensor:
+    r"""``model(x, edge_index)`` with PyG's ``trim_to_layer`` hop counts
+    (``num_sampled_nodes_per_hop``, ``num_sampled_edges_per_hop``; a
+    ``torch_geometric.nn.models.BasicGNN`` takes them): the ``forward=`` of a
+    :class:`~pyg_tc.loader.CapturedStep` over :class:`PadHops`' batches,
+    whose hop counts are the bucket's.
+
+    Args:
+        model (torch.nn.Module): a model taking ``(x, edge_index,
+            num_sampled_nodes_per_hop=..., num_sampled_edges_per_hop=...)``.
+        batch (torch_geometric.data.Data): a (per-hop padded) batch.
+
+    Shapes:
+        - **input:** ``batch.x`` :math:`(|\mathcal{V}|, F)`
+        - **output:** the model's output: with ``trim_to_layer``, the rows
+          its last layer keeps (the seed block and the first hop's), seeds
+          first
+    """
+    return model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                 num_sampled_edges_per_hop=batch.num_sampled_edges)
 
 
 def seed_loss(out: Tensor, batch: Data, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy,

@@ -21,7 +21,11 @@ NVIDIA's MLPerf GNN code applies it to sampled batches:
 Memoised structures computed inside the step (a GCN normalisation, GAT's
 loop-fill index) are dropped before the capture, so each replay recomputes
 them from the batch in the buffers; what padding built (the CSR, GAT's
-padded self-loop graph) is part of the batch and copied per step.
+padded self-loop graph) is part of the batch and copied per step. A model
+that trims by layer (PyG's ``trim_to_layer``) runs on per-hop padded batches
+(:class:`~pyg_tc.loader.PadHops`) with ``forward=``
+:func:`~pyg_tc.loader.trimmed_forward`: its per-layer graphs, memoised on the
+batch's graph, are such structures, derived inside each replay.
 
 DistributedDataParallel (``static_graph=True`` recommended): the model may be
 a ``DDP`` module; DDP's all-reduce is then part of each captured backward
@@ -92,6 +96,14 @@ def _static_copy(batch: Data) -> Data:
     graph = getattr(ei, _ATTR, (None, None))[1]
     out.edge_index = attach(ei.as_tensor().clone(), int(batch.num_nodes), graph, sort_order='col')
     return out
+
+
+def _key(bucket) -> tuple:
+    """``bucket`` as a dict key. ``Data.to`` and ``Data.apply`` rebuild a
+    named tuple but turn the tuples inside it into lists (a
+    :class:`HopBucket`'s per-hop counts), so nested sequences become
+    tuples."""
+    return tuple(_key(b) if isinstance(b, (list, tuple)) else b for b in bucket)
 
 
 def _flat(batch: Data) -> List[Tensor]:
@@ -206,7 +218,7 @@ class CapturedStep:
             self._ddp_warmup(batch)
         if bucket is None or not batch.x.is_cuda:
             return self.eager(batch)
-        key = tuple(bucket)
+        key = _key(bucket)
         cap = self.graphs.get(key)
         if cap is None:
             cap = self.graphs[key] = self._capture(batch)

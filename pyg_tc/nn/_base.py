@@ -103,7 +103,7 @@ def warn_fp16_sum(g: CSRGraph, layer: str) -> None:
         return
     if g.fp16_sum_warned:
         return
-    if g.padded and g.known_max_degree() is None:  # reading it would synchronise the step
+    if g.static_shapes and g.known_max_degree() is None:  # reading it would synchronise the step
         return
     g.fp16_sum_warned = True
     deg = g.max_degree()

@@ -21,7 +21,7 @@ def _without_loops(g: CSRGraph) -> CSRGraph:
     """``g`` minus its self loops (``g`` itself when it has none), once per graph."""
     def build():
         pos, lrow = _loop_info(g)
-        if g.padded:  # every position listed, loops by their row: keep the real non-loop edges
+        if g.static_shapes:  # every position listed, loops by their row: keep the real non-loop edges
             live = torch.arange(g.num_edges, device=g.device) < g.rowptr[-1]
             keep = live & (lrow == g.num_rows)
         elif pos.numel() == 0:

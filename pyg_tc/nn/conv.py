@@ -105,13 +105,14 @@ def _count(idx: Tensor, n: int, dtype: torch.dtype) -> Tensor:
 
 def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
     """CSR positions of self loops and their rows (structure only: cached on
-    g). On a padded graph (static shapes, no synchronisation): every
+    g). On a graph of static shapes (``g.static_shapes``: a padded one, a
+    per-hop padded one and its trimmed graphs; no synchronisation): every
     position, and its row where it is a loop, else ``num_rows`` (a row
     past the end, dropped by the callers), so the padding slots count as
     no loop."""
     def find():
         row = g.row()
-        if g.padded:
+        if g.static_shapes:
             live = torch.arange(row.numel(), device=row.device) < g.rowptr[-1]
             is_loop = (g.col == row) & live
             return (torch.arange(row.numel(), device=row.device),
@@ -180,7 +181,7 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
                 last = torch.full((N + 1,), -1, device=g.device, dtype=torch.long).scatter_reduce(
                     0, lrow, ids, 'amax')
                 sel = (ids == last[lrow]) & (lrow < N)
-                if not g.padded:
+                if not g.static_shapes:
                     diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
                 else:
                     diag_w = torch.cat([diag_w, diag_w.new_zeros(1)]).index_put(
@@ -209,7 +210,7 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
     elif w is not None:
         value.mul_(w)
     elif has_loops:
-        if not g.padded:
+        if not g.static_shapes:
             value.index_fill_(0, pos, 0.0)
         else:
             value.masked_fill_(lrow < N, 0.0)

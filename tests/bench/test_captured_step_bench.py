@@ -16,8 +16,11 @@ def test_captured_step_suite_runs_with_trim(tmp_path):
                 '--steps', '2', '--profile-steps', '1', '--trim'])
     recs = [json.loads(line) for line in (out / 'captured_step.jsonl').read_text().splitlines()]
     runs = {r['run'] for r in recs if r.get('kind') == 'step'}
-    # --trim adds the eager rows with trim_to_layer; the padded and captured rows do not trim
+    # --trim adds the eager rows with trim_to_layer, and the trimmed step on per-hop padded batches (eager, captured)
     assert runs == {'PyG eager', 'pyg_tc eager', 'PyG eager, trim_to_layer', 'pyg_tc eager, trim_to_layer',
-                    'pyg_tc eager, padded', 'pyg_tc captured'}
+                    'pyg_tc eager, padded', 'pyg_tc captured', 'pyg_tc eager, per-hop padded, trim_to_layer',
+                    'pyg_tc captured, trim_to_layer'}
+    hop = [r for r in recs if r.get('run') == 'pyg_tc captured, trim_to_layer']
+    assert hop and all(r['replays'] == 0 < r['eager_steps'] and r['nodes'] > 0 for r in hop)  # CPU: the eager step
     assert all(r['wall_ms'] > 0 for r in recs if r.get('kind') == 'step')
     assert 'trim_to_layer' in (out / 'captured_step.md').read_text()

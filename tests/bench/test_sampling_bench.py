@@ -25,7 +25,9 @@ def test_sampling_suite_runs_and_renders(tmp_path):
     epoch = [r for r in recs if r.get('kind') == 'epoch' and r['loader'] == 'pyg_tc GPU loader']
     assert len(epoch) == 2 and {r['trim'] for r in epoch} == {False, True}  # --trim: the eager runs again, trimmed
     assert all(r['batches'] == 2 and r['step_ms'] > 0 for r in epoch)
-    assert not [r for r in recs if r.get('kind') == 'epoch' and r['trim'] and 'captured' in r['loader']]
+    # the trimmed captured run: batches padded per hop (PadHops)
+    hop = [r for r in recs if r.get('kind') == 'epoch' and r['trim'] and 'captured' in r['loader']]
+    assert [r['loader'] for r in hop] == [suite.CAPTURED_HOPS] and hop[0]['batches'] == 2
     md = (out / 'sampling.md').read_text()
     assert md.startswith('# ') and '| run | |' in md and '## Epoch' in md
     again = tmp_path / 'again'
