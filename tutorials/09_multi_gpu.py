@@ -83,6 +83,17 @@ loader the transfer to the GPU): the floor under any model's epoch with that loa
 as on the GPU. Without a sampler backend (pyg-lib or torch_sparse) PyG's loader is replaced by
 full k-hop subgraphs of the seeds; pyg_tc's loader needs none.
 
+Measured on four H100s (``--graph products --scaling 1,2,4 --layers pyg_tc --epochs 3``, then
+``--scaling 1,4 --layers PyG --loader pyg --epochs 2``; docs/results/ddp_products_gpu_sampler_h100x4.md)::
+
+    | processes | layers | loader                                   | epoch s | speed-up |
+    |---|---|---|---|---|
+    | 1         | pyg_tc | pyg_tc.loader.NeighborLoader [15, 10]    | 1.064   | 1.00     |
+    | 2         | pyg_tc | pyg_tc.loader.NeighborLoader [15, 10]    | 0.519   | 2.05     |
+    | 4         | pyg_tc | pyg_tc.loader.NeighborLoader [15, 10]    | 0.305   | 3.49     |
+    | 1         | PyG    | PyG's NeighborLoader (pyg-lib, 4 workers) | 2.222   | 1.00     |
+    | 4         | PyG    | PyG's NeighborLoader (pyg-lib, 4 workers) | 0.860   | 2.58     |
+
 Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora and Tolokers live, as
 ``DIR/planetoid/Cora`` and ``DIR/heterophilous/tolokers`` (PyG downloads them there if they are
 missing). Without a root the script runs on synthetic data of their shape
