@@ -11,6 +11,11 @@
 //     slots, heavy rows), one synchronisation for the sizes of all of them,
 //     one kernel writing the units in row order, a stable radix sort by
 //     length (longest first), one gather.
+//   csr_padded_schedules(rowptrs, chunk, num_edges) -> [units, heavy_rows, heavy_ptr]...:
+//     the same schedules with array sizes fixed by (rows, num_edges, chunk)
+//     and filler entries (formats/csr.py's padded_schedule, its reference):
+//     the same kernels, one more writing the fillers, no synchronisation, so
+//     it runs inside a CUDA graph capture.
 // A format build used to issue about a hundred small torch ops and two or
 // three synchronisations from Python; this is ~15 launches and one.
 #include <torch/library.h>
@@ -153,6 +158,27 @@ __global__ void gather_units(const int4* __restrict__ in, const int* __restrict_
   if (i < U) out[i] = in[order[i]];
 }
 
+// A padded schedule's fillers (padded_schedule): units past the real ones
+// are (R - 1, E, E, a spare slot after the real heavy slots), of length 0;
+// heavy entries past the real ones are (R - 1, an empty slot range).
+// schedule_fill then writes the real entries.
+__global__ void schedule_fillers(const int* __restrict__ rowptr, int64_t R, int chunk, int64_t U, int64_t H,
+                                 const int* __restrict__ uoff, const int* __restrict__ soff, int4* __restrict__ units,
+                                 unsigned* __restrict__ keys, int* __restrict__ ids, int* __restrict__ heavy_rows,
+                                 int* __restrict__ heavy_ptr) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int real_units = uoff[R], real_slots = soff[R], E = rowptr[R];
+  if (i >= real_units && i < U) {
+    units[i] = make_int4((int)(R - 1), E, E, real_slots + (int)(i - real_units));
+    keys[i] = (unsigned)chunk;
+    ids[i] = (int)i;
+  }
+  if (i < H) {
+    heavy_rows[i] = (int)(R - 1);
+    heavy_ptr[i + 1] = real_slots;
+  }
+}
+
 std::vector<at::Tensor> csr_schedules_cuda(at::TensorList rowptrs, int64_t chunk) {
   TORCH_CHECK(chunk >= 1 && chunk < (1 << 30), "pyg_tc: csr_schedules: chunk must be positive");
   const int64_t M = (int64_t)rowptrs.size();
@@ -220,11 +246,63 @@ std::vector<at::Tensor> csr_schedules_cuda(at::TensorList rowptrs, int64_t chunk
   return out;
 }
 
+std::vector<at::Tensor> csr_padded_schedules_cuda(at::TensorList rowptrs, int64_t chunk, int64_t num_edges) {
+  TORCH_CHECK(chunk >= 1 && chunk < (1 << 30), "pyg_tc: csr_padded_schedules: chunk must be positive");
+  TORCH_CHECK(num_edges >= 0 && num_edges < (1ll << 31),
+              "pyg_tc: csr_padded_schedules: num_edges must be in [0, 2^31)");
+  std::vector<at::Tensor> out;
+  if (rowptrs.empty()) return out;
+  c10::cuda::CUDAGuard guard(rowptrs[0].device());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const auto opts = rowptrs[0].options().dtype(at::kInt);
+  const int64_t q = (num_edges + chunk - 1) / chunk;
+  for (const auto& rp_in : rowptrs) {
+    TORCH_CHECK(rp_in.is_cuda() && rp_in.scalar_type() == at::kInt && rp_in.dim() == 1 && rp_in.numel() >= 2,
+                "pyg_tc: csr_padded_schedules needs int32 CUDA rowptrs of one row at least");
+    const auto rp = rp_in.contiguous();
+    const int64_t R = rp.numel() - 1, U = R + q, H = q;
+    auto n_units = at::empty({R + 1}, opts), n_slots = at::empty({R + 1}, opts), heavy = at::empty({R + 1}, opts);
+    auto uoff = at::empty({R + 1}, opts), soff = at::empty({R + 1}, opts), hidx = at::empty({R + 1}, opts);
+    schedule_count<<<blocks_for(R + 1), kThreads, 0, stream>>>(rp.data_ptr<int>(), R, (int)chunk,
+                                                               n_units.data_ptr<int>(), n_slots.data_ptr<int>(),
+                                                               heavy.data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    exclusive_sum(n_units.data_ptr<int>(), uoff.data_ptr<int>(), R + 1, rp, stream);
+    exclusive_sum(n_slots.data_ptr<int>(), soff.data_ptr<int>(), R + 1, rp, stream);
+    exclusive_sum(heavy.data_ptr<int>(), hidx.data_ptr<int>(), R + 1, rp, stream);
+    auto tmp = at::empty({U, 4}, opts), units = at::empty({U, 4}, opts);
+    auto keys = at::empty({U}, opts), keys_out = at::empty({U}, opts);
+    auto ids = at::empty({U}, opts), order = at::empty({U}, opts);
+    auto heavy_rows = at::empty({H}, opts), heavy_ptr = at::empty({H + 1}, opts);
+    int4* tmp4 = reinterpret_cast<int4*>(tmp.data_ptr<int>());
+    unsigned* ukeys = reinterpret_cast<unsigned*>(keys.data_ptr<int>());
+    schedule_fillers<<<blocks_for(std::max(U, H)), kThreads, 0, stream>>>(
+        rp.data_ptr<int>(), R, (int)chunk, U, H, uoff.data_ptr<int>(), soff.data_ptr<int>(), tmp4, ukeys,
+        ids.data_ptr<int>(), heavy_rows.data_ptr<int>(), heavy_ptr.data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    schedule_fill<<<blocks_for(R), kThreads, 0, stream>>>(rp.data_ptr<int>(), R, (int)chunk, uoff.data_ptr<int>(),
+                                                         soff.data_ptr<int>(), hidx.data_ptr<int>(), tmp4, ukeys,
+                                                         ids.data_ptr<int>(), heavy_rows.data_ptr<int>(),
+                                                         heavy_ptr.data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    sort_pairs(reinterpret_cast<const unsigned*>(ukeys), reinterpret_cast<unsigned*>(keys_out.data_ptr<int>()),
+               ids.data_ptr<int>(), order.data_ptr<int>(), U, bits_for(chunk + 1), rp, stream);
+    gather_units<<<blocks_for(U), kThreads, 0, stream>>>(tmp4, order.data_ptr<int>(), U,
+                                                         reinterpret_cast<int4*>(units.data_ptr<int>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    out.push_back(units);
+    out.push_back(heavy_rows);
+    out.push_back(heavy_ptr);
+  }
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_tc, CUDA, m) {
   m.impl("csr_transpose", &csr_transpose_cuda);
   m.impl("csr_schedules", &csr_schedules_cuda);
+  m.impl("csr_padded_schedules", &csr_padded_schedules_cuda);
 }
 
 }  // namespace pyg_tc

@@ -135,6 +135,21 @@ def _light_schedule(rowptr: Tensor) -> Schedule:
     return Schedule(units[order], units.new_zeros(0), units.new_zeros(1), 0)
 
 
+def padded_schedules(rowptrs: Sequence[Tensor], chunk: int, num_edges: int) -> List[Schedule]:
+    """:func:`padded_schedule` of several ``rowptr`` of ``num_edges`` slots
+    (a padded graph's two directions): on CUDA with the kernels loaded the
+    ``csr_padded_schedules`` op (about ten launches each, no
+    synchronisation, so it can be captured), else :func:`padded_schedule`
+    (about 65 small ops each)."""
+    if chunk < 1:
+        raise ValueError(f'chunk must be positive, got {chunk}')
+    slots = 3 * (-(-num_edges // chunk))
+    if rowptrs and all(rp.is_cuda for rp in rowptrs) and _library._use_kernel(rowptrs[0]):
+        flat = csr_padded_schedules([rp.to(torch.int32) for rp in rowptrs], chunk, num_edges)
+        return [Schedule(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2], slots) for i in range(len(rowptrs))]
+    return [padded_schedule(rp, chunk, num_edges) for rp in rowptrs]
+
+
 def padded_schedule(rowptr: Tensor, chunk: int, num_edges: int) -> Schedule:
     """The degree-bucket schedule of a padded graph's ``rowptr``
     (:meth:`CSRGraph.pad`) with array sizes fixed by ``(rows, num_edges,
@@ -484,7 +499,7 @@ class CSRGraph:
         is the stable sort a build would make. Schedules: one direct unit per
         row where the degrees are known to fit a unit (the in-degrees from
         the fan-outs, the out-degrees when this graph's transpose has no heavy
-        row), else :func:`padded_schedule` (array sizes fixed by ``(R, k)``;
+        row), else ``padded_schedule`` (array sizes fixed by ``(R, k)``;
         fillers the kernels skip). No synchronisation."""
         chunk = auto_chunk(k, R)
         rowptr = self.rowptr[:R + 1].clamp(max=k)
@@ -498,8 +513,9 @@ class CSRGraph:
         bound = self.sampled_hops.max_degree if self.sampled_hops.max_degree is not None else self.known_max_degree()
         light = k <= chunk or (bound is not None and bound <= chunk)
         t_light = k <= chunk or (self.t_sched.heavy_rows.numel() == 0 and self.chunk <= chunk)
-        sched = _light_schedule(rowptr) if light else padded_schedule(rowptr, chunk, k)
-        t_sched = _light_schedule(t_rowptr) if t_light else padded_schedule(t_rowptr, chunk, k)
+        heavy = padded_schedules([p for p, lt in ((rowptr, light), (t_rowptr, t_light)) if not lt], chunk, k)
+        sched = _light_schedule(rowptr) if light else heavy.pop(0)
+        t_sched = _light_schedule(t_rowptr) if t_light else heavy.pop(0)
         g = CSRGraph(rowptr, self.col[:k], None, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
         g._fillers = not (light and t_light)
         g.sampling, g.static_shapes = self.sampling, self.static_shapes
@@ -682,8 +698,7 @@ class CSRGraph:
         chunk = auto_chunk(num_edges, num_rows)
         g = CSRGraph(rowptr, idx(self.col), perm, t_rowptr, idx(self.t_col),
                      torch.cat([self.t_perm.to(torch.int32), tail]),
-                     padded_schedule(rowptr, chunk, num_edges), padded_schedule(t_rowptr, chunk, num_edges),
-                     num_rows, num_rows, chunk)
+                     *padded_schedules([rowptr, t_rowptr], chunk, num_edges), num_rows, num_rows, chunk)
         g.padded, g.real_size, g._fillers, g.static_shapes = True, (R, E), True, True
         g.sampling = self.sampling
         if self.known_max_degree() is not None:
@@ -707,7 +722,7 @@ class CSRGraph:
         row), with ``sampled_hops`` the padded hop counts, so
         :meth:`trimmed` derives ``trim_to_layer``'s graphs at the padded hop
         boundaries, themselves of static shapes. Both schedules are
-        :func:`padded_schedule`'s (array sizes fixed by the totals; the sink
+        ``padded_schedule``'s (array sizes fixed by the totals; the sink
         rows may be heavy); ``static_shapes`` is set. Built on the graph's
         device without synchronisation (the transpose sorts the padded
         sources: a fixed-size sort).
@@ -758,8 +773,8 @@ class CSRGraph:
         rows_t = torch.cat(rows) if rows else torch.zeros(0, dtype=i32, device=dev)
         t_rowptr, t_col, t_perm = transpose(col_t, rows_t, R)
         chunk = auto_chunk(E, R)
-        g = CSRGraph(rowptr, col_t, None, t_rowptr, t_col, t_perm, padded_schedule(rowptr, chunk, E),
-                     padded_schedule(t_rowptr, chunk, E), R, R, chunk)
+        g = CSRGraph(rowptr, col_t, None, t_rowptr, t_col, t_perm, *padded_schedules([rowptr, t_rowptr], chunk, E),
+                     R, R, chunk)
         g._fillers, g.static_shapes, g.sampling = True, True, self.sampling
         # no degree bound: the sink rows' degrees change from batch to batch (a bound would let
         # trimmed() pick schedules whose kind depends on the batch)
@@ -961,3 +976,28 @@ csr_transpose = Op(
 #: synchronisation in all; called by :func:`build_schedules`
 csr_schedules = Op('csr_schedules(Tensor[] rowptrs, int chunk) -> Tensor[]',
                    reference=schedules_reference, fake=_schedules_fake)
+
+
+def padded_schedules_reference(rowptrs: List[Tensor], chunk: int, num_edges: int) -> List[Tensor]:
+    """:func:`pyg_tc.formats.csr.padded_schedule` of each ``rowptr``, flattened."""
+    out: List[Tensor] = []
+    for rp in rowptrs:
+        s = padded_schedule(rp, chunk, num_edges)
+        out += [s.units, s.heavy_rows, s.heavy_ptr]
+    return out
+
+
+def _padded_schedules_fake(a):
+    q = -(-a.num_edges // a.chunk)
+    out = []
+    for rp in a.rowptrs:
+        out += [rp.new_empty(rp.numel() - 1 + q, 4), rp.new_empty(q), rp.new_empty(q + 1)]
+    return out
+
+
+#: ``csr_padded_schedules(rowptrs, chunk, num_edges) -> [units, heavy_rows,
+#: heavy_ptr] * n``: :func:`padded_schedule` of each ``rowptr`` (array sizes
+#: fixed by the rows, ``num_edges`` and ``chunk``; no synchronisation);
+#: called by :func:`padded_schedules`
+csr_padded_schedules = Op('csr_padded_schedules(Tensor[] rowptrs, int chunk, int num_edges) -> Tensor[]',
+                          reference=padded_schedules_reference, fake=_padded_schedules_fake)

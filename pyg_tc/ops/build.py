@@ -5,7 +5,11 @@
   CSR position, sources sorted stably;
 * ``csr_schedules(rowptrs, chunk) -> [units, heavy_rows, heavy_ptr] * n +
   [slots]``: the degree-bucket schedule of each ``rowptr``
-  (:class:`~pyg_tc.formats.csr.Schedule`), with one synchronisation in all.
+  (:class:`~pyg_tc.formats.csr.Schedule`), with one synchronisation in all;
+* ``csr_padded_schedules(rowptrs, chunk, num_edges) -> [units, heavy_rows,
+  heavy_ptr] * n``: the same with array sizes fixed by the rows,
+  ``num_edges`` and ``chunk`` (filler entries), without synchronisation
+  (padded batches, and inside a captured step).
 
 Their references are the pure-PyTorch builders of :mod:`pyg_tc.formats.csr`,
 which calls these ops on CUDA tensors when the kernels are loaded. The ops
@@ -15,5 +19,5 @@ package); this module names them among the op families.
 """
 from __future__ import annotations
 
-from ..formats.csr import (csr_schedules, csr_transpose, schedules_reference,  # noqa: F401
-                           transpose_reference)
+from ..formats.csr import (csr_padded_schedules, csr_schedules, csr_transpose,  # noqa: F401
+                           padded_schedules_reference, schedules_reference, transpose_reference)
