@@ -43,6 +43,7 @@ NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
 from __future__ import annotations
 
 import math
+from itertools import accumulate
 from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -307,14 +308,21 @@ def _hop_buckets(sizes: list, sigma: float, levels: int, node_multiple: int,
     return sorted(out, key=lambda b: (b.total_edges, b.total_nodes, b))
 
 
-def _pad_blocks(t: Tensor, real: Sequence[int], rows: Sequence[int], dim: int = 0) -> Tensor:
-    """``t``, whose entries along ``dim`` come in blocks of ``real[h]``, with
-    each block padded with zeros to ``rows[h]`` entries."""
-    parts, start = [], 0
-    for r, p in zip(real, rows):
-        parts.append(_pad_rows(t.narrow(dim, start, r), p, dim))
-        start += r
-    return torch.cat(parts, dim)
+def _block_index(real: Sequence[int], rows: Sequence[int], device) -> Tensor:
+    """Where each entry of blocks of ``real[h]`` entries goes when block
+    ``h`` is padded to ``rows[h]`` entries (block ``h`` starts at ``rows[0] +
+    .. + rows[h - 1]``)."""
+    starts = [0, *accumulate(rows)][:-1]
+    return torch.cat([torch.arange(s, s + r, device=device) for s, r in zip(starts, real)])
+
+
+def _pad_blocks(t: Tensor, index: Tensor, total: int, dim: int = 0) -> Tensor:
+    """``t``, whose entries along ``dim`` come in blocks, with each block
+    padded with zeros: entry ``i`` moves to ``index[i]`` (:func:`_block_index`)
+    of ``total``."""
+    shape = list(t.shape)
+    shape[dim] = total
+    return t.new_zeros(shape).index_copy_(dim, index, t)
 
 
 class PadHops(BaseTransform):
@@ -421,22 +429,25 @@ class PadHops(BaseTransform):
         store = batch._store
         node_keys = [k for k in store.keys() if k not in ('edge_index', 'num_nodes') and store.is_node_attr(k)]
         edge_keys = [k for k in store.keys() if k != 'edge_index' and store.is_edge_attr(k)]
-        for keys, real, rows in ((node_keys, ns, N), (edge_keys, es, P)):
+        ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
+        dev = ei.device
+        node_index = _block_index(ns, N, dev)  # one index per batch, one index_copy per attribute
+        for keys, index, total in ((node_keys, node_index, sum(N)), (edge_keys, None, sum(P))):
             for key in keys:
                 value = store[key]
                 if isinstance(value, Tensor):
-                    batch[key] = _pad_blocks(value, real, rows, batch.__cat_dim__(key, value, store))
+                    if index is None:
+                        index = _block_index(es, P, dev)
+                    batch[key] = _pad_blocks(value, index.to(value.device), total, batch.__cat_dim__(key, value, store))
         for key in ('input_id', 'seed_time'):  # one entry per seed: seed_capacity of them
             value = batch.get(key)
             if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) <= self.seed_capacity:
                 batch[key] = _pad_rows(value, self.seed_capacity)
-        ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
         R = bucket.total_nodes
         batch.edge_index = attach(torch.stack([pg.col, pg.row()]).to(ei.dtype), R, pg, sort_order='col')
         batch.num_nodes = R
         batch.num_sampled_nodes, batch.num_sampled_edges = list(N), list(P)
-        dev = ei.device
-        batch.node_mask = _pad_blocks(torch.ones(n, dtype=torch.bool, device=dev), ns, N)
+        batch.node_mask = torch.zeros(R, dtype=torch.bool, device=dev).index_fill_(0, node_index, True)
         batch.seed_mask = torch.arange(self.seed_capacity, device=dev) < B
         return batch
 
