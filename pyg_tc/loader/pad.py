@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from itertools import accumulate
-from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -166,6 +166,12 @@ def _pad_rows(t: Tensor, rows: int, dim: int = 0) -> Tensor:
     return torch.cat([t, t.new_zeros(shape)], dim)
 
 
+def _first_fit(buckets: Sequence[Any], num_nodes: Any, num_edges: Any) -> Optional[Any]:
+    """The first of ``buckets`` (sorted smallest first) a batch of these
+    counts fits, or None."""
+    return next((b for b in buckets if b.fits(num_nodes, num_edges)), None)
+
+
 class PadToBuckets(BaseTransform):
     r"""Pads each mini-batch to the smallest bucket it fits (see the module
     doc): ``NeighborLoader(..., transform=PadToBuckets(buckets, batch_size))``.
@@ -192,10 +198,7 @@ class PadToBuckets(BaseTransform):
 
     def bucket_for(self, num_nodes: int, num_edges: int) -> Optional[Bucket]:
         """The smallest bucket a batch fits, or None."""
-        for b in self.buckets:
-            if b.fits(num_nodes, num_edges):
-                return b
-        return None
+        return _first_fit(self.buckets, num_nodes, num_edges)
 
     def forward(self, batch: Data) -> Data:
         """``batch`` padded to its bucket (in place; see the module doc), or
@@ -393,10 +396,7 @@ class PadHops(BaseTransform):
     def bucket_for(self, num_nodes: Sequence[int], num_edges: Sequence[int]) -> Optional[HopBucket]:
         """The smallest bucket (fewest edge slots, then rows) a batch of
         these per-hop counts fits, or None."""
-        for b in self.buckets:
-            if b.fits(num_nodes, num_edges):
-                return b
-        return None
+        return _first_fit(self.buckets, num_nodes, num_edges)
 
     def forward(self, batch: Data) -> Data:
         """``batch`` padded to its bucket (in place; see the class doc), or

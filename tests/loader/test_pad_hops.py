@@ -20,7 +20,8 @@ from pyg_tc.formats.csr import CSRGraph
 from pyg_tc.loader import (CapturedStep, HopBucket, NeighborLoader, PadHops, buckets_from_batches, seed_loss,
                            trimmed_forward)
 
-from .test_trim import MODELS, batch, close, models, run
+from .test_step import _train
+from .test_trim import MODELS, batch, close, count_builds, models, run
 
 FANOUT = {'random': (5, 4, 3), 'hub': (-1, 3, 2)}
 
@@ -110,13 +111,7 @@ def test_trimmed_models_match_the_unpadded_batch(kind, data, monkeypatch):
     ref, b, _ = padded(data)
     ours, _ = models(kind)
     want = run(ours, ref, ref.edge_index, trim=True)
-    built = []
-    real = CSRGraph.from_coo.__func__
-
-    def counted(cls, *a, **k):
-        built.append([f.function for f in inspect.stack()[1:]])
-        return real(cls, *a, **k)
-    monkeypatch.setattr(CSRGraph, 'from_coo', classmethod(counted))
+    built = count_builds(monkeypatch)
     got = run(ours, b, b.edge_index, trim=True)
     monkeypatch.undo()
     assert not built, 'a format was built for the padded batch'
@@ -240,15 +235,6 @@ def _loader(device, pad=True):
     if pad:
         loader.transform = PadHops(buckets, 32)
     return loader
-
-
-def _train(step_fn, loader, epochs=2):
-    torch.manual_seed(7)
-    losses = []
-    for _ in range(epochs):
-        for b in loader:
-            losses.append(step_fn(b))
-    return torch.stack([torch.as_tensor(v, dtype=torch.float32).cpu() for v in losses])
 
 
 def _eager(model, opt):

@@ -57,7 +57,7 @@ def test_static_buffers_match_every_batch_of_a_bucket():
             assert [(t.shape, t.dtype) for t in fo] == [(t.shape, t.dtype) for t in fs]
 
 
-def _train(step_fn, model, opt, loader, epochs=2):
+def _train(step_fn, loader, epochs=2):
     torch.manual_seed(7)
     losses = []
     for _ in range(epochs):
@@ -82,8 +82,8 @@ def test_cpu_step_is_the_eager_step():
     m2 = copy.deepcopy(m1)
     o1, o2 = torch.optim.Adam(m1.parameters(), lr=1e-2), torch.optim.Adam(m2.parameters(), lr=1e-2)
     step = CapturedStep(m2, o2)
-    a = _train(_eager(m1, o1), m1, o1, _loader('cpu'))
-    b = _train(step, m2, o2, _loader('cpu'))
+    a = _train(_eager(m1, o1), _loader('cpu'))
+    b = _train(step, _loader('cpu'))
     torch.testing.assert_close(a, b)
     assert step.replays == 0 and step.eager_steps == len(b)
 
@@ -104,8 +104,8 @@ def test_captured_loss_curve_equals_eager(conv):
     o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, capturable=True)
     o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True)
     step = CapturedStep(m2, o2)
-    a = _train(_eager(m1, o1), m1, o1, _loader('cuda'))
-    b = _train(step, m2, o2, _loader('cuda'))
+    a = _train(_eager(m1, o1), _loader('cuda'))
+    b = _train(step, _loader('cuda'))
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert step.replays > 0 and 1 <= len(step.graphs) <= 2
     for p1, p2 in zip(m1.parameters(), m2.parameters()):
@@ -118,7 +118,7 @@ def test_captured_step_with_autocast_and_scaler():
     m = Net('sage').cuda()
     opt = torch.optim.Adam(m.parameters(), lr=1e-2, capturable=True)
     step = CapturedStep(m, opt, autocast=torch.float16, scaler=torch.amp.GradScaler('cuda'))
-    losses = _train(step, m, opt, _loader('cuda'), epochs=3)
+    losses = _train(step, _loader('cuda'), epochs=3)
     assert bool(torch.isfinite(losses).all()) and losses[-5:].mean() < losses[:5].mean()
     assert step.replays > 0
 
@@ -146,7 +146,7 @@ def test_captured_and_eager_steps_mixed_with_a_scaler():
         s1.update()
         return loss.detach()
     step = CapturedStep(m2, o2, scaler=s2)
-    a = _train(eager, m1, o1, loader)
-    b = _train(step, m2, o2, loader)
+    a = _train(eager, loader)
+    b = _train(step, loader)
     assert step.replays > 0 and step.eager_steps > 0
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

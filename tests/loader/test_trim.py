@@ -84,6 +84,19 @@ def test_trim_builds_formats_without_this_change():
     assert g is b.edge_index._pyg_tc_graph[1].memoised(('trimmed', ei.size(1), ei.sparse_size(0), ei.sparse_size(1)))
 
 
+def count_builds(monkeypatch) -> list:
+    """Records the callers' stack of every ``CSRGraph.from_coo`` (a format
+    built from edges) until ``monkeypatch.undo()``."""
+    built = []
+    real = CSRGraph.from_coo.__func__
+
+    def counted(cls, *a, **k):
+        built.append([f.function for f in inspect.stack()[1:]])
+        return real(cls, *a, **k)
+    monkeypatch.setattr(CSRGraph, 'from_coo', classmethod(counted))
+    return built
+
+
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('kind', ['sage', 'gcn', 'gat'])
 @pytest.mark.parametrize('data', ['random', 'hub'])
@@ -96,13 +109,7 @@ def test_trim_matches_pyg_and_untrimmed(kind, data, device, monkeypatch):
     b = batch(data, fanout=(5, 4, 3) if data == 'random' else (-1, 3, 2), device=device)
     ours, ref = models(kind, device)
     full = run(ours, b, b.edge_index, trim=False)
-    built = []
-    real = CSRGraph.from_coo.__func__
-
-    def counted(cls, *a, **k):
-        built.append([f.function for f in inspect.stack()[1:]])
-        return real(cls, *a, **k)
-    monkeypatch.setattr(CSRGraph, 'from_coo', classmethod(counted))
+    built = count_builds(monkeypatch)
     trimmed = run(ours, b, b.edge_index, trim=True)
     assert not [s for s in built if 'get_graph' in s], 'a format was built for a trimmed edge_index'
     if kind != 'gat':
