@@ -166,6 +166,25 @@ def _pad_rows(t: Tensor, rows: int, dim: int = 0) -> Tensor:
     return torch.cat([t, t.new_zeros(shape)], dim)
 
 
+def _pad_attributes(batch: Data, pad_nodes: Callable[[Tensor, int], Tensor],
+                    pad_edges: Callable[[Tensor, int], Tensor], seed_capacity: int) -> None:
+    """Pads ``batch``'s tensor attributes in place: node attributes with
+    ``pad_nodes(value, cat_dim)``, edge attributes with ``pad_edges``, and
+    the per-seed ``input_id`` / ``seed_time`` to ``seed_capacity`` entries."""
+    store = batch._store
+    node_keys = [k for k in store.keys() if k not in ('edge_index', 'num_nodes') and store.is_node_attr(k)]
+    edge_keys = [k for k in store.keys() if k != 'edge_index' and store.is_edge_attr(k)]
+    for keys, pad in ((node_keys, pad_nodes), (edge_keys, pad_edges)):
+        for key in keys:
+            value = store[key]
+            if isinstance(value, Tensor):
+                batch[key] = pad(value, batch.__cat_dim__(key, value, store))
+    for key in ('input_id', 'seed_time'):  # one entry per seed: seed_capacity of them
+        value = batch.get(key)
+        if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) <= seed_capacity:
+            batch[key] = _pad_rows(value, seed_capacity)
+
+
 def _first_fit(buckets: Sequence[Any], num_nodes: Any, num_edges: Any) -> Optional[Any]:
     """The first of ``buckets`` (sorted smallest first) a batch of these
     counts fits, or None."""
@@ -225,18 +244,7 @@ class PadToBuckets(BaseTransform):
         pg = g.pad(N, P)
         if self.self_loops:
             pad_loop_graph(pg)
-        store = batch._store
-        node_keys = [k for k in store.keys() if k not in ('edge_index', 'num_nodes') and store.is_node_attr(k)]
-        edge_keys = [k for k in store.keys() if k != 'edge_index' and store.is_edge_attr(k)]
-        for keys, rows in ((node_keys, N), (edge_keys, P)):
-            for key in keys:
-                value = store[key]
-                if isinstance(value, Tensor):
-                    batch[key] = _pad_rows(value, rows, batch.__cat_dim__(key, value, store))
-        for key in ('input_id', 'seed_time'):  # one entry per seed: seed_capacity of them
-            value = batch.get(key)
-            if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) <= self.seed_capacity:
-                batch[key] = _pad_rows(value, self.seed_capacity)
+        _pad_attributes(batch, lambda v, d: _pad_rows(v, N, d), lambda v, d: _pad_rows(v, P, d), self.seed_capacity)
         ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
         ei = torch.cat([ei, ei.new_full((2, P - E), N - 1)], 1)
         batch.edge_index = attach(ei, N, pg, sort_order='col')
@@ -426,23 +434,17 @@ class PadHops(BaseTransform):
             raise ValueError("pyg_tc: PadHops needs batches whose CSR carries their hop structure "
                              "(pyg_tc.loader.NeighborLoader's)")
         pg = g.pad_hops(N, P)
-        store = batch._store
-        node_keys = [k for k in store.keys() if k not in ('edge_index', 'num_nodes') and store.is_node_attr(k)]
-        edge_keys = [k for k in store.keys() if k != 'edge_index' and store.is_edge_attr(k)]
         ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
         dev = ei.device
         node_index = _block_index(ns, N, dev)  # one index per batch, one index_copy per attribute
-        for keys, index, total in ((node_keys, node_index, sum(N)), (edge_keys, None, sum(P))):
-            for key in keys:
-                value = store[key]
-                if isinstance(value, Tensor):
-                    if index is None:
-                        index = _block_index(es, P, dev)
-                    batch[key] = _pad_blocks(value, index.to(value.device), total, batch.__cat_dim__(key, value, store))
-        for key in ('input_id', 'seed_time'):  # one entry per seed: seed_capacity of them
-            value = batch.get(key)
-            if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) <= self.seed_capacity:
-                batch[key] = _pad_rows(value, self.seed_capacity)
+        edge_index: List[Tensor] = []  # made for the first edge attribute
+
+        def pad_edges(v: Tensor, d: int) -> Tensor:
+            if not edge_index:
+                edge_index.append(_block_index(es, P, dev))
+            return _pad_blocks(v, edge_index[0].to(v.device), sum(P), d)
+        _pad_attributes(batch, lambda v, d: _pad_blocks(v, node_index.to(v.device), sum(N), d), pad_edges,
+                        self.seed_capacity)
         R = bucket.total_nodes
         batch.edge_index = attach(torch.stack([pg.col, pg.row()]).to(ei.dtype), R, pg, sort_order='col')
         batch.num_nodes = R
