@@ -62,8 +62,10 @@ What to watch for:
   (torch's extension build also holds a file lock).
 
 ``--captured`` (pyg_tc's layers with pyg_tc's loader) trains with the step captured in CUDA graphs:
-each rank pads its batches to two buckets (``pyg_tc.loader.PadToBuckets`` as the loader's
-``transform``; the buckets measured on 10 batches, then the largest over the ranks), wraps the model
+each rank pads its batches to two buckets (the loader's ``transform``; the buckets measured on 10
+batches, then the largest over the ranks: for SAGE per-hop buckets, ``pyg_tc.loader.PadHops``, and
+each layer runs on PyG's ``trim_to_layer`` of the batch, ``pyg_tc.loader.trimmed_forward``; for GAT
+whole-batch buckets, ``pyg_tc.loader.PadToBuckets``, untrimmed), wraps the model
 in ``DDP(..., static_graph=True)`` and steps through ``pyg_tc.loader.CapturedStep`` with a capturable
 Adam: DDP's all-reduce is part of each replayed graph. On GPUs, DDP, the step and the loop run under
 one side stream (``with torch.cuda.stream(s)``): DDP keeps its gradient accumulators on the stream
@@ -118,7 +120,7 @@ import torch_geometric.nn
 import torch_geometric.typing
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch_geometric.data import Data
-from torch_geometric.utils import k_hop_subgraph
+from torch_geometric.utils import k_hop_subgraph, trim_to_layer
 from tqdm import tqdm
 
 import pyg_tc
@@ -133,7 +135,9 @@ SAMPLED = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TOR
 
 
 class Net(torch.nn.Module):
-    """Two SAGE (mean) or GAT (4 heads) layers; ``layers`` is where the convolutions come from."""
+    """Two SAGE (mean) or GAT (4 heads) layers; ``layers`` is where the convolutions come from. Given
+    the batch's hop counts (``trimmed_forward`` passes them), each layer runs on PyG's
+    ``trim_to_layer`` of the batch: the second only on the seeds and the first hop."""
 
     def __init__(self, layers, model: str, cin: int, hidden: int, cout: int):
         super().__init__()
@@ -143,8 +147,14 @@ class Net(torch.nn.Module):
             self.conv1 = layers.GATConv(cin, hidden // 4, heads=4)
             self.conv2 = layers.GATConv(hidden, cout, heads=1)
 
-    def forward(self, x, edge_index):
-        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+    def forward(self, x, edge_index, num_sampled_nodes_per_hop=None, num_sampled_edges_per_hop=None):
+        for i, conv in enumerate((self.conv1, self.conv2)):
+            if num_sampled_nodes_per_hop is not None:
+                x, edge_index, _ = trim_to_layer(i, num_sampled_nodes_per_hop, num_sampled_edges_per_hop, x,
+                                                 edge_index)
+            x = conv(x, edge_index)
+            x = x.relu() if i == 0 else x
+        return x
 
 
 def load(a) -> Data:
@@ -221,19 +231,34 @@ def prepare(batch, layers: str, device):
     return batch
 
 
+def forward_of(model, b):
+    """The model's output on a batch; trimmed layer by layer on a per-hop padded batch (``PadHops``)."""
+    if isinstance(b.get('bucket'), pyg_tc.loader.HopBucket):
+        return pyg_tc.loader.trimmed_forward(model, b)
+    return model(b.x, b.edge_index)
+
+
 def loss_of(model, b):
     """Cross-entropy over the seeds: ``out[:batch_size]`` (``seed_loss`` does that on a padded batch too)."""
-    return pyg_tc.loader.seed_loss(model(b.x, b.edge_index), b)
+    return pyg_tc.loader.seed_loss(forward_of(model, b), b)
 
 
 def pad_to_buckets(loader, a, device):
     """``--captured``: pad this rank's batches to two buckets measured on 10 of them, the largest
-    over the ranks (every rank then captures graphs of the same shapes)."""
-    buckets = pyg_tc.loader.buckets_from_batches(loader, num_batches=10, levels=2)
-    t = torch.tensor(buckets, device=device)
+    over the ranks (every rank then captures graphs of the same shapes). SAGE: per-hop buckets
+    (``PadHops``), so the captured step trims each layer's graph; GAT: whole-batch buckets
+    (``PadToBuckets``: per-hop padding has no padded self-loop graph yet)."""
+    per_hop = a.model == 'sage'
+    buckets = pyg_tc.loader.buckets_from_batches(loader, num_batches=10, levels=2, per_hop=per_hop)
+    flat = [list(b.num_nodes) + list(b.num_edges) if per_hop else list(b) for b in buckets]
+    t = torch.tensor(flat, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    loader.transform = pyg_tc.loader.PadToBuckets([tuple(b) for b in t.tolist()], a.batch_size,
-                                                  self_loops=a.model == 'gat')
+    if per_hop:
+        H = len(buckets[0].num_edges)
+        loader.transform = pyg_tc.loader.PadHops([(r[:H + 1], r[H + 1:]) for r in t.tolist()], a.batch_size)
+    else:
+        loader.transform = pyg_tc.loader.PadToBuckets([tuple(b) for b in t.tolist()], a.batch_size,
+                                                      self_loops=a.model == 'gat')
 
 
 def flat_params(model) -> torch.Tensor:
@@ -284,8 +309,8 @@ def train_and_test(rank: int, world: int, a, data: Data, layers: str, device, lo
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01, capturable=captured and cuda)
     record = []  # --check: this rank's (batch on the CPU, loss) per step
     if captured:  # forward, loss, backward (with DDP's all-reduce) and Adam: one CUDA graph per bucket
-        info['step'] = 'captured'
-        graph_step = pyg_tc.loader.CapturedStep(ddp, opt)
+        info['step'] = 'captured, per-hop padded' if isinstance(loader.transform, pyg_tc.loader.PadHops) else 'captured'
+        graph_step = pyg_tc.loader.CapturedStep(ddp, opt, forward=forward_of)
 
     def train_step(batch):
         b = prepare(batch, layers, device)
@@ -414,7 +439,7 @@ def print_table(rows) -> None:
         s1 = f'{one[r["layers"]] / r["epoch_s"]:.2f}' if r['layers'] in one else '-'
         xp = f'{pyg[r["processes"]] / r["epoch_s"]:.2f}' if r['layers'] == 'pyg_tc' and r['processes'] in pyg else '-'
         acc = '-' if r['accuracy'] is None else f'{100 * r["accuracy"]:.1f}%'
-        step = ', step captured' if r.get('step') == 'captured' else ''
+        step = f', step {r["step"]}' if 'step' in r else ''
         print(f'| {r["processes"]} | {r["layers"]} | {r["loader"]}{step} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} '
               f'| {acc} |')
     for r in rows:
