@@ -60,6 +60,8 @@ DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')  # the CPU ru
 CAPTURED = 'pyg_tc GPU loader, padded + captured step'
 #: the same with the batches padded hop by hop (PadHops) and a trimmed model (--trim; SAGE, GCN)
 CAPTURED_HOPS = 'pyg_tc GPU loader, per-hop padded + captured step'
+#: a run's loader name with its batches made ahead on the loader's thread (--prefetch K)
+PREFETCH = ', prefetch {}'
 
 
 def allocated(peak: bool = False) -> float:
@@ -168,21 +170,25 @@ def epoch_records(name, data, seeds, a, best_workers):
             runs += [(lib, name, True) for lib, name, _ in runs if name != CAPTURED]
             if kind != 'gat':  # the trimmed step captured on per-hop padded batches (no padded GAT loops yet)
                 runs.append(('pyg_tc', CAPTURED_HOPS, True))
+        if a.prefetch:  # pyg_tc's loader runs again with its batches made ahead on its thread
+            runs += [(lib, name + PREFETCH.format(a.prefetch), trim) for lib, name, trim in runs
+                     if name != 'PyG loader']
         for lib, loader_name, trim in runs:
+            base = loader_name.split(', prefetch')[0]
+            prefetch = a.prefetch if base != loader_name else 0
             loader = {'PyG loader': pyg, 'pyg_tc GPU loader': ours}.get(loader_name)
-            if loader_name == CAPTURED:  # batches padded on the side stream, as they are made
+            transform = {CAPTURED: lambda: PadToBuckets(buckets, a.batch_size, self_loops=kind == 'gat'),
+                         CAPTURED_HOPS: lambda: PadHops(hop_buckets, a.batch_size)}.get(base, lambda: None)()
+            if loader is None and base != 'PyG loader':  # padded on the loader's stream, as they are made
                 loader = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
-                                        transform=PadToBuckets(buckets, a.batch_size, self_loops=kind == 'gat'))
-            elif loader_name == CAPTURED_HOPS:
-                loader = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
-                                        transform=PadHops(hop_buckets, a.batch_size))
+                                        transform=transform, prefetch=prefetch)
             if loader is None:
                 continue
             torch.manual_seed(0)
             model = Net(pyg_tc.nn if lib == 'pyg_tc' else pyg_nn, kind, dims, trim=trim).to(dev)
-            captured = loader_name in (CAPTURED, CAPTURED_HOPS)
+            captured = base in (CAPTURED, CAPTURED_HOPS)
             opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=captured and DEV.type == 'cuda')
-            if loader_name == CAPTURED_HOPS:  # the bucket's hop counts: trim_to_layer at static boundaries
+            if base == CAPTURED_HOPS:  # the bucket's hop counts: trim_to_layer at static boundaries
                 run = CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.num_sampled_nodes,
                                                                       b.num_sampled_edges))
             else:
@@ -297,6 +303,8 @@ def main(argv=None, prog=None):
     p.add_argument('--trim', action='store_true',
                    help="epoch: also the eager runs with PyG's trim_to_layer, and the trimmed step captured on "
                    'per-hop padded batches (SAGE, GCN)')
+    p.add_argument('--prefetch', type=int, default=0, metavar='K',
+                   help="epoch: also pyg_tc's loader runs with K batches made ahead on the loader's thread")
     p.add_argument('--render', metavar='JSONL', help='only rewrite the markdown and PNG from these records')
     a = p.parse_args(argv)
     a.fanout = [int(k) for k in a.fanout.split(',')]

@@ -199,7 +199,7 @@ class KHopLoader:
 
 def loader_name(a) -> str:
     if a.loader == 'pyg_tc':
-        return f'pyg_tc.loader.NeighborLoader {a.fanout}'
+        return f'pyg_tc.loader.NeighborLoader {a.fanout}' + (f', prefetch {a.prefetch}' if a.prefetch else '')
     return f"PyG's NeighborLoader {a.fanout}" if SAMPLED else 'k-hop subgraphs (no sampler backend)'
 
 
@@ -208,7 +208,7 @@ def make_loader(data, seeds, a, seed: int, device, shuffle: bool = True):
     gen = torch.Generator().manual_seed(seed)
     if a.loader == 'pyg_tc':  # batches sampled and gathered on the device, the CSR on edge_index
         return pyg_tc.loader.NeighborLoader(data, num_neighbors=a.fanout, input_nodes=seeds, batch_size=a.batch_size,
-                                            shuffle=shuffle, generator=gen, device=device)
+                                            shuffle=shuffle, generator=gen, device=device, prefetch=a.prefetch)
     if SAMPLED:
         from torch_geometric.loader import NeighborLoader
         # a spawned rank's default start method is spawn, which would pickle the shared graph to
@@ -478,6 +478,8 @@ def main():
     p.add_argument('--json', help='also write the table rows (with every epoch time) to this file')
     p.add_argument('--captured', action='store_true',
                    help="pyg_tc's layers and loader: padded batches, the step captured (CapturedStep, see the module doc)")
+    p.add_argument('--prefetch', type=int, default=0, metavar='K',
+                   help="pyg_tc's loader: K batches made ahead on the loader's own thread (NeighborLoader(prefetch=K))")
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
     a.layers = [s for s in (a.layers or ('pyg_tc' if a.small else 'PyG,pyg_tc')).split(',') if s]
@@ -488,6 +490,8 @@ def main():
     if a.workers and a.loader == 'pyg_tc':
         p.error("--workers: pyg_tc's loader samples in the rank's process, on its device; "
                 'the option is for --loader pyg')
+    if a.prefetch and a.loader != 'pyg_tc':
+        p.error("--prefetch: pyg_tc's loader only (--loader pyg_tc); PyG's loader has --workers")
     if a.captured and a.loader != 'pyg_tc':
         p.error("--captured: needs pyg_tc's loader (--loader pyg_tc)")
     if a.workers is None:  # on GPUs the CPU sampler is the bottleneck: sample ahead (docs/distributed.md)

@@ -23,7 +23,10 @@ pure-PyTorch reference.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import queue
+import threading
 import warnings
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -37,7 +40,7 @@ from torch_geometric.sampler import SamplerOutput
 
 from ..formats.carrier import attach
 from ..ops import neighbor as ops
-from .sampler import NeighborSampler
+from .sampler import NeighborSampler, draw_seed
 
 
 def _tensors(obj: Any, seen: set) -> Iterator[Tensor]:
@@ -93,6 +96,115 @@ class _SideStream:
 
     def __len__(self) -> int:
         return len(self.it)
+
+
+def _produce(loader: Any, stream: Optional[torch.cuda.Stream], requests: queue.SimpleQueue,
+             results: queue.SimpleQueue) -> None:
+    """The body of a :class:`_Prefetch` thread: makes the requested batches
+    in order (on a GPU on ``stream``, each with an event recorded after it)."""
+    if stream is not None:
+        torch.cuda.set_device(stream.device)
+    sampler = loader._sampler
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        while True:
+            request = requests.get()
+            if request is None:
+                return
+            index, seed = request
+            try:
+                sampler._given_seed = seed
+                out = loader.collate_fn([loader.dataset[i] for i in index])
+                batch = loader.filter_fn(out)
+                done = None
+                if stream is not None:
+                    done = torch.cuda.Event()
+                    done.record(stream)
+                results.put((True, (batch, done)))
+            except BaseException as e:  # raised in the loop, at this batch
+                results.put((False, e))
+            finally:
+                sampler._given_seed = None
+
+
+class _Prefetch:
+    """A GPU loader's iterator that makes the next batches on a thread of its
+    own (``NeighborLoader(..., prefetch=k)``): batches ``i + 1 .. i + k`` are
+    sampled, gathered and transformed while the loop launches step ``i``, so
+    the sampler's synchronisation and the host work of both overlap.
+
+    The loop's thread keeps every draw from ``torch``'s default generator, in
+    the order of the loader without prefetching: the shuffle (it walks the
+    seed indices of torch's own iterator) and each batch's sampling seed, handed to the
+    thread with the batch's seed nodes. So a seed gives the same batches with
+    and without prefetching. The thread works on a side stream; the current
+    stream waits for each batch's event, and the batch's tensors are recorded
+    on it (as :class:`_SideStream`). Its CUDA calls (a synchronisation per
+    batch) may run while the loop captures a CUDA graph: capture with
+    ``capture_error_mode='thread_local'`` (``CapturedStep`` and
+    ``torch.compile`` do). An error in the thread is raised by the loop's
+    ``next`` at its batch, and ends the epoch."""
+
+    def __init__(self, loader: Any, device: torch.device, depth: int):
+        self.device = device
+        self.requests: Optional[queue.SimpleQueue] = None
+        # torch's iterator (its draws at the epoch's start), walked for the seed nodes only
+        self.batches = torch.utils.data.DataLoader._get_iterator(loader)
+        self.remaining = len(self.batches)
+        self.stream = torch.cuda.Stream(device) if device.type == 'cuda' else None
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(device))
+        self.requests, self.results = queue.SimpleQueue(), queue.SimpleQueue()
+        self.pending = 0
+        # the thread holds the loader, not this iterator: dropping the iterator stops it
+        threading.Thread(target=_produce, args=(loader, self.stream, self.requests, self.results),
+                         name='pyg_tc-prefetch', daemon=True).start()
+        for _ in range(depth):
+            self._request()
+
+    def _request(self) -> None:
+        try:
+            index = self.batches._next_index()
+        except StopIteration:
+            return
+        self.requests.put((index, draw_seed()))
+        self.pending += 1
+
+    def __iter__(self) -> '_Prefetch':
+        return self
+
+    def __next__(self) -> Any:
+        if not self.pending:
+            self.close()
+            raise StopIteration
+        self._request()
+        ok, value = self.results.get()
+        self.pending -= 1
+        self.remaining -= 1
+        if not ok:  # the epoch ends here
+            self.pending = 0
+            self.close()
+            raise value
+        batch, done = value
+        if done is None:  # made on the CPU
+            return batch
+        main = torch.cuda.current_stream(self.device)
+        main.wait_event(done)
+        for t in _tensors(batch, set()):
+            if t.is_cuda:
+                t.record_stream(main)
+        return batch
+
+    def __len__(self) -> int:
+        return self.remaining
+
+    def close(self) -> None:
+        """Stops the thread once it has made the batches already asked for."""
+        if self.requests is not None:
+            self.requests.put(None)
+            self.requests = None
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class _GPULoader:
@@ -193,9 +305,12 @@ class _GPULoader:
             self.transform_sampler_output = keep
 
     def _get_iterator(self) -> Iterator:
+        dev = self._sampler.device
+        if getattr(self, 'prefetch', 0) > 0:
+            return _Prefetch(self, dev, self.prefetch)
         it = DataLoaderIterator(torch.utils.data.DataLoader._get_iterator(self), self.filter_fn)
-        if self._sampler.device.type == 'cuda':
-            return _SideStream(it, self._sampler.device)
+        if dev.type == 'cuda':
+            return _SideStream(it, dev)
         return it
 
 
@@ -213,6 +328,18 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
         device (torch.device, optional): where batches are sampled and
             gathered (default: the current CUDA device, else the CPU).
         graph_memory (str, optional): see :class:`NeighborSampler`.
+        prefetch (int, optional): batches made ahead on a thread of the
+            loader's own (default 0: each batch is made when the loop asks
+            for it, on a GPU on a side stream). With ``prefetch=k`` batches
+            ``i + 1 .. i + k`` are sampled, gathered and transformed (e.g.
+            padded) while the loop launches step ``i``: the sampler's
+            synchronisation and the transform's host work leave the loop's
+            path. The batches are the same as without (every draw from
+            ``torch``'s generator stays on the loop's thread, in the same
+            order); a CUDA graph captured in the loop needs
+            ``capture_error_mode='thread_local'`` (the thread's CUDA calls
+            would otherwise break the capture; :class:`CapturedStep` and
+            ``torch.compile`` capture so).
         **kwargs: every other argument of PyG's ``NeighborLoader``
             (``input_nodes``, ``batch_size``, ``shuffle``, ``replace``,
             ``transform``, ...). ``neighbor_sampler=`` takes a
@@ -225,7 +352,10 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
                  weight_attr: Optional[str] = None, transform: Any = None, transform_sampler_output: Any = None,
                  is_sorted: bool = False, filter_per_worker: Optional[bool] = None,
                  neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True,
-                 device: Optional[Any] = None, graph_memory: str = 'auto', **kwargs):
+                 device: Optional[Any] = None, graph_memory: str = 'auto', prefetch: int = 0, **kwargs):
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f'pyg_tc.loader.NeighborLoader: prefetch must be an int >= 0, got {prefetch!r}')
+        self.prefetch = prefetch
         neighbor_sampler = self._use_sampler(neighbor_sampler, data, num_neighbors, subgraph_type=subgraph_type,
                                              replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
                                              time_attr=time_attr, weight_attr=weight_attr, is_sorted=is_sorted,

@@ -42,6 +42,12 @@ def _csc(edge_index: Tensor, num_nodes: int, is_sorted: bool):
     return colptr, src.to(torch.int32).contiguous(), perm
 
 
+def draw_seed() -> int:
+    """A batch's draw from ``torch``'s default generator (the key of the
+    kernel's counter-based generator)."""
+    return int(torch.randint(0, 2 ** 62, ()))
+
+
 class NeighborSampler(BaseSampler):
     r"""Uniform neighbour sampling on the GPU with the semantics of PyG's
     :class:`torch_geometric.sampler.NeighborSampler` (pyg-lib's): seeds
@@ -128,6 +134,8 @@ class NeighborSampler(BaseSampler):
                              'not supported')
         self.num_nodes = N
         self.data = data
+        #: the next batch's draw, made ahead by a prefetching loader (see ``draw_seed``)
+        self._given_seed: Optional[int] = None
         self._stamp = self._graph_stamp(data)
         where = self._graph_device(N, E, graph_memory)
         src = ei.as_tensor() if hasattr(ei, 'as_tensor') else ei
@@ -212,7 +220,8 @@ class NeighborSampler(BaseSampler):
         the batch's :class:`CSRGraph` as ``out.pyg_tc_graph``."""
         self._check_graph()
         seeds = self._seeds(seed)
-        rng = int(torch.randint(0, 2 ** 62, ()))
+        rng, self._given_seed = self._given_seed, None
+        rng = draw_seed() if rng is None else rng
         nodes, edge_index, rowptr, col, eid, counts = ops.neighbor_sample(
             self.colptr, self.row, seeds, self.num_neighbors, self.replace, rng, self._node_map, self._first)
         H = len(self.num_neighbors)

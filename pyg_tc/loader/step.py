@@ -304,7 +304,8 @@ class CapturedStep:
         self.optimizer.zero_grad(set_to_none=True)
         side = self.stream or torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.graph(graph, stream=side):
+        # thread_local: a prefetching loader's thread may call into CUDA during the capture
+        with torch.cuda.graph(graph, stream=side, capture_error_mode='thread_local'):
             loss = self._loss(static)
             self._backward(loss)
             if self.scaler is None:
