@@ -414,8 +414,8 @@ DISPATCH = PACKAGE / 'ops' / 'dispatch.py'
 #: outside dispatch: {file: {function: the deciders it may call}}; the format
 #: builders sit below the ops and cannot ask the dispatcher
 ALLOWED_DECISIONS = {
-    PACKAGE / 'formats' / 'csr.py': {f: {'_use_kernel'} for f in ('build_schedules', 'padded_schedules', 'sort_int32',
-                                                                       'transpose')},
+    PACKAGE / 'formats' / 'csr.py': {f: {'_use_kernel'} for f in ('build_schedules', 'pad_hops_layout',
+                                                                       'padded_schedules', 'sort_int32', 'transpose')},
 }
 
 

@@ -16,6 +16,10 @@
 //     and filler entries (formats/csr.py's padded_schedule, its reference):
 //     the same kernels, one more writing the fillers, no synchronisation, so
 //     it runs inside a CUDA graph capture.
+//   csr_pad_hops(rowptr, col, num_nodes, num_edges, pad_nodes, pad_edges)
+//     -> [rowptr, col, rows, node_index, edge_index, node_mask]: a sampled
+//     batch's CSR padded hop by hop (formats/csr.py's pad_hops_reference),
+//     one launch (the block offsets in its params), no synchronisation.
 // A format build used to issue about a hundred small torch ops and two or
 // three synchronisations from Python; this is ~15 launches and one.
 #include <torch/library.h>
@@ -28,6 +32,8 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
+#include <climits>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -297,12 +303,140 @@ std::vector<at::Tensor> csr_padded_schedules_cuda(at::TensorList rowptrs, int64_
   return out;
 }
 
+// The per-hop padded layout of a sampled batch's CSR (csr_pad_hops; its
+// reference: formats/csr.py's pad_hops_reference). Node block h (n_h real
+// rows, from off_h) moves to rows O_h.., edge block h (hop h + 1's e_h edges,
+// from base_h) to slots Q_h..; the block offsets travel in the params.
+constexpr int kMaxBlocks = 32;  // node blocks: hops + 1
+
+struct PadHopsParams {
+  const int* rowptr;
+  const int* col;
+  int* out_rowptr;
+  int* out_col;
+  int* out_rows;
+  int64_t* node_index;
+  int64_t* edge_index;
+  bool* node_mask;
+  int64_t O[kMaxBlocks + 2], off[kMaxBlocks + 2], Q[kMaxBlocks + 1], base[kMaxBlocks + 1];
+  int blocks;  // L + 1
+  int64_t R, E, n, e;  // padded rows and slots, real nodes and edges
+};
+
+// the block of position i among starts s[0..k] (s[b] <= i < s[b + 1])
+__device__ __forceinline__ int block_of(const int64_t* s, int k, int64_t i) {
+  int b = 0;
+  while (b + 1 < k && i >= s[b + 1]) ++b;
+  return b;
+}
+
+__device__ __forceinline__ int new_id(const PadHopsParams& p, int64_t v) {
+  const int h = block_of(p.off, p.blocks, v);
+  return (int)(v - p.off[h] + p.O[h]);
+}
+
+// the row of CSR position k: the last row starting at or before it
+__device__ __forceinline__ int64_t row_of(const int* __restrict__ rowptr, int64_t rows, int64_t k) {
+  int64_t lo = 0, hi = rows;  // rowptr[lo] <= k < rowptr[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (rowptr[mid] <= k) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+__global__ void pad_hops_kernel(const PadHopsParams p) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int L = p.blocks - 1;
+  if (i <= p.R) {  // rowptr: a real row keeps its edges, padded rows start where the block's real edges end
+    int64_t v = p.E;
+    if (i < p.R) {
+      const int h = block_of(p.O, p.blocks, i);
+      const int64_t local = i - p.O[h], real = p.off[h + 1] - p.off[h];
+      const bool is_real = local < real;
+      const int64_t block_edges = h < L ? p.base[h + 1] - p.base[h] : 0;
+      v = is_real ? p.rowptr[p.off[h] + local] - p.base[h] + p.Q[h] : p.Q[h] + block_edges;
+      p.node_mask[i] = is_real;
+    }
+    p.out_rowptr[i] = (int)v;
+  }
+  if (i < p.E) {  // slot i of edge block k: a real edge, or padding from block k + 1's last row to block k's
+    const int k = block_of(p.Q, L, i);
+    const int64_t local = i - p.Q[k];
+    if (local < p.base[k + 1] - p.base[k]) {
+      const int64_t j = p.base[k] + local;
+      p.out_col[i] = new_id(p, p.col[j]);
+      p.out_rows[i] = new_id(p, row_of(p.rowptr, p.n, j));
+    } else {
+      p.out_col[i] = (int)(p.O[k + 2] - 1);
+      p.out_rows[i] = (int)(p.O[k + 1] - 1);
+    }
+  }
+  if (i < p.n) p.node_index[i] = new_id(p, i);
+  if (i < p.e) {
+    const int k = block_of(p.base, L, i);
+    p.edge_index[i] = i - p.base[k] + p.Q[k];
+  }
+}
+
+std::vector<at::Tensor> csr_pad_hops_cuda(const at::Tensor& rowptr, const at::Tensor& col, c10::IntArrayRef num_nodes,
+                                          c10::IntArrayRef num_edges, c10::IntArrayRef pad_nodes,
+                                          c10::IntArrayRef pad_edges) {
+  const int64_t blocks = (int64_t)num_nodes.size(), L = (int64_t)num_edges.size();
+  TORCH_CHECK(blocks == L + 1 && (int64_t)pad_nodes.size() == blocks && (int64_t)pad_edges.size() == L,
+              "pyg_tc: csr_pad_hops: one more node count than edge counts, padded and real alike");
+  TORCH_CHECK(blocks <= kMaxBlocks, "pyg_tc: csr_pad_hops supports at most " + std::to_string(kMaxBlocks - 1) +
+                                        " hops");
+  TORCH_CHECK(rowptr.is_cuda() && col.is_cuda() && rowptr.scalar_type() == at::kInt &&
+                  col.scalar_type() == at::kInt && rowptr.dim() == 1 && col.dim() == 1,
+              "pyg_tc: csr_pad_hops needs an int32 CUDA rowptr and col");
+  PadHopsParams p{};
+  p.blocks = (int)blocks;
+  for (int64_t h = 0; h < blocks; ++h) {
+    TORCH_CHECK(num_nodes[h] >= 0 && pad_nodes[h] > num_nodes[h],
+                "pyg_tc: csr_pad_hops: every node block needs a padded row (pad_nodes > num_nodes)");
+    p.O[h + 1] = p.O[h] + pad_nodes[h];
+    p.off[h + 1] = p.off[h] + num_nodes[h];
+  }
+  for (int64_t h = 0; h < L; ++h) {
+    TORCH_CHECK(num_edges[h] >= 0 && pad_edges[h] >= num_edges[h],
+                "pyg_tc: csr_pad_hops: pad_edges must be at least num_edges");
+    p.Q[h + 1] = p.Q[h] + pad_edges[h];
+    p.base[h + 1] = p.base[h] + num_edges[h];
+  }
+  p.R = p.O[blocks], p.E = p.Q[L], p.n = p.off[blocks], p.e = p.base[L];
+  TORCH_CHECK(p.R < INT_MAX && p.E < INT_MAX, "pyg_tc: csr_pad_hops: more than 2^31 - 1 rows or slots");
+  TORCH_CHECK(rowptr.numel() == p.n + 1 && col.numel() == p.e,
+              "pyg_tc: csr_pad_hops: rowptr must have one entry more than the real nodes, col one per real edge");
+  c10::cuda::CUDAGuard guard(rowptr.device());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const auto rp = rowptr.contiguous(), cl = col.contiguous();
+  const auto i32 = rp.options(), i64 = rp.options().dtype(at::kLong);
+  auto out_rowptr = at::empty({p.R + 1}, i32), out_col = at::empty({p.E}, i32), out_rows = at::empty({p.E}, i32);
+  auto node_index = at::empty({p.n}, i64), edge_index = at::empty({p.e}, i64);
+  auto node_mask = at::empty({p.R}, rp.options().dtype(at::kBool));
+  p.rowptr = rp.data_ptr<int>();
+  p.col = cl.data_ptr<int>();
+  p.out_rowptr = out_rowptr.data_ptr<int>();
+  p.out_col = out_col.data_ptr<int>();
+  p.out_rows = out_rows.data_ptr<int>();
+  p.node_index = node_index.data_ptr<int64_t>();
+  p.edge_index = edge_index.data_ptr<int64_t>();
+  p.node_mask = node_mask.data_ptr<bool>();
+  const int64_t n = std::max(std::max(p.R + 1, p.E), std::max(p.n, p.e));
+  pad_hops_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {out_rowptr, out_col, out_rows, node_index, edge_index, node_mask};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_tc, CUDA, m) {
   m.impl("csr_transpose", &csr_transpose_cuda);
   m.impl("csr_schedules", &csr_schedules_cuda);
   m.impl("csr_padded_schedules", &csr_padded_schedules_cuda);
+  m.impl("csr_pad_hops", &csr_pad_hops_cuda);
 }
 
 }  // namespace pyg_tc

@@ -150,6 +150,69 @@ def padded_schedules(rowptrs: Sequence[Tensor], chunk: int, num_edges: int) -> L
     return [padded_schedule(rp, chunk, num_edges) for rp in rowptrs]
 
 
+def pad_hops_layout(rowptr: Tensor, col: Tensor, num_nodes: Sequence[int], num_edges: Sequence[int],
+                    pad_nodes: Sequence[int], pad_edges: Sequence[int]) -> List[Tensor]:
+    """The per-hop padded layout of a sampled batch's CSR
+    (:meth:`CSRGraph.pad_hops`): ``[rowptr, col, rows, node_index,
+    edge_index, node_mask]``, the padded CSR (int32; ``rows`` the target of
+    every slot), where each real node and edge went (int64) and which rows
+    are real (bool). On CUDA with the kernels loaded the ``csr_pad_hops`` op
+    (one launch, no synchronisation), else :func:`pad_hops_reference`
+    (about 40 small ops)."""
+    args = (list(map(int, num_nodes)), list(map(int, num_edges)), list(map(int, pad_nodes)),
+            list(map(int, pad_edges)))
+    i32 = torch.int32
+    if rowptr.is_cuda and _library._use_kernel(rowptr):
+        return csr_pad_hops(rowptr.to(i32), col.to(i32), *args)
+    return pad_hops_reference(rowptr, col, *args)
+
+
+def pad_hops_reference(rowptr: Tensor, col: Tensor, num_nodes: List[int], num_edges: List[int],
+                       pad_nodes: List[int], pad_edges: List[int]) -> List[Tensor]:
+    """The reference of the ``csr_pad_hops`` op (see :func:`pad_hops_layout`).
+    Node block ``h`` (``num_nodes[h]`` real rows) moves to rows ``O_h ..
+    O_h + pad_nodes[h]`` (``O_h`` the padded blocks before it); edge block
+    ``h`` (hop ``h + 1``'s ``num_edges[h]`` edges, in CSR order) to slots
+    ``Q_h .. Q_h + pad_edges[h]``. A real row keeps its edges; a padded row
+    of node block ``h`` starts where its block's real edges end, so the
+    block's last row (its *sink*) owns the block's padding slots, which are
+    edges from the last row of node block ``h + 1`` (both padded)."""
+    n, e, N, P = num_nodes, num_edges, pad_nodes, pad_edges
+    L = len(e)
+    if len(n) != L + 1 or len(N) != L + 1 or len(P) != L:
+        raise ValueError('pyg_tc: csr_pad_hops: one more node count than edge counts, padded and real alike')
+    if any(a <= b or b < 0 for a, b in zip(N, n)) or any(a < b or b < 0 for a, b in zip(P, e)):
+        raise ValueError('pyg_tc: csr_pad_hops: every node block needs a padded row (pad_nodes > num_nodes) and '
+                         'pad_edges must be at least num_edges')
+    if rowptr.numel() != sum(n) + 1 or col.numel() != sum(e):
+        raise ValueError('pyg_tc: csr_pad_hops: rowptr must have one entry more than the real nodes, col one per '
+                         'real edge')
+    O, off = [0, *accumulate(N)], [0, *accumulate(n)]  # node block starts: padded, real
+    Q, base = [0, *accumulate(P)], [0, *accumulate(e)]  # edge block starts
+    R, E = O[-1], Q[-1]
+    dev, i32, i64 = rowptr.device, torch.int32, torch.int64
+    node_index = torch.cat([torch.arange(O[h], O[h] + n[h], dtype=i64, device=dev) for h in range(L + 1)])
+    edge_index = torch.cat([torch.arange(Q[h], Q[h] + e[h], dtype=i64, device=dev) for h in range(L)]
+                           + [torch.zeros(0, dtype=i64, device=dev)])
+    new_id = node_index.to(i32)  # every real node's new id
+    real_col = new_id.index_select(0, col.long())
+    real_rows = new_id.index_select(0, csr_rows(rowptr, col.numel()).long())
+    ptr, out_col, out_rows = [], [], []
+    for h in range(L + 1):
+        nxt = e[h] if h < L else 0
+        ptr.append(rowptr[off[h]:off[h] + n[h]].to(i32) + (Q[h] - base[h]))
+        ptr.append(torch.full((N[h] - n[h],), Q[h] + nxt, dtype=i32, device=dev))
+        if h < L:
+            out_col += [real_col[base[h]:base[h + 1]],
+                        torch.full((P[h] - e[h],), O[h + 2] - 1, dtype=i32, device=dev)]
+            out_rows += [real_rows[base[h]:base[h + 1]],
+                         torch.full((P[h] - e[h],), O[h + 1] - 1, dtype=i32, device=dev)]
+    out_ptr = torch.cat(ptr + [torch.full((1,), E, dtype=i32, device=dev)])
+    empty = [torch.zeros(0, dtype=i32, device=dev)]
+    node_mask = torch.zeros(R, dtype=torch.bool, device=dev).index_fill_(0, node_index, True)
+    return [out_ptr, torch.cat(out_col + empty), torch.cat(out_rows + empty), node_index, edge_index, node_mask]
+
+
 def padded_schedule(rowptr: Tensor, chunk: int, num_edges: int) -> Schedule:
     """The degree-bucket schedule of a padded graph's ``rowptr``
     (:meth:`CSRGraph.pad`) with array sizes fixed by ``(rows, num_edges,
@@ -705,7 +768,7 @@ class CSRGraph:
             g._remember('max_degree', self.known_max_degree())
         return g
 
-    def pad_hops(self, num_nodes: Sequence[int], num_edges: Sequence[int]) -> 'CSRGraph':
+    def pad_hops(self, num_nodes: Sequence[int], num_edges: Sequence[int], return_index: bool = False) -> Any:
         """This sampled mini-batch's graph padded hop by hop to static shapes
         (:class:`pyg_tc.loader.PadHops`): node block ``h`` has
         ``num_nodes[h]`` rows, edge block ``h`` (hop ``h``'s edges, targets
@@ -724,14 +787,19 @@ class CSRGraph:
         boundaries, themselves of static shapes. Both schedules are
         ``padded_schedule``'s (array sizes fixed by the totals; the sink
         rows may be heavy); ``static_shapes`` is set. Built on the graph's
-        device without synchronisation (the transpose sorts the padded
-        sources: a fixed-size sort).
+        device without synchronisation: the layout in one op
+        (:func:`pad_hops_layout`), the transpose (a fixed-size sort of the
+        padded sources) and the schedules.
 
         Args:
             num_nodes (Sequence[int]): rows per hop, ``N_0 .. N_L``; each
                 more than the hop's real nodes (a sink row at least).
             num_edges (Sequence[int]): edge slots per hop, ``P_1 .. P_L``;
                 no fewer than the hop's real edges.
+            return_index (bool, optional): also return where the real nodes
+                and edges went, which rows are real and the target of every
+                slot: ``(graph, node_index, edge_index, node_mask, rows)``
+                (see :func:`pad_hops_layout`).
         """
         hops = self.sampled_hops
         if hops is None or self.padded or self.perm is not None or self.num_rows != self.num_cols:
@@ -749,37 +817,16 @@ class CSRGraph:
         R, E = sum(N), sum(P)
         if R > _INT32_MAX or E > _INT32_MAX:
             raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
-        O, off = [0, *accumulate(N)], [0, *accumulate(n)]  # node block starts: padded, real
-        Q, base = [0, *accumulate(P)], [0, *accumulate(e)]  # edge block starts (block h at Q[h - 1])
-        dev, i32 = self.device, torch.int32
-        # every real node's new id (blocks shifted by host integers)
-        new_id = torch.cat([torch.arange(O[h], O[h] + n[h], dtype=i32, device=dev) for h in range(L + 1)])
-        ptr, col, rows = [], [], []
-        real_col = new_id.index_select(0, self.col.long())
-        real_rows = new_id.index_select(0, self.row().long())
-        for h in range(L + 1):
-            # node block h owns edge block h + 1, at Q[h]; its padded rows start after the real
-            # edges, its last row (the sink) owns the padding slots up to the next block's start
-            nxt = e[h] if h < L else 0
-            ptr.append(self.rowptr[off[h]:off[h] + n[h]].to(i32) + (Q[h] - base[h]))
-            ptr.append(torch.full((N[h] - n[h],), Q[h] + nxt, dtype=i32, device=dev))
-            if h:
-                col.append(real_col[base[h - 1]:base[h]])
-                col.append(torch.full((P[h - 1] - e[h - 1],), O[h] + N[h] - 1, dtype=i32, device=dev))
-                rows.append(real_rows[base[h - 1]:base[h]])
-                rows.append(torch.full((P[h - 1] - e[h - 1],), O[h] - 1, dtype=i32, device=dev))
-        rowptr = torch.cat(ptr + [torch.full((1,), E, dtype=i32, device=dev)])
-        col_t = torch.cat(col) if col else torch.zeros(0, dtype=i32, device=dev)
-        rows_t = torch.cat(rows) if rows else torch.zeros(0, dtype=i32, device=dev)
-        t_rowptr, t_col, t_perm = transpose(col_t, rows_t, R)
+        rowptr, col, rows, node_index, edge_index, node_mask = pad_hops_layout(self.rowptr, self.col, n, e, N, P)
+        t_rowptr, t_col, t_perm = transpose(col, rows, R)
         chunk = auto_chunk(E, R)
-        g = CSRGraph(rowptr, col_t, None, t_rowptr, t_col, t_perm, *padded_schedules([rowptr, t_rowptr], chunk, E),
+        g = CSRGraph(rowptr, col, None, t_rowptr, t_col, t_perm, *padded_schedules([rowptr, t_rowptr], chunk, E),
                      R, R, chunk)
         g._fillers, g.static_shapes, g.sampling = True, True, self.sampling
         # no degree bound: the sink rows' degrees change from batch to batch (a bound would let
         # trimmed() pick schedules whose kind depends on the batch)
         g.sampled_hops = SampledHops(tuple(N), tuple(P), None)
-        return g
+        return (g, node_index, edge_index, node_mask, rows) if return_index else g
 
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':
         """This graph (both directions, schedules, attached SGT) on ``device``."""
@@ -1001,3 +1048,19 @@ def _padded_schedules_fake(a):
 #: called by :func:`padded_schedules`
 csr_padded_schedules = Op('csr_padded_schedules(Tensor[] rowptrs, int chunk, int num_edges) -> Tensor[]',
                           reference=padded_schedules_reference, fake=_padded_schedules_fake)
+
+
+def _pad_hops_fake(a):
+    R, E = sum(a.pad_nodes), sum(a.pad_edges)
+    rp = a.rowptr
+    return [rp.new_empty(R + 1), rp.new_empty(E), rp.new_empty(E), rp.new_empty(sum(a.num_nodes), dtype=torch.int64),
+            rp.new_empty(sum(a.num_edges), dtype=torch.int64), rp.new_empty(R, dtype=torch.bool)]
+
+
+#: ``csr_pad_hops(rowptr, col, num_nodes, num_edges, pad_nodes,
+#: pad_edges) -> [rowptr, col, rows, node_index, edge_index, node_mask]``:
+#: the per-hop padded layout of a sampled batch's CSR (one launch, no
+#: synchronisation); called by :func:`pad_hops_layout`
+csr_pad_hops = Op('csr_pad_hops(Tensor rowptr, Tensor col, int[] num_nodes, int[] num_edges, '
+                  'int[] pad_nodes, int[] pad_edges) -> Tensor[]',
+                  reference=pad_hops_reference, fake=_pad_hops_fake)

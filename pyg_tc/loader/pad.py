@@ -43,7 +43,6 @@ NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
 from __future__ import annotations
 
 import math
-from itertools import accumulate
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -319,18 +318,11 @@ def _hop_buckets(sizes: list, sigma: float, levels: int, node_multiple: int,
     return sorted(out, key=lambda b: (b.total_edges, b.total_nodes, b))
 
 
-def _block_index(real: Sequence[int], rows: Sequence[int], device) -> Tensor:
-    """Where each entry of blocks of ``real[h]`` entries goes when block
-    ``h`` is padded to ``rows[h]`` entries (block ``h`` starts at ``rows[0] +
-    .. + rows[h - 1]``)."""
-    starts = [0, *accumulate(rows)][:-1]
-    return torch.cat([torch.arange(s, s + r, device=device) for s, r in zip(starts, real)])
-
-
 def _pad_blocks(t: Tensor, index: Tensor, total: int, dim: int = 0) -> Tensor:
     """``t``, whose entries along ``dim`` come in blocks, with each block
-    padded with zeros: entry ``i`` moves to ``index[i]`` (:func:`_block_index`)
-    of ``total``."""
+    padded with zeros: entry ``i`` moves to ``index[i]`` of ``total``
+    (the ``node_index`` / ``edge_index`` of
+    :func:`~pyg_tc.formats.csr.pad_hops_layout`)."""
     shape = list(t.shape)
     shape[dim] = total
     return t.new_zeros(shape).index_copy_(dim, index, t)
@@ -433,23 +425,17 @@ class PadHops(BaseTransform):
         if g.sampled_hops is None or (g.sampled_hops.num_nodes, g.sampled_hops.num_edges) != (ns, es):
             raise ValueError("pyg_tc: PadHops needs batches whose CSR carries their hop structure "
                              "(pyg_tc.loader.NeighborLoader's)")
-        pg = g.pad_hops(N, P)
+        # the padded CSR, and where each real node and edge went (one index_copy per attribute)
+        pg, node_index, edge_index, node_mask, rows = g.pad_hops(N, P, return_index=True)
         ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
         dev = ei.device
-        node_index = _block_index(ns, N, dev)  # one index per batch, one index_copy per attribute
-        edge_index: List[Tensor] = []  # made for the first edge attribute
-
-        def pad_edges(v: Tensor, d: int) -> Tensor:
-            if not edge_index:
-                edge_index.append(_block_index(es, P, dev))
-            return _pad_blocks(v, edge_index[0].to(v.device), sum(P), d)
-        _pad_attributes(batch, lambda v, d: _pad_blocks(v, node_index.to(v.device), sum(N), d), pad_edges,
-                        self.seed_capacity)
+        _pad_attributes(batch, lambda v, d: _pad_blocks(v, node_index.to(v.device), sum(N), d),
+                        lambda v, d: _pad_blocks(v, edge_index.to(v.device), sum(P), d), self.seed_capacity)
         R = bucket.total_nodes
-        batch.edge_index = attach(torch.stack([pg.col, pg.row()]).to(ei.dtype), R, pg, sort_order='col')
+        batch.edge_index = attach(torch.stack([pg.col, rows]).to(ei.dtype), R, pg, sort_order='col')
         batch.num_nodes = R
         batch.num_sampled_nodes, batch.num_sampled_edges = list(N), list(P)
-        batch.node_mask = torch.zeros(R, dtype=torch.bool, device=dev).index_fill_(0, node_index, True)
+        batch.node_mask = node_mask
         batch.seed_mask = torch.arange(self.seed_capacity, device=dev) < B
         return batch
 

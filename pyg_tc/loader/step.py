@@ -226,8 +226,7 @@ class CapturedStep:
         if len(src) != len(cap.buffers) or any(a.shape != b.shape or a.dtype != b.dtype
                                                for a, b in zip(src, cap.buffers)):
             return self.eager(batch)  # another structure (e.g. built by other layers): eager
-        for dst, s in zip(cap.buffers, src):
-            dst.copy_(s, non_blocking=True)
+        torch._foreach_copy_(cap.buffers, src, non_blocking=True)  # one call for the batch's tensors
         cap.graph.replay()
         if self.scaler is not None:  # its step reads .grad: the graph's (an eager step may have replaced them)
             for p, g in zip(self.model.parameters(), cap.grads):

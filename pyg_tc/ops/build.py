@@ -9,7 +9,11 @@
 * ``csr_padded_schedules(rowptrs, chunk, num_edges) -> [units, heavy_rows,
   heavy_ptr] * n``: the same with array sizes fixed by the rows,
   ``num_edges`` and ``chunk`` (filler entries), without synchronisation
-  (padded batches, and inside a captured step).
+  (padded batches, and inside a captured step);
+* ``csr_pad_hops(rowptr, col, num_nodes, num_edges, pad_nodes, pad_edges) ->
+  [rowptr, col, rows, node_index, edge_index, node_mask]``: a sampled
+  batch's CSR padded hop by hop (:meth:`~pyg_tc.formats.csr.CSRGraph.pad_hops`),
+  one launch, without synchronisation.
 
 Their references are the pure-PyTorch builders of :mod:`pyg_tc.formats.csr`,
 which calls these ops on CUDA tensors when the kernels are loaded. The ops
@@ -19,5 +23,6 @@ package); this module names them among the op families.
 """
 from __future__ import annotations
 
-from ..formats.csr import (csr_padded_schedules, csr_schedules, csr_transpose,  # noqa: F401
-                           padded_schedules_reference, schedules_reference, transpose_reference)
+from ..formats.csr import (csr_pad_hops, csr_padded_schedules, csr_schedules, csr_transpose,  # noqa: F401
+                           pad_hops_reference, padded_schedules_reference, schedules_reference,
+                           transpose_reference)

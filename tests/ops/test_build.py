@@ -1,5 +1,5 @@
 """The format builders' GPU ops (``csr_transpose``, ``csr_schedules``,
-``csr_padded_schedules``) give
+``csr_padded_schedules``, ``csr_pad_hops``) give
 the pure-PyTorch builders' tensors bit for bit; on the CPU the ops run those
 builders (their references)."""
 import pytest
@@ -113,3 +113,91 @@ def test_padded_schedules_capture_without_synchronisation():
     ref = padded_schedule(other.cpu(), 8, 100)
     for a, b in zip(out, (ref.units, ref.heavy_rows, ref.heavy_ptr)):
         assert torch.equal(a.cpu(), b)
+
+
+def _hop_batch(nodes, edges, seed=0):
+    """A sampled batch's CSR with these per-hop node and edge counts: the
+    edges of hop h + 1 target node block h (random rows, empty ones too) and
+    come from node block h + 1, in CSR order."""
+    g = torch.Generator().manual_seed(seed)
+    off = [0]
+    for n in nodes:
+        off.append(off[-1] + n)
+    rows, cols = [], []
+    for h, e in enumerate(edges):
+        if e:
+            rows.append(torch.randint(off[h], off[h + 1], (e,), generator=g).sort().values)
+            cols.append(torch.randint(off[h + 1], off[h + 2], (e,), generator=g))
+    rows = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
+    cols = torch.cat(cols) if cols else torch.zeros(0, dtype=torch.long)
+    rowptr = torch.zeros(off[-1] + 1, dtype=torch.int32)
+    rowptr[1:] = torch.bincount(rows, minlength=off[-1]).cumsum(0)
+    return rowptr, cols.to(torch.int32)
+
+
+#: (real nodes per hop, real edges per hop, padded nodes, padded edges)
+HOP_CASES = [([4, 9, 20], [12, 30], [6, 10, 33], [12, 41]),  # a full edge block
+             ([3, 0, 0], [0, 0], [4, 1, 2], [5, 0]),  # empty hops
+             ([5], [], [8], []),  # seeds only
+             ([64, 300, 900, 1500], [700, 2400, 3000], [80, 400, 1000, 1600], [1024, 2560, 4096])]
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('case', range(len(HOP_CASES)))
+def test_pad_hops_op(case, device):
+    """``csr_pad_hops`` gives ``pad_hops_reference``'s tensors bit for bit,
+    and the padded CSR keeps every real row's neighbours (renumbered)."""
+    from pyg_tc.formats.csr import pad_hops_reference
+    n, e, N, P = HOP_CASES[case]
+    rowptr, col = _hop_batch(n, e, seed=case)
+    got = _library.op('csr_pad_hops')(rowptr.to(device), col.to(device), n, e, N, P)
+    ref = pad_hops_reference(rowptr, col, n, e, N, P)
+    names = ('rowptr', 'col', 'rows', 'node_index', 'edge_index', 'node_mask')
+    for a, b, name in zip(got, ref, names):
+        assert a.dtype == b.dtype and torch.equal(a.cpu(), b), name
+    out_ptr, out_col, out_rows, node_index, edge_index, node_mask = ref
+    assert out_ptr.numel() == sum(N) + 1 and out_col.numel() == sum(P) and int(node_mask.sum()) == sum(n)
+    for v in range(sum(n)):  # each real row: its neighbours, renumbered, in order
+        w = int(node_index[v])
+        nb = node_index[col[rowptr[v]:rowptr[v + 1]].long()]
+        assert torch.equal(out_col[out_ptr[w]:out_ptr[w + 1]].long(), nb)
+        assert bool((out_rows[out_ptr[w]:out_ptr[w + 1]] == w).all())
+    assert torch.equal(out_col[edge_index].long(), node_index[col.long()])
+
+
+@pytest.mark.parametrize('device', DEVICES)
+def test_pad_hops_opcheck(device):
+    rowptr, col = _hop_batch([4, 9, 20], [12, 30])
+    torch.library.opcheck(torch.ops.pyg_tc.csr_pad_hops.default,
+                          (rowptr.to(device), col.to(device), [4, 9, 20], [12, 30], [6, 10, 33], [12, 41]))
+
+
+def test_pad_hops_op_errors():
+    rowptr, col = _hop_batch([4, 9, 20], [12, 30])
+    op = _library.op('csr_pad_hops')
+    with pytest.raises((RuntimeError, ValueError)):
+        op(rowptr, col, [4, 9, 20], [12, 30], [4, 10, 33], [12, 41])  # no padded row in block 0
+    with pytest.raises((RuntimeError, ValueError)):
+        op(rowptr, col, [4, 9, 20], [12, 30], [6, 10, 33], [11, 41])  # fewer slots than edges
+
+
+@cuda_only
+def test_pad_hops_op_errors_on_gpu():
+    rowptr, col = _hop_batch([4, 9, 20], [12, 30])
+    op = _library.op('csr_pad_hops')
+    for args in (([4, 9, 20], [12, 30], [4, 10, 33], [12, 41]), ([4, 9, 20], [12, 30], [6, 10, 33], [11, 41]),
+                 ([4, 9], [12, 30], [6, 10], [12, 41]), ([4, 9, 21], [12, 30], [6, 10, 33], [12, 41])):
+        with pytest.raises(RuntimeError, match='csr_pad_hops'):
+            op(rowptr.cuda(), col.cuda(), *args)
+
+
+@cuda_only
+def test_pad_hops_op_without_synchronisation():
+    rowptr, col = _hop_batch([64, 300, 900], [700, 2400])
+    rowptr, col = rowptr.cuda(), col.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        _library.op('csr_pad_hops')(rowptr, col, [64, 300, 900], [700, 2400], [80, 400, 1000], [1024, 2560])
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
