@@ -389,6 +389,10 @@ def transpose_torch(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, T
     return t_rowptr, rows.to(torch.int32).index_select(0, t_perm), t_perm
 
 
+#: what :meth:`CSRGraph.from_sampled` may leave to first use
+_DEFERRED = frozenset(('t_rowptr', 't_col', 't_perm', 'sched', 't_sched'))
+
+
 class CSRGraph:
     """Both directions of a graph with their schedules; see the module doc."""
 
@@ -640,12 +644,14 @@ class CSRGraph:
     def from_sampled(cls, rowptr: Tensor, col: Tensor, rows: Tensor, num_nodes: int,
                      max_degree: Optional[int] = None, chunk: Optional[int] = DEFAULT_CHUNK,
                      num_sampled_nodes: Optional[Sequence[int]] = None,
-                     num_sampled_edges: Optional[Sequence[int]] = None) -> 'CSRGraph':
+                     num_sampled_edges: Optional[Sequence[int]] = None, defer: bool = False) -> 'CSRGraph':
         """The graph of a sampled mini-batch (:mod:`pyg_tc.loader`): its edges
         come sorted by target with every index in range, so ``rowptr``,
         ``col`` and ``rows`` (int32, the target of every edge) are taken as
         they are; ``max_degree`` bounds the in-degrees (the largest fan-out)
-        when known. Only the transpose and the schedules are built.
+        when known. Only the transpose and the schedules are built; with
+        ``defer`` on first use (or :meth:`complete`), so a batch padded
+        next (:meth:`pad_hops`) never builds them.
         ``num_sampled_nodes`` / ``num_sampled_edges`` (per hop, as PyG's
         batch fields) record the hop structure (``sampled_hops``), from
         which :meth:`trimmed` derives ``trim_to_layer``'s graphs."""
@@ -658,9 +664,34 @@ class CSRGraph:
                                  f'counts (sum {sum(edges)}) do not describe a batch of {num_nodes} nodes and '
                                  f'{col.numel()} edges (one more node count than edge counts)')
             hops = SampledHops(nodes, edges, max_degree)
-        g = cls._finish(rowptr, col, None, num_nodes, num_nodes, chunk, rows, max_degree)
+        if defer:
+            chunk = auto_chunk(col.numel(), num_nodes) if chunk is None else chunk
+            g = cls(rowptr, col, None, None, None, None, None, None, num_nodes, num_nodes, chunk)
+            for name in _DEFERRED:
+                del g.__dict__[name]
+            g._deferred = (rows, max_degree)
+        else:
+            g = cls._finish(rowptr, col, None, num_nodes, num_nodes, chunk, rows, max_degree)
         g.sampled_hops = hops
         return g
+
+    def __getattr__(self, name: str) -> Any:
+        # only for attributes an instance lacks: a deferred graph's transpose and schedules
+        if name not in _DEFERRED or '_deferred' not in self.__dict__:
+            raise AttributeError(f'{type(self).__name__!r} object has no attribute {name!r}')
+        return getattr(self.complete(), name)
+
+    def complete(self) -> 'CSRGraph':
+        """Builds the transpose and the schedules :meth:`from_sampled` deferred
+        (nothing for any other graph); returns the graph."""
+        pending = self.__dict__.pop('_deferred', None)
+        if pending is not None:
+            rows, max_degree = pending
+            done = self._finish(self.rowptr, self.col, None, self.num_rows, self.num_cols, self.chunk, rows,
+                                max_degree)
+            for name in _DEFERRED:
+                setattr(self, name, getattr(done, name))
+        return self
 
     @classmethod
     def _finish(cls, rowptr, col, perm, R, C, chunk, rows=None, max_degree=None) -> 'CSRGraph':

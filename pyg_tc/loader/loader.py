@@ -38,7 +38,8 @@ from torch_geometric.loader import NeighborLoader as PyGNeighborLoader
 from torch_geometric.loader.base import DataLoaderIterator
 from torch_geometric.sampler import SamplerOutput
 
-from ..formats.carrier import attach
+from ..formats.carrier import _ATTR, attach
+from ..formats.csr import CSRGraph
 from ..ops import neighbor as ops
 from .sampler import NeighborSampler, draw_seed
 
@@ -96,6 +97,17 @@ class _SideStream:
 
     def __len__(self) -> int:
         return len(self.it)
+
+
+def _complete(batch: Any) -> Any:
+    """``batch`` with its graph's transpose and schedules built (the sampler
+    defers them: a transform that pads the batch replaces the graph), on the
+    stream making the batch rather than in the step."""
+    ei = batch.get('edge_index') if isinstance(batch, Data) else None
+    graph = getattr(ei, _ATTR, (None, None))[1] if ei is not None else None
+    if isinstance(graph, CSRGraph):
+        graph.complete()
+    return batch
 
 
 def _produce(loader: Any, stream: Optional[torch.cuda.Stream], requests: queue.SimpleQueue,
@@ -375,7 +387,7 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
         data.input_id = out.metadata[0]
         data.seed_time = out.metadata[1]
         data.batch_size = out.metadata[0].size(0)
-        return data if self.transform is None else self.transform(data)
+        return _complete(data if self.transform is None else self.transform(data))
 
 
 class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
@@ -433,7 +445,7 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
             data.seed_time = out.metadata[4]
             del data.edge_label_index
             del data.edge_label_time
-        return data if self.transform is None else self.transform(data)
+        return _complete(data if self.transform is None else self.transform(data))
 
 
 def _check_input(index: Any, what: str = 'input_nodes', dim: int = 0) -> None:

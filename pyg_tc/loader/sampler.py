@@ -232,7 +232,7 @@ class NeighborSampler(BaseSampler):
         known = None if min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
         out.pyg_tc_graph = (edge_index, CSRGraph.from_sampled(
             rowptr, col, edge_index[1].to(torch.int32), nodes.numel(), max_degree=known,
-            num_sampled_nodes=c[:H + 1], num_sampled_edges=c[H + 1:]))
+            num_sampled_nodes=c[:H + 1], num_sampled_edges=c[H + 1:], defer=True))
         return out
 
     def __repr__(self) -> str:

@@ -385,3 +385,41 @@ def test_seed_checks_on_gpu():
     if torch.cuda.device_count() > 1:
         with pytest.raises(ValueError, match='on cuda:1'):
             s._sample(torch.tensor([0], device='cuda:1'))
+
+
+def test_deferred_format_is_built_once_and_only_when_needed(monkeypatch):
+    """The sampler defers its batch graph's transpose and schedules: the
+    loader builds them for a batch it hands out as is (the same tensors as a
+    graph built at once), never for a batch a transform pads hop by hop."""
+    import copy
+
+    from pyg_tc.formats.csr import CSRGraph
+    from pyg_tc.loader import PadHops, buckets_from_batches
+    torch.manual_seed(0)
+    ei, N = graph('random')
+    data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 4))
+    s = NeighborSampler(data, [4, 3], device='cpu')
+    out = s._sample(torch.arange(20))
+    g = out.pyg_tc_graph[1]
+    assert '_deferred' in vars(g) and 't_rowptr' not in vars(g)
+    rows = out.pyg_tc_graph[0][1].to(torch.int32)
+    full = CSRGraph.from_sampled(g.rowptr, g.col, rows, g.num_rows, max_degree=4)
+    twin = copy.deepcopy(g)  # still deferred, builds on its own
+    for name in ('t_rowptr', 't_col', 't_perm'):
+        assert torch.equal(getattr(g, name), getattr(full, name)), name
+    assert '_deferred' not in vars(g) and g.complete() is g
+    assert torch.equal(g.sched.units, full.sched.units) and torch.equal(g.t_sched.units, full.t_sched.units)
+    assert torch.equal(twin.t_col, full.t_col)
+    with pytest.raises(AttributeError, match='no attribute'):
+        g.not_an_attribute
+
+    builds = []
+    finish = CSRGraph._finish.__func__
+    monkeypatch.setattr(CSRGraph, '_finish', classmethod(lambda cls, *a, **k: builds.append(1) or finish(cls, *a, **k)))
+    loader = NeighborLoader(data, [4, 3], batch_size=25, device='cpu')
+    batches = list(loader)
+    assert len(builds) == len(batches) == 8
+    assert all('_deferred' not in vars(b.edge_index._pyg_tc_graph[1]) for b in batches)
+    loader.transform = PadHops(buckets_from_batches(loader, num_batches=4, levels=1, per_hop=True), 25)
+    builds.clear()
+    assert len(list(loader)) == 8 and not builds  # padded: the sampler's format never built
