@@ -267,6 +267,16 @@ def _epoch_rows(records):
             for r in records if r.get('kind') == 'epoch']
 
 
+def _epoch_panels(records):
+    """The epoch plot: one bar per run along x for a single (graph, model)
+    case (many runs), else one group per case and a bar per run."""
+    rows = _epoch_rows(records)
+    title = 'training epoch, all training seeds (s; lower is better)'
+    if len({r['case'] for r in rows}) == 1:
+        return [Panel(_epoch_rows, 'run', 'epoch_s', title=f"{rows[0]['case']}: {title}")]
+    return [Panel(_epoch_rows, 'case', 'epoch_s', series='run', title=title)]
+
+
 def split(loader, model, opt, a):
     """Per-batch ms of sampling (with the batch's CSR), gathering and the
     step, each phase synchronised, on the first ``--split-batches`` batches."""
@@ -335,9 +345,7 @@ def main(argv=None, prog=None):
                        Figure('sampling_throughput.png', [Panel(
                            'sampler', 'sampler', 'edges_per_s', series='graph', logy=10,
                            title='sampled edges per second (higher is better)')]),
-                       Figure('sampling_epoch.png', [Panel(
-                           _epoch_rows, 'case', 'epoch_s', series='run',
-                           title='training epoch, all training seeds (s; lower is better)')])])
+                       Figure('sampling_epoch.png', _epoch_panels)])
 
     def graph_items(name):
         state = {}
