@@ -169,7 +169,7 @@ def pad_hops_layout(rowptr: Tensor, col: Tensor, num_nodes: Sequence[int], num_e
 
 def pad_hops_reference(rowptr: Tensor, col: Tensor, num_nodes: List[int], num_edges: List[int],
                        pad_nodes: List[int], pad_edges: List[int]) -> List[Tensor]:
-    """The reference of the ``csr_pad_hops`` op (see :func:`pad_hops_layout`).
+    """The reference of the ``csr_pad_hops`` op (see ``pad_hops_layout``).
     Node block ``h`` (``num_nodes[h]`` real rows) moves to rows ``O_h ..
     O_h + pad_nodes[h]`` (``O_h`` the padded blocks before it); edge block
     ``h`` (hop ``h + 1``'s ``num_edges[h]`` edges, in CSR order) to slots
@@ -819,7 +819,7 @@ class CSRGraph:
         ``padded_schedule``'s (array sizes fixed by the totals; the sink
         rows may be heavy); ``static_shapes`` is set. Built on the graph's
         device without synchronisation: the layout in one op
-        (:func:`pad_hops_layout`), the transpose (a fixed-size sort of the
+        (``pad_hops_layout``), the transpose (a fixed-size sort of the
         padded sources) and the schedules.
 
         Args:
@@ -830,7 +830,7 @@ class CSRGraph:
             return_index (bool, optional): also return where the real nodes
                 and edges went, which rows are real and the target of every
                 slot: ``(graph, node_index, edge_index, node_mask, rows)``
-                (see :func:`pad_hops_layout`).
+                (see ``pad_hops_layout``).
         """
         hops = self.sampled_hops
         if hops is None or self.padded or self.perm is not None or self.num_rows != self.num_cols:

@@ -321,8 +321,7 @@ def _hop_buckets(sizes: list, sigma: float, levels: int, node_multiple: int,
 def _pad_blocks(t: Tensor, index: Tensor, total: int, dim: int = 0) -> Tensor:
     """``t``, whose entries along ``dim`` come in blocks, with each block
     padded with zeros: entry ``i`` moves to ``index[i]`` of ``total``
-    (the ``node_index`` / ``edge_index`` of
-    :func:`~pyg_tc.formats.csr.pad_hops_layout`)."""
+    (the ``node_index`` / ``edge_index`` of ``pad_hops_layout``)."""
     shape = list(t.shape)
     shape[dim] = total
     return t.new_zeros(shape).index_copy_(dim, index, t)

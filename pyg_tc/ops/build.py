@@ -12,7 +12,7 @@
   (padded batches, and inside a captured step);
 * ``csr_pad_hops(rowptr, col, num_nodes, num_edges, pad_nodes, pad_edges) ->
   [rowptr, col, rows, node_index, edge_index, node_mask]``: a sampled
-  batch's CSR padded hop by hop (:meth:`~pyg_tc.formats.csr.CSRGraph.pad_hops`),
+  batch's CSR padded hop by hop (``CSRGraph.pad_hops``),
   one launch, without synchronisation.
 
 Their references are the pure-PyTorch builders of :mod:`pyg_tc.formats.csr`,
