@@ -69,6 +69,14 @@ def _tensors(obj: Any, seen: set) -> Iterator[Tensor]:
                 yield from _tensors(getattr(obj, name), seen)
 
 
+def _record_on(batch: Any, stream: torch.cuda.Stream) -> None:
+    """Every CUDA tensor of ``batch`` recorded on ``stream`` (the caching
+    allocator keeps its memory until ``stream`` is done with it)."""
+    for t in _tensors(batch, set()):
+        if t.is_cuda:
+            t.record_stream(stream)
+
+
 class _SideStream:
     """Produces a loader's batches on a side CUDA stream: the current stream
     waits for each batch (an event, no host synchronisation), and every tensor
@@ -90,9 +98,7 @@ class _SideStream:
             batch = next(self.it)
         main = torch.cuda.current_stream(self.device)
         main.wait_stream(self.stream)
-        for t in _tensors(batch, set()):
-            if t.is_cuda:
-                t.record_stream(main)
+        _record_on(batch, main)
         return batch
 
     def __len__(self) -> int:
@@ -139,15 +145,15 @@ def _produce(loader: Any, stream: Optional[torch.cuda.Stream], requests: queue.S
 
 
 class _Prefetch:
-    """A GPU loader's iterator that makes the next batches on a thread of its
+    """A loader's iterator that makes the next batches on a thread of its
     own (``NeighborLoader(..., prefetch=k)``): batches ``i + 1 .. i + k`` are
     sampled, gathered and transformed while the loop launches step ``i``, so
     the sampler's synchronisation and the host work of both overlap.
 
     The loop's thread keeps every draw from ``torch``'s default generator, in
     the order of the loader without prefetching: the shuffle (it walks the
-    seed indices of torch's own iterator) and each batch's sampling seed, handed to the
-    thread with the batch's seed nodes. So a seed gives the same batches with
+    seed indices of torch's own iterator) and each batch's sampling seed,
+    handed to the thread with the batch's seed nodes. So a seed gives the same batches with
     and without prefetching. The thread works on a side stream; the current
     stream waits for each batch's event, and the batch's tensors are recorded
     on it (as :class:`_SideStream`). Its CUDA calls (a synchronisation per
@@ -201,9 +207,7 @@ class _Prefetch:
             return batch
         main = torch.cuda.current_stream(self.device)
         main.wait_event(done)
-        for t in _tensors(batch, set()):
-            if t.is_cuda:
-                t.record_stream(main)
+        _record_on(batch, main)
         return batch
 
     def __len__(self) -> int:
