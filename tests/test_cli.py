@@ -181,21 +181,25 @@ INFO_KEYS = {'pyg_tc', 'python', 'torch', 'torch_cuda', 'torch_geometric', 'torc
 def test_info_without_cuda_is_quick_and_builds_nothing():
     """Nothing can be built without CUDA: ``pyg-tc info`` imports torch only
     (not torch_geometric, not the op modules, not the extension builder),
-    about the time of ``import torch``. Measured in a subprocess: its CPU time
-    (what a busy machine does not inflate) under 2 s, its wall time with slack."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = _python('-m', 'pyg_tc', 'info', '--json')
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    about the time of ``import torch``. Measured in subprocesses: its CPU time
+    at most 1 s above that of ``import torch`` alone in the same environment
+    (which takes 1.5-2.2 s of CPU time on a loaded 2-core machine), its wall
+    time with slack."""
+    def cpu_of(*args):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        out = _python(*args)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return out, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, time.perf_counter() - t0
+    _, torch_cpu, _ = cpu_of('-c', 'import torch')
+    p, cpu, wall = cpu_of('-m', 'pyg_tc', 'info', '--json')
     info = json.loads(p.stdout)
     assert set(info) == INFO_KEYS
     assert info['kernels'] == 'unavailable' and info['backend'] == 'pure-PyTorch reference'
     assert 'CUDA' in info['kernels_reason'] and info['build_seconds'] is None and info['build_dir'] is None
     import torch_geometric
     assert info['torch_geometric'] == torch_geometric.__version__
-    assert cpu < 2.0, f'pyg-tc info took {cpu:.1f} s of CPU time'
+    assert cpu < torch_cpu + 1.0, f'pyg-tc info took {cpu:.1f} s of CPU time, import torch {torch_cpu:.1f} s'
     assert wall < 10.0, f'pyg-tc info took {wall:.1f} s'
     code = ('import json, sys; from pyg_tc import cli, _kernels; cli.main(["info"]); '
             'print(json.dumps([_kernels.status()["tried"], sorted(sys.modules)]))')
