@@ -181,7 +181,7 @@ def step_records(name: str, a):
             hop = data is per_hop
             padded_run = 'padded' in run or 'captured' in run
             rec = dict(kind='step', graph=name, model=kind, run=run, wall_ms=w, gpu_ms=gms, wall_over_gpu=w / gms,
-                       dense_ms=dense, batches=len(data),
+                       dense_ms=dense, launches=prof['launches'], batches=len(data),
                        nodes=hop_n if hop else pad_n if padded_run else real_n,
                        edges=hop_e if hop else pad_e if padded_run else real_e)
             if isinstance(step, CapturedStep):
@@ -236,7 +236,7 @@ def main(argv=None, prog=None):
                        Col('graph', 'graph'), Col('model', 'model'), Col('run', 'run'),
                        Col('wall ms', 'wall_ms', '.3f'), Col('GPU ms', 'gpu_ms', '.3f'),
                        Col('wall / GPU', 'wall_over_gpu', '.2f'),
-                       Col('matrix products ms', 'dense_ms', '.3f'),
+                       Col('matrix products ms', 'dense_ms', '.3f'), Col('kernels', 'launches', ',.0f'),
                        Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
                        Col('x PyG compiled', 'x_pyg_compiled', '.2f', bold=True),
                        Col('nodes', 'nodes', ',.0f'), Col('edges', 'edges', ',.0f')])],

@@ -254,9 +254,10 @@ def is_matrix_product(kernel: str) -> bool:
 def kernel_profile(fn: Callable[[object], object], items: Iterable[object], device=None,
                    top: int = 0) -> Dict[str, object]:
     """Per item of ``fn(item)`` (``torch.profiler``): ``gpu_ms`` (kernel times summed), ``dense_ms``
-    (the part of ``is_matrix_product`` kernels) and the ``top`` ``kernels`` (name, launches, ms). NaN on the CPU."""
+    (the part of ``is_matrix_product`` kernels), ``launches`` (kernels and copies run) and the ``top``
+    ``kernels`` (name, launches, ms). NaN on the CPU."""
     if not is_cuda(device):
-        return dict(gpu_ms=float('nan'), dense_ms=float('nan'), kernels=[])
+        return dict(gpu_ms=float('nan'), dense_ms=float('nan'), launches=float('nan'), kernels=[])
     from torch.profiler import ProfilerActivity, profile
     items = list(items)
     synchronize(device)
@@ -269,6 +270,7 @@ def kernel_profile(fn: Callable[[object], object], items: Iterable[object], devi
     ev.sort(key=lambda e: -e.self_device_time_total)
     return dict(gpu_ms=sum(e.self_device_time_total for e in ev) / 1e3 / n,
                 dense_ms=sum(e.self_device_time_total for e in ev if is_matrix_product(e.key)) / 1e3 / n,
+                launches=sum(e.count for e in ev) / n,
                 kernels=[(e.key[:90], e.count // n, e.self_device_time_total / 1e3 / n) for e in ev[:top]])
 
 
