@@ -102,7 +102,9 @@ Measured on four H100s (``--graph products --scaling 1,2,4 --layers pyg_tc --epo
 In a later call (``--scaling 1,4 --epochs 6``, the same page) the eager step scaled 3.57x, and 3.62x
 with ``--prefetch 2`` (``NeighborLoader(..., prefetch=2)``: each rank's loader makes its next two
 batches on a thread of its own while the step runs); ``--captured`` scaled 2.87x and was slower than
-the eager step with these two short layers.
+the eager step with these two short layers. A fourth call measured 3.06-3.45x (PyG's layers and
+loader: 2.91x): the four processes' host work per batch, which paces this short step, runs 20-45%
+slower than one process's, with no communication between them (the page has every rank's times).
 
 Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora and Tolokers live, as
 ``DIR/planetoid/Cora`` and ``DIR/heterophilous/tolokers`` (PyG downloads them there if they are
@@ -269,43 +271,6 @@ def pad_to_buckets(loader, a, device):
                                                       self_loops=a.model == 'gat')
 
 
-def bind_cores(gpu: int, gpus: int) -> list | None:
-    """``--bind cores``: pin this process to its own physical cores, those of its GPU's NUMA node,
-    split evenly among the GPUs ``0..gpus-1`` on that node (what ``torchrun --numa-binding=exclusive``
-    does; hyperthread siblings stay together). ``None`` where Linux's sysfs does not say."""
-    def cpus(text):
-        return [c for part in text.split(',') if part.strip()
-                for lo, _, hi in [part.strip().partition('-')] for c in range(int(lo), int(hi or lo) + 1)]
-
-    def read(path):
-        with open(path) as f:
-            return f.read().strip()
-
-    def node_of(i):
-        p = torch.cuda.get_device_properties(i)
-        return int(read(f'/sys/bus/pci/devices/{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0'
-                        '/numa_node'))
-    try:
-        nodes = [node_of(i) for i in range(gpus)]
-        node = max(nodes[gpu], 0)  # -1: the platform does not say (one node)
-        allowed = sorted(set(cpus(read(f'/sys/devices/system/node/node{node}/cpulist'))) & os.sched_getaffinity(0))
-        core = {}  # physical core -> its logical CPUs
-        for c in allowed:
-            key = (read(f'/sys/devices/system/cpu/cpu{c}/topology/physical_package_id'),
-                   read(f'/sys/devices/system/cpu/cpu{c}/topology/core_id'))
-            core.setdefault(key, []).append(c)
-    except (OSError, AttributeError, ValueError):
-        return None
-    peers = [i for i in range(gpus) if max(nodes[i], 0) == node]
-    groups = list(core.values())
-    if len(groups) < len(peers):
-        return None
-    k = peers.index(gpu)
-    share = [c for g in groups[k * len(groups) // len(peers):(k + 1) * len(groups) // len(peers)] for c in g]
-    os.sched_setaffinity(0, share)
-    return share
-
-
 def flat_params(model) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
 
@@ -316,8 +281,9 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     device = torch.device(f'cuda:{rank % torch.cuda.device_count()}') if cuda else torch.device('cpu')
     # each rank gets its share of the CPU cores for sampling and host work (as torchrun's
     # OMP_NUM_THREADS): W processes of all cores each oversubscribe the host
-    cores = bind_cores(device.index, world) if cuda and a.bind == 'cores' else None
-    torch.set_num_threads(len(cores) if cores else max(1, (os.cpu_count() or 1) // world))
+    # (not pinned to cores: on a 4-GPU KVM guest with one NUMA node, pinning each rank to its own
+    # 16 of the 64 vCPUs made the loader 20% slower; docs/results/ddp_products_gpu_sampler_h100x4.md)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     if cuda:
         torch.cuda.set_device(device)
     if rank == 0:
@@ -528,9 +494,6 @@ def main():
                    help="pyg_tc's layers and loader: padded batches, the step captured (CapturedStep, see the module doc)")
     p.add_argument('--prefetch', type=int, default=0, metavar='K',
                    help="pyg_tc's loader: K batches made ahead on the loader's own thread (NeighborLoader(prefetch=K))")
-    p.add_argument('--bind', choices=['cores', 'none'], default='cores',
-                   help="GPUs: pin each rank to its own physical cores near its GPU (cores, the default) or "
-                        "only give it a thread count (none)")
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
     a.layers = [s for s in (a.layers or ('pyg_tc' if a.small else 'PyG,pyg_tc')).split(',') if s]
