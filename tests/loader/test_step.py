@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 
 import pyg_tc
 from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
-from pyg_tc.loader.step import _flat, _static_copy, check_capturable
+from pyg_tc.loader.step import _Captured, _flat, _static_copy, check_capturable
 
 
 def _data(N=400, E=3000, seed=0):
@@ -55,6 +55,22 @@ def test_static_buffers_match_every_batch_of_a_bucket():
         for other in batches[1:]:
             fo = _flat(other)
             assert [(t.shape, t.dtype) for t in fo] == [(t.shape, t.dtype) for t in fs]
+
+
+def test_copy_in_writes_every_tensor_of_the_batch_by_dtype():
+    """A replay reads the buffers: each of the batch's tensors (float, int32,
+    int64, bool) lands in its own buffer, copied a dtype at a time."""
+    batches = [b for b in _loader('cpu') if b.get('bucket') is not None]
+    first = batches[0]
+    other = next(b for b in batches[1:] if b.bucket == first.bucket)
+    static = _static_copy(first)
+    cap = _Captured(static, None, None, _flat(static), [])
+    assert len({t.dtype for t in cap.buffers}) >= 3 and sum(len(i) for i, _ in cap.groups) == len(cap.buffers)
+    src = _flat(other)
+    assert any(not torch.equal(a, b) for a, b in zip(cap.buffers, src))
+    cap.copy_in(src)
+    for a, b in zip(_flat(static), src):
+        assert a.dtype == b.dtype and torch.equal(a, b)
 
 
 def _train(step_fn, loader, epochs=2):
