@@ -17,13 +17,13 @@ of:
   (``dynamic=True``: PyG's batches change shape every step);
 * ``PyG eager, trim_to_layer`` and ``pyg_tc eager, trim_to_layer``
   (``--trim``): the eager steps with PyG's ``trim_to_layer`` (layer ``i``
-  drops the last ``i`` hops' nodes and edges); and (SAGE, GCN) ``pyg_tc
-  eager, per-hop padded, trim_to_layer`` and ``pyg_tc captured,
-  trim_to_layer``: the trimmed step on the batches padded hop by hop
+  drops the last ``i`` hops' nodes and edges); and ``pyg_tc eager,
+  per-hop padded, trim_to_layer`` and ``pyg_tc captured, trim_to_layer``:
+  the trimmed step on the batches padded hop by hop
   (:class:`pyg_tc.loader.PadHops`, buckets from
-  ``buckets_from_batches(per_hop=True)``), eager and captured
-  (``forward=`` the model with the bucket's hop counts). GAT has no
-  captured trimmed row (``PadHops`` builds no padded self-loop graph yet).
+  ``buckets_from_batches(per_hop=True)``; GAT's with ``self_loops=True``,
+  so its layers' self-loop graphs come with the batch), eager and captured
+  (``forward=`` the model with the bucket's hop counts).
 
 Each row gives the wall time per step (``--steps`` steps back to back,
 synchronised at the ends: what the training loop sees, the host included)
@@ -88,7 +88,12 @@ def batches(name: str, a) -> tuple:
         hop_pad = PadHops(hop_buckets, a.batch_size)
     raw = list(itertools.islice(loader, a.batches))
     padded = [pad(copy.copy(b)) for b in raw]
-    per_hop = [hop_pad(copy.copy(b)) for b in raw] if hop_pad is not None else None
+    per_hop = None
+    if hop_pad is not None:  # GAT's: with the trimmed graphs' self-loop graphs (PadHops(self_loops=True))
+        loops = PadHops(hop_pad.buckets, a.batch_size, self_loops=True)
+        per_hop = {False: [hop_pad(copy.copy(b)) for b in raw]}
+        if 'gat' in a.models:
+            per_hop[True] = [loops(copy.copy(b)) for b in raw]
     return (F, C), raw, padded, buckets, per_hop
 
 
@@ -130,9 +135,10 @@ def step_records(name: str, a):
     log(f'[captured] {name}: buckets {[tuple(b) for b in buckets]}, {fell_back} of {len(padded)} batches fit none')
     hop_n = hop_e = None
     if per_hop is not None:
-        hop_n = sum(p.num_nodes for p in per_hop) / len(per_hop)
-        hop_e = sum(p.edge_index.size(1) for p in per_hop) / len(per_hop)
-        log(f'[captured] {name}: per hop, {sum(p.get("bucket") is None for p in per_hop)} of {len(per_hop)} '
+        hops_ = per_hop[False]
+        hop_n = sum(p.num_nodes for p in hops_) / len(hops_)
+        hop_e = sum(p.edge_index.size(1) for p in hops_) / len(hops_)
+        log(f'[captured] {name}: per hop, {sum(p.get("bucket") is None for p in hops_)} of {len(hops_)} '
             'batches fit none')
     dims = [F] + [a.hidden] * (a.layers - 1) + [C]
     for kind in a.models:
@@ -154,16 +160,16 @@ def step_records(name: str, a):
             m = copy.deepcopy(base['tc'])
             m.trim = True
             runs.append(('pyg_tc eager, trim_to_layer', raw, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
-            if kind != 'gat':  # (PadHops builds no padded self-loop graph: GAT would not capture)
-                m = copy.deepcopy(base['tc'])
-                m.trim = True
-                runs.append(('pyg_tc eager, per-hop padded, trim_to_layer', per_hop,
-                             _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
-                m = copy.deepcopy(base['tc'])
-                m.trim = True
-                opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=DEV.type == 'cuda')
-                runs.append(('pyg_tc captured, trim_to_layer', per_hop,
-                             CapturedStep(m, opt, forward=lambda net, b: net(b.x, b.edge_index, *hops(b)))))
+            hop_data = per_hop[kind == 'gat']  # GAT's batches carry their layers' self-loop graphs
+            m = copy.deepcopy(base['tc'])
+            m.trim = True
+            runs.append(('pyg_tc eager, per-hop padded, trim_to_layer', hop_data,
+                         _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+            m = copy.deepcopy(base['tc'])
+            m.trim = True
+            opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=DEV.type == 'cuda')
+            runs.append(('pyg_tc captured, trim_to_layer', hop_data,
+                         CapturedStep(m, opt, forward=lambda net, b: net(b.x, b.edge_index, *hops(b)))))
         m = copy.deepcopy(base['tc'])
         runs.append(('pyg_tc eager, padded', padded, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
         m = copy.deepcopy(base['tc'])
@@ -178,7 +184,7 @@ def step_records(name: str, a):
             if kernels:
                 log(f'[captured] {name} {kind} {run}: top kernels (name, launches / step, ms / step):\n  '
                     + '\n  '.join(f'{k:90s} {c:4d} {t:7.3f}' for k, c, t in kernels))
-            hop = data is per_hop
+            hop = per_hop is not None and any(data is v for v in per_hop.values())
             padded_run = 'padded' in run or 'captured' in run
             rec = dict(kind='step', graph=name, model=kind, run=run, wall_ms=w, gpu_ms=gms, wall_over_gpu=w / gms,
                        dense_ms=dense, launches=prof['launches'], batches=len(data),

@@ -237,19 +237,24 @@ def _fill_index(src: Tensor, dst: Tensor, num_loops: int, by_source: bool,
 def pad_loop_graph(g: CSRGraph) -> LoopGraph:
     """The self-loop graph GAT and GATv2 use on a padded graph
     (:meth:`CSRGraph.pad`; one loop per row, PyG's ``'append'`` order),
-    padded itself to ``num_edges + num_rows`` edge slots and memoised on
+    padded itself to ``num_edges + num_rows`` edge slots (one more on a
+    per-hop padded graph, :meth:`CSRGraph.pad_hops`, and its trimmed
+    graphs, whose padding slots are not loops) and memoised on
     ``g`` where the layers look it up (:func:`loop_graph`). Built with
     synchronisations, when the batch is padded
     (:class:`pyg_tc.loader.PadToBuckets`), so that a captured or compiled
     step on the batch builds nothing."""
-    if not g.padded:
-        raise ValueError('pyg_tc: pad_loop_graph takes a padded graph (CSRGraph.pad)')
+    if not g.static_shapes:
+        raise ValueError('pyg_tc: pad_loop_graph takes a graph of static shapes (CSRGraph.pad, pad_hops, or '
+                         'their trimmed graphs)')
     N, P = g.num_rows, g.num_edges
     lg = loop_graph(g, N, 'append', build=False)
     if lg is not None and lg.graph.padded:
         return lg
     lg = loop_graph(g, N, 'append')
-    cap = P + N
+    # a padded graph's padding slots are loops (removed here), so its loop graph always has a padding
+    # slot; a per-hop padded graph's are not: one slot more keeps the shapes static
+    cap = P + N + (0 if g.padded else 1)
     graph = lg.graph.pad(N, cap) if lg.graph.num_edges < cap else lg.graph
     ids = torch.cat([lg.ids, lg.ids.new_full((cap - lg.ids.numel(),), cap - 1)])
     return g._remember(_loop_key('append', N), LoopGraph(graph, ids))

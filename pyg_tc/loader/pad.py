@@ -368,15 +368,18 @@ class PadHops(BaseTransform):
             ``per_hop=True``.
         seed_capacity (int): the loader's ``batch_size`` (below every
             bucket's ``N_0``).
-        self_loops (bool, optional): GAT's padded self-loop graph; not
-            supported with per-hop padding yet (raises).
+        self_loops (bool, optional): also build what ``GATConv`` /
+            ``GATv2Conv`` (``add_self_loops=True``) use under
+            ``trim_to_layer``: each layer's trimmed graph
+            (:meth:`~pyg_tc.formats.CSRGraph.trimmed`, the bucket's hop
+            boundaries) and its padded self-loop graph, memoised on the
+            batch's graph, so a captured step builds none of them (they are
+            part of the batch, copied per step). Layers without self loops
+            need none of it (their trimmed graphs are derived inside the
+            step). (default: :obj:`False`)
     """
 
     def __init__(self, buckets: Sequence[Sequence[Sequence[int]]], seed_capacity: int, self_loops: bool = False):
-        if self_loops:
-            raise NotImplementedError('pyg_tc: PadHops does not build the self-loop graph of GATConv / GATv2Conv '
-                                      '(self_loops=True) yet: use PadToBuckets (no trim_to_layer), or run GAT '
-                                      'layers on per-hop padded batches eagerly')
         bs = []
         for b in buckets:
             nodes, edges = b
@@ -390,7 +393,7 @@ class PadHops(BaseTransform):
         if not bs:
             raise ValueError('pyg_tc: PadHops needs at least one bucket')
         self.buckets = sorted(set(bs), key=lambda b: (b.total_edges, b.total_nodes, b))
-        self.seed_capacity = int(seed_capacity)
+        self.seed_capacity, self.self_loops = int(seed_capacity), bool(self_loops)
 
     def bucket_for(self, num_nodes: Sequence[int], num_edges: Sequence[int]) -> Optional[HopBucket]:
         """The smallest bucket (fewest edge slots, then rows) a batch of
@@ -426,6 +429,8 @@ class PadHops(BaseTransform):
                              "(pyg_tc.loader.NeighborLoader's)")
         # the padded CSR, and where each real node and edge went (one index_copy per attribute)
         pg, node_index, edge_index, node_mask, rows = g.pad_hops(N, P, return_index=True)
+        if self.self_loops:
+            _trimmed_loop_graphs(pg, N, P)
         ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
         dev = ei.device
         _pad_attributes(batch, lambda v, d: _pad_blocks(v, node_index.to(v.device), sum(N), d),
@@ -440,6 +445,21 @@ class PadHops(BaseTransform):
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}({[tuple(b) for b in self.buckets]}, seed_capacity={self.seed_capacity})'
+
+
+def _trimmed_loop_graphs(pg, N: Sequence[int], P: Sequence[int]) -> None:
+    """The padded self-loop graph of a per-hop padded graph ``pg`` (layer
+    0) and of the graph ``trim_to_layer`` leaves layer ``i >= 1``: the first
+    ``sum(N[:H + 1 - i])`` nodes (sources and targets alike, as GAT's
+    ``x``) and ``sum(P[:H - i])`` edges; each memoised where the layers
+    look them up."""
+    H = len(P)
+    pad_loop_graph(pg)
+    for i in range(1, H):
+        C = sum(N[:H + 1 - i])
+        t = pg.trimmed(sum(P[:H - i]), C, C)
+        if t is not None:
+            pad_loop_graph(t)
 
 
 def trimmed_forward(model: torch.nn.Module, batch: Data) -> Tensor:

@@ -33,7 +33,7 @@ def bucket_of(b, extra_nodes=(1, 3, 2, 5), extra_edges=(7, 0, 11)) -> HopBucket:
                      tuple(e + x for e, x in zip(b.num_sampled_edges, extra_edges)))
 
 
-def padded(data='random', **kw):
+def padded(data='random', self_loops=False, **kw):
     """(the unpadded batch, the same batch padded per hop, its bucket)."""
     fanout = FANOUT[data]
     ref = batch(data, fanout=fanout)
@@ -43,7 +43,7 @@ def padded(data='random', **kw):
     ref.y = torch.arange(ref.num_nodes) % 5
     b.edge_attr = torch.randn(b.edge_index.size(1), 2, generator=torch.Generator().manual_seed(1))
     ref.edge_attr = b.edge_attr.clone()
-    return ref, PadHops([bk], ref.batch_size)(b), bk
+    return ref, PadHops([bk], ref.batch_size, self_loops=self_loops)(b), bk
 
 
 @pytest.mark.parametrize('data', ['random', 'hub'])
@@ -101,14 +101,15 @@ def test_graph_is_valid_and_equals_a_build(data):
             assert torch.equal(getattr(t, name), getattr(r, name)), name
 
 
-@pytest.mark.parametrize('kind', ['sage', 'gcn'])
+@pytest.mark.parametrize('kind', ['sage', 'gcn', 'gat'])
 @pytest.mark.parametrize('data', ['random', 'hub'])
 def test_trimmed_models_match_the_unpadded_batch(kind, data, monkeypatch):
-    """PyG's GraphSAGE / GCN with pyg_tc's layers and trim_to_layer on the
-    per-hop padded batch: the seeds' outputs and the gradients of the
-    unpadded batch (trimmed; SAGE also untrimmed). No graph is built for a
-    trimmed slice of the padded batch."""
-    ref, b, _ = padded(data)
+    """PyG's GraphSAGE / GCN / GAT with pyg_tc's layers and trim_to_layer
+    on the per-hop padded batch: the seeds' outputs and the gradients of
+    the unpadded batch (trimmed; SAGE also untrimmed). No graph is built for
+    a trimmed slice of the padded batch; GAT's self-loop graphs come with
+    the batch (``PadHops(self_loops=True)``)."""
+    ref, b, _ = padded(data, self_loops=kind == 'gat')
     ours, _ = models(kind)
     want = run(ours, ref, ref.edge_index, trim=True)
     built = count_builds(monkeypatch)
@@ -138,19 +139,24 @@ def _no_device_reads(monkeypatch):
     monkeypatch.setattr(torch, 'nonzero', guard('nonzero', torch.nonzero))
 
 
-@pytest.mark.parametrize('kind', ['sage', 'gcn'])
+@pytest.mark.parametrize('kind', ['sage', 'gcn', 'gat'])
 @pytest.mark.parametrize('data', ['random', 'hub'])
 def test_padding_and_trimmed_step_read_nothing_from_the_device(kind, data, monkeypatch):
     """The padding (given the batch's host-side hop counts) and a trimmed
     forward + backward on the padded batch make none of the calls that
     synchronise with a GPU (``.item()``, ``.tolist()``, ``int()`` /
-    ``bool()`` of a tensor, ``nonzero``)."""
+    ``bool()`` of a tensor, ``nonzero``). GAT's padding builds its self-loop
+    graphs with such calls (in the loader, outside the step): there only the
+    step is checked."""
     b = batch(data, fanout=FANOUT[data])
     b.y = torch.arange(b.num_nodes) % 5
-    pad = PadHops([bucket_of(b)], b.batch_size)
+    pad = PadHops([bucket_of(b)], b.batch_size, self_loops=kind == 'gat')
     ours, _ = models(kind)
+    if kind == 'gat':
+        b = pad(b)
     _no_device_reads(monkeypatch)
-    b = pad(b)
+    if kind != 'gat':
+        b = pad(b)
     out = trimmed_forward(ours, b)
     seed_loss(out, b).backward()
     monkeypatch.undo()
@@ -177,8 +183,6 @@ def test_smallest_fitting_bucket_and_errors():
     big, small = bucket_of(b, extra_edges=(100, 100, 100)), bucket_of(b)
     pad = PadHops([big, small], 16)
     assert pad.buckets == [small, big] and pad.bucket_for(b.num_sampled_nodes, b.num_sampled_edges) == small
-    with pytest.raises(NotImplementedError, match='self-loop graph'):
-        PadHops([small], 16, self_loops=True)
     with pytest.raises(ValueError, match='no more seed rows'):
         PadHops([small], small.num_nodes[0])
     with pytest.raises(ValueError, match='one more node count'):
@@ -227,13 +231,13 @@ class Trimmed(torch.nn.Module):
         return self.net(x, edge_index, **kw)
 
 
-def _loader(device, pad=True):
+def _loader(device, pad=True, self_loops=False):
     loader = NeighborLoader(_data(), [5, 3], batch_size=32, device=device, shuffle=True)
     torch.manual_seed(123)
     buckets = buckets_from_batches(loader, num_batches=6, levels=2, node_multiple=16, edge_multiple=64,
                                    per_hop=True)
     if pad:
-        loader.transform = PadHops(buckets, 32)
+        loader.transform = PadHops(buckets, 32, self_loops=self_loops)
     return loader
 
 
@@ -276,7 +280,7 @@ def test_bucket_key_survives_data_to():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize('kind', ['sage', 'gcn'])
+@pytest.mark.parametrize('kind', ['sage', 'gcn', 'gat'])
 def test_captured_trimmed_step_equals_eager(kind):
     """On CUDA, the captured step with a trimmed model over per-hop padded
     batches: the eager loop's losses and parameters, with one graph per
@@ -287,8 +291,9 @@ def test_captured_trimmed_step_equals_eager(kind):
     o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, capturable=True)
     o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True)
     step = CapturedStep(m2, o2, forward=trimmed_forward)
-    a = _train(_eager(m1, o1), _loader('cuda'))
-    b = _train(lambda x: step(x.to('cuda', non_blocking=True)), _loader('cuda'))  # .to: as a user's loop
+    loops = kind == 'gat'
+    a = _train(_eager(m1, o1), _loader('cuda', self_loops=loops))
+    b = _train(lambda x: step(x.to('cuda', non_blocking=True)), _loader('cuda', self_loops=loops))  # as a user's
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert step.replays > 0 and 1 <= len(step.graphs) <= 2
     for p1, p2 in zip(m1.parameters(), m2.parameters()):
