@@ -444,7 +444,8 @@ class PadHops(BaseTransform):
         return batch
 
     def __repr__(self) -> str:
-        return f'{type(self).__name__}({[tuple(b) for b in self.buckets]}, seed_capacity={self.seed_capacity})'
+        loops = ', self_loops=True' if self.self_loops else ''
+        return f'{type(self).__name__}({[tuple(b) for b in self.buckets]}, seed_capacity={self.seed_capacity}{loops})'
 
 
 def _trimmed_loop_graphs(pg, N: Sequence[int], P: Sequence[int]) -> None:

@@ -101,15 +101,15 @@ def test_graph_is_valid_and_equals_a_build(data):
             assert torch.equal(getattr(t, name), getattr(r, name)), name
 
 
-@pytest.mark.parametrize('kind', ['sage', 'gcn', 'gat'])
+@pytest.mark.parametrize('kind', ['sage', 'gcn', 'gat', 'gatv2'])
 @pytest.mark.parametrize('data', ['random', 'hub'])
 def test_trimmed_models_match_the_unpadded_batch(kind, data, monkeypatch):
-    """PyG's GraphSAGE / GCN / GAT with pyg_tc's layers and trim_to_layer
+    """PyG's GraphSAGE / GCN / GAT (v1, v2) with pyg_tc's layers and trim_to_layer
     on the per-hop padded batch: the seeds' outputs and the gradients of
     the unpadded batch (trimmed; SAGE also untrimmed). No graph is built for
     a trimmed slice of the padded batch; GAT's self-loop graphs come with
     the batch (``PadHops(self_loops=True)``)."""
-    ref, b, _ = padded(data, self_loops=kind == 'gat')
+    ref, b, _ = padded(data, self_loops=kind.startswith('gat'))
     ours, _ = models(kind)
     want = run(ours, ref, ref.edge_index, trim=True)
     built = count_builds(monkeypatch)

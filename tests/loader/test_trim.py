@@ -4,6 +4,7 @@
 synchronisation, and gives PyG's results."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import pytest
@@ -22,7 +23,9 @@ from ..conftest import DEVICES, cuda_only
 
 MODELS = {'sage': (pyg_nn.models.GraphSAGE, lambda c: pyg_tc.nn.SAGEConv(c.in_channels, c.out_channels)),
           'gcn': (pyg_nn.models.GCN, lambda c: pyg_tc.nn.GCNConv(c.in_channels, c.out_channels)),
-          'gat': (pyg_nn.models.GAT, lambda c: pyg_tc.nn.GATConv(c.in_channels, c.out_channels))}
+          'gat': (pyg_nn.models.GAT, lambda c: pyg_tc.nn.GATConv(c.in_channels, c.out_channels)),
+          'gatv2': (functools.partial(pyg_nn.models.GAT, v2=True),
+                    lambda c: pyg_tc.nn.GATv2Conv(c.in_channels, c.out_channels))}
 
 
 def batch(kind: str = 'random', fanout=(5, 4, 3), batch_size: int = 16, seed: int = 0, device='cpu'):
