@@ -17,11 +17,14 @@ def test_sampling_suite_runs_and_renders(tmp_path):
     suite = _suite()
     out = tmp_path / 'out'
     suite.main(['--out', str(out), '--graphs', 'tiny', '--batches', '2', '--workers', '1', '--split-batches', '1',
-                '--fanout', '3,2', '--batch-size', '64', '--hidden', '8', '--models', 'sage', '--max-batches', '2',
+                '--fanout', '3,2', '--batch-size', '64', '--hidden', '8', '--models', 'sage,gat', '--max-batches', '2',
                 '--trim', '--prefetch', '2'])
     recs = [json.loads(line) for line in (out / 'sampling.jsonl').read_text().splitlines()]
     ours = [r for r in recs if r.get('sampler') == 'pyg_tc GPU']
     assert len(ours) == 1 and ours[0]['edges'] > 0 and ours[0]['ms'] > 0
+    gat = [r for r in recs if r.get('kind') == 'epoch' and r['model'] == 'gat']
+    assert {r['loader'] for r in gat} == {r['loader'] for r in recs if r.get('kind') == 'epoch' and r['model'] == 'sage'}
+    recs = [r for r in recs if r.get('kind') != 'epoch' or r['model'] == 'sage']  # GAT's runs are SAGE's
     epoch = [r for r in recs if r.get('kind') == 'epoch' and r['loader'] == 'pyg_tc GPU loader']
     assert len(epoch) == 2 and {r['trim'] for r in epoch} == {False, True}  # --trim: the eager runs again, trimmed
     assert all(r['batches'] == 2 and r['step_ms'] > 0 for r in epoch)
