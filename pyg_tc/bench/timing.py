@@ -253,9 +253,8 @@ def is_matrix_product(kernel: str) -> bool:
 
 def kernel_profile(fn: Callable[[object], object], items: Iterable[object], device=None,
                    top: int = 0) -> Dict[str, object]:
-    """Per item of ``fn(item)`` (``torch.profiler``): ``gpu_ms`` (kernel times summed), ``dense_ms``
-    (the part of ``is_matrix_product`` kernels), ``launches`` (kernels and copies run) and the ``top``
-    ``kernels`` (name, launches, ms). NaN on the CPU."""
+    """Per item of ``fn(item)`` (``torch.profiler``): ``gpu_ms`` (kernel times summed), ``dense_ms`` (of
+    ``is_matrix_product`` kernels), ``launches`` and the ``top`` ``kernels`` (name, launches, ms). NaN on the CPU."""
     if not is_cuda(device):
         return dict(gpu_ms=float('nan'), dense_ms=float('nan'), launches=float('nan'), kernels=[])
     from torch.profiler import ProfilerActivity, profile

@@ -256,7 +256,8 @@ def pad_loop_graph(g: CSRGraph) -> LoopGraph:
     # slot; a per-hop padded graph's are not: one slot more keeps the shapes static
     cap = P + N + (0 if g.padded else 1)
     graph = lg.graph.pad(N, cap) if lg.graph.num_edges < cap else lg.graph
-    ids = torch.cat([lg.ids, lg.ids.new_full((cap - lg.ids.numel(),), cap - 1)])
+    # padding slots read some row of the P + N edge-feature rows (the last loop's): nothing uses them
+    ids = torch.cat([lg.ids, lg.ids.new_full((cap - lg.ids.numel(),), P + N - 1)])
     return g._remember(_loop_key('append', N), LoopGraph(graph, ids))
 
 
@@ -268,15 +269,15 @@ def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False,
     in edge order: what PyG's ``add_self_loops`` reduces for a string
     ``fill_value`` (e.g. ``'mean'``); memoised on ``g``. On a padded graph
     (static shapes, no synchronisation): every edge, those outside the
-    reduction with node ``num_loops``. ``build=False``: None when not
-    memoised yet."""
+    reduction with node ``num_loops``; the same on a per-hop padded graph
+    and its trimmed graphs. ``build=False``: None when not memoised yet."""
     key = _fill_key(num_loops, by_source)
     if not build:
         return g.memoised(key)
 
     def make() -> Tuple[Tensor, Tensor]:
         live = None
-        if g.padded:
+        if g.static_shapes:  # (a per-hop padded graph's slots are all edges: all live)
             live = torch.arange(g.num_edges, device=g.device) < g.rowptr[-1]
             if g.perm is not None:
                 live = live.index_select(0, g.csr_positions().long())

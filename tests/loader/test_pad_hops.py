@@ -124,6 +124,33 @@ def test_trimmed_models_match_the_unpadded_batch(kind, data, monkeypatch):
     assert len([k for k in g.derived_keys() if k[0] == 'trimmed']) == 2  # layers 2 and 3
 
 
+@pytest.mark.parametrize('data', ['random', 'hub'])
+def test_gat_with_edge_features_on_per_hop_batches(data, monkeypatch):
+    """GAT with edge features (``edge_dim``; its loops' features filled with
+    the mean of the node's edges) on the per-hop padded batch, trimmed: the
+    seeds' outputs and gradients of the unpadded batch, and a step that
+    reads nothing from the device."""
+    ref, b, _ = padded(data, self_loops=True)
+    torch.manual_seed(0)
+    model = pyg_nn.models.GAT(8, 16, num_layers=3, out_channels=5, edge_dim=2)
+    model.convs = torch.nn.ModuleList(pyg_tc.nn.GATConv(c.in_channels, c.out_channels, edge_dim=2)
+                                      for c in model.convs)
+    for c in model.convs:
+        torch.nn.init.normal_(c.lin_edge.weight)
+
+    def go(x):
+        model.zero_grad()
+        out = model(x.x, x.edge_index, edge_attr=x.edge_attr, num_sampled_nodes_per_hop=x.num_sampled_nodes,
+                    num_sampled_edges_per_hop=x.num_sampled_edges)[:ref.batch_size]
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters()]
+    want = go(ref)
+    _no_device_reads(monkeypatch)
+    got = go(b)
+    monkeypatch.undo()
+    close(got, want)
+
+
 def _no_device_reads(monkeypatch):
     """Patches the calls that synchronise with a GPU to raise, except inside
     a kernel's CPU reference (``_library``'s ``_reference_impl``: on the GPU
