@@ -90,9 +90,9 @@ def batches(name: str, a) -> tuple:
     padded = [pad(copy.copy(b)) for b in raw]
     per_hop = None
     if hop_pad is not None:  # GAT's: with the trimmed graphs' self-loop graphs (PadHops(self_loops=True))
-        loops = PadHops(hop_pad.buckets, a.batch_size, self_loops=True)
         per_hop = {False: [hop_pad(copy.copy(b)) for b in raw]}
         if 'gat' in a.models:
+            loops = PadHops(hop_pad.buckets, a.batch_size, self_loops=True)
             per_hop[True] = [loops(copy.copy(b)) for b in raw]
     return (F, C), raw, padded, buckets, per_hop
 
@@ -135,10 +135,10 @@ def step_records(name: str, a):
     log(f'[captured] {name}: buckets {[tuple(b) for b in buckets]}, {fell_back} of {len(padded)} batches fit none')
     hop_n = hop_e = None
     if per_hop is not None:
-        hops_ = per_hop[False]
-        hop_n = sum(p.num_nodes for p in hops_) / len(hops_)
-        hop_e = sum(p.edge_index.size(1) for p in hops_) / len(hops_)
-        log(f'[captured] {name}: per hop, {sum(p.get("bucket") is None for p in hops_)} of {len(hops_)} '
+        plain = per_hop[False]
+        hop_n = sum(p.num_nodes for p in plain) / len(plain)
+        hop_e = sum(p.edge_index.size(1) for p in plain) / len(plain)
+        log(f'[captured] {name}: per hop, {sum(p.get("bucket") is None for p in plain)} of {len(plain)} '
             'batches fit none')
     dims = [F] + [a.hidden] * (a.layers - 1) + [C]
     for kind in a.models:

@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import sys
-import time
 
 import torch
 
@@ -23,24 +22,12 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script from the checkout
     sys.path.insert(0, _ROOT)
 
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+from pyg_tc.bench.timing import loop_ms, synchronize  # noqa: E402
 
 
 def wall_ms(it, fn=lambda b: None, n=60, warmup=5) -> float:
     """ms per batch of ``fn`` over ``n`` batches of ``it`` after ``warmup``."""
-    it = iter(it)
-    for b in itertools.islice(it, warmup):
-        fn(b)
-    sync()
-    t, k = time.perf_counter(), 0
-    for b in itertools.islice(it, n):
-        fn(b)
-        k += 1
-    sync()
-    return 1e3 * (time.perf_counter() - t) / max(k, 1)
+    return loop_ms(fn, itertools.islice(it, warmup + n), warmup=warmup)
 
 
 def gpu_ms(fn, n: int) -> dict:
@@ -51,7 +38,7 @@ def gpu_ms(fn, n: int) -> dict:
         return dict(kernel_ms=0.0, busy_ms=0.0)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
-        sync()
+        synchronize()
     ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     busy, end = 0.0, None
     for s, e in sorted((e.time_range.start, e.time_range.end) for e in ev):
