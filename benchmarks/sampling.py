@@ -22,8 +22,8 @@ split's):
   (:class:`pyg_tc.loader.CapturedStep`, one CUDA graph per bucket); with
   ``--trim`` also the eager runs with PyG's ``trim_to_layer`` (layer ``i``
   drops the last ``i`` hops), and the trimmed step captured on batches
-  padded hop by hop (:class:`pyg_tc.loader.PadHops`; GAT's with
-  ``self_loops=True``);
+  padded hop by hop (:class:`pyg_tc.loader.PadHops`; GAT derives its
+  layers' self-loop graphs inside the captured step);
 * the sampler's GPU memory: the graph (CSC, edge permutation, state) and the
   peak of one batch's workspace.
 
@@ -59,7 +59,7 @@ SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'arxiv':
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')  # the CPU runs a dry run of the code
 #: the epoch run with the batches padded to buckets and the step captured (CapturedStep)
 CAPTURED = 'pyg_tc GPU loader, padded + captured step'
-#: the same with the batches padded hop by hop (PadHops; GAT's with self_loops) and a trimmed model (--trim)
+#: the same with the batches padded hop by hop (PadHops) and a trimmed model (--trim)
 CAPTURED_HOPS = 'pyg_tc GPU loader, per-hop padded + captured step'
 #: a run's loader name with its batches made ahead on the loader's thread (--prefetch K)
 PREFETCH = ', prefetch {}'
@@ -178,8 +178,7 @@ def epoch_records(name, data, seeds, a, best_workers):
             prefetch = a.prefetch if base != loader_name else 0
             loader = {'PyG loader': pyg, 'pyg_tc GPU loader': ours}.get(loader_name)
             transform = {CAPTURED: lambda: PadToBuckets(buckets, a.batch_size, self_loops=kind == 'gat'),
-                         CAPTURED_HOPS: lambda: PadHops(hop_buckets, a.batch_size, self_loops=kind == 'gat'),
-                         }.get(base, lambda: None)()
+                         CAPTURED_HOPS: lambda: PadHops(hop_buckets, a.batch_size)}.get(base, lambda: None)()
             if loader is None and base != 'PyG loader':  # padded on the loader's stream, as they are made
                 loader = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
                                         transform=transform, prefetch=prefetch)

@@ -904,6 +904,8 @@ class CSRGraph:
         """Check every invariant of both directions; raises ValueError."""
         E = self.num_edges
         real = self.real_size[1] if self.padded else E
+        if real is None:  # (a padded self-loop graph: its edge count stays on the device)
+            real = int(self.rowptr[-1])
         _validate_csr(self.rowptr, self.col, self.num_rows, self.num_cols, 'forward', real)
         _validate_csr(self.t_rowptr, self.t_col, self.num_cols, self.num_rows, 'transpose', real)
         for name, p in (('perm', self.perm), ('t_perm', self.t_perm)):

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from .carrier import TCEdgeIndex, derived, has_derived, has_graph, plain_tensor
-from .csr import DEFAULT_CHUNK, CSRGraph
+from .csr import DEFAULT_CHUNK, CSRGraph, auto_chunk, csr_rows, padded_schedules
 
 _INT32_MAX = 2**31 - 1
 MODES = ('append', 'sorted', 'coalesce')
@@ -164,6 +164,8 @@ def loop_graph(g: CSRGraph, num_loops: int, mode: str = 'append', build: bool = 
         return g.memoised(key)
 
     def make() -> LoopGraph:
+        if mode == 'append' and g.static_shapes and num_loops == g.num_rows == g.num_cols:
+            return static_loop_graph(g)  # (a padded batch's: no synchronisation, capturable)
         if mode == 'append':
             src, dst = _edges_of(g)
             return _append_loops(src, dst, g.num_cols, g.num_rows, num_loops, g.chunk)
@@ -235,30 +237,74 @@ def _fill_index(src: Tensor, dst: Tensor, num_loops: int, by_source: bool,
 
 
 def pad_loop_graph(g: CSRGraph) -> LoopGraph:
-    """The self-loop graph GAT and GATv2 use on a padded graph
-    (:meth:`CSRGraph.pad`; one loop per row, PyG's ``'append'`` order),
-    padded itself to ``num_edges + num_rows`` edge slots (one more on a
-    per-hop padded graph, :meth:`CSRGraph.pad_hops`, and its trimmed
-    graphs, whose padding slots are not loops) and memoised on
-    ``g`` where the layers look it up (:func:`loop_graph`). Built with
-    synchronisations, when the batch is padded
-    (:class:`pyg_tc.loader.PadToBuckets`), so that a captured or compiled
-    step on the batch builds nothing."""
+    """The self-loop graph GAT and GATv2 use on a graph of static shapes
+    (:meth:`CSRGraph.pad`, :meth:`CSRGraph.pad_hops` and its trimmed
+    graphs): :func:`static_loop_graph`, memoised on ``g`` where the layers
+    look it up (:func:`loop_graph`). A transform that calls it
+    (``PadToBuckets`` / ``PadHops`` with ``self_loops=True``) makes it part
+    of the batch; without it a layer derives the same graph inside the
+    step, also without synchronisation."""
     if not g.static_shapes:
         raise ValueError('pyg_tc: pad_loop_graph takes a graph of static shapes (CSRGraph.pad, pad_hops, or '
                          'their trimmed graphs)')
-    N, P = g.num_rows, g.num_edges
-    lg = loop_graph(g, N, 'append', build=False)
-    if lg is not None and lg.graph.padded:
-        return lg
-    lg = loop_graph(g, N, 'append')
-    # a padded graph's padding slots are loops (removed here), so its loop graph always has a padding
-    # slot; a per-hop padded graph's are not: one slot more keeps the shapes static
-    cap = P + N + (0 if g.padded else 1)
-    graph = lg.graph.pad(N, cap) if lg.graph.num_edges < cap else lg.graph
-    # padding slots read some row of the P + N edge-feature rows (the last loop's): nothing uses them
-    ids = torch.cat([lg.ids, lg.ids.new_full((cap - lg.ids.numel(),), P + N - 1)])
-    return g._remember(_loop_key('append', N), LoopGraph(graph, ids))
+    return loop_graph(g, g.num_rows, 'append')
+
+
+def static_loop_graph(g: CSRGraph) -> LoopGraph:
+    """:func:`_append_loops` of a square graph of static shapes (``N`` rows,
+    ``P`` edge slots), on its device without synchronisation: padded to
+    ``P + N`` slots (:meth:`CSRGraph.pad`'s layout: slots past
+    ``rowptr[-1]`` are padding, ``col`` / ``t_col`` the last row, ``t_perm``
+    themselves, ``ids`` the last loop's). Every slot of ``g`` is an edge
+    (a :meth:`CSRGraph.pad` graph's padding slots are loops of its last
+    row, so they go as any self loop). Row ``r`` keeps its non-loop edges in
+    CSR order and ends with its loop; in the transpose, column ``c`` keeps
+    its entries in CSR order with its loop among them after the rows
+    ``< c``: the arrays a host build (:func:`_append_loops` + ``pad``) gives,
+    from prefix sums and scatters of known sizes."""
+    N, P, dev = g.num_rows, g.num_edges, g.device
+    cap, i32 = P + N, torch.int32
+    ar = torch.arange(N + 1, device=dev)
+    lr = ar[:-1]
+
+    def scatter(init: Tensor, pos: Tensor, val: Tensor, lpos: Tensor, lval: Tensor) -> Tensor:
+        # dropped entries go to the spare slot ``cap``
+        return init.scatter_(0, pos, val.to(init.dtype)).scatter_(0, lpos, lval.to(init.dtype))[:cap]
+
+    def prefix(keep: Tensor, rowptr: Tensor) -> Tuple[Tensor, Tensor]:
+        ck = torch.cumsum(keep, 0)
+        return ck, torch.cat([ck.new_zeros(1), ck]).index_select(0, rowptr.long())
+
+    row, col = g.row().long(), g.col.long()
+    keep = col != row
+    ck, nl = prefix(keep, g.rowptr)  # kept edges up to each slot / before each row
+    new_pos = ck - 1 + row  # a kept edge's slot: its rank among the kept, plus a loop per row above
+    pos = torch.where(keep, new_pos, torch.full_like(new_pos, cap))
+    lpos = nl[1:] + lr  # row r's loop ends its row
+    oid = torch.arange(P, device=dev) if g.perm is None else g.perm.long()
+    new_col = scatter(torch.full((cap + 1,), N - 1, dtype=i32, device=dev), pos, col, lpos, lr)
+    ids = scatter(torch.full((cap + 1,), P + N - 1, dtype=_index_dtype(cap), device=dev), pos, oid, lpos, lr + P)
+    # the transpose: entry j of column c (target t_col[j]) is forward slot t_perm[j]
+    tp, t_tgt = g.t_perm.long(), g.t_col.long()
+    t_src = csr_rows(g.t_rowptr, P).long()
+    t_keep = keep.index_select(0, tp)
+    t_ck, t_nl = prefix(t_keep, g.t_rowptr)
+    _, t_less = prefix(t_keep & (t_tgt < t_src), g.t_rowptr)  # column c's kept entries from rows < c
+    t_new = t_src + t_ck - 1 + (t_tgt > t_src).long()
+    t_pos = torch.where(t_keep, t_new, torch.full_like(t_new, cap))
+    t_lpos = t_nl[:-1] + lr + (t_less[1:] - t_less[:-1])
+    t_col = scatter(torch.full((cap + 1,), N - 1, dtype=i32, device=dev), t_pos, t_tgt, t_lpos, lr)
+    t_perm = scatter(torch.arange(cap + 1, dtype=i32, device=dev), t_pos, new_pos.index_select(0, tp), t_lpos,
+                     lpos)
+    rowptr, t_rowptr = (nl + ar).to(i32), (t_nl + ar).to(i32)
+    chunk = auto_chunk(cap, N)
+    graph = CSRGraph(rowptr, new_col, None, t_rowptr, t_col, t_perm,
+                     *padded_schedules([rowptr, t_rowptr], chunk, cap), N, N, chunk)
+    graph.padded, graph.real_size, graph._fillers, graph.static_shapes = True, (N, None), True, True
+    graph.sampling = g.sampling
+    if g.known_max_degree() is not None:
+        graph._remember('max_degree', g.known_max_degree() + 1)
+    return LoopGraph(graph, ids)
 
 
 def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False,

@@ -415,19 +415,98 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
             x0, x_r = (x, x) if isinstance(x, (Tensor, CBSR)) else x
             x = (self.lin(dense(x0)).relu(), x_r)
         src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
-        lin_l = self.lin_l
+        lin_l, lin_r = self.lin_l, self.lin_r if self.root_weight and x_r is not None else None
+        fold = lin_r is not None and _folds(src, x_r, lin_l, lin_r)
         if isinstance(src, CBSR):  # MaxK features: the SpGEMM kernel
             out = lin_l(self._aggregate(g, src, value, reduce))
         elif reduce != 'max' and lin_l.out_channels < lin_l.in_channels and not has_hooks(lin_l):
             # (a hook on lin_l sees what PyG's sees: lin_l after the aggregation)
-            out = add_bias(self._aggregate(g, F.linear(src, lin_l.weight), value, reduce), lin_l.bias)
+            t = self._aggregate(g, F.linear(src, lin_l.weight), value, reduce)
+            if fold and t.dtype == x_r.dtype:  # bias and root term in one matrix product, its gradient a GEMV
+                return self._finish(_SageRoot.apply(t, lin_l.bias, x_r, lin_r.weight))
+            out = add_bias(t, lin_l.bias)
+        elif fold:
+            return self._finish(_SageDense.apply(self._aggregate(g, src, value, reduce), lin_l.weight, lin_l.bias,
+                                                 x_r, lin_r.weight))
         else:
             out = lin_l(self._aggregate(g, src, value, reduce))
-        if self.root_weight and x_r is not None:
-            out = out + self.lin_r(dense(x_r))
+        if lin_r is not None:
+            out = out + lin_r(dense(x_r))
+        return self._finish(out)
+
+    def _finish(self, out: Tensor) -> Tensor:
         if self.normalize:
             out = F.normalize(out, p=2., dim=-1)
         return out
+
+
+def _folds(src: Any, x_r: Any, lin_l: torch.nn.Module, lin_r: torch.nn.Module) -> bool:
+    """Whether SAGE's dense part may run as :class:`_SageDense` /
+    :class:`_SageRoot`: plain tensors and parameters of one dtype, no
+    autocast (its casts are autograd's), no hooks (they see PyG's
+    ``Linear`` calls), a root ``Linear`` without bias (PyG's), not under
+    ``torch.compile`` (which fuses on its own)."""
+    if not (isinstance(src, Tensor) and isinstance(x_r, Tensor)) or x_r.dim() != 2 or lin_r.bias is not None:
+        return False
+    if has_hooks(lin_l) or has_hooks(lin_r) or torch.compiler.is_compiling():
+        return False
+    if torch.is_autocast_enabled(x_r.device.type):
+        return False
+    dt = x_r.dtype
+    return src.dtype == dt and lin_l.weight.dtype == dt and lin_r.weight.dtype == dt and (
+        lin_l.bias is None or lin_l.bias.dtype == dt)
+
+
+def _bias_grad(g: Tensor) -> Tensor:
+    """The column sums of ``g [N, C]`` as a matrix-vector product (a GEMV
+    reads ``g`` once at full bandwidth; a column reduction over a tall ``g``
+    does not)."""
+    return torch.mv(g.t(), g.new_ones(g.size(0)))
+
+
+class _SageDense(torch.autograd.Function):
+    """``agg @ w_l^T + b + x_r @ w_r^T`` (SAGE's dense part after an
+    aggregation): two matrix products writing one output (the bias in the
+    first, the root term accumulated by the second), and in the backward
+    the bias gradient as a GEMV. Differentiable twice (the backward is made
+    of differentiable ops)."""
+
+    @staticmethod
+    def forward(ctx, agg, w_l, b, x_r, w_r):
+        out = torch.addmm(b, agg, w_l.t()) if b is not None else agg @ w_l.t()
+        out.addmm_(x_r, w_r.t())
+        ctx.save_for_backward(agg, w_l, x_r, w_r)
+        ctx.has_bias = b is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        agg, w_l, x_r, w_r = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        return (g @ w_l if need[0] else None, g.t() @ agg if need[1] else None,
+                _bias_grad(g) if ctx.has_bias and need[2] else None, g @ w_r if need[3] else None,
+                g.t() @ x_r if need[4] else None)
+
+
+class _SageRoot(torch.autograd.Function):
+    """``t + b + x_r @ w_r^T`` (SAGE's root term and bias after a
+    transform-first aggregation ``t``): one matrix product with the bias,
+    one addition; the bias gradient a GEMV."""
+
+    @staticmethod
+    def forward(ctx, t, b, x_r, w_r):
+        out = torch.addmm(b, x_r, w_r.t()) if b is not None else x_r @ w_r.t()
+        out += t
+        ctx.save_for_backward(x_r, w_r)
+        ctx.has_bias = b is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x_r, w_r = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        return (g if need[0] else None, _bias_grad(g) if ctx.has_bias and need[1] else None,
+                g @ w_r if need[2] else None, g.t() @ x_r if need[3] else None)
 
 
 @pyg_layer(pyg_nn.GINConv)

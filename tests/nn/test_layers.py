@@ -228,3 +228,53 @@ def test_propagate_on_sparse_adj_and_pyg_backend(cora, kind):
     torch.testing.assert_close(ours.propagate(adj, x=xs, **kw), ref.propagate(adj, x=xs, **kw))
     ours.backend = 'pyg'
     torch.testing.assert_close(ours(x, cora.edge_index), ref(x, cora.edge_index))
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('dims', [(16, 32), (32, 8)])  # aggregate first / transform first
+@pytest.mark.parametrize('bias', [True, False])
+def test_sage_dense_part_folds_and_matches_pyg(dims, bias, device, monkeypatch):
+    """SAGE's bias and root term folded into its matrix products (``_SageDense`` after
+    an aggregation, ``_SageRoot`` after a transform-first one; the bias gradient a
+    GEMV): PyG's outputs and gradients, the fold taken, and not taken under a hook."""
+    from pyg_tc.nn import conv as C
+    calls = []
+    for name in ('_SageDense', '_SageRoot'):
+        cls = getattr(C, name)
+        monkeypatch.setattr(cls, 'apply', (lambda f, n: lambda *a: calls.append(n) or f(*a))(cls.apply, name))
+    g = torch.Generator().manual_seed(0)
+    N, (i, o) = 60, dims
+    x = torch.randn(N, i, generator=g, device='cpu').to(device).requires_grad_()
+    ei = torch.randint(0, N, (2, 400), generator=g).to(device)
+    ref = pyg_nn.SAGEConv(i, o, bias=bias).to(device)
+    ours = pyg_tc.nn.SAGEConv(i, o, bias=bias).to(device)
+    ours.load_state_dict(ref.state_dict())
+    x2 = x.detach().clone().requires_grad_()
+    out, want = ours(x, ei), ref(x2, ei)
+    (out.square().sum()).backward()
+    (want.square().sum()).backward()
+    tol = dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, want, **tol)
+    torch.testing.assert_close(x.grad, x2.grad, **tol)
+    for (n, p), q in zip(ours.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **tol, msg=n)
+    assert calls == ['_SageDense' if o > i else '_SageRoot']
+    ours.lin_r.register_forward_hook(lambda *a: None)
+    ours(x, ei)
+    assert len(calls) == 1  # a hook sees PyG's Linear call: no fold
+
+
+@pytest.mark.parametrize('fn', ['dense', 'root'])
+def test_sage_dense_part_gradcheck(fn):
+    """float64 gradcheck and gradgradcheck of the folded dense part."""
+    from pyg_tc.nn.conv import _SageDense, _SageRoot
+    g = torch.Generator().manual_seed(1)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_()  # noqa: E731
+    if fn == 'dense':
+        args = (r(7, 3), r(5, 3), r(5), r(7, 4), r(5, 4))
+        f = _SageDense.apply
+    else:
+        args = (r(7, 5), r(5), r(7, 4), r(5, 4))
+        f = _SageRoot.apply
+    assert torch.autograd.gradcheck(f, args)
+    assert torch.autograd.gradgradcheck(f, args)
