@@ -63,9 +63,8 @@ What to watch for:
 
 ``--captured`` (pyg_tc's layers with pyg_tc's loader) trains with the step captured in CUDA graphs:
 each rank pads its batches to two buckets (the loader's ``transform``; the buckets measured on 10
-batches, then the largest over the ranks: for SAGE per-hop buckets, ``pyg_tc.loader.PadHops``, and
-each layer runs on PyG's ``trim_to_layer`` of the batch, ``pyg_tc.loader.trimmed_forward``; for GAT
-whole-batch buckets, ``pyg_tc.loader.PadToBuckets``, untrimmed), wraps the model
+batches, then the largest over the ranks; per-hop buckets, ``pyg_tc.loader.PadHops``, and each layer
+runs on PyG's ``trim_to_layer`` of the batch, ``pyg_tc.loader.trimmed_forward``), wraps the model
 in ``DDP(..., static_graph=True)`` and steps through ``pyg_tc.loader.CapturedStep`` with a capturable
 Adam: DDP's all-reduce is part of each replayed graph. On GPUs, DDP, the step and the loop run under
 one side stream (``with torch.cuda.stream(s)``): DDP keeps its gradient accumulators on the stream
@@ -254,22 +253,15 @@ def loss_of(model, b):
 
 
 def pad_to_buckets(loader, a, device):
-    """``--captured``: pad this rank's batches to two buckets measured on 10 of them, the largest
-    over the ranks (every rank then captures graphs of the same shapes). SAGE: per-hop buckets
-    (``PadHops``), so the captured step trims each layer's graph; GAT: whole-batch buckets
-    (``PadToBuckets``, untrimmed): per hop, the loader would build a self-loop graph per layer on
-    the host, which costs a GAT epoch more than trimming saves (docs/pipelines.md)."""
-    per_hop = a.model == 'sage'
-    buckets = pyg_tc.loader.buckets_from_batches(loader, num_batches=10, levels=2, per_hop=per_hop)
-    flat = [list(b.num_nodes) + list(b.num_edges) if per_hop else list(b) for b in buckets]
-    t = torch.tensor(flat, device=device)
+    """``--captured``: pad this rank's batches hop by hop (``PadHops``) to two buckets measured on
+    10 of them, the largest over the ranks (every rank then captures graphs of the same shapes), so
+    the captured step trims each layer's graph (GAT derives its layers' self-loop graphs inside the
+    step, on the GPU)."""
+    buckets = pyg_tc.loader.buckets_from_batches(loader, num_batches=10, levels=2, per_hop=True)
+    t = torch.tensor([list(b.num_nodes) + list(b.num_edges) for b in buckets], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    if per_hop:
-        H = len(buckets[0].num_edges)
-        loader.transform = pyg_tc.loader.PadHops([(r[:H + 1], r[H + 1:]) for r in t.tolist()], a.batch_size)
-    else:
-        loader.transform = pyg_tc.loader.PadToBuckets([tuple(b) for b in t.tolist()], a.batch_size,
-                                                      self_loops=True)
+    H = len(buckets[0].num_edges)
+    loader.transform = pyg_tc.loader.PadHops([(r[:H + 1], r[H + 1:]) for r in t.tolist()], a.batch_size)
 
 
 def flat_params(model) -> torch.Tensor:

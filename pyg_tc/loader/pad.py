@@ -201,8 +201,9 @@ class PadToBuckets(BaseTransform):
             every padded batch reserves).
         self_loops (bool, optional): also build the padded self-loop graph
             that ``GATConv`` / ``GATv2Conv`` (``add_self_loops=True``) use
-            (``pyg_tc.formats.loops.pad_loop_graph``), so a step with GAT layers
-            builds nothing either (default: False).
+            (``pyg_tc.formats.loops.pad_loop_graph``) with the batch, instead
+            of the layers deriving it inside the step (on the device, without
+            synchronisation, either way) (default: False).
     """
 
     def __init__(self, buckets: Sequence[Sequence[int]], seed_capacity: int, self_loops: bool = False):
@@ -373,10 +374,9 @@ class PadHops(BaseTransform):
             ``trim_to_layer``: each layer's trimmed graph
             (:meth:`~pyg_tc.formats.CSRGraph.trimmed`, the bucket's hop
             boundaries) and its padded self-loop graph, memoised on the
-            batch's graph, so a captured step builds none of them (they are
-            part of the batch, copied per step). Layers without self loops
-            need none of it (their trimmed graphs are derived inside the
-            step). (default: :obj:`False`)
+            batch's graph (part of the batch, copied per step), instead of
+            the layers deriving them inside the step (on the device, without
+            synchronisation, either way). (default: :obj:`False`)
     """
 
     def __init__(self, buckets: Sequence[Sequence[Sequence[int]]], seed_capacity: int, self_loops: bool = False):

@@ -133,15 +133,15 @@ def test_multi_gpu_tutorial_pyg_tc_loader_check(tmp_path):
 @pytest.mark.parametrize('model', ['sage', 'gat'])
 def test_multi_gpu_tutorial_captured_check(model, tmp_path):
     """``--captured --prefetch 2`` on 2 spawned CPU ranks (batches made on each loader's thread):
-    the batches padded to buckets agreed over the ranks
-    (SAGE: per-hop buckets, each layer trimmed; GAT: whole-batch buckets with padded self-loop
-    graphs), DDP with ``static_graph=True`` and ``CapturedStep`` (eager on the CPU); the check holds
-    on the padded batches (``seed_loss``), and the row says how the step ran."""
+    the batches padded to per-hop buckets agreed over the ranks, each layer trimmed (GAT's
+    self-loop graphs derived in the step), DDP with ``static_graph=True`` and ``CapturedStep``
+    (eager on the CPU); the check holds on the padded batches (``seed_loss``), and the row says how
+    the step ran."""
     r = subprocess.run([sys.executable, str(REPO_ROOT / 'tutorials' / '09_multi_gpu.py'), '--small',
                         '--device', 'cpu', '--captured', '--model', model, '--prefetch', '2'],
                        cwd=tmp_path, env=tutorial_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    step = {'sage': 'captured, per-hop padded', 'gat': 'captured'}[model]
+    step = 'captured, per-hop padded'
     assert [c[2] for c in table_rows(r.stdout, 2)] == [f'pyg_tc.loader.NeighborLoader [15, 10], prefetch 2, step {step}']
     assert 'parameters on every rank identical (max diff 0.0e+00)' in r.stdout and ': OK' in r.stdout
 
