@@ -9,7 +9,8 @@ kernel-only (a CUDA graph of ``CALLS`` calls, median of ``REPLAYS`` replays).
 The report keeps, per case, the best median over the rounds of each side and
 gives the ratio new / base (above 1: the new code is slower). Cases: the
 SpMM, SDDMM, tensor-core (SGT) and CBSR rows of the benchmark suite, on
-power-law (R-MAT) and banded graphs. Only public ops that both checkouts
+power-law (R-MAT) and banded graphs, and an odd width (33) for the SpMM and
+SDDMM's one-element-per-lane path. Only public ops that both checkouts
 have are called (``pyg_tc.ops``: spmm_graph, sddmm_graph, sgt_of,
 sgt_spmm_cells, sgt_sddmm_cells, maxk, cbsr_spmm_graph; the
 ``cbsr_sspmm`` op).
@@ -101,7 +102,7 @@ def worker(out: str) -> None:
             w = torch.rand(g.num_edges, device=dev, generator=gen)
             for dt in (torch.float32, torch.float16):
                 dn = str(dt).split('.')[-1]
-                for F in (16, 64, 256):
+                for F in (16, 33, 64, 256):  # 33: the one-element-per-lane path of odd widths
                     x = torch.randn(n, F, device=dev, dtype=dt, generator=gen)
                     timed(f'spmm/{gname}/{dn}/{F}', lambda: ops.spmm_graph(g, x, w))
                     if F <= 64:
