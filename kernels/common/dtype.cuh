@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/align.h"
 
@@ -33,6 +34,44 @@ template <typename T, int V>
 struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
+
+// ldg(ptr): a load through the read-only data path (ld.global.nc), for data
+// that no thread writes during the kernel. nvcc chooses that path by itself
+// only for `const __restrict__` kernel arguments; pyg_tc kernels take one
+// params struct (whose pointers it cannot prove read-only), so a kernel whose
+// loads gain from that path says it (sgt, maxk; the csr SpMM measured the same
+// speed with plain loads, kernels/README.md). __ldg is an `asm volatile` in
+// CUDA 13: the compiler keeps such loads in program order, so place them where
+// they should issue. The word is that of the type (fp32 words for fp32 data,
+// integer words otherwise), so the load is the one the compiler would have
+// emitted.
+template <typename U, bool FP32 = false> struct LdgWord;
+template <typename U> struct LdgWord<U, false> {
+  static_assert(sizeof(U) == 1 || sizeof(U) == 2 || sizeof(U) == 4 || sizeof(U) == 8 || sizeof(U) == 16,
+                "ldg: 1, 2, 4, 8 or 16 bytes");
+  using type = std::conditional_t<
+      sizeof(U) == 16, uint4,
+      std::conditional_t<sizeof(U) == 8, uint2,
+                         std::conditional_t<sizeof(U) == 4, unsigned,
+                                            std::conditional_t<sizeof(U) == 2, unsigned short, unsigned char>>>>;
+};
+template <typename U> struct LdgWord<U, true> {
+  using type = std::conditional_t<sizeof(U) == 16, float4, std::conditional_t<sizeof(U) == 8, float2, float>>;
+};
+template <typename U> struct IsFp32Data : std::is_same<U, float> {};
+template <int V> struct IsFp32Data<Pack<float, V>> : std::true_type {};
+template <> struct IsFp32Data<float4> : std::true_type {};
+template <> struct IsFp32Data<float2> : std::true_type {};
+
+template <typename U>
+__device__ __forceinline__ U ldg(const U* p) {
+  using W = typename LdgWord<std::remove_cv_t<U>, IsFp32Data<std::remove_cv_t<U>>::value>::type;
+  static_assert(sizeof(W) == sizeof(U), "ldg: word size");
+  const W w = __ldg(reinterpret_cast<const W*>(p));
+  U u;
+  memcpy(&u, &w, sizeof(U));
+  return u;
+}
 
 // Elements per 16-byte vector for a given scalar.
 template <typename T> constexpr int vec16() { return 16 / sizeof(T); }

@@ -16,15 +16,37 @@ namespace pyg_tc {
 // is fixed, so the result is deterministic.
 constexpr int kReduceWarps = 4;
 
+// Filled by the family's launcher from its own params (x and out of its dtype T).
+struct HeavyReduceParams {
+  const int* heavy_rows{};
+  const int* heavy_ptr{};
+  int64_t num_heavy{};  // grid x
+  const float* ws{};  // [num_slots, F] fp32 partial rows
+  const int* rowptr{};  // the degrees, for mean
+  const void* x{};  // [N, F], for the diag term
+  void* out{};  // [N, F]
+  const float* diag{};  // nullptr = none
+  int64_t diag_stride{};
+  int F{};
+  bool mean{};
+};
+
 template <bool MAX>
 __device__ __forceinline__ float combine(float a, float b) { return MAX ? fmaxf(a, b) : a + b; }
 
 template <typename T, bool MAX>
 __global__ void __launch_bounds__(kReduceWarps * 32)
-heavy_reduce_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
-                    const float* __restrict__ ws, const int* __restrict__ rowptr,
-                    const T* __restrict__ x, T* __restrict__ out,
-                    const float* __restrict__ diag, int64_t diag_stride, int F, bool mean) {
+heavy_reduce_kernel(const HeavyReduceParams p) {
+  const int* __restrict__ heavy_rows = p.heavy_rows;
+  const int* __restrict__ heavy_ptr = p.heavy_ptr;
+  const float* __restrict__ ws = p.ws;
+  const int* __restrict__ rowptr = p.rowptr;
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  T* __restrict__ out = static_cast<T*>(p.out);
+  const float* __restrict__ diag = p.diag;
+  const int64_t diag_stride = p.diag_stride;
+  const int F = p.F;
+  const bool mean = p.mean;
   __shared__ float part[kReduceWarps][32];
   const int h = blockIdx.x;
   const int64_t row = heavy_rows[h];
@@ -58,13 +80,9 @@ heavy_reduce_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ 
 
 // Grid: one block per (heavy row, 32-feature tile).
 template <typename T, bool MAX>
-inline void launch_heavy_reduce(const int* heavy_rows, const int* heavy_ptr, int64_t num_heavy,
-                                const float* ws, const int* rowptr, const T* x, T* out,
-                                const float* diag, int64_t diag_stride, int F, bool mean,
-                                cudaStream_t stream) {
-  dim3 grid((unsigned)num_heavy, (unsigned)((F + 31) / 32));
-  heavy_reduce_kernel<T, MAX><<<grid, kReduceWarps * 32, 0, stream>>>(
-      heavy_rows, heavy_ptr, ws, rowptr, x, out, diag, diag_stride, F, mean);
+inline void launch_heavy_reduce(const HeavyReduceParams& p, cudaStream_t stream) {
+  dim3 grid((unsigned)p.num_heavy, (unsigned)((p.F + 31) / 32));
+  heavy_reduce_kernel<T, MAX><<<grid, kReduceWarps * 32, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -216,11 +216,20 @@ __device__ __forceinline__ void walk_unit(float (&acc)[NV][V], const int4 un, co
 // where the fp32 sum does not fit the dtype.
 template <typename T, int V, int NV, int L, bool MAX, bool COOP, bool H2>
 __global__ void __launch_bounds__(kThreads)
-spmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
-                  const int* __restrict__ col, const float* __restrict__ w,
-                  const T* __restrict__ x, T* __restrict__ out,
-                  float* __restrict__ ws, const float* __restrict__ diag,
-                  int64_t diag_stride, int F, bool mean) {
+spmm_units_kernel(const CsrSpmmParams p) {
+  // plain loads: the read-only path (ldg) measured no faster here and
+  // slower for fp16 at F = 16 (kernels/README.md)
+  const int4* __restrict__ units = p.units;
+  const int64_t num_units = p.num_units;
+  const int* __restrict__ col = p.col;
+  const float* __restrict__ w = p.value;
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  T* __restrict__ out = static_cast<T*>(p.out);
+  float* __restrict__ ws = p.ws;
+  const float* __restrict__ diag = p.diag;
+  const int64_t diag_stride = p.diag_stride;
+  const int F = p.F;
+  const bool mean = p.mean;
   static_assert(!H2 || (!MAX && V == 8 && sizeof(T) == 2), "two-level sum: half vectors, sum/mean");
   constexpr int G = 32 / L;
   constexpr int SLICE = L * V * NV;
@@ -335,9 +344,7 @@ void launch_spmm_units(const CsrSpmmParams& p, cudaStream_t stream) {
   const int64_t blocks = (U + (kThreads / 32) * per_warp - 1) / ((kThreads / 32) * per_warp);
   const int slices = (p.F + L * V * NV - 1) / (L * V * NV);
   dim3 grid((unsigned)blocks, (unsigned)slices);
-  spmm_units_kernel<T, V, NV, L, MAX, COOP, H2><<<grid, kThreads, 0, stream>>>(
-      p.units, U, p.col, p.value, static_cast<const T*>(p.x), static_cast<T*>(p.out), p.ws, p.diag,
-      p.diag_stride, p.F, p.mean);
+  spmm_units_kernel<T, V, NV, L, MAX, COOP, H2><<<grid, kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -373,9 +380,9 @@ void run_csr_spmm(const CsrSpmmParams& p, cudaStream_t stream) {
   }
   if (p.num_heavy > 0) {
     PYG_TC_BOOL_SWITCH(p.max, MAX, [&] {
-      launch_heavy_reduce<T, MAX>(p.heavy_rows, p.heavy_ptr, p.num_heavy, p.ws, p.rowptr,
-                                  static_cast<const T*>(p.x), static_cast<T*>(p.out), p.diag,
-                                  p.diag_stride, p.F, p.mean, stream);
+      launch_heavy_reduce<T, MAX>(HeavyReduceParams{p.heavy_rows, p.heavy_ptr, p.num_heavy, p.ws, p.rowptr,
+                                                    p.x, p.out, p.diag, p.diag_stride, p.F, p.mean},
+                                  stream);
     });
   }
 }

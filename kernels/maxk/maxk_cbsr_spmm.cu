@@ -38,11 +38,20 @@ namespace {
 // shared-memory atomics, for small k where NB buffers would not fit.
 template <typename T, typename IT, int KG, int NB, int VT>
 __global__ void __launch_bounds__(kWarps * 32)
-cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restrict__ rowptr,
-                 const int* __restrict__ col, const float* __restrict__ w,
-                 const T* __restrict__ vals, const IT* __restrict__ idx, int k, int F,
-                 T* __restrict__ out, float* __restrict__ ws, const float* __restrict__ diag,
-                 int64_t ds, bool mean) {
+cbsr_spmm_kernel(const CbsrSpmmParams p) {
+  const int4* __restrict__ units = p.g.units;
+  const int64_t U = p.g.num_units;
+  const int* __restrict__ rowptr = p.g.rowptr;
+  const int* __restrict__ col = p.g.col;
+  const float* __restrict__ w = p.g.value;
+  const T* __restrict__ vals = static_cast<const T*>(p.values);
+  const IT* __restrict__ idx = static_cast<const IT*>(p.indices);
+  const int k = p.k, F = p.F;
+  T* __restrict__ out = static_cast<T*>(p.out);
+  float* __restrict__ ws = p.ws;
+  const float* __restrict__ diag = p.g.diag;
+  const int64_t ds = p.g.diag_stride;
+  const bool mean = p.g.mean;
   extern __shared__ float smem[];
   constexpr int P = 32 / KG;  // edges per step
   constexpr bool PRIV = NB == P;
@@ -51,7 +60,7 @@ cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restric
   float* wbuf = smem + (threadIdx.x >> 5) * NB * F;
   const int64_t u = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (u >= U) return;  // warp-uniform; no block-wide barriers below
-  const int4 un = units[u];
+  const int4 un = ldg(units + u);
   for (int f = lane; f < NB * F; f += 32) wbuf[f] = 0.f;
   __syncwarp();
   const int sub = lane / KG, t0 = lane % KG;
@@ -62,8 +71,8 @@ cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restric
     int c = 0;
     float wv = 1.f;
     if (lane < n) {
-      c = __ldg(col + un.y + base + lane);
-      if (w != nullptr) wv = __ldg(w + un.y + base + lane);
+      c = ldg(col + un.y + base + lane);
+      if (w != nullptr) wv = ldg(w + un.y + base + lane);
     }
     for (int tb = 0; tb < k; tb += KG * VT) {
       const int t = tb + t0 * VT;  // this lane's first entry (VT consecutive ones)
@@ -83,9 +92,9 @@ cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restric
             ix[q][r] = 0;
           }
           if (ok[q]) {
-            const int64_t p = (int64_t)cj * k + t;
-            const Pack<T, VT> pv = *reinterpret_cast<const Pack<T, VT>*>(vals + p);
-            const Pack<IT, VT> pi = *reinterpret_cast<const Pack<IT, VT>*>(idx + p);
+            const int64_t o = (int64_t)cj * k + t;
+            const Pack<T, VT> pv = ldg(reinterpret_cast<const Pack<T, VT>*>(vals + o));
+            const Pack<IT, VT> pi = ldg(reinterpret_cast<const Pack<IT, VT>*>(idx + o));
 #pragma unroll
             for (int r = 0; r < VT; ++r) {
               v[q][r] = wj * to_f(pv.v[r]);
@@ -110,11 +119,11 @@ cbsr_spmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restric
     }
   }
   const int64_t row = un.x;
-  if (diag != nullptr && un.y == rowptr[row]) {  // first unit of its row adds diag * x[row]
-    const float d = diag[row * ds];
+  if (diag != nullptr && un.y == ldg(rowptr + row)) {  // first unit of its row adds diag * x[row]
+    const float d = ldg(diag + row * ds);
     for (int t = lane; t < k; t += 32) {
-      float* a = wbuf + col_of(idx[row * k + t]);
-      const float add = d * to_f(vals[row * k + t]);
+      float* a = wbuf + col_of(ldg(idx + row * k + t));
+      const float add = d * to_f(ldg(vals + row * k + t));
       if (PRIV) *a += add; else atomicAdd(a, add);  // distinct columns per lane
     }
   }
@@ -136,10 +145,7 @@ void launch_cbsr_spmm(const CbsrSpmmParams& p, cudaStream_t stream) {
   set_max_dynamic_smem(kernel, smem);
   const unsigned blocks = (unsigned)((p.g.num_units + kWarps - 1) / kWarps);
   if (p.g.num_units > 0)
-    kernel<<<blocks, kWarps * 32, smem, stream>>>(
-        p.g.units, p.g.num_units, p.g.rowptr, p.g.col, p.g.value, static_cast<const T*>(p.values),
-        static_cast<const IT*>(p.indices), p.k, p.F, static_cast<T*>(p.out), p.ws, p.g.diag,
-        p.g.diag_stride, p.g.mean);
+    kernel<<<blocks, kWarps * 32, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -161,8 +167,9 @@ void run_cbsr_spmm(const CbsrSpmmParams& p, cudaStream_t stream) {
       });
     });
     if (p.num_heavy > 0)
-      launch_heavy_reduce<T, false>(p.heavy_rows, p.heavy_ptr, p.num_heavy, p.ws, p.g.rowptr, nullptr,
-                                    static_cast<T*>(p.out), nullptr, 0, p.F, p.g.mean, stream);
+      launch_heavy_reduce<T, false>(HeavyReduceParams{p.heavy_rows, p.heavy_ptr, p.num_heavy, p.ws, p.g.rowptr,
+                                                      nullptr, p.out, nullptr, 0, p.F, p.g.mean},
+                                    stream);
   });
 }
 

@@ -30,25 +30,34 @@ namespace {
 // SSpMM: out[j, t] += w_ij * s_i * G[i, idx[j, t]] over the forward units.
 template <typename T, typename IT, int KG>
 __global__ void __launch_bounds__(kWarps * 32)
-cbsr_sspmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restrict__ rowptr,
-                  const int* __restrict__ col, const float* __restrict__ w,
-                  const T* __restrict__ G, const IT* __restrict__ idx, int k, int F,
-                  float* __restrict__ out, const float* __restrict__ diag, int64_t ds, bool mean) {
+cbsr_sspmm_kernel(const CbsrSspmmParams p) {
+  const int4* __restrict__ units = p.g.units;
+  const int64_t U = p.g.num_units;
+  const int* __restrict__ rowptr = p.g.rowptr;
+  const int* __restrict__ col = p.g.col;
+  const float* __restrict__ w = p.g.value;
+  const T* __restrict__ G = static_cast<const T*>(p.grad);
+  const IT* __restrict__ idx = static_cast<const IT*>(p.indices);
+  const int k = p.k, F = p.F;
+  float* __restrict__ out = p.out;
+  const float* __restrict__ diag = p.g.diag;
+  const int64_t ds = p.g.diag_stride;
+  const bool mean = p.g.mean;
   extern __shared__ float smem[];
   constexpr int P = 32 / KG;
   const int lane = threadIdx.x & 31;
   float* buf = smem + (threadIdx.x >> 5) * F;
   const int64_t u = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (u >= U) return;
-  const int4 un = units[u];
+  const int4 un = ldg(units + u);
   const int64_t row = un.x;
   const int len = un.z - un.y;
-  const bool do_diag = diag != nullptr && un.y == rowptr[row];
+  const bool do_diag = diag != nullptr && un.y == ldg(rowptr + row);
   if (len == 0 && !do_diag) return;
-  const int deg = rowptr[row + 1] - rowptr[row];
+  const int deg = ldg(rowptr + row + 1) - ldg(rowptr + row);
   const float scale = (mean && deg > 0) ? 1.f / (float)deg : 1.f;
   const T* gr = G + row * F;
-  for (int f = lane; f < F; f += 32) buf[f] = to_f(gr[f]) * scale;
+  for (int f = lane; f < F; f += 32) buf[f] = to_f(ldg(gr + f)) * scale;
   __syncwarp();
   const int sub = lane / KG, t0 = lane % KG;
   for (int base = 0; base < len; base += 32) {
@@ -56,14 +65,14 @@ cbsr_sspmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restri
     int c = 0;
     float wv = 1.f;
     if (lane < n) {
-      c = __ldg(col + un.y + base + lane);
-      if (w != nullptr) wv = __ldg(w + un.y + base + lane);
+      c = ldg(col + un.y + base + lane);
+      if (w != nullptr) wv = ldg(w + un.y + base + lane);
     }
     for (int tb = 0; tb < k; tb += KG) {
       const int t = tb + t0;
       for (int j = 0; j < n; j += P * kUnroll) {
         int ix[kUnroll];
-        int64_t p[kUnroll];
+        int64_t o[kUnroll];
         float wq[kUnroll];
         bool ok[kUnroll];
 #pragma unroll
@@ -72,18 +81,18 @@ cbsr_sspmm_kernel(const int4* __restrict__ units, int64_t U, const int* __restri
           const int cj = __shfl_sync(kFullMask, c, e & 31);
           wq[q] = __shfl_sync(kFullMask, wv, e & 31);
           ok[q] = e < n && t < k;
-          p[q] = (int64_t)cj * k + t;
-          ix[q] = ok[q] ? col_of(idx[p[q]]) : 0;
+          o[q] = (int64_t)cj * k + t;
+          ix[q] = ok[q] ? col_of(ldg(idx + o[q])) : 0;
         }
 #pragma unroll
         for (int q = 0; q < kUnroll; ++q)
-          if (ok[q]) atomicAdd(out + p[q], wq[q] * buf[ix[q]]);
+          if (ok[q]) atomicAdd(out + o[q], wq[q] * buf[ix[q]]);
       }
     }
   }
   if (do_diag) {
-    const float d = diag[row * ds];
-    for (int t = lane; t < k; t += 32) atomicAdd(out + row * k + t, d * buf[col_of(idx[row * k + t])]);
+    const float d = ldg(diag + row * ds);
+    for (int t = lane; t < k; t += 32) atomicAdd(out + row * k + t, d * buf[col_of(ldg(idx + row * k + t))]);
   }
 }
 
@@ -98,9 +107,7 @@ void run_cbsr_sspmm(const CbsrSspmmParams& p, cudaStream_t stream) {
     PYG_TC_INT_SWITCH(p.kg, KG, (1, 2, 4, 8, 16, 32), [&] {
       const auto kernel = cbsr_sspmm_kernel<T, IT, KG>;
       set_max_dynamic_smem(kernel, smem);
-      kernel<<<blocks, kWarps * 32, smem, stream>>>(
-          p.g.units, p.g.num_units, p.g.rowptr, p.g.col, p.g.value, static_cast<const T*>(p.grad),
-          static_cast<const IT*>(p.indices), p.k, p.F, p.out, p.g.diag, p.g.diag_stride, p.g.mean);
+      kernel<<<blocks, kWarps * 32, smem, stream>>>(p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });

@@ -1,7 +1,9 @@
 // MaxK-GNN family: parameters of the MaxK selection, the CBSR SpGEMM
 // (cbsr_spmm) and the CBSR SSpMM (cbsr_sspmm), filled once by the entry
 // points (maxk_host.cpp) and passed to the launchers (maxk_select.cu,
-// maxk_cbsr_spmm.cu, maxk_cbsr_sspmm.cu).
+// maxk_cbsr_spmm.cu, maxk_cbsr_sspmm.cu). Each kernel takes its struct by
+// value as its only argument; its read-only loads go through ldg()
+// (common/dtype.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>

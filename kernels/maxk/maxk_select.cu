@@ -78,7 +78,7 @@ __device__ __forceinline__ void write_kept(const A (&a)[EPL], A lo, bool exact, 
       ++eq_rank;
     }
     if (take) {
-      vr[off] = xr[c0 + e];  // the input value itself (keeps -0 and NaN payloads)
+      vr[off] = ldg(xr + c0 + e);  // the input value itself (keeps -0 and NaN payloads)
       ir[off] = static_cast<IT>(c0 + e);
       ++off;
     }
@@ -149,8 +149,13 @@ __device__ __forceinline__ void select_floats(const float (&v)[EPL], int c0, int
 // EPL elements per lane: lane l owns columns [l * EPL, l * EPL + EPL).
 template <typename T, typename IT, int EPL>
 __global__ void __launch_bounds__(kWarps * 32)
-maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, float z, float phi,
-                   T* __restrict__ vals, IT* __restrict__ idx) {
+maxk_select_kernel(const MaxkSelectParams p) {
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  const int64_t N = p.rows;
+  const int F = p.F, k = p.k;
+  const float z = p.z, phi = p.phi;
+  T* __restrict__ vals = static_cast<T*>(p.values);
+  IT* __restrict__ idx = static_cast<IT*>(p.indices);
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (row >= N) return;  // warp-uniform
@@ -161,13 +166,13 @@ maxk_select_kernel(const T* __restrict__ x, int64_t N, int F, int k, float z, fl
   if (V > 1 && F == 32 * EPL && aligned16(x)) {
 #pragma unroll
     for (int e = 0; e < EPL; e += V) {
-      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(xr + c0 + e);
+      const Pack<T, V> pk = ldg(reinterpret_cast<const Pack<T, V>*>(xr + c0 + e));
 #pragma unroll
-      for (int v = 0; v < V; ++v) xv[e + v] = to_f(p.v[v]);
+      for (int v = 0; v < V; ++v) xv[e + v] = to_f(pk.v[v]);
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) xv[e] = c0 + e < F ? to_f(xr[c0 + e]) : -INFINITY;
+    for (int e = 0; e < EPL; ++e) xv[e] = c0 + e < F ? to_f(ldg(xr + c0 + e)) : -INFINITY;
   }
   bool nan = false;
 #pragma unroll
@@ -221,9 +226,7 @@ void run_maxk_select(const MaxkSelectParams& p, cudaStream_t stream) {
   PYG_TC_BOOL_SWITCH(p.F <= 256, BYTE_INDEX, [&] {
     using IT = std::conditional_t<BYTE_INDEX, uint8_t, int16_t>;
     PYG_TC_INT_SWITCH(p.epl, EPL, (1, 2, 4, 8, 16, 32), [&] {
-      maxk_select_kernel<T, IT, EPL><<<blocks, kWarps * 32, 0, stream>>>(
-          static_cast<const T*>(p.x), p.rows, p.F, p.k, p.z, p.phi, static_cast<T*>(p.values),
-          static_cast<IT*>(p.indices));
+      maxk_select_kernel<T, IT, EPL><<<blocks, kWarps * 32, 0, stream>>>(p);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });

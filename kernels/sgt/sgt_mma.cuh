@@ -96,12 +96,13 @@ __device__ __forceinline__ uint32_t pack2(T lo, T hi) { return bits16(lo) | (bit
 
 // ------------------------------------------------------------ memory helpers
 // V consecutive elements of a row from feature f (zeros past F or for a
-// padding column: row == nullptr). VEC: one V-wide aligned load.
+// padding column: row == nullptr). VEC: one V-wide aligned load. The rows are
+// read-only: loads through ldg (ld.global.nc).
 template <typename T, int V, bool VEC>
 __device__ __forceinline__ void load_row(T (&v)[V], const T* __restrict__ row, int f, int F) {
   if (VEC) {
     if (row != nullptr && f < F) {
-      const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(row + f);
+      const Pack<T, V> p = ldg(reinterpret_cast<const Pack<T, V>*>(row + f));
 #pragma unroll
       for (int i = 0; i < V; ++i) v[i] = p.v[i];
     } else {
@@ -110,7 +111,7 @@ __device__ __forceinline__ void load_row(T (&v)[V], const T* __restrict__ row, i
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = (row != nullptr && f + i < F) ? row[f + i] : from_f<T>(0.f);
+    for (int i = 0; i < V; ++i) v[i] = (row != nullptr && f + i < F) ? ldg(row + f + i) : from_f<T>(0.f);
   }
 }
 
@@ -136,10 +137,10 @@ __device__ __forceinline__ void lane_cells(unsigned w, int first, int g, unsigne
   v[3] = (y & 0x1000000u) ? V(r + __popc(y & 0xffffffu)) : 0.f;
 }
 
-// The same cells as indices (-1 = empty), from the whole mask (SDDMM).
-__device__ __forceinline__ void cells_k16(const int4& m, int base, int g, int t, int (&idx)[4]) {
+// The same cells as indices (-1 = empty), from the whole mask m and its word
+// t, w (SDDMM).
+__device__ __forceinline__ void cells_k16(const int4& m, unsigned w, int base, int g, int t, int (&idx)[4]) {
   const int p0 = __popc((unsigned)m.x), p1 = __popc((unsigned)m.y), p2 = __popc((unsigned)m.z);
-  const unsigned w = (unsigned)(t == 0 ? m.x : t == 1 ? m.y : t == 2 ? m.z : m.w);
   base += (t > 0 ? p0 : 0) + (t > 1 ? p1 : 0) + (t > 2 ? p2 : 0);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {  // k: row g + 8 (k >> 1), column 2t + (k & 1)

@@ -1,6 +1,8 @@
 // TC-GNN family: parameters of the tensor-core SpMM and SDDMM over SGT blocks
 // (pyg_tc/formats/sgt.py), filled once by the entry points (sgt_host.cpp) and
-// passed to the launchers (sgt_spmm.cu, sgt_sddmm.cu).
+// passed to the launchers (sgt_spmm.cu, sgt_sddmm.cu), which pass them on, by
+// value, as the one argument of every kernel: SgtSpmmParams to sgt_spmm_kernel
+// and sgt_reduce, SgtSddmmParams to sgt_sddmm_f32 / sgt_sddmm_f16.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -7,6 +7,12 @@
 // cell is written by one thread (no atomics). fp32: TF32 or 3xTF32; fp16 /
 // bf16: k16 MMAs; fp32 accumulation.
 //
+// Kernel arguments: one SgtSddmmParams by value (the launcher passes p). Its
+// pointers are unpacked into __restrict__ locals at the top, and every load of
+// data that no thread writes during the kernel (units, columns, masks, cell
+// offsets, the feature rows) goes through ldg (ld.global.nc): the compiler
+// chooses that path by itself only for `const __restrict__` kernel arguments.
+//
 // This file: the kernels and their launcher (fp32, fp16, bf16); the entry
 // point and the launch rules are in sgt_host.cpp.
 
@@ -25,12 +31,15 @@ namespace {
 
 // ------------------------------------------------------------------ SDDMM
 // A block's 16 x 8 accumulator (d[k]: row g + 8 * (k >> 1), column
-// 2t + (k & 1): the k16 layout) stored into its cells.
+// 2t + (k & 1): the k16 layout) stored into its cells. mask: the block's
+// 128-bit mask; its word t is loaded on its own (one 4-byte load rather than
+// a select over the four words, the code the compiler made of it before the
+// loads went through ldg).
 template <typename T>
-__device__ __forceinline__ void store_cells(const float (&d)[4], const int4& m, int base, int g, int t,
+__device__ __forceinline__ void store_cells(const float (&d)[4], const int4* mask, int base, int g, int t,
                                             T* __restrict__ out) {
   int idx[4];
-  cells_k16(m, base, g, t, idx);
+  cells_k16(ldg(mask), ldg(reinterpret_cast<const unsigned*>(mask) + t), base, g, t, idx);
 #pragma unroll
   for (int k = 0; k < 4; ++k)
     if (idx[k] >= 0) out[idx[k]] = from_f<T>(d[k]);
@@ -42,18 +51,24 @@ __device__ __forceinline__ void store_cells(const float (&d)[4], const int4& m, 
 // t + 4 are J contiguous features each.
 template <int J, bool VEC, bool SPLIT>
 __global__ void __launch_bounds__(256)
-sgt_sddmm_f32(const int4* __restrict__ units, const int* __restrict__ cols, const int4* __restrict__ mask,
-              const int* __restrict__ cell_ptr, const float* __restrict__ A, const float* __restrict__ Bm,
-              float* __restrict__ out, int R, int F) {
+sgt_sddmm_f32(const SgtSddmmParams p) {
+  const int4* __restrict__ units = p.b.units;
+  const int* __restrict__ cols = p.b.cols;
+  const int4* __restrict__ mask = reinterpret_cast<const int4*>(p.b.mask);
+  const int* __restrict__ cell_ptr = p.b.cell_ptr;
+  const float* __restrict__ A = static_cast<const float*>(p.a);
+  const float* __restrict__ Bm = static_cast<const float*>(p.bm);
+  float* __restrict__ out = static_cast<float*>(p.out);
+  const int R = p.R, F = p.F;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int4 un = units[blockIdx.x];
+  const int4 un = ldg(units + blockIdx.x);
   const int64_t ra = (int64_t)un.x * 16 + g, rb = ra + 8;
   const float* pa0 = ra < R ? A + ra * F : nullptr;
   const float* pa1 = rb < R ? A + rb * F : nullptr;
   for (int b = un.y + 2 * (warp + W * (int)blockIdx.y); b < un.z; b += 2 * W * (int)gridDim.y) {
     const bool two = b + 1 < un.z;
-    const int n0 = cols[b * 8 + g], n1 = two ? cols[(b + 1) * 8 + g] : -1;
+    const int n0 = ldg(cols + b * 8 + g), n1 = two ? ldg(cols + (b + 1) * 8 + g) : -1;
     const float* pb0 = n0 >= 0 ? Bm + (int64_t)n0 * F : nullptr;
     const float* pb1 = n1 >= 0 ? Bm + (int64_t)n1 * F : nullptr;
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
@@ -74,8 +89,8 @@ sgt_sddmm_f32(const int4* __restrict__ units, const int* __restrict__ cols, cons
         mma_f32<SPLIT>(d1, af, c0[j], c1[j]);
       }
     }
-    store_cells(d0, mask[b], cell_ptr[b], g, t, out);
-    if (two) store_cells(d1, mask[b + 1], cell_ptr[b + 1], g, t, out);
+    store_cells(d0, mask + b, ldg(cell_ptr + b), g, t, out);
+    if (two) store_cells(d1, mask + b + 1, ldg(cell_ptr + b + 1), g, t, out);
   }
 }
 
@@ -84,19 +99,25 @@ sgt_sddmm_f32(const int4* __restrict__ units, const int* __restrict__ cols, cons
 // contiguous features, and each 32-bit word of them is one fragment register.
 template <typename T, int J, bool VEC>
 __global__ void __launch_bounds__(256)
-sgt_sddmm_f16(const int4* __restrict__ units, const int* __restrict__ cols, const int4* __restrict__ mask,
-              const int* __restrict__ cell_ptr, const T* __restrict__ A, const T* __restrict__ Bm,
-              T* __restrict__ out, int R, int F) {
+sgt_sddmm_f16(const SgtSddmmParams p) {
+  const int4* __restrict__ units = p.b.units;
+  const int* __restrict__ cols = p.b.cols;
+  const int4* __restrict__ mask = reinterpret_cast<const int4*>(p.b.mask);
+  const int* __restrict__ cell_ptr = p.b.cell_ptr;
+  const T* __restrict__ A = static_cast<const T*>(p.a);
+  const T* __restrict__ Bm = static_cast<const T*>(p.bm);
+  T* __restrict__ out = static_cast<T*>(p.out);
+  const int R = p.R, F = p.F;
   constexpr int V = 2 * J;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int4 un = units[blockIdx.x];
+  const int4 un = ldg(units + blockIdx.x);
   const int64_t ra = (int64_t)un.x * 16 + g, rb = ra + 8;
   const T* pa0 = ra < R ? A + ra * F : nullptr;
   const T* pa1 = rb < R ? A + rb * F : nullptr;
   for (int b = un.y + 2 * (warp + W * (int)blockIdx.y); b < un.z; b += 2 * W * (int)gridDim.y) {
     const bool two = b + 1 < un.z;
-    const int n0 = cols[b * 8 + g], n1 = two ? cols[(b + 1) * 8 + g] : -1;
+    const int n0 = ldg(cols + b * 8 + g), n1 = two ? ldg(cols + (b + 1) * 8 + g) : -1;
     const T* pb0 = n0 >= 0 ? Bm + (int64_t)n0 * F : nullptr;
     const T* pb1 = n1 >= 0 ? Bm + (int64_t)n1 * F : nullptr;
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
@@ -118,32 +139,26 @@ sgt_sddmm_f16(const int4* __restrict__ units, const int* __restrict__ cols, cons
         mma_k16<T>(d1, af, pack2(c0[2 * j], c0[2 * j + 1]), pack2(c1[2 * j], c1[2 * j + 1]));
       }
     }
-    store_cells(d0, mask[b], cell_ptr[b], g, t, out);
-    if (two) store_cells(d1, mask[b + 1], cell_ptr[b + 1], g, t, out);
+    store_cells(d0, mask + b, ldg(cell_ptr + b), g, t, out);
+    if (two) store_cells(d1, mask + b + 1, ldg(cell_ptr + b + 1), g, t, out);
   }
 }
 
 }  // namespace
 
 // J features per thread and MMA step (1: elementwise loads, 2 / 4: vector
-// loads); grid: units x parts, warps per CTA.
+// loads); grid: units x parts, warps per CTA; the kernels take p itself.
 template <typename T>
 void run_sgt_sddmm(const SgtSddmmParams& p, cudaStream_t stream) {
   const dim3 grid(p.b.num_units, p.parts);
-  const auto* mask = reinterpret_cast<const int4*>(p.b.mask);
-  const T* a = static_cast<const T*>(p.a);
-  const T* b = static_cast<const T*>(p.bm);
-  T* out = static_cast<T*>(p.out);
   PYG_TC_INT_SWITCH(p.j, J, (1, 2, 4), [&] {
     constexpr bool VEC = J > 1;
     if constexpr (std::is_same<T, float>::value) {
       PYG_TC_BOOL_SWITCH(p.split, SPLIT, [&] {
-        sgt_sddmm_f32<J, VEC, SPLIT><<<grid, 32 * p.warps, 0, stream>>>(p.b.units, p.b.cols, mask, p.b.cell_ptr,
-                                                                      a, b, out, p.R, p.F);
+        sgt_sddmm_f32<J, VEC, SPLIT><<<grid, 32 * p.warps, 0, stream>>>(p);
       });
     } else {
-      sgt_sddmm_f16<T, J, VEC><<<grid, 32 * p.warps, 0, stream>>>(p.b.units, p.b.cols, mask, p.b.cell_ptr, a,
-                                                                 b, out, p.R, p.F);
+      sgt_sddmm_f16<T, J, VEC><<<grid, 32 * p.warps, 0, stream>>>(p);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -28,6 +28,13 @@
 //   CTAs); warps of a CTA are combined in warp order through shared memory.
 //   No atomics.
 //
+// Kernel arguments: one SgtSpmmParams by value (sgt_spmm_kernel and
+// sgt_reduce alike; the launcher passes p). Its pointers are unpacked into
+// __restrict__ locals at the top, and the loads of data that no thread writes
+// during the kernel go through ldg / __ldg (ld.global.nc): the compiler
+// chooses that path by itself only for `const __restrict__` kernel arguments.
+// The cp.async copies are unaffected. One exception, see store_tile.
+//
 // This file: the SpMM (sgt_spmm_kernel, its pipeline pieces, the split-window
 // reduce sgt_reduce) and its launcher (fp32, fp16, bf16); the entry point and
 // the launch rules are in sgt_host.cpp.
@@ -126,6 +133,10 @@ __device__ __forceinline__ int64_t ws_index(int slot, int slice, int nslices, in
   return (((int64_t)slot * nslices + slice) * J + j) * 32 + lane;
 }
 
+// The tile's results: partial tiles of split windows to the workspace, else
+// the rows (+ diag * x, accumulated with an fma). The vector x load of the
+// diag term (VEC) stays a plain load, as the compiler emitted it (ld.global,
+// not .nc) when x was a `const __restrict__` kernel argument.
 template <typename T, int J, bool VEC>
 __device__ __forceinline__ void store_tile(const SpmmAcc<J>& acc, int win, int slot, int f0, int R, int F,
                                            T* __restrict__ out, float* __restrict__ ws,
@@ -143,7 +154,7 @@ __device__ __forceinline__ void store_tile(const SpmmAcc<J>& acc, int win, int s
   for (int h = 0; h < 2; ++h) {
     const int64_t row = (int64_t)win * 16 + g + 8 * h;
     if (row >= R) continue;
-    const float dg = diag != nullptr ? diag[row * diag_stride] : 0.f;
+    const float dg = diag != nullptr ? ldg(diag + row * diag_stride) : 0.f;
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const int f = f0 + (2 * t + q) * J;
@@ -153,15 +164,18 @@ __device__ __forceinline__ void store_tile(const SpmmAcc<J>& acc, int win, int s
         Pack<T, J> xv;
         if (diag != nullptr) xv = *reinterpret_cast<const Pack<T, J>*>(x + row * F + f);
 #pragma unroll
-        for (int j = 0; j < J; ++j)
-          p.v[j] = from_f<T>(acc.d[j][2 * h + q] + (diag != nullptr ? dg * to_f(xv.v[j]) : 0.f));
+        for (int j = 0; j < J; ++j) {
+          float v = acc.d[j][2 * h + q];
+          if (diag != nullptr) v += dg * to_f(xv.v[j]);
+          p.v[j] = from_f<T>(v);
+        }
         *reinterpret_cast<Pack<T, J>*>(out + row * F + f) = p;
       } else {
 #pragma unroll
         for (int j = 0; j < J; ++j) {
           if (f + j >= F) break;
           float v = acc.d[j][2 * h + q];
-          if (diag != nullptr) v += dg * to_f(x[row * F + f + j]);
+          if (diag != nullptr) v += dg * to_f(ldg(x + row * F + f + j));
           out[row * F + f + j] = from_f<T>(v);
         }
       }
@@ -317,7 +331,8 @@ __device__ __forceinline__ void issue_stage(unsigned char* my, int q, const Stag
     for (int e = lane; e < KS * 8 * FS; e += 32) {
       const int row = e / FS, f = e % FS;
       const int col = __shfl_sync(kFullMask, m.col, row);
-      sx[xoff<T, FS>(row, f)] = (col >= 0 && c.f0 + f < F) ? x[(int64_t)col * F + c.f0 + f] : from_f<T>(0.f);
+      sx[xoff<T, FS>(row, f)] =
+          (col >= 0 && c.f0 + f < F) ? ldg(x + (int64_t)col * F + c.f0 + f) : from_f<T>(0.f);
     }
   }
 }
@@ -414,6 +429,7 @@ __device__ __forceinline__ int next_slot(int q) { return q == kStages - 1 ? 0 : 
 // thread's B rows are 2t and 2t + 1 of a block. coop = 0: every warp of the
 // CTA owns a unit; coop = 1: the CTA's warps share unit blockIdx.x (graphs
 // with few units).
+// Argument: the SgtSpmmParams, every setting in it (coop, counts, R, F).
 // Registers: up to 80 (launch bounds 256 x 3). The 64-register cap of
 // (256, 4) made the compiler rebuild addresses and lane constants for every
 // copy and fragment read (13% more instructions in the F = 32 fp32 profile);
@@ -421,10 +437,21 @@ __device__ __forceinline__ int next_slot(int q) { return q == kStages - 1 ? 0 : 
 // shared memory allows (6 for 32-element half slices).
 template <typename T, int FS, bool VEC, bool SPLIT>
 __global__ void __launch_bounds__(256, 3)
-sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __restrict__ cols,
-                const int* __restrict__ maskw, const int* __restrict__ cell_ptr, const float* __restrict__ vals,
-                int C, const T* __restrict__ x, T* __restrict__ out, float* __restrict__ ws,
-                const float* __restrict__ diag, int64_t diag_stride, int R, int F) {
+sgt_spmm_kernel(const SgtSpmmParams p) {
+  const int4* __restrict__ units = p.b.units;
+  const int U = p.b.num_units;
+  const bool coop = p.coop;
+  const int* __restrict__ cols = p.b.cols;
+  const int* __restrict__ maskw = p.b.mask;
+  const int* __restrict__ cell_ptr = p.b.cell_ptr;
+  const float* __restrict__ vals = p.cell_val;
+  const int C = p.num_cells;
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  T* __restrict__ out = static_cast<T*>(p.out);
+  float* __restrict__ ws = p.ws;
+  const float* __restrict__ diag = p.diag;
+  const int64_t diag_stride = p.diag_stride;
+  const int R = p.R, F = p.F;
   using S = SpmmStage<T, FS>;
   constexpr bool K16 = !std::is_same<T, float>::value;
   constexpr int KS = S::KS, J = FS / 8;
@@ -440,7 +467,7 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
 #endif
   const int uid = coop ? (int)blockIdx.x : (int)blockIdx.x * nw + warp;
   if (uid >= U) return;  // coop grids have exactly U CTAs: never taken there
-  const int4 un = units[uid];
+  const int4 un = ldg(units + uid);
   const int f0 = blockIdx.y * FS;
   unsigned char* const my = smem_raw + (size_t)warp * kStages * S::BYTES;
 
@@ -499,12 +526,21 @@ sgt_spmm_kernel(const int4* __restrict__ units, int U, int coop, const int* __re
 // serial slot reads at the end of the units): the window's slots summed in
 // slot order in the workspace's fragment order (thread (j, lane) of slice
 // blockIdx.y reads one float4 per slot), then stored to the window's rows
-// (+ diag).
+// (+ diag). Argument: the SpMM's SgtSpmmParams (heavy, heavy_ptr, ws, diag, x,
+// out, R, F); the workspace is written by the SpMM grid, which completes
+// before this kernel reads it, so its loads are read-only here (ldg). The
+// slot range and the window are loaded once, before the loop.
 template <typename T, int J>
 __global__ void __launch_bounds__(128)
-sgt_reduce(const int* __restrict__ heavy, const int* __restrict__ heavy_ptr, const float* __restrict__ ws,
-           T* __restrict__ out, const float* __restrict__ diag, int64_t diag_stride, const T* __restrict__ x,
-           int R, int F) {
+sgt_reduce(const SgtSpmmParams p) {
+  const int* __restrict__ heavy = p.heavy;
+  const int* __restrict__ heavy_ptr = p.heavy_ptr;
+  const float* __restrict__ ws = p.ws;
+  T* __restrict__ out = static_cast<T*>(p.out);
+  const float* __restrict__ diag = p.diag;
+  const int64_t diag_stride = p.diag_stride;
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  const int R = p.R, F = p.F;
   const int j = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // launched as a programmatic dependent of the SpMM (sm_90): wait for the
@@ -513,10 +549,12 @@ sgt_reduce(const int* __restrict__ heavy, const int* __restrict__ heavy_ptr, con
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
   const float4* w = reinterpret_cast<const float4*>(ws);
+  const int k0 = ldg(heavy_ptr + blockIdx.x), k1 = ldg(heavy_ptr + blockIdx.x + 1);
+  const int64_t win = ldg(heavy + blockIdx.x);
   float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
-  for (int k = heavy_ptr[blockIdx.x]; k < heavy_ptr[blockIdx.x + 1]; ++k) {
-    const float4 v = w[ws_index(k, blockIdx.y, gridDim.y, J, j, lane)];
+  for (int k = k0; k < k1; ++k) {
+    const float4 v = ldg(w + ws_index(k, blockIdx.y, gridDim.y, J, j, lane));
     s.x += v.x;
     s.y += v.y;
     s.z += v.z;
@@ -526,11 +564,11 @@ sgt_reduce(const int* __restrict__ heavy, const int* __restrict__ heavy_ptr, con
   const int f0 = blockIdx.y * 8 * J;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {  // i = 2h + q
-    const int64_t row = (int64_t)heavy[blockIdx.x] * 16 + g + 8 * (i >> 1);
+    const int64_t row = win * 16 + g + 8 * (i >> 1);
     const int f = f0 + (2 * t + (i & 1)) * J + j;
     if (row >= R || f >= F) continue;
     float v = e[i];
-    if (diag != nullptr) v += diag[row * diag_stride] * to_f(x[row * F + f]);
+    if (diag != nullptr) v += ldg(diag + row * diag_stride) * to_f(ldg(x + row * F + f));
     out[row * F + f] = from_f<T>(v);
   }
 }
@@ -542,9 +580,7 @@ void launch_sgt_spmm(const SgtSpmmParams& p, cudaStream_t stream) {
   const size_t bytes = (size_t)p.warps * kStages * SpmmStage<T, FS>::BYTES;
   set_max_dynamic_smem(kern, bytes);
   const dim3 grid(p.coop ? U : (U + p.warps - 1) / p.warps, p.slices);
-  kern<<<grid, 32 * p.warps, bytes, stream>>>(p.b.units, U, p.coop ? 1 : 0, p.b.cols, p.b.mask, p.b.cell_ptr,
-                                              p.cell_val, p.num_cells, static_cast<const T*>(p.x),
-                                              static_cast<T*>(p.out), p.ws, p.diag, p.diag_stride, p.R, p.F);
+  kern<<<grid, 32 * p.warps, bytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (p.num_heavy > 0) {
     // sm_90: programmatic dependent launch (the reduce's launch overlaps
@@ -559,9 +595,7 @@ void launch_sgt_spmm(const SgtSpmmParams& p, cudaStream_t stream) {
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = p.sm90 ? 1 : 0;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sgt_reduce<T, FS / 8>, p.heavy, p.heavy_ptr, (const float*)p.ws,
-                                      static_cast<T*>(p.out), p.diag, p.diag_stride,
-                                      static_cast<const T*>(p.x), p.R, p.F));
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sgt_reduce<T, FS / 8>, p));
   }
 }
 
