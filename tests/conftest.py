@@ -280,6 +280,25 @@ NO_DATA = (f'needs the real datasets: set {DATA_ENV} to their folder '
            '(laid out as planetoid/Cora, tu/PROTEINS_full, heterophilous/tolokers, ...)')
 
 
+
+def forbid_device_reads(monkeypatch) -> None:
+    """Patches the calls that synchronise with a GPU (``item``, ``tolist``,
+    ``int()`` / ``bool()`` / ``float()`` / ``index`` of a tensor, ``nonzero``)
+    to raise, except inside a kernel's CPU reference (``_library``'s
+    ``_reference_impl``: on the GPU the kernel runs instead). ``monkeypatch.undo()``
+    lifts it."""
+    import inspect
+
+    def guard(name, orig):
+        def call(*a, **k):
+            if any(f.function == '_reference_impl' for f in inspect.stack()[1:]):
+                return orig(*a, **k)
+            raise AssertionError(f'{name}: read a value from the device')
+        return call
+    for name in ('item', 'tolist', '__int__', '__bool__', '__float__', '__index__', 'nonzero'):
+        monkeypatch.setattr(torch.Tensor, name, guard(name, getattr(torch.Tensor, name)))
+    monkeypatch.setattr(torch, 'nonzero', guard('nonzero', torch.nonzero))
+
 def data_dir() -> Optional[Path]:
     """``$PYG_TC_DATA``, the folder of the real datasets, or ``None`` when it is not set."""
     env = os.environ.get(DATA_ENV)

@@ -7,7 +7,6 @@ step (eager on the CPU; captured == eager on CUDA)."""
 from __future__ import annotations
 
 import copy
-import inspect
 from itertools import accumulate
 
 import pytest
@@ -20,6 +19,7 @@ from pyg_tc.formats.csr import CSRGraph
 from pyg_tc.loader import (CapturedStep, HopBucket, NeighborLoader, PadHops, buckets_from_batches, seed_loss,
                            trimmed_forward)
 
+from ..conftest import forbid_device_reads
 from .test_step import _train
 from .test_trim import MODELS, batch, close, count_builds, models, run
 
@@ -145,25 +145,10 @@ def test_gat_with_edge_features_on_per_hop_batches(data, monkeypatch):
         out.square().sum().backward()
         return out.detach(), [p.grad.clone() for p in model.parameters()]
     want = go(ref)
-    _no_device_reads(monkeypatch)
+    forbid_device_reads(monkeypatch)
     got = go(b)
     monkeypatch.undo()
     close(got, want)
-
-
-def _no_device_reads(monkeypatch):
-    """Patches the calls that synchronise with a GPU to raise, except inside
-    a kernel's CPU reference (``_library``'s ``_reference_impl``: on the GPU
-    the kernel runs instead)."""
-    def guard(name, orig):
-        def call(*a, **k):
-            if any(f.function == '_reference_impl' for f in inspect.stack()[1:]):
-                return orig(*a, **k)
-            raise AssertionError(f'{name}: read a value from the device')
-        return call
-    for name in ('item', 'tolist', '__int__', '__bool__', '__float__', '__index__', 'nonzero'):
-        monkeypatch.setattr(torch.Tensor, name, guard(name, getattr(torch.Tensor, name)))
-    monkeypatch.setattr(torch, 'nonzero', guard('nonzero', torch.nonzero))
 
 
 @pytest.mark.parametrize('kind', ['sage', 'gcn', 'gat'])
@@ -181,7 +166,7 @@ def test_padding_and_trimmed_step_read_nothing_from_the_device(kind, data, monke
     ours, _ = models(kind)
     if kind == 'gat':
         b = pad(b)
-    _no_device_reads(monkeypatch)
+    forbid_device_reads(monkeypatch)
     if kind != 'gat':
         b = pad(b)
     out = trimmed_forward(ours, b)
