@@ -201,10 +201,10 @@ inline size_t merge_smem(int features, int heads) {
 // ...), M the maximum over the slots (found by one warp per head). Features
 // f < HC are acc elements, f >= HC the sums l of head f - HC.
 template <typename T>
-__global__ void __launch_bounds__(kMergeThreads)
-    merge_softmax_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
-                         const float* __restrict__ ws, int stride, int H, int C, T* __restrict__ out,
-                         float* __restrict__ lse) {
+__device__ __forceinline__ void merge_softmax(const int* __restrict__ heavy_rows,
+                                              const int* __restrict__ heavy_ptr,
+                                              const float* __restrict__ ws, int stride, int H, int C,
+                                              T* __restrict__ out, float* __restrict__ lse) {
   extern __shared__ float sh[];
   const int64_t row = heavy_rows[blockIdx.x];
   const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
@@ -272,13 +272,17 @@ __global__ void __launch_bounds__(kMergeThreads)
   }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kMergeThreads) merge_softmax_kernel(const MergeSoftmaxParams p) {
+  merge_softmax<T>(p.heavy_rows, p.heavy_ptr, p.ws, p.stride, p.H, p.C, static_cast<T*>(p.out), p.lse);
+}
+
 // Backward: sums a heavy row's slots; the first `n_t` floats of a slot go to
 // out_t[row * n_t] (T), the next `n_f` to out_f[row * n_f] (fp32).
 template <typename T>
-__global__ void __launch_bounds__(kMergeThreads)
-    merge_sum_kernel(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
-                     const float* __restrict__ ws, int stride, int n_t, T* __restrict__ out_t, int n_f,
-                     float* __restrict__ out_f) {
+__device__ __forceinline__ void merge_sum(const int* __restrict__ heavy_rows, const int* __restrict__ heavy_ptr,
+                                          const float* __restrict__ ws, int stride, int n_t,
+                                          T* __restrict__ out_t, int n_f, float* __restrict__ out_f) {
   extern __shared__ float sh[];
   const int64_t row = heavy_rows[blockIdx.x];
   const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
@@ -315,11 +319,40 @@ __global__ void __launch_bounds__(kMergeThreads)
 }
 
 template <typename T>
+__global__ void __launch_bounds__(kMergeThreads) merge_sum_kernel(const MergeSumParams p) {
+  merge_sum<T>(p.heavy_rows, p.heavy_ptr, p.ws, p.stride, p.n_t, static_cast<T*>(p.out_t), p.n_f, p.out_f);
+}
+
+template <typename T>
+inline void launch_merge_softmax(const AttnParams& p, cudaStream_t stream) {
+  if (p.num_heavy == 0) return;
+  MergeSoftmaxParams m;
+  m.heavy_rows = p.heavy_rows;
+  m.heavy_ptr = p.heavy_ptr;
+  m.ws = p.ws;
+  m.stride = p.ws_stride;
+  m.H = p.H;
+  m.C = p.C;
+  m.out = p.out;
+  m.lse = p.lse;
+  merge_softmax_kernel<T><<<(unsigned)p.num_heavy, kMergeThreads, merge_smem(p.H * p.C + p.H, p.H), stream>>>(m);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T>
 inline void launch_merge_sum(const AttnParams& p, int n_t, T* out_t, int n_f, float* out_f,
                              cudaStream_t stream) {
   if (p.num_heavy == 0) return;
-  merge_sum_kernel<T><<<(unsigned)p.num_heavy, kMergeThreads, merge_smem(n_t + n_f, 0), stream>>>(
-      p.heavy_rows, p.heavy_ptr, p.ws, p.ws_stride, n_t, out_t, n_f, out_f);
+  MergeSumParams m;
+  m.heavy_rows = p.heavy_rows;
+  m.heavy_ptr = p.heavy_ptr;
+  m.ws = p.ws;
+  m.stride = p.ws_stride;
+  m.n_t = n_t;
+  m.out_t = out_t;
+  m.n_f = n_f;
+  m.out_f = out_f;
+  merge_sum_kernel<T><<<(unsigned)p.num_heavy, kMergeThreads, merge_smem(n_t + n_f, 0), stream>>>(m);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -140,12 +140,7 @@ void launch_forward(const AttnParams& p, cudaStream_t stream) {
     attn_forward_kernel<T, V, NV, V2><<<grid_of(p), kThreads, 0, stream>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  if (p.num_heavy > 0) {
-    merge_softmax_kernel<T><<<(unsigned)p.num_heavy, kMergeThreads,
-                              merge_smem(p.H * p.C + p.H, p.H), stream>>>(
-        p.heavy_rows, p.heavy_ptr, p.ws, p.ws_stride, p.H, p.C, static_cast<T*>(p.out), p.lse);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  launch_merge_softmax<T>(p, stream);
 }
 
 template <typename T, int V, int NV, bool V2>

@@ -69,6 +69,32 @@ struct AttnParams {
   bool v2{};  // GATv2 scores (else GAT / given scores)
 };
 
+// The second passes over split (heavy) rows, one block per row
+// (attn_device.cuh): the forward's softmax merge of the slots' (acc, m, l)
+// states into out [Nd, H*C] (T) and lse [Nd, H], and the backward's sum of
+// the slots' first n_t floats into out_t [., n_t] (T) and the next n_f into
+// out_f [., n_f] (fp32; either output nullptr = not wanted).
+struct MergeSoftmaxParams {
+  const int* heavy_rows{};
+  const int* heavy_ptr{};
+  const float* ws{};
+  int stride{};
+  int H{}, C{};
+  void* out{};
+  float* lse{};
+};
+
+struct MergeSumParams {
+  const int* heavy_rows{};
+  const int* heavy_ptr{};
+  const float* ws{};
+  int stride{};
+  int n_t{};
+  void* out_t{};
+  int n_f{};
+  float* out_f{};
+};
+
 // Defined for float, __half, __nv_bfloat16 in attn_forward.cu /
 // attn_backward_rows.cu / attn_backward_cols.cu.
 template <typename T> void run_attn_forward(const AttnParams& p, cudaStream_t stream);

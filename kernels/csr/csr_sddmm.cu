@@ -183,22 +183,31 @@ void run_csr_sddmm(const CsrSddmmParams& p, cudaStream_t stream) {
 // so no walk writes them; a per-edge output gets zeros there, read from the
 // device (no synchronisation). One small grid-stride launch that exits at
 // once when the graph has no padding.
-__global__ void zero_edge_tail_kernel(unsigned char* __restrict__ out, const int* __restrict__ rowptr,
-                                      int64_t R, int64_t E, int64_t row_bytes) {
-  const int64_t begin = (int64_t)rowptr[R] * row_bytes;
-  const int64_t end = E * row_bytes;
+struct ZeroEdgeTailParams {
+  unsigned char* out{};  // [E, row_bytes] bytes
+  const int* rowptr{};  // [R + 1]
+  int64_t R{}, E{}, row_bytes{};
+};
+
+__global__ void zero_edge_tail_kernel(const ZeroEdgeTailParams p) {
+  const int64_t begin = (int64_t)p.rowptr[p.R] * p.row_bytes;
+  const int64_t end = p.E * p.row_bytes;
   for (int64_t i = begin + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < end;
        i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = 0;
+    p.out[i] = 0;
 }
 
 void zero_edge_tail(const at::Tensor& out, const at::Tensor& rowptr) {
   const int64_t E = out.size(0), R = rowptr.numel() - 1;
   if (E == 0 || R < 0 || out.numel() == 0) return;
-  const int64_t row_bytes = out.numel() / E * out.element_size();
-  const int64_t blocks = std::min<int64_t>((E * row_bytes + kThreads - 1) / kThreads, 1024);
-  zero_edge_tail_kernel<<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      static_cast<unsigned char*>(out.data_ptr()), rowptr.data_ptr<int>(), R, E, row_bytes);
+  ZeroEdgeTailParams p;
+  p.out = static_cast<unsigned char*>(out.data_ptr());
+  p.rowptr = rowptr.data_ptr<int>();
+  p.R = R;
+  p.E = E;
+  p.row_bytes = out.numel() / E * out.element_size();
+  const int64_t blocks = std::min<int64_t>((E * p.row_bytes + kThreads - 1) / kThreads, 1024);
+  zero_edge_tail_kernel<<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
