@@ -139,11 +139,6 @@ def test_one_compile_time_dispatch_style():
             pytest.fail(f'{rel} defines the macro {m}() (switches belong in common/static_switch.h)')
 
 
-#: kernels of op families that keep an argument list, with the measured reason (kernels/README.md)
-ARGUMENT_LIST_KERNELS = {
-    'sddmm_units_kernel': 'csr SDDMM: nine params-struct designs measured, the best 5.7% slower on one fp16 case '
-                          '(docs/results/arch_ab_struct.md)',
-}
 #: the builders' folders and files: one-purpose kernels of host functions in the same file, no params struct
 BUILDER_SOURCES = ('csr/csr_build.cu', 'neighbor/', 'sort/')
 
@@ -156,25 +151,18 @@ def kernel_signatures(code: str):
 
 def test_one_kernel_calling_convention():
     """Every kernel of an op family takes one argument, its params struct by
-    value (``const XParams p``); the exceptions are named with their reason
-    and must still exist, the builders' one-purpose kernels are exempt."""
+    value (``const XParams p``); the builders' one-purpose kernels are exempt."""
     kdir = Path(_kernels.kernel_dir())
-    seen, checked = set(), 0
+    checked = 0
     for p in sorted(kdir.rglob('*')):
         rel = p.relative_to(kdir).as_posix()
         if p.suffix not in ('.cu', '.cuh') or rel.startswith(BUILDER_SOURCES):
             continue
         code = re.sub(r'//[^\n]*', ' ', p.read_text())
         for name, params in kernel_signatures(code):
-            by_value = re.fullmatch(r'const \w+Params p', params) is not None
-            if name in ARGUMENT_LIST_KERNELS:
-                assert not by_value, f'{rel}: {name} takes its params struct now: drop it from the exceptions'
-                seen.add(name)
-                continue
             checked += 1
-            assert by_value, f'{rel}: {name}({params})'
+            assert re.fullmatch(r'const \w+Params p', params), f'{rel}: {name}({params})'
     assert checked >= 10  # the check sees the kernels (attn, csr, sgt, maxk, common)
-    assert seen == set(ARGUMENT_LIST_KERNELS), 'a named exception no longer exists: drop it from the list'
 
 
 def test_kernel_signatures_parser():

@@ -95,15 +95,20 @@ __device__ __forceinline__ void reduce_scatter(float* d, const int l, int& first
 // Edges go U at a time (their row loads in flight together; U = 4, or 8 for
 // half rows gathered from L2, csr_host.cpp), in windows of W = max(L, U) edges
 // whose column indices the group loads at once (R = W / L per lane). Half
-// types on the vector path use lane_dots<HALF>; an edge whose half product
-// sum is not finite (an fp16 product or partial beyond 65504) is computed
-// again with fp32 products (warp-uniform, rare), so the result is inf only
-// where the fp32 dot product does not fit the dtype.
+// types on the vector path use lane_dots<HALF>; a lane whose partial sums
+// are not finite (an fp16 product or partial beyond 65504, or inf / nan
+// input) computes its part again with fp32 products (rare; each lane on its
+// own, as the sums across lanes are fp32), so the result is inf only where
+// the fp32 dot product does not fit the dtype.
+// The kernel takes its params struct by value and hands its pointers to this
+// inlined body, whose __restrict__ parameters let the compiler prove the
+// inputs read-only (every load goes through the non-coherent cache,
+// ld.global.nc); it does so only in a kernel with no warp vote and no asm
+// volatile (kernels/README.md), hence plain loads and no vote here.
 template <typename T, int V, int L, int U>
-__global__ void __launch_bounds__(kThreads)
-sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
-                   const int* __restrict__ col, const T* __restrict__ a,
-                   const T* __restrict__ b, T* __restrict__ out, int F) {
+__device__ __forceinline__ void sddmm_units(const int4* __restrict__ units, int64_t num_units,
+                                            const int* __restrict__ col, const T* __restrict__ a,
+                                            const T* __restrict__ b, T* __restrict__ out, int F) {
   constexpr int G = 32 / L;
   constexpr bool HALF = V == 8 && sizeof(T) == 2;
   constexpr int W = L < U ? U : L;
@@ -123,11 +128,23 @@ sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
   for (int o = 16; o > 0; o >>= 1) maxlen = max(maxlen, __shfl_xor_sync(kFullMask, maxlen, o));
   const T* ar = a + (int64_t)un.x * F;
 
+  // With one index per lane (R = 1) the next window's indices are loaded
+  // before this window's rows, so a step waits on one gather, not two. At
+  // R = 2 (4 lanes, 8 edges in flight) the extra registers make the half
+  // kernel spill under its register bound (6% slower, H100), so it loads
+  // each window in place.
+  constexpr bool AHEAD = R == 1;
+  int c[R];  // the window's column indices (0 past the unit's end)
+  if constexpr (AHEAD) c[0] = l < len ? col[un.y + l] : 0;
   for (int base = 0; base < maxlen; base += W) {
     const int n = len - base;
-    int c[R];
+    int next = 0;
+    if constexpr (AHEAD) {
+      next = l < n - W ? col[un.y + base + W + l] : 0;
+    } else {
 #pragma unroll
-    for (int r = 0; r < R; ++r) c[r] = r * L + l < n ? __ldg(col + un.y + base + r * L + l) : 0;
+      for (int r = 0; r < R; ++r) c[r] = r * L + l < n ? col[un.y + base + r * L + l] : 0;
+    }
     const int jn = min(W, maxlen - base);
     for (int j = 0; j < jn; j += U) {  // R > 1: W = U, one pass (j = 0)
       float d[U];
@@ -144,7 +161,7 @@ sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
         bool bad = false;
 #pragma unroll
         for (int t = 0; t < U; ++t) bad |= !isfinite(d[t]);
-        if (__any_sync(kFullMask, bad)) lane_dots<false, T, V, L, U>(d, ar, br, ok, l, F);
+        if (bad) lane_dots<false, T, V, L, U>(d, ar, br, ok, l, F);
       }
       int first = 0;
       reduce_scatter<U, L / 2>(d, l, first);
@@ -154,16 +171,24 @@ sddmm_units_kernel(const int4* __restrict__ units, int64_t num_units,
           if (j + first + i < n) out[un.y + base + j + first + i] = from_f<T>(d[i]);
       }
     }
+    if constexpr (AHEAD) c[0] = next;
   }
+}
+
+// At least 4 blocks per SM (<= 64 registers): without the bound this kernel
+// measured up to 20% slower, with 3 blocks its fp32 and beyond-L2 cases
+// 10-16% slower (H100, docs/results/arch_ab_struct.md).
+template <typename T, int V, int L, int U>
+__global__ void __launch_bounds__(kThreads, 4) sddmm_units_kernel(const CsrSddmmParams p) {
+  sddmm_units<T, V, L, U>(p.units, p.num_units, p.col, static_cast<const T*>(p.a),
+                          static_cast<const T*>(p.b), static_cast<T*>(p.out), p.F);
 }
 
 template <typename T, int V, int L, int U>
 void launch_sddmm(const CsrSddmmParams& p, cudaStream_t stream) {
   constexpr int G = 32 / L;
-  const int64_t nu = p.num_units;
-  const int64_t blocks = (nu + (kThreads / 32) * G - 1) / ((kThreads / 32) * G);
-  sddmm_units_kernel<T, V, L, U><<<(unsigned)blocks, kThreads, 0, stream>>>(
-      p.units, nu, p.col, static_cast<const T*>(p.a), static_cast<const T*>(p.b), static_cast<T*>(p.out), p.F);
+  const int64_t blocks = (p.num_units + (kThreads / 32) * G - 1) / ((kThreads / 32) * G);
+  sddmm_units_kernel<T, V, L, U><<<(unsigned)blocks, kThreads, 0, stream>>>(p);
 }
 
 }  // namespace
