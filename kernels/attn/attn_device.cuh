@@ -323,14 +323,22 @@ __global__ void __launch_bounds__(kMergeThreads) merge_sum_kernel(const MergeSum
   merge_sum<T>(p.heavy_rows, p.heavy_ptr, p.ws, p.stride, p.n_t, static_cast<T*>(p.out_t), p.n_f, p.out_f);
 }
 
-template <typename T>
-inline void launch_merge_softmax(const AttnParams& p, cudaStream_t stream) {
-  if (p.num_heavy == 0) return;
-  MergeSoftmaxParams m;
+// A merge's params with the heavy-row slots both merges read filled from the
+// family's params.
+template <typename M>
+inline M merge_params(const AttnParams& p) {
+  M m;
   m.heavy_rows = p.heavy_rows;
   m.heavy_ptr = p.heavy_ptr;
   m.ws = p.ws;
   m.stride = p.ws_stride;
+  return m;
+}
+
+template <typename T>
+inline void launch_merge_softmax(const AttnParams& p, cudaStream_t stream) {
+  if (p.num_heavy == 0) return;
+  auto m = merge_params<MergeSoftmaxParams>(p);
   m.H = p.H;
   m.C = p.C;
   m.out = p.out;
@@ -343,11 +351,7 @@ template <typename T>
 inline void launch_merge_sum(const AttnParams& p, int n_t, T* out_t, int n_f, float* out_f,
                              cudaStream_t stream) {
   if (p.num_heavy == 0) return;
-  MergeSumParams m;
-  m.heavy_rows = p.heavy_rows;
-  m.heavy_ptr = p.heavy_ptr;
-  m.ws = p.ws;
-  m.stride = p.ws_stride;
+  auto m = merge_params<MergeSumParams>(p);
   m.n_t = n_t;
   m.out_t = out_t;
   m.n_f = n_f;
