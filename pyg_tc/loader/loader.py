@@ -28,7 +28,9 @@ import copy
 import queue
 import threading
 import warnings
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
 
 import torch
 from torch import Tensor
@@ -103,6 +105,25 @@ class _SideStream:
 
     def __len__(self) -> int:
         return len(self.it)
+
+
+def _sampled_graph(out: SamplerOutput) -> Tuple[Tensor, Optional[CSRGraph], Optional[str]]:
+    """``(edge_index, CSRGraph or None, sort order)`` of a sampler output: what
+    the sampler made with it (its edges sorted by target) while ``out.row`` /
+    ``out.col`` are still the rows of that ``edge_index``; else (a
+    ``transform_sampler_output`` replaced the edges) ``out.row`` / ``out.col``
+    stacked, in no known order. A None graph is built by :func:`attach`."""
+    made = getattr(out, 'pyg_tc_graph', None)
+    if made is not None:
+        edge_index, g = made
+        if _same_view(out.row, edge_index[0]) and _same_view(out.col, edge_index[1]):
+            return edge_index, g, 'col'
+    return torch.stack([out.row, out.col]), None, None
+
+
+def _same_view(a: Tensor, b: Tensor) -> bool:
+    return (isinstance(a, Tensor) and a.data_ptr() == b.data_ptr() and a.shape == b.shape
+            and a.stride() == b.stride() and a._version == b._version)
 
 
 def _complete(batch: Any) -> Any:
@@ -258,9 +279,11 @@ class _GPULoader:
         return hit[2]
 
     def _gather(self, key: str, value: Any, index: Tensor, dim: int) -> Any:
+        if isinstance(value, np.ndarray):  # as PyG: gathered on the host, then a tensor (on the batch's device)
+            return torch.from_numpy(np.take(value, index.cpu().numpy(), axis=dim)).to(index.device)
         if not isinstance(value, Tensor):
-            raise NotImplementedError(f'pyg_tc.loader: attribute {key!r} of type {type(value).__name__} is not a '
-                                      "tensor; use PyG's loader")
+            raise TypeError(f'pyg_tc.loader: attribute {key!r} is a {type(value).__name__} of one entry per '
+                            'node or edge; the loader gathers tensors and NumPy arrays only (as PyG\'s)')
         src = self._source(key, value)
         if dim == 0 and (src.device == index.device or src.is_pinned()):
             return ops.gather_rows(src.contiguous(), index)
@@ -269,26 +292,27 @@ class _GPULoader:
     def _filter_data(self, out: SamplerOutput) -> Optional[Data]:
         """The batch of a homogeneous ``SamplerOutput`` (PyG's ``filter_data``
         on the GPU), or None when PyG's path must make it."""
-        graph = getattr(out, 'pyg_tc_graph', None)
         data = self.data
-        if graph is None or not isinstance(data, Data):
+        if not isinstance(data, Data):
             return None
-        edge_index, g = graph
+        edge_index, g, order = _sampled_graph(out)
         store = data._store
         batch = copy.copy(data)
         for key, value in store.items():
             if key == 'num_nodes':
                 batch.num_nodes = out.node.numel()
             elif key == 'edge_index':
-                batch.edge_index = attach(edge_index, out.node.numel(), g, sort_order='col')
+                batch.edge_index = attach(edge_index, out.node.numel(), g, sort_order=order)
             elif key == 'adj_t':
                 raise NotImplementedError("pyg_tc.loader: data.adj_t is not supported; use PyG's loader")
             elif store.is_node_attr(key):
                 batch[key] = self._gather(key, value, out.node, data.__cat_dim__(key, value, store))
             elif store.is_edge_attr(key):
                 batch[key] = self._gather(key, value, out.edge, data.__cat_dim__(key, value, store))
-        batch.n_id = out.node
-        batch.e_id = out.edge
+        if 'n_id' not in batch:  # as PyG: a user's own n_id / e_id is kept (gathered above)
+            batch.n_id = out.node
+        if out.edge is not None and 'e_id' not in batch:
+            batch.e_id = out.edge
         batch.batch = out.batch
         batch.num_sampled_nodes = out.num_sampled_nodes
         batch.num_sampled_edges = out.num_sampled_edges

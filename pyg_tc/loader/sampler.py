@@ -42,6 +42,20 @@ def _csc(edge_index: Tensor, num_nodes: int, is_sorted: bool):
     return colptr, src.to(torch.int32).contiguous(), perm
 
 
+def _check_range(index: Tensor, n: int, what: str) -> None:
+    """IndexError naming the first entry of ``index`` outside ``[0, n)``."""
+    if not index.numel():
+        return
+    lo, hi = (int(v) for v in torch.aminmax(index))
+    if lo >= 0 and hi < n:
+        return
+    flat = index.reshape(-1) if index.dim() < 2 else index.t().reshape(-1)  # edge_index: edge by edge
+    first = int(((flat < 0) | (flat >= n)).nonzero()[0])
+    where = f'edge {first // 2} ({"source" if first % 2 == 0 else "target"})' if index.dim() == 2 else \
+        f'position {first}'
+    raise IndexError(f'pyg_tc.loader: {what} must lie in [0, {n}); {where} is {int(flat[first])}')
+
+
 def draw_seed() -> int:
     """A batch's draw from ``torch``'s default generator (the key of the
     kernel's counter-based generator)."""
@@ -71,8 +85,9 @@ class NeighborSampler(BaseSampler):
             graphs and remote stores are not supported (use PyG's sampler).
         num_neighbors (List[int]): fan-out per hop (``-1``: all neighbours).
         subgraph_type (str, optional): ``'directional'`` (default) or
-            ``'bidirectional'`` (edges made two-way after sampling, as PyG;
-            such batches carry no format). ``'induced'`` is not supported.
+            ``'bidirectional'`` (edges made two-way after sampling and
+            coalesced, sorted by target, as PyG; the loader attaches the CSR
+            of those edges). ``'induced'`` is not supported.
         replace (bool, optional): sample with replacement.
         disjoint (bool, optional): not supported (``NotImplementedError``).
         is_sorted (bool, optional): ``edge_index`` is already sorted by
@@ -139,8 +154,11 @@ class NeighborSampler(BaseSampler):
         self._stamp = self._graph_stamp(data)
         where = self._graph_device(N, E, graph_memory)
         src = ei.as_tensor() if hasattr(ei, 'as_tensor') else ei
-        if E and (int(src.min()) < 0 or int(src.max()) >= N):
-            raise IndexError(f'pyg_tc.loader.NeighborSampler: edge_index has entries outside [0, {N})')
+        if src.dtype.is_floating_point or src.dtype.is_complex or src.dtype == torch.bool:
+            raise TypeError(f'pyg_tc.loader.NeighborSampler: edge_index must hold integers, got {src.dtype}')
+        if src.dim() != 2 or src.size(0) != 2:
+            raise ValueError(f'pyg_tc.loader.NeighborSampler: edge_index must be [2, E], got {tuple(src.shape)}')
+        _check_range(src, N, 'edge_index')
         colptr, row, perm = _csc(src.to(where), N, is_sorted)
         if self.device.type == 'cuda' and where.type == 'cpu':  # read over UVA by the kernels
             colptr, row = colptr.pin_memory(), row.pin_memory()
@@ -185,19 +203,26 @@ class NeighborSampler(BaseSampler):
     # -- sampling -----------------------------------------------------------
     def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> SamplerOutput:
         """PyG's ``sample_from_nodes``: the batch grown from ``inputs.node``."""
-        out = node_sample(inputs, self._sample)
-        if self.subgraph_type == SubgraphType.bidirectional:
-            out = out.to_bidirectional()
-        return out
+        return self._finish(node_sample(inputs, self._sample))
 
     def sample_from_edges(self, inputs: EdgeSamplerInput,
                           neg_sampling: Optional[NegativeSampling] = None) -> SamplerOutput:
         """PyG's ``sample_from_edges`` (link prediction; binary and triplet
         negative sampling are PyG's own, the batch is grown from the link
         endpoints as PyG does)."""
-        out = edge_sample(inputs, self._sample, self.num_nodes, self.disjoint, self.node_time, neg_sampling)
-        if self.subgraph_type == SubgraphType.bidirectional:
-            out = out.to_bidirectional()
+        return self._finish(edge_sample(inputs, self._sample, self.num_nodes, self.disjoint, self.node_time,
+                                        neg_sampling))
+
+    def _finish(self, out: SamplerOutput) -> SamplerOutput:
+        """``out``, made two-way for ``subgraph_type='bidirectional'`` (PyG's
+        ``to_bidirectional``: edges coalesced, sorted by target); the graph it
+        carries is then that ``edge_index``, its CSR left to the loader."""
+        if self.subgraph_type != SubgraphType.bidirectional:
+            return out
+        out = out.to_bidirectional()
+        edge_index = torch.stack([out.row, out.col])
+        out.row, out.col = edge_index[0], edge_index[1]
+        out.pyg_tc_graph = (edge_index, None)
         return out
 
     def _seeds(self, seed: Tensor) -> Tensor:
@@ -208,11 +233,8 @@ class NeighborSampler(BaseSampler):
                             f'{tuple(seed.shape)}')
         if seed.is_cuda and seed.device != self.device:
             raise ValueError(f'pyg_tc: seed nodes are on {seed.device} but the sampler runs on {self.device}')
-        if seed.numel():  # (PyG's loaders hand seeds over on the CPU: a CUDA tensor costs a synchronisation)
-            lo, hi = torch.aminmax(seed)
-            lo, hi = int(lo), int(hi)
-            if lo < 0 or hi >= self.num_nodes:
-                raise IndexError(f'pyg_tc: seed nodes must lie in [0, {self.num_nodes}); got min {lo}, max {hi}')
+        # (PyG's loaders hand seeds over on the CPU: a CUDA tensor costs a synchronisation)
+        _check_range(seed, self.num_nodes, 'seed nodes')
         return seed.to(self.device, torch.int64, non_blocking=True)
 
     def _sample(self, seed: Tensor, seed_time: Optional[Tensor] = None, **kwargs) -> SamplerOutput:

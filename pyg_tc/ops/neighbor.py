@@ -157,6 +157,11 @@ neighbor_sample = Op(
 
 def check_fanouts(fanouts: Sequence[int]) -> List[int]:
     """Fan-outs as a list of ints; each ``>= 0`` or ``-1`` (all neighbours)."""
+    if isinstance(fanouts, dict):
+        raise NotImplementedError('pyg_tc: num_neighbors per edge type (a dict) is for heterogeneous graphs, '
+                                  'which pyg_tc.loader does not sample; use PyG\'s loader')
+    if not isinstance(fanouts, (list, tuple)) and not (torch.is_tensor(fanouts) and fanouts.dim() == 1):
+        raise TypeError(f'pyg_tc: num_neighbors must be a list of ints (one per hop), got {fanouts!r}')
     out = []
     for k in fanouts:
         if isinstance(k, bool) or not isinstance(k, int) and not (torch.is_tensor(k) and k.numel() == 1):
