@@ -1,13 +1,13 @@
-"""A/B of full-graph training steps under ``torch.autocast`` between two
-checkouts of pyg_tc, in one GPU run (for a layer-level change, e.g. the
-output dtypes matching PyG's).
+"""A/B of full-graph training steps (under ``torch.autocast``, or in fp32)
+between two checkouts of pyg_tc, in one GPU run (for a layer-level change,
+e.g. the output dtypes matching PyG's).
 
     python benchmarks/ab_steps.py --base .ab_base --new . [--graph reddit] [--models gcn,sage,gat]
 
 Each round runs one worker process per checkout, alternating; a worker
 imports pyg_tc from its checkout (kernels built in its own build directory),
 generates the same graph and features, and times a 2-layer model's step
-(forward, loss, backward, Adam) under autocast, ``--steps`` steps after
+(forward, loss, backward, Adam) under autocast (``--dtype fp32``: without), ``--steps`` steps after
 warm-up, per model. Reported: the best per-step ms of each side over the
 rounds and the ratio new / base (above 1: the new code is slower), with the
 output dtype of each side's first layer.
@@ -31,7 +31,7 @@ def worker(a) -> None:
     import pyg_tc
     import pyg_tc.nn as L
     from pyg_tc.bench.graphs import load_graph
-    dt = {'fp16': torch.float16, 'bf16': torch.bfloat16}[a.dtype]
+    dt = {'fp16': torch.float16, 'bf16': torch.bfloat16, 'fp32': None}[a.dtype]
     g = load_graph(a.graph, 'cuda')
     n = g.num_nodes
     gen = torch.Generator(device='cuda').manual_seed(0)
@@ -40,7 +40,8 @@ def worker(a) -> None:
     ei = pyg_tc.transforms.DegreeBucketTransform()(
         __import__('torch_geometric').data.Data(edge_index=g.edge_index, num_nodes=n)).edge_index
     make = {'gcn': lambda i, o: L.GCNConv(i, o), 'sage': lambda i, o: L.SAGEConv(i, o),
-            'gat': lambda i, o: L.GATConv(i, o, heads=1)}
+            'gat': lambda i, o: L.GATConv(i, o, heads=1),
+            'gat8': lambda i, o: L.GATConv(i, o // 8, heads=8) if o % 8 == 0 else L.GATConv(i, o, heads=1)}
     out = {}
     for kind in a.models.split(','):
         torch.manual_seed(0)
@@ -49,7 +50,7 @@ def worker(a) -> None:
 
         def step():
             opt.zero_grad()
-            with torch.autocast('cuda', dt):
+            with torch.autocast('cuda', dt, enabled=dt is not None):
                 h = convs[0](x, ei)
                 loss = F.cross_entropy(convs[1](h.relu(), ei).float(), y)
             loss.backward()
@@ -74,7 +75,7 @@ def main() -> None:
     p.add_argument('--new', default='.')
     p.add_argument('--graph', default='reddit')
     p.add_argument('--models', default='gcn,sage,gat')
-    p.add_argument('--dtype', default='fp16', choices=['fp16', 'bf16'])
+    p.add_argument('--dtype', default='fp16', choices=['fp16', 'bf16', 'fp32'])
     p.add_argument('--width', type=int, default=256)
     p.add_argument('--hidden', type=int, default=64)
     p.add_argument('--steps', type=int, default=10)

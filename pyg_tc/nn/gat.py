@@ -81,8 +81,35 @@ def att_logits(x: Tensor, *atts: Tensor) -> List[Tensor]:
     else:  # w[h * C + c, j * H + h'] = atts[j][h, c] if h == h'
         eye = torch.eye(H, dtype=a.dtype, device=a.device)
         w = (a.unsqueeze(-1) * eye.view(1, H, 1, H)).permute(1, 2, 0, 3).reshape(H * C, k * H)
-    out = x.reshape(N, H * C) @ w
+    out = _ReduceAccurately.apply(x.reshape(N, H * C), w)
     return [out[:, j * H:(j + 1) * H] for j in range(k)]
+
+
+_CHUNK = 64  # rows a matrix product sums before the chunks' partial products are added as a reduction
+
+
+class _ReduceAccurately(torch.autograd.Function):
+    """``x @ w`` whose ``w`` gradient sums over the rows of ``x`` as
+    accurately as PyG's reduction does: ``x^T @ g`` in chunks of
+    ``_CHUNK`` rows (one batched product), the chunks added by ``sum``. One
+    product over all rows accumulates its error along them (several times
+    PyG's for the attention vectors' gradients). Differentiable twice."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = g @ w.t() if ctx.needs_input_grad[0] else None
+        gw = None
+        if ctx.needs_input_grad[1]:
+            pad = -x.size(0) % _CHUNK
+            xp, gp = F.pad(x, (0, 0, 0, pad)), F.pad(g, (0, 0, 0, pad))
+            gw = torch.bmm(xp.view(-1, _CHUNK, x.size(1)).transpose(1, 2), gp.view(-1, _CHUNK, g.size(1))).sum(0)
+        return gx, gw
 
 
 def _in_csr_order(v: Tensor, g: CSRGraph) -> Tensor:
