@@ -1,4 +1,5 @@
-"""Command line: ``pyg-tc info`` and ``pyg-tc bench [SUITE]`` (also ``python -m pyg_tc``).
+"""Command line: ``pyg-tc info`` and ``pyg-tc bench [SUITE]`` (also ``python -m pyg_tc``);
+without arguments, the help.
 
 The parser is built without importing torch or torch_geometric (``pyg_tc``
 and ``pyg_tc.bench`` import lazily, the ``bench`` options live in the
@@ -100,7 +101,15 @@ def parser() -> argparse.ArgumentParser:
     from . import __version__
     from .bench.cli_args import add_arguments, read_environment
     from .bench.registry import DEFAULT, SUITES
-    p = argparse.ArgumentParser(prog='pyg-tc', description='pyg_tc: PyG layers on CUDA sparse kernels')
+    p = argparse.ArgumentParser(
+        prog='pyg-tc', description='pyg_tc: drop-in PyG layers on CUDA sparse kernels',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog='examples:\n'
+               '  pyg-tc info            versions, GPU, kernel status (builds the kernels on a GPU)\n'
+               '  pyg-tc info --json     the same as JSON (pyg_tc.info())\n'
+               '  pyg-tc bench           the default benchmark (on a CPU: a small run of the reference)\n'
+               '  pyg-tc bench --list    every benchmark suite\n'
+               '  pyg-tc COMMAND --help  the options of a command')
     p.add_argument('--version', action='version', version=f'pyg_tc {__version__}')
     sub = p.add_subparsers(dest='command', required=True, parser_class=_CommandParser)
     pi = sub.add_parser('info', help='versions, GPU and kernel status (builds the kernels on a GPU)')
@@ -120,8 +129,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``pyg-tc`` (``info`` / ``bench [SUITE]``); returns the exit code."""
-    args = parser().parse_args(argv)
+    """Entry point of ``pyg-tc`` (``info`` / ``bench [SUITE]``); returns the exit code.
+    Without arguments (``pyg-tc``, ``python -m pyg_tc``) it prints the help and returns 0."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = parser()
+    if not argv:
+        p.print_help()
+        return 0
+    args = p.parse_args(argv)
     return args.func(args)
 
 

@@ -1,5 +1,6 @@
-"""The command line and the lazy package: ``pyg-tc --help``, ``--version`` and
-every argument error answer without importing torch or torch_geometric (an
+"""The command line and the lazy package: ``pyg-tc --help`` (also a bare
+``pyg-tc`` or ``python -m pyg_tc``, exit code 0), ``--version`` and every
+argument error answer without importing torch or torch_geometric (an
 error: exit code 2, the command's usage and one line); ``pyg-tc info`` builds
 nothing where nothing can be built; ``pyg-tc bench`` on the CPU reports
 reference-path times, not ratios; and ``import pyg_tc`` imports nothing heavy
@@ -47,6 +48,37 @@ def test_help_imports_neither_torch_nor_pyg(args):
     assert 'pyg_tc.cli' in mods
     heavy = sorted(m for m in mods if m.split('.')[0] in HEAVY)
     assert not heavy, f'pyg-tc {" ".join(args)} imported {heavy[:5]}'
+
+
+HELP_LINES = ('usage: pyg-tc [-h] [--version] {info,bench} ...', '    info ', '    bench ', 'examples:',
+              '  pyg-tc info ', '  pyg-tc bench --list ')
+
+
+@pytest.mark.parametrize('how', ['python -m pyg_tc', 'pyg-tc'])
+def test_no_arguments_print_the_help(how):
+    """``python -m pyg_tc`` and a bare ``pyg-tc`` (the console script, which
+    calls :func:`pyg_tc.cli.main` with ``sys.argv == ['pyg-tc']``) print the
+    help with both commands and exit 0, without importing torch."""
+    if how == 'pyg-tc':
+        p = _python('-X', 'importtime', '-c', 'import sys; from pyg_tc.cli import main; sys.argv = ["pyg-tc"]; '
+                    'sys.exit(main())', check=False)
+    else:
+        p = _python('-X', 'importtime', '-m', 'pyg_tc', check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout == _python('-m', 'pyg_tc', '--help').stdout
+    lines = p.stdout.splitlines()
+    assert lines[0] == HELP_LINES[0]
+    for start in HELP_LINES[1:]:
+        assert any(line.startswith(start) for line in lines), f'no line starting {start!r}'
+    assert not [line for line in p.stderr.splitlines() if not line.startswith('import time:')]
+    assert not [m for m in _imported(p.stderr) if m.split('.')[0] in HEAVY]
+
+
+def test_main_without_arguments_returns_0(capsys, monkeypatch):
+    monkeypatch.setattr(sys, 'argv', ['pyg-tc'])
+    assert cli.main() == 0 and cli.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith('usage: pyg-tc') and out.count('usage: pyg-tc') == 2
 
 
 def test_parsing_bench_options_imports_neither_torch_nor_pyg():
@@ -133,7 +165,7 @@ ERRORS = [
     (['info', '--nosuch'], 'unrecognized arguments: --nosuch'),
     (['--nosuch', 'info'], 'unrecognized arguments: --nosuch'),
     (['nosuch'], "argument command: invalid choice: 'nosuch'"),
-    ([], 'the following arguments are required: command'),
+    (['--no-build'], 'the following arguments are required: command'),
 ]
 
 
