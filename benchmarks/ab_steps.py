@@ -41,7 +41,8 @@ def worker(a) -> None:
         __import__('torch_geometric').data.Data(edge_index=g.edge_index, num_nodes=n)).edge_index
     make = {'gcn': lambda i, o: L.GCNConv(i, o), 'sage': lambda i, o: L.SAGEConv(i, o),
             'gat': lambda i, o: L.GATConv(i, o, heads=1),
-            'gat8': lambda i, o: L.GATConv(i, o // 8, heads=8) if o % 8 == 0 else L.GATConv(i, o, heads=1)}
+            'gat8': lambda i, o: L.GATConv(i, o // 8, heads=8) if o % 8 == 0 else L.GATConv(i, o, heads=1),
+            'gatv2': lambda i, o: L.GATv2Conv(i, o // 8, heads=8) if o % 8 == 0 else L.GATv2Conv(i, o, heads=1)}
     out = {}
     for kind in a.models.split(','):
         torch.manual_seed(0)

@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_cols_k
     const int jn = min(ln.L, maxlen - base);
     for (int j = 0; j < jn; j += U) {
       P buf[U][NV];
-      float z[U], lse[U], dl[U];
+      float z[U], dl[U];
+      float2 lse[U];
       int it[U];
       int64_t et[U];
       bool ok[U];
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_cols_k
         et[t] = __shfl_sync(kFullMask, pe, src);
         ok[t] = live && jj < nb;
         load_head<T, V, NV>(buf[t], grad + (int64_t)it[t] * HC + h * C, q, LH, C, ok[t]);
-        lse[t] = ok[t] ? __ldg(p.lse_in + (int64_t)it[t] * H + h) : 0.f;
+        lse[t] = ok[t] ? __ldg(p.lse_in + (int64_t)it[t] * H + h) : make_float2(0.f, 0.f);
         dl[t] = ok[t] ? __ldg(p.delta + (int64_t)it[t] * H + h) : 0.f;
         z[t] = asrc;
         if (!V2 && ok[t]) {
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_cols_k
           s = head_sum(d, LH);
         }
         if (ok[t]) {
-          const float alpha = expf(s - lse[t]);
+          const float alpha = expf((s - lse[t].x) - lse[t].y);
           const float kw = drop.weight(et[t], H, h);
           const float ds = alpha * (dot * kw - dl[t]);
           const float w = alpha * kw;

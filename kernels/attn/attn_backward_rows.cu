@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_rows_k
 
   float gi[NV][V];
   load_head_f<T, V, NV>(gi, static_cast<const T*>(p.grad) + i * HC + h * C, q, LH, C, live);
-  const float lse_i = live ? p.lse_in[i * H + h] : 0.f;
+  const float2 lse_i = live ? p.lse_in[i * H + h] : make_float2(0.f, 0.f);
   const float delta_i = live ? p.delta[i * H + h] : 0.f;
   float adst = 0.f;
   float xr[NV][V], att[NV][V], gr[NV][V], gatt[NV][V];
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_backward_rows_k
           s = head_sum(d, LH);
         }
         if (ok[t]) {
-          const float alpha = expf(s - lse_i);
+          const float alpha = expf((s - lse_i.x) - lse_i.y);
           const float ds = alpha * (dot * drop.weight(e, H, h) - delta_i);
           if (!V2) {
             const float dz = ds * dleaky(z[t], p.slope);

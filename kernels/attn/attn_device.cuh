@@ -204,7 +204,7 @@ template <typename T>
 __device__ __forceinline__ void merge_softmax(const int* __restrict__ heavy_rows,
                                               const int* __restrict__ heavy_ptr,
                                               const float* __restrict__ ws, int stride, int H, int C,
-                                              T* __restrict__ out, float* __restrict__ lse) {
+                                              T* __restrict__ out, double* __restrict__ lse) {
   extern __shared__ float sh[];
   const int64_t row = heavy_rows[blockIdx.x];
   const int s0 = heavy_ptr[blockIdx.x], s1 = heavy_ptr[blockIdx.x + 1];
@@ -249,7 +249,7 @@ __device__ __forceinline__ void merge_softmax(const int* __restrict__ heavy_rows
       } else if (f < HC) {
         out[row * HC + f] = from_f<T>(l > 0.f ? a / l : 0.f);
       } else {
-        lse[row * H + h] = a > 0.f ? M + logf(a) : -INFINITY;
+        lse[row * H + h] = a > 0.f ? (double)M + (double)logf(a) : -INFINITY;
       }
     }
   }
@@ -267,7 +267,7 @@ __device__ __forceinline__ void merge_softmax(const int* __restrict__ heavy_rows
     if (f < HC) {
       out[row * HC + f] = from_f<T>(l > 0.f ? sT[f] / l : 0.f);
     } else {
-      lse[row * H + h] = l > 0.f ? sM[h] + logf(l) : -INFINITY;
+      lse[row * H + h] = l > 0.f ? (double)sM[h] + (double)logf(l) : -INFINITY;
     }
   }
 }

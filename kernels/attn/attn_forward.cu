@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NV)) attn_forward_kernel(
     return;
   }
   store_head<T, V, NV>(static_cast<T*>(p.out) + i * HC + h * C, acc, l > 0.f ? 1.f / l : 0.f, q, LH, C);
-  if (q == 0) p.lse[i * H + h] = l > 0.f ? m + logf(l) : -INFINITY;
+  if (q == 0) p.lse[i * H + h] = l > 0.f ? (double)m + (double)logf(l) : -INFINITY;
 }
 
 template <typename T, int V, int NV, bool V2>

@@ -5,7 +5,11 @@
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/sub.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <ATen/ops/empty_like.h>
@@ -149,7 +153,7 @@ std::tuple<at::Tensor, at::Tensor> forward(PYG_TC_ATTN_GRAPH_ARGS, const at::Ten
   c10::cuda::CUDAGuard guard(x.device());
   const int64_t R = rowptr.size(0) - 1, H = x.size(1), C = x.size(2), E = col.numel();
   auto out = at::empty({R, H, C}, x.options());
-  auto lse = at::empty({R, H}, x.options().dtype(at::kFloat));
+  auto lse = at::empty({R, H}, x.options().dtype(at::kDouble));
   if (R == 0 || H == 0) return {out, lse};
   AttnParams p;
   set_common(p, x, v2, slope, dropout, rng);
@@ -169,7 +173,7 @@ std::tuple<at::Tensor, at::Tensor> forward(PYG_TC_ATTN_GRAPH_ARGS, const at::Ten
     }
   }
   p.out = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
+  p.lse = lse.data_ptr<double>();
   const Layout lay = layout(H, C, x.element_size(), aligned_all({p.x, p.x_r, p.edge, p.out}));
   apply_layout(p, lay);
   at::Tensor ws;
@@ -196,15 +200,23 @@ std::tuple<at::Tensor, at::Tensor> attn_gatv2_cuda(PYG_TC_ATTN_GRAPH_ARGS, const
                  dropout, rng);
 }
 
-// Shared by both backward ops: the backward inputs of the params.
-void set_backward(AttnParams& p, const at::Tensor& grad, const at::Tensor& lse, const at::Tensor& delta,
-                  const at::Tensor& x, int64_t R) {
+// Shared by both backward ops: the backward inputs of the params. Returns the
+// (hi, lo) fp32 pairs of lse the kernels read (keep it alive while they run).
+at::Tensor set_backward(AttnParams& p, const at::Tensor& grad, const at::Tensor& lse, const at::Tensor& delta,
+                        const at::Tensor& x, int64_t R) {
   TORCH_CHECK(grad.scalar_type() == x.scalar_type() && grad.is_contiguous() &&
                   grad.numel() == R * x.size(1) * x.size(2),
               "pyg_tc: attention grad must be contiguous [Nd, H, C] in x's dtype");
   p.grad = grad.data_ptr();
-  p.lse_in = opt_f32(lse, R * x.size(1), "pyg_tc: lse must be fp32 [Nd, H]");
+  TORCH_CHECK(lse.is_cuda() && lse.scalar_type() == at::kDouble && lse.is_contiguous() &&
+                  lse.numel() == R * x.size(1),
+              "pyg_tc: lse must be fp64 [Nd, H]");
   p.delta = opt_f32(delta, R * x.size(1), "pyg_tc: delta must be fp32 [Nd, H]");
+  const at::Tensor hi = lse.to(at::kFloat);  // (-inf stays -inf, with lo = 0: as an fp32 lse)
+  const at::Tensor lo = at::where(at::isfinite(hi), at::sub(lse, hi.to(at::kDouble)).to(at::kFloat), at::zeros_like(hi));
+  at::Tensor hl = at::stack({hi, lo}, -1);
+  p.lse_in = reinterpret_cast<const float2*>(hl.data_ptr<float>());
+  return hl;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gat_backward_cuda(
@@ -225,7 +237,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gat_backward_cud
   p.a_src = opt_f32(a_src, Ns * H, "pyg_tc: a_src must be fp32 [Ns, H]");
   p.a_dst = opt_f32(a_dst, R * H, "pyg_tc: a_dst must be fp32 [Nd, H]");
   p.score = opt_f32(score, E * H, "pyg_tc: score must be fp32 [E, H]");
-  set_backward(p, grad, lse, delta, x, R);
+  const at::Tensor lse_hl = set_backward(p, grad, lse, delta, x, R);
   const Layout lay = layout(H, C, x.element_size(), aligned_all({p.x, p.grad, g_x.data_ptr()}));
   apply_layout(p, lay);
   auto stream = c10::cuda::getCurrentCUDAStream();
@@ -272,7 +284,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gatv2_backward_c
                 "pyg_tc: edge must be [E, H, C] in x's dtype");
     p.edge = edge->data_ptr();
   }
-  set_backward(p, grad, lse, delta, x, R);
+  const at::Tensor lse_hl = set_backward(p, grad, lse, delta, x, R);
   auto stream = c10::cuda::getCurrentCUDAStream();
   if (H == 0 || C == 0) {
     return {g_x.zero_(), g_r.zero_(), at::zeros_like(att), g_edge.zero_()};
@@ -298,7 +310,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attn_gatv2_backward_c
              (int)(H * C), ws_cols, x);
     run(c, x.scalar_type(), Pass::kCols, stream);
   }
-  auto g_att = R > 0 ? at::sum(g_att_rows, {0}) : at::zeros({H, C}, x.options().dtype(at::kFloat));
+  // the rows' partials summed in fp64 (a float sum of terms that nearly cancel loses several times PyG's accuracy)
+  auto g_att = R > 0 ? at::sum(g_att_rows, {0}, false, at::kDouble).to(at::kFloat)
+                     : at::zeros({H, C}, x.options().dtype(at::kFloat));
   if (g_edge.numel()) zero_edge_tail(g_edge, rowptr);  // a padded graph's padding slots
   return {g_x, g_r, g_att, g_edge};
 }

@@ -43,12 +43,15 @@ struct AttnParams {
   // lane layout: L lanes per unit (G = 32 / L units per warp), LH lanes per
   // head, HS = L / LH heads per unit; blockIdx.y picks the slice of heads
   int L{}, LH{}, HS{};
-  // forward outputs: out [Nd, H*C] (T), lse [Nd, H]
+  // forward outputs: out [Nd, H*C] (T), lse [Nd, H] (fp64: the backward's
+  // e^(s - lse) is then as exact as the forward's e^(s - m) / l)
   void* out{};
-  float* lse{};
-  // backward inputs: grad [Nd, H*C] (T), lse, delta [Nd, H] (fp32)
+  double* lse{};
+  // backward inputs: grad [Nd, H*C] (T), lse [Nd, H] as fp32 pairs (hi, lo)
+  // with hi + lo = the fp64 lse (e^((s - hi) - lo): no fp64 work per edge),
+  // delta [Nd, H] (fp32)
   const void* grad{};
-  const float* lse_in{};
+  const float2* lse_in{};
   const float* delta{};
   // backward outputs (nullptr = not wanted). Row walk: g_dst [Nd, H],
   // g_score [E, H] (GAT); g_r [Nd, H*C] (T), g_att [Nd, H*C] fp32 per-row
@@ -71,7 +74,7 @@ struct AttnParams {
 
 // The second passes over split (heavy) rows, one block per row
 // (attn_device.cuh): the forward's softmax merge of the slots' (acc, m, l)
-// states into out [Nd, H*C] (T) and lse [Nd, H], and the backward's sum of
+// states into out [Nd, H*C] (T) and lse [Nd, H] (fp64), and the backward's sum of
 // the slots' first n_t floats into out_t [., n_t] (T) and the next n_f into
 // out_f [., n_f] (fp32; either output nullptr = not wanted).
 struct MergeSoftmaxParams {
@@ -81,7 +84,7 @@ struct MergeSoftmaxParams {
   int stride{};
   int H{}, C{};
   void* out{};
-  float* lse{};
+  double* lse{};
 };
 
 struct MergeSumParams {

@@ -17,7 +17,8 @@ Per target row ``i``, head ``h`` and in-edge ``e = (j -> i)`` (CSR order):
 The kernels (``kernels/attn/``) visit each row once with an online softmax
 (running maximum and sum, one exponential per edge and head), split heavy
 rows over the engine's unit schedule and merge the partial states in order
-(no atomics), and save only ``lse [N, H]`` beside the inputs. The backward
+(no atomics), and save only ``lse [N, H]`` (fp64: ``exp(s - lse)`` is then
+as exact as the forward's ``exp(s - m) / l``) beside the inputs. The backward
 recomputes ``alpha`` and the mask: one pass over the rows (gradients of the
 target-side terms and of per-edge inputs) and one over the cached transpose
 (gradients of the source features and source terms); no ``E x H x C``
@@ -97,7 +98,11 @@ def _softmax_parts(rowptr: Tensor, s: Tensor, num_rows: int) -> Tuple[Tensor, Te
 
 
 def _lse(m: Tensor, l: Tensor) -> Tensor:
-    return torch.where(l > 0, m + torch.log(l), torch.full_like(l, float('-inf')))
+    """``m + log l`` in fp64 (``-inf`` where ``l = 0``): the backward's
+    ``exp(s - lse)`` is then as exact as ``exp(s - m) / l``; an fp32 ``lse``
+    would round ``m`` away with it."""
+    m, ll = m.double(), torch.log(l).double()
+    return torch.where(l > 0, m + ll, torch.full_like(ll, float('-inf')))
 
 
 def gat_logits(rowptr: Tensor, col: Tensor, a_src: Optional[Tensor], a_dst: Optional[Tensor],
@@ -161,8 +166,7 @@ def gatv2_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor, att: Te
 def _probs(rowptr: Tensor, s: Tensor, lse: Tensor, dropout: float, rng: Optional[Tensor]):
     """(row, softmax ``alpha``, aggregation weight ``alpha * keep``) from saved lse."""
     row = _rows(rowptr, s.size(0))
-    lr = lse.to(s.dtype).index_select(0, row)
-    alpha = torch.exp(s - lr)
+    alpha = torch.exp((s.double() - lse.index_select(0, row)).to(s.dtype))
     w = alpha
     keep = None
     if dropout > 0:
@@ -227,7 +231,9 @@ def gatv2_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor
     dz = ds.unsqueeze(-1) * att.to(acc) * slope
     gx = _grad_x(rowptr, col, w, grad, x.size(0), acc).index_add(0, col.long(), dz)
     g_r = torch.zeros_like(x_r, dtype=acc).index_add(0, row, dz)
-    g_att = (ds.unsqueeze(-1) * lz).sum(0)
+    # per-row partials summed in fp64 (as the kernel): an fp32 sum of terms that nearly cancel loses
+    # several times PyG's accuracy
+    g_att = torch.zeros_like(x_r, dtype=acc).index_add(0, row, ds.unsqueeze(-1) * lz).sum(0, dtype=torch.float64)
     return gx.to(x.dtype), g_r.to(x_r.dtype), g_att.to(att.dtype), pad_edges(dz.to(x.dtype), E_all)
 
 
@@ -277,7 +283,7 @@ def _graph_args(g: CSRGraph) -> tuple:
 def _fake_attend(a: Any) -> Tuple[Tensor, Tensor]:
     R = a.rowptr.size(0) - 1
     return (a.x.new_empty(R, a.x.size(1), a.x.size(2)),
-            a.x.new_empty(R, a.x.size(1), dtype=acc_dtype(a.x.dtype)))
+            a.x.new_empty(R, a.x.size(1), dtype=torch.float64))
 
 
 def _delta(grad: Tensor, out: Tensor, grad_lse: Optional[Tensor]) -> Tensor:
@@ -325,7 +331,7 @@ def _gat_grad_shapes(gx, g_src, g_dst, g_score):
 def _gat_bwd_fake(a):
     R, E = a.rowptr.size(0) - 1, a.col.size(0)
     Ns, H = a.x.size(0), a.x.size(1)
-    f = a.lse
+    f = a.x.new_empty(0, dtype=acc_dtype(a.x.dtype))
     return (torch.empty_like(a.x), f.new_empty(Ns if a.a_src is not None else 0, H),
             f.new_empty(R if a.need_row and a.a_dst is not None else 0, H),
             f.new_empty(E if a.need_row and a.score is not None else 0, H))
@@ -517,7 +523,7 @@ def gat_attention(g: CSRGraph, x: Tensor, a_src: Optional[Tensor] = None,
     ``rng`` (``[seed, offset]`` int64; a fresh one from torch's generator if
     None). ``x [Ns, H, C]`` (fp16 / bf16 / fp32 / fp64), ``a_src [Ns, H]``,
     ``a_dst [Nd, H]``, ``score [E, H]`` in CSR order (each optional).
-    Returns ``(out [Nd, H, C], lse [Nd, H])``; differentiable in ``x``,
+    Returns ``(out [Nd, H, C], lse [Nd, H] fp64)``; differentiable in ``x``,
     ``a_src``, ``a_dst``, ``score`` (and through ``lse``). A row without
     edges gives 0 (``lse`` -inf).
 
@@ -547,7 +553,7 @@ def gatv2_attention(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor,
                     backend: str = 'auto') -> Tuple[Tensor, Tensor]:
     """Fused GATv2 attention on ``g`` (module doc): logits
     ``sum_c att[h, c] leaky_relu(x[j, h, c] + x_r[i, h, c] + edge[e, h, c])``,
-    messages ``x[j]``. Returns ``(out [Nd, H, C], lse [Nd, H])``;
+    messages ``x[j]``. Returns ``(out [Nd, H, C], lse [Nd, H] fp64)``;
     differentiable in ``x``, ``x_r``, ``att``, ``edge``.
 
     Args:
@@ -584,7 +590,7 @@ def attention_weights(g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float =
         - **input:** logits :math:`(E, H)`, lse :math:`(N_{dst}, H)`
         - **output:** :math:`(E, H)`
     """
-    alpha = torch.exp(logits - g.per_edge(lse.to(logits.dtype)))
+    alpha = torch.exp((logits.double() - g.per_edge(lse.double())).to(logits.dtype))
     if g.padded:  # padding slots (their row's lse is -inf): 0
         live = torch.arange(alpha.size(0), device=alpha.device) < g.rowptr[-1]
         alpha = torch.where(live.unsqueeze(1), alpha, torch.zeros((), dtype=alpha.dtype, device=alpha.device))
@@ -704,13 +710,13 @@ def emulate_attention(g: CSRGraph, x: Tensor, logits: Tensor, dropout: float = 0
 
     nan = float('nan')
     out = torch.full((R, H, C), nan, dtype=acc, device=dev)
-    lse = torch.full((R, H), nan, dtype=acc, device=dev)
+    lse = torch.full((R, H), nan, dtype=torch.float64, device=dev)
     light = slot < 0
     ll = l[light]
     pos = ~(ll <= 0)  # NaN (a schedule bug) propagates
     inv = torch.where(pos, 1.0 / ll, torch.zeros_like(ll))
     out[row[light]] = a[light] * inv.unsqueeze(-1)
-    lse[row[light]] = torch.where(pos, m[light] + torch.log(ll), torch.full_like(ll, -inf))
+    lse[row[light]] = torch.where(pos, m[light].double() + torch.log(ll).double(), -inf)
 
     # heavy rows: partial states to their slots, merged in slot order
     S = sch.num_slots
@@ -745,5 +751,5 @@ def emulate_attention(g: CSRGraph, x: Tensor, logits: Tensor, dropout: float = 0
         A[hi] = torch.where(live.unsqueeze(-1), A[hi] + ws_a[sl] * sc.unsqueeze(-1), A[hi])
     pos = ~(L <= 0)  # NaN (an unwritten slot) propagates
     out[hr] = torch.where(pos.unsqueeze(-1), A / L.unsqueeze(-1), torch.zeros_like(A))
-    lse[hr] = torch.where(pos, M + torch.log(L), torch.full_like(L, -inf))
+    lse[hr] = torch.where(pos, M.double() + torch.log(L).double(), -inf)
     return out.to(x.dtype), lse

@@ -5,13 +5,14 @@ nodes, 20,000 edges) and an output weighted by ``linspace(-1, 1)`` (sums
 that cancel). Each gradient (input and every parameter) may be at most
 ``BOUND`` times PyG's distance from float64.
 
-GATv2's and AGNN's fused kernels recompute the softmax from the
-log-sum-exp the forward saved (rounded to float32, as FlashAttention does)
-and its backward's row term from the output: their attention parameters'
-gradients (GATv2's ``att``, AGNN's ``beta``: sums over every edge that
-cancel to almost nothing) and the gradients they feed stay within a few
-times PyG's rounding (``BOUNDS``; relative error about 1e-6 in float32;
-docs/usage.md, "Differences from PyG")."""
+The fused attention layers save their softmax's log-sum-exp in float64, so
+the backward's recomputed weights are as exact as PyG's, and sum the
+attention vectors' gradients over rows in float64 (sums of terms that nearly
+cancel). One gradient keeps a wider bound (``BOUNDS``): AGNN's scalar
+``beta`` on the GPU, a sum over every edge of per-edge gradients whose row
+term the fused backward takes from the float32 output (PyG: from the
+weights); measured 13.5x PyG's distance on an H100 (relative 6e-7), 1.6x on
+the CPU reference."""
 import copy
 
 import pytest
@@ -25,8 +26,7 @@ from .test_pyg_parity import build
 
 N, E = 3000, 20_000
 BOUND = 2.0
-# (layer, gradient) -> bound; (layer, None): every other gradient of the layer
-BOUNDS = {('gatv2', None): 4.0, ('gatv2', 'att'): 8.0, ('agnn', 'beta'): 32.0}
+BOUNDS = {('agnn', 'beta', 'cuda'): 16.0}  # (layer, gradient, device type) -> bound
 
 CASES = [('gcn', 128, 16, {}), ('gcn', 8, 16, {}), ('gcn', 128, 16, {'normalize': False}),
          ('sage', 128, 16, {}), ('sage', 8, 16, {}), ('sage', 128, 16, {'aggr': 'max'}),
@@ -68,7 +68,7 @@ def test_gradients_as_close_to_float64_as_pygs(device, kind, cin, cout, kw):
         scale = w.abs().max().item()
         e_pyg = (theirs[name].double() - w).abs().max().item()
         e_ours = (mine[name].double() - w).abs().max().item()
-        bound = BOUNDS.get((kind, name), BOUNDS.get((kind, None), BOUND))
         # (a floor of a few float32 units of the gradient's scale: where PyG's sum happens to be exact)
+        bound = BOUNDS.get((kind, name, torch.device(device).type), BOUND)
         assert e_ours <= bound * e_pyg + 4e-7 * scale, (
             f'{name}: pyg_tc {e_ours:.3g} from float64, PyG {e_pyg:.3g} (scale {scale:.3g})')
