@@ -130,8 +130,8 @@ class Net(torch.nn.Module):
 
 
 def make_loader(sampler: str, data, fanout: List[int], train: Tensor, batch_size: int):
-    """The training loader of ``sampler`` ('pyg': PyG's NeighborLoader, 'pyg_tc': pyg_tc's, on the CPU
-    without CUDA)."""
+    """The training loader of ``sampler`` ('pyg': PyG's NeighborLoader, 'pyg_tc': pyg_tc's sampler, on
+    the CPU without CUDA, where its reference runs)."""
     from torch_geometric.data import Data
     bare = Data(x=data.x, y=data.y, edge_index=data.edge_index, num_nodes=data.num_nodes)
     kw = dict(input_nodes=train.nonzero().view(-1), batch_size=batch_size, shuffle=True)
@@ -139,7 +139,9 @@ def make_loader(sampler: str, data, fanout: List[int], train: Tensor, batch_size
         from torch_geometric.loader import NeighborLoader
         return NeighborLoader(bare, fanout, **kw)
     from pyg_tc.loader import NeighborLoader
-    return NeighborLoader(bare, fanout, device='cuda' if torch.cuda.is_available() else 'cpu', **kw)
+    if torch.cuda.is_available():
+        return NeighborLoader(bare, fanout, device='cuda', **kw)
+    return NeighborLoader(bare, fanout, device='cpu', cpu_sampler='reference', **kw)
 
 
 def train_run(data, metric: str, kind: str, sampler: str, seed: int, a) -> dict:

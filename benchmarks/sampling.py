@@ -104,7 +104,8 @@ def sampler_records(name, data, seeds, a):
     base = dict(kind='sampler', graph=name, fanout=str(fan), batch_size=B)
     reset_peak()
     before = allocated()
-    s = NeighborSampler(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), fan, device=DEV)
+    s = NeighborSampler(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), fan, device=DEV,
+                        cpu_sampler='auto' if DEV.type == 'cuda' else 'reference')  # (pyg_tc's sampler on the CPU)
     graph_mb = (allocated() - before) / 2 ** 20
     out = s._sample(batches[0])
     edges = sum(len(s._sample(b).edge) for b in batches) / len(batches)

@@ -18,8 +18,11 @@ PyG's batches) with three changes:
 On a GPU, batch ``i + 1`` is sampled and gathered on a side stream when it is
 asked for, so it overlaps the step of batch ``i`` that is still running on
 the GPU (a loop that synchronises every step, e.g. ``loss.item()``, gives the
-overlap up). Without CUDA (``device='cpu'``), the same batches come from the
-pure-PyTorch reference.
+overlap up). Without CUDA (``device='cpu'``), pyg-lib's sampler (PyG's default) makes
+the batches when it is installed, else pyg_tc's pure-PyTorch reference,
+whose batches are the GPU's bit for bit (``cpu_sampler='reference'`` picks it);
+on the CPU the transpose and schedules of a batch's CSR are built by the
+first layer that needs them.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import numpy as np
 
 import torch
 from torch import Tensor
+from torch_geometric import EdgeIndex
 from torch_geometric.data import Data
 from torch_geometric.loader import LinkNeighborLoader as PyGLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as PyGNeighborLoader
@@ -127,12 +131,13 @@ def _same_view(a: Tensor, b: Tensor) -> bool:
 
 
 def _complete(batch: Any) -> Any:
-    """``batch`` with its graph's transpose and schedules built (the sampler
-    defers them: a transform that pads the batch replaces the graph), on the
-    stream making the batch rather than in the step."""
+    """``batch`` with its graph's transpose and schedules built on a GPU (the
+    sampler defers them: a transform that pads the batch replaces the graph),
+    on the stream making the batch rather than in the step. On the CPU they
+    stay deferred: the first layer that needs them builds them."""
     ei = batch.get('edge_index') if isinstance(batch, Data) else None
     graph = getattr(ei, _ATTR, (None, None))[1] if ei is not None else None
-    if isinstance(graph, CSRGraph):
+    if isinstance(graph, CSRGraph) and graph.device.type == 'cuda':
         graph.complete()
     return batch
 
@@ -302,7 +307,11 @@ class _GPULoader:
             if key == 'num_nodes':
                 batch.num_nodes = out.node.numel()
             elif key == 'edge_index':
-                batch.edge_index = attach(edge_index, out.node.numel(), g, sort_order=order)
+                n = out.node.numel()
+                if g is None and not edge_index.is_cuda:  # (on the CPU a pyg_tc layer builds the CSR if it runs)
+                    batch.edge_index = EdgeIndex(edge_index, sparse_size=(n, n), sort_order=order)
+                else:
+                    batch.edge_index = attach(edge_index, n, g, sort_order=order)
             elif key == 'adj_t':
                 raise NotImplementedError("pyg_tc.loader: data.adj_t is not supported; use PyG's loader")
             elif store.is_node_attr(key):
@@ -368,9 +377,13 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
         device (torch.device, optional): where batches are sampled and
             gathered (default: the current CUDA device, else the CPU).
         graph_memory (str, optional): see :class:`NeighborSampler`.
+        cpu_sampler (str, optional): the sampler on the CPU (see
+            :class:`NeighborSampler`): pyg-lib's when it is installed
+            (``'auto'``, default), ``'pyg'`` or ``'reference'``.
         prefetch (int, optional): batches made ahead on a thread of the
             loader's own (default 0: each batch is made when the loop asks
-            for it, on a GPU on a side stream). With ``prefetch=k`` batches
+            for it, on a GPU on a side stream; on the CPU it samples with
+            pyg_tc's reference). With ``prefetch=k`` batches
             ``i + 1 .. i + k`` are sampled, gathered and transformed (e.g.
             padded) while the loop launches step ``i``: the sampler's
             synchronisation and the transform's host work leave the loop's
@@ -392,14 +405,22 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
                  weight_attr: Optional[str] = None, transform: Any = None, transform_sampler_output: Any = None,
                  is_sorted: bool = False, filter_per_worker: Optional[bool] = None,
                  neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True,
-                 device: Optional[Any] = None, graph_memory: str = 'auto', prefetch: int = 0, **kwargs):
+                 device: Optional[Any] = None, graph_memory: str = 'auto', prefetch: int = 0,
+                 cpu_sampler: str = 'auto', **kwargs):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f'pyg_tc.loader.NeighborLoader: prefetch must be an int >= 0, got {prefetch!r}')
         self.prefetch = prefetch
+        if prefetch and cpu_sampler == 'pyg':
+            raise ValueError("pyg_tc.loader.NeighborLoader: prefetch needs pyg_tc's sampler (the loop's thread "
+                             "hands each batch its draw); PyG's draws on the prefetch thread itself. Pass "
+                             "prefetch=0 or cpu_sampler='reference'")
+        if prefetch and cpu_sampler == 'auto':
+            cpu_sampler = 'reference'  # (on a GPU 'auto' is the kernel either way)
         neighbor_sampler = self._use_sampler(neighbor_sampler, data, num_neighbors, subgraph_type=subgraph_type,
                                              replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
                                              time_attr=time_attr, weight_attr=weight_attr, is_sorted=is_sorted,
-                                             directed=directed, device=device, graph_memory=graph_memory)
+                                             directed=directed, device=device, graph_memory=graph_memory,
+                                             cpu_sampler=cpu_sampler)
         _check_input(input_nodes)
         super().__init__(data, num_neighbors, input_nodes=input_nodes, input_time=input_time,
                          transform=transform, transform_sampler_output=transform_sampler_output,
@@ -432,6 +453,8 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
         device (torch.device, optional): where batches are sampled and
             gathered (default: the current CUDA device, else the CPU).
         graph_memory (str, optional): see :class:`NeighborSampler`.
+        cpu_sampler (str, optional): the sampler on the CPU (see
+            :class:`NeighborSampler`).
         **kwargs: every other argument of PyG's ``LinkNeighborLoader``.
     """
 
@@ -442,11 +465,13 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None, transform: Any = None,
                  transform_sampler_output: Any = None, is_sorted: bool = False,
                  filter_per_worker: Optional[bool] = None, neighbor_sampler: Optional[NeighborSampler] = None,
-                 directed: bool = True, device: Optional[Any] = None, graph_memory: str = 'auto', **kwargs):
+                 directed: bool = True, device: Optional[Any] = None, graph_memory: str = 'auto',
+                 cpu_sampler: str = 'auto', **kwargs):
         neighbor_sampler = self._use_sampler(neighbor_sampler, data, num_neighbors, subgraph_type=subgraph_type,
                                              replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
                                              time_attr=time_attr, weight_attr=weight_attr, is_sorted=is_sorted,
-                                             directed=directed, device=device, graph_memory=graph_memory)
+                                             directed=directed, device=device, graph_memory=graph_memory,
+                                             cpu_sampler=cpu_sampler)
         if isinstance(edge_label_index, Tensor):
             _check_input(edge_label_index, 'edge_label_index', dim=1)
         super().__init__(data, num_neighbors, edge_label_index=edge_label_index, edge_label=edge_label,

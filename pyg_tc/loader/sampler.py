@@ -26,6 +26,15 @@ from ..ops import neighbor as ops
 
 _INT32_MAX = 2 ** 31 - 1
 GRAPH_MEMORY = ('auto', 'device', 'pinned')
+CPU_SAMPLERS = ('auto', 'pyg', 'reference')
+
+
+def pyg_sampler_installed(semantics: bool = False) -> bool:
+    """Whether PyG's own CPU sampler can run (pyg-lib or torch_sparse); with
+    ``semantics``, whether it is pyg-lib's (torch_sparse's gives no hop
+    counts and does not draw uniformly)."""
+    import torch_geometric.typing as t
+    return bool(t.WITH_PYG_LIB or not semantics and t.WITH_TORCH_SPARSE)
 
 
 def _csc(edge_index: Tensor, num_nodes: int, is_sorted: bool):
@@ -86,8 +95,8 @@ class NeighborSampler(BaseSampler):
         num_neighbors (List[int]): fan-out per hop (``-1``: all neighbours).
         subgraph_type (str, optional): ``'directional'`` (default) or
             ``'bidirectional'`` (edges made two-way after sampling and
-            coalesced, sorted by target, as PyG; the loader attaches the CSR
-            of those edges). ``'induced'`` is not supported.
+            coalesced, sorted by target, as PyG; the batch's CSR is theirs).
+            ``'induced'`` is not supported.
         replace (bool, optional): sample with replacement.
         disjoint (bool, optional): not supported (``NotImplementedError``).
         is_sorted (bool, optional): ``edge_index`` is already sorted by
@@ -99,6 +108,14 @@ class NeighborSampler(BaseSampler):
             kernels over UVA, for graphs that do not fit) or ``'auto'``
             (default: the device when it has room for the CSC three times
             over, else pinned).
+        cpu_sampler (str, optional): the sampler on the CPU: ``'pyg'`` (PyG's
+            own: pyg-lib's, the same semantics with its own draws; else
+            torch_sparse's, which gives no hop counts, so no
+            ``trim_to_layer`` or :class:`PadHops`, and does not draw
+            uniformly), ``'reference'`` (pyg_tc's pure-PyTorch sampler,
+            whose batches are the GPU kernel's bit for bit, and slower) or
+            ``'auto'`` (default: pyg-lib's when it is installed, else the
+            reference). On a GPU the kernel samples (``'auto'`` only).
 
     The other arguments of PyG's sampler (``temporal_strategy``,
     ``time_attr``, ``weight_attr``, ``share_memory``, ``directed``) are
@@ -109,7 +126,7 @@ class NeighborSampler(BaseSampler):
                  replace: bool = False, disjoint: bool = False, temporal_strategy: str = 'uniform',
                  time_attr: Optional[str] = None, weight_attr: Optional[str] = None, is_sorted: bool = False,
                  share_memory: bool = False, directed: bool = True, device: Optional[Any] = None,
-                 graph_memory: str = 'auto'):
+                 graph_memory: str = 'auto', cpu_sampler: str = 'auto'):
         if not isinstance(data, Data):
             raise NotImplementedError(
                 f'pyg_tc.loader.NeighborSampler samples homogeneous Data objects, got {type(data).__name__}: '
@@ -128,6 +145,9 @@ class NeighborSampler(BaseSampler):
                                           'torch_geometric.loader.NeighborLoader)')
         if graph_memory not in GRAPH_MEMORY:
             raise ValueError(f'pyg_tc: graph_memory must be one of {GRAPH_MEMORY}, got {graph_memory!r}')
+        if cpu_sampler not in CPU_SAMPLERS:
+            raise ValueError(f'pyg_tc.loader.NeighborSampler: cpu_sampler must be one of {CPU_SAMPLERS}, '
+                             f'got {cpu_sampler!r}')
         if 'edge_index' not in data or data.edge_index is None:
             raise NotImplementedError('pyg_tc.loader.NeighborSampler needs data.edge_index (adj_t / '
                                       "SparseTensor graphs: use PyG's sampler)")
@@ -141,6 +161,11 @@ class NeighborSampler(BaseSampler):
         if dev.type == 'cuda' and dev.index is None:
             dev = torch.device('cuda', torch.cuda.current_device())
         self.device = dev
+        if dev.type == 'cuda' and cpu_sampler != 'auto':
+            raise ValueError(f"pyg_tc.loader.NeighborSampler: cpu_sampler={cpu_sampler!r} samples on the CPU; on "
+                             f"{dev} the kernel samples, or pass device='cpu'")
+        if cpu_sampler == 'pyg' and not pyg_sampler_installed():
+            raise ImportError("pyg_tc.loader.NeighborSampler: cpu_sampler='pyg' needs pyg-lib or torch_sparse")
         ei = data.edge_index
         N = int(data.num_nodes)
         E = ei.size(1)
@@ -159,6 +184,19 @@ class NeighborSampler(BaseSampler):
         if src.dim() != 2 or src.size(0) != 2:
             raise ValueError(f'pyg_tc.loader.NeighborSampler: edge_index must be [2, E], got {tuple(src.shape)}')
         _check_range(src, N, 'edge_index')
+        self._pyg = None
+        if dev.type == 'cpu' and (cpu_sampler == 'pyg' or cpu_sampler == 'auto'
+                                  and pyg_sampler_installed(semantics=True)):
+            from torch_geometric.sampler import NeighborSampler as PyGNeighborSampler
+            self.sampler = 'pyg'  # PyG's sampler keeps its own CSC
+            self._pyg = PyGNeighborSampler(Data(edge_index=src.cpu(), num_nodes=N), self.num_neighbors,
+                                           subgraph_type=self.subgraph_type, replace=self.replace,
+                                           is_sorted=is_sorted, share_memory=share_memory)
+            self.colptr = self.row = self.perm = None
+            self.graph_memory = 'cpu'
+            self._node_map = self._first = torch.zeros(0, dtype=torch.int32)
+            return
+        self.sampler = 'kernel' if dev.type == 'cuda' else 'reference'
         colptr, row, perm = _csc(src.to(where), N, is_sorted)
         if self.device.type == 'cuda' and where.type == 'cpu':  # read over UVA by the kernels
             colptr, row = colptr.pin_memory(), row.pin_memory()
@@ -183,8 +221,11 @@ class NeighborSampler(BaseSampler):
 
     @staticmethod
     def _graph_stamp(data: Data) -> tuple:
+        """The graph's identity: ``edge_index`` (storage, shape, version) and
+        a ``num_nodes`` the graph stores (one inferred from the features
+        leaves the sampled graph as it is)."""
         ei = data.edge_index
-        return (ei.data_ptr(), tuple(ei.shape), ei._version, int(data.num_nodes))
+        return (ei.data_ptr(), tuple(ei.shape), ei._version, data._store._mapping.get('num_nodes'))
 
     def _check_graph(self) -> None:
         now = self._graph_stamp(self.data)
@@ -203,6 +244,10 @@ class NeighborSampler(BaseSampler):
     # -- sampling -----------------------------------------------------------
     def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> SamplerOutput:
         """PyG's ``sample_from_nodes``: the batch grown from ``inputs.node``."""
+        if self._pyg is not None:
+            self._check_graph()
+            self._seeds(inputs.node)
+            return self._from_pyg(self._pyg.sample_from_nodes(inputs))
         return self._finish(node_sample(inputs, self._sample))
 
     def sample_from_edges(self, inputs: EdgeSamplerInput,
@@ -210,8 +255,26 @@ class NeighborSampler(BaseSampler):
         """PyG's ``sample_from_edges`` (link prediction; binary and triplet
         negative sampling are PyG's own, the batch is grown from the link
         endpoints as PyG does)."""
+        if self._pyg is not None:
+            self._check_graph()
+            for ends in (inputs.row, inputs.col):
+                _check_range(ends, self.num_nodes, 'edge_label_index')
+            return self._from_pyg(self._pyg.sample_from_edges(inputs, neg_sampling))
         return self._finish(edge_sample(inputs, self._sample, self.num_nodes, self.disjoint, self.node_time,
                                         neg_sampling))
+
+    def _from_pyg(self, out: SamplerOutput) -> SamplerOutput:
+        """PyG's sampler output with the graph's edge ids in ``out.edge`` (as
+        this sampler's: no ``edge_permutation``) and, where its edges come
+        sorted by target (pyg-lib's do, hop by hop as this sampler's), the
+        batch's :class:`CSRGraph` with its hops, as :meth:`_sample` gives."""
+        perm = self._pyg.edge_permutation
+        if perm is not None and out.edge is not None:
+            out.edge = perm[out.edge]
+        col = out.col
+        if col.numel() > 1 and not bool((col[1:] >= col[:-1]).all()):
+            return out
+        return self._with_graph(out)
 
     def _finish(self, out: SamplerOutput) -> SamplerOutput:
         """``out``, made two-way for ``subgraph_type='bidirectional'`` (PyG's
@@ -219,10 +282,25 @@ class NeighborSampler(BaseSampler):
         carries is then that ``edge_index``, its CSR left to the loader."""
         if self.subgraph_type != SubgraphType.bidirectional:
             return out
-        out = out.to_bidirectional()
+        return self._with_graph(out.to_bidirectional())
+
+    def _with_graph(self, out: SamplerOutput) -> SamplerOutput:
+        """``out`` (edges sorted by target) carrying the batch's
+        :class:`CSRGraph` (deferred, with its hops where ``out`` has them),
+        as :meth:`_sample` makes it."""
+        n = out.node.numel()
         edge_index = torch.stack([out.row, out.col])
         out.row, out.col = edge_index[0], edge_index[1]
-        out.pyg_tc_graph = (edge_index, None)
+        rows = out.col.to(torch.int32)
+        rowptr = torch.zeros(n + 1, dtype=torch.int32, device=rows.device)
+        torch.cumsum(torch.bincount(rows, minlength=n), 0, out=rowptr[1:])
+        one_way = self.subgraph_type != SubgraphType.bidirectional
+        known = None if not one_way or min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
+        hops = one_way and out.num_sampled_nodes is not None and out.num_sampled_edges is not None
+        out.pyg_tc_graph = (edge_index, CSRGraph.from_sampled(
+            rowptr, out.row.to(torch.int32), rows, n, max_degree=known,
+            num_sampled_nodes=out.num_sampled_nodes if hops else None,
+            num_sampled_edges=out.num_sampled_edges if hops else None, defer=True))
         return out
 
     def _seeds(self, seed: Tensor) -> Tensor:
@@ -259,4 +337,4 @@ class NeighborSampler(BaseSampler):
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(num_nodes={self.num_nodes}, num_neighbors={self.num_neighbors}, '
-                f'replace={self.replace}, device={self.device}, graph={self.graph_memory})')
+                f'replace={self.replace}, device={self.device}, graph={self.graph_memory}, sampler={self.sampler})')

@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 from pyg_tc.formats.carrier import TCEdgeIndex
 from pyg_tc.loader import LinkNeighborLoader, NeighborLoader, NeighborSampler
 
-from ..conftest import DEVICES
+from ..conftest import DEVICES, cuda_only
 from .test_sampler import _pyg_backend, graph
 
 
@@ -239,7 +239,8 @@ def test_unsorted_graph_equals_pygs_as_sets():
         assert torch.equal(a.n_id[:a.batch_size], b.n_id[:b.batch_size])
         assert set(a.n_id.tolist()) == set(b.n_id.tolist())
         assert _global_edges(a) == _global_edges(b)
-        assert a.num_sampled_nodes == b.num_sampled_nodes and a.num_sampled_edges == b.num_sampled_edges
+        if getattr(b, 'num_sampled_nodes', None) is not None:  # (torch_sparse's path sets none)
+            assert a.num_sampled_nodes == b.num_sampled_nodes and a.num_sampled_edges == b.num_sampled_edges
 
 
 # ---------------------------------------------------------------------------
@@ -265,3 +266,67 @@ def test_loader_input_errors():
         next(iter(loader))
     with pytest.raises(NotImplementedError, match='heterogeneous'):
         NeighborSampler(Data(edge_index=ei, num_nodes=N), {('a', 'to', 'b'): [3]}, device='cpu')
+
+
+# ---------------------------------------------------------------------------
+# the sampler on the CPU
+
+def _pyg_lib():
+    import torch_geometric.typing as t
+    if not t.WITH_PYG_LIB:
+        pytest.skip('pyg-lib (PyG\'s default sampler, optional) is not installed')
+
+
+@pytest.mark.parametrize('subgraph_type', ['directional', 'bidirectional'])
+def test_cpu_loader_samples_with_pyg_lib(subgraph_type):
+    """With pyg-lib installed the CPU loader samples with it: under one seed,
+    PyG's loader and pyg_tc's give the same batches (partial fan-outs,
+    shuffled), pyg_tc's with its CSR and hops, so trim_to_layer and layers
+    work as on the reference's batches."""
+    _pyg_lib()
+    from torch_geometric.loader import NeighborLoader as PyGLoader
+
+    import pyg_tc.nn
+    data = _data('hub')
+    kw = dict(num_neighbors=[4, 3], batch_size=16, shuffle=True, subgraph_type=subgraph_type)
+    loader = NeighborLoader(data, device='cpu', **kw)
+    assert loader._sampler.sampler == 'pyg'
+    torch.manual_seed(9)
+    ours = list(loader)
+    torch.manual_seed(9)
+    ref = list(PyGLoader(data, **kw))
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.e_id, b.e_id)
+        assert torch.equal(_edges(a), b.edge_index) and torch.equal(a.x, b.x)
+        assert isinstance(a.edge_index, TCEdgeIndex) and a.edge_index.sort_order == 'col'
+        assert getattr(a, 'num_sampled_nodes', None) == getattr(b, 'num_sampled_nodes', None)
+    conv = pyg_tc.nn.SAGEConv(5, 3)
+    torch.testing.assert_close(conv(ours[0].x, ours[0].edge_index), conv(ours[0].x, _edges(ours[0]).clone()))
+
+
+def test_cpu_sampler_backends():
+    import torch_geometric.typing as t
+    data = _data('random')
+    ref = NeighborSampler(data, [3], device='cpu', cpu_sampler='reference')
+    assert ref.sampler == 'reference' and 'sampler=reference' in repr(ref)
+    auto = NeighborSampler(data, [3], device='cpu')
+    assert auto.sampler == ('pyg' if t.WITH_PYG_LIB else 'reference')
+    if t.WITH_PYG_LIB or t.WITH_TORCH_SPARSE:
+        s = NeighborSampler(data, [3], device='cpu', cpu_sampler='pyg')
+        assert s.sampler == 'pyg'
+        loader = NeighborLoader(data, [3], input_nodes=torch.tensor([0, data.num_nodes]), batch_size=2,
+                                device='cpu', cpu_sampler='pyg')
+        with pytest.raises(IndexError, match=rf'position 1 is {data.num_nodes}'):  # (PyG's own would crash)
+            next(iter(loader))
+    else:
+        with pytest.raises(ImportError, match='pyg-lib or torch_sparse'):
+            NeighborSampler(data, [3], device='cpu', cpu_sampler='pyg')
+    with pytest.raises(ValueError, match='cpu_sampler must be one of'):
+        NeighborSampler(data, [3], device='cpu', cpu_sampler='kernel')
+
+
+@cuda_only
+def test_gpu_sampler_takes_no_cpu_backend():
+    with pytest.raises(ValueError, match="cpu_sampler='pyg' samples on the CPU"):
+        NeighborSampler(_data('random'), [3], device='cuda', cpu_sampler='pyg')

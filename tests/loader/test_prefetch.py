@@ -44,11 +44,13 @@ def _wait_no_threads(timeout=10.0):
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('prefetch', [1, 3])
 def test_same_batches_as_without_prefetch(device, prefetch):
-    """Two shuffled epochs, with a transform: the same batches, field by field."""
+    """Two shuffled epochs, with a transform: the same batches, field by field
+    (pyg_tc's sampler: on the CPU, prefetching samples with the reference)."""
     data = _data()
+    cpu_sampler = 'reference' if device == 'cpu' else 'auto'
 
     def loader(p):
-        return NeighborLoader(data, [4, 3], batch_size=40, shuffle=True, device=device, prefetch=p,
+        return NeighborLoader(data, [4, 3], batch_size=40, shuffle=True, device=device, prefetch=p, cpu_sampler=cpu_sampler,
                               transform=lambda b: b.update(dict(doubled=2 * b.x)))
     plain, ahead = _epochs(loader(0)), _epochs(loader(prefetch))
     assert len(plain) == len(ahead) == 2 * 8
@@ -59,6 +61,15 @@ def test_same_batches_as_without_prefetch(device, prefetch):
         assert torch.equal(a.edge_index.as_tensor(), b.edge_index.as_tensor())
     assert not torch.equal(plain[0].n_id, plain[8].n_id)  # the second epoch draws anew
     assert _wait_no_threads()
+
+
+def test_prefetch_on_the_cpu_samples_with_the_reference():
+    """PyG's sampler draws on the thread that calls it, so a prefetching
+    loader samples with pyg_tc's reference (which takes each batch's draw
+    from the loop's thread); asking for PyG's is an error."""
+    assert NeighborLoader(_data(), [3], device='cpu', prefetch=2)._sampler.sampler == 'reference'
+    with pytest.raises(ValueError, match='prefetch'):
+        NeighborLoader(_data(), [3], device='cpu', prefetch=2, cpu_sampler='pyg')
 
 
 def test_len_counts_down_and_thread_ends():

@@ -64,7 +64,8 @@ def bfs_oracle(edge_index, N, seeds, hops):
 
 
 def sample(edge_index, N, seeds, fanouts, replace=False, device='cpu', rng=7):
-    s = NeighborSampler(Data(edge_index=edge_index, num_nodes=N), fanouts, replace=replace, device=device)
+    s = NeighborSampler(Data(edge_index=edge_index, num_nodes=N), fanouts, replace=replace, device=device,
+                        cpu_sampler='reference' if device == 'cpu' else 'auto')
     torch.manual_seed(rng)
     return s._sample(torch.as_tensor(seeds))
 
@@ -183,7 +184,7 @@ def test_reproducible_and_new_each_batch():
     a, b, c = epoch(0), epoch(0), epoch(1)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not all(torch.equal(x, y) for x, y in zip(a, c))
-    s = NeighborSampler(data, [3, 2], device='cpu')
+    s = NeighborSampler(data, [3, 2], device='cpu', cpu_sampler='reference')
     one, two = s._sample(torch.arange(50)), s._sample(torch.arange(50))
     assert not torch.equal(one.edge, two.edge)  # the same seeds, a new draw
 
@@ -225,13 +226,14 @@ def test_loader_batch_fields_and_format():
 
 def test_layers_build_no_format(monkeypatch):
     """pyg_tc's layers use the attached CSR: no format is built for the batch
-    (GAT and GATv2 build the self-loop graph they aggregate over, as PyG's
-    add_self_loops does)."""
+    beyond the transpose and schedules its graph defers (GAT and GATv2 build
+    the self-loop graph they aggregate over, as PyG's add_self_loops does)."""
     import pyg_tc.nn
     from pyg_tc.formats.csr import CSRGraph
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 6))
     b = next(iter(NeighborLoader(data, [4, 3], batch_size=16, device='cpu')))
+    b.edge_index._pyg_tc_graph[1].complete()
 
     def boom(*a, **k):
         raise AssertionError('a format was built')
@@ -247,7 +249,7 @@ def test_pyg_loader_with_our_sampler():
     from torch_geometric.loader import NeighborLoader as PyGLoader
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 6), edge_attr=torch.randn(ei.size(1), 2))
-    s = NeighborSampler(data, [4, 3], device='cpu')
+    s = NeighborSampler(data, [4, 3], device='cpu', cpu_sampler='reference')
     torch.manual_seed(5)
     b = next(iter(PyGLoader(data, [4, 3], batch_size=16, neighbor_sampler=s)))
     torch.manual_seed(5)
@@ -281,10 +283,10 @@ def test_errors():
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N)
     with pytest.raises(ValueError, match='num_neighbors'):
-        NeighborSampler(data, [3, -2], device='cpu')
+        NeighborSampler(data, [3, -2], device='cpu', cpu_sampler='reference')
     with pytest.raises(TypeError, match='num_neighbors'):
-        NeighborSampler(data, [3.5], device='cpu')
-    s = NeighborSampler(data, [3], device='cpu')
+        NeighborSampler(data, [3.5], device='cpu', cpu_sampler='reference')
+    s = NeighborSampler(data, [3], device='cpu', cpu_sampler='reference')
     with pytest.raises(IndexError, match=r'\[0, 200\)'):
         s._sample(torch.tensor([0, 200]))
     with pytest.raises(IndexError, match=r'\[0, 200\)'):
@@ -294,7 +296,7 @@ def test_errors():
     with pytest.raises(ValueError, match='empty'):
         NeighborLoader(data, [3], input_nodes=torch.tensor([], dtype=torch.long), device='cpu')
     with pytest.raises(NotImplementedError, match='disjoint'):
-        NeighborSampler(data, [3], disjoint=True, device='cpu')
+        NeighborSampler(data, [3], disjoint=True, device='cpu', cpu_sampler='reference')
     with pytest.raises(NotImplementedError, match="PyG"):
         from torch_geometric.data import HeteroData
         NeighborSampler(HeteroData(), [3], device='cpu')
@@ -387,10 +389,14 @@ def test_seed_checks_on_gpu():
             s._sample(torch.tensor([0], device='cuda:1'))
 
 
-def test_deferred_format_is_built_once_and_only_when_needed(monkeypatch):
-    """The sampler defers its batch graph's transpose and schedules: the
-    loader builds them for a batch it hands out as is (the same tensors as a
-    graph built at once), never for a batch a transform pads hop by hop."""
+@pytest.mark.parametrize('device', DEVICES)
+def test_deferred_format_is_built_once_and_only_when_needed(monkeypatch, device):
+    """The sampler defers its batch graph's transpose and schedules: on a GPU
+    the loader builds them for a batch it hands out as is (on the stream that
+    makes the batch; the same tensors as a graph built at once), on the CPU
+    the first layer that needs them does; never for a batch a transform pads
+    hop by hop."""
+    import pyg_tc.nn
     import copy
 
     from pyg_tc.formats.csr import CSRGraph
@@ -398,7 +404,7 @@ def test_deferred_format_is_built_once_and_only_when_needed(monkeypatch):
     torch.manual_seed(0)
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 4))
-    s = NeighborSampler(data, [4, 3], device='cpu')
+    s = NeighborSampler(data, [4, 3], device='cpu', cpu_sampler='reference')
     out = s._sample(torch.arange(20))
     g = out.pyg_tc_graph[1]
     assert '_deferred' in vars(g) and 't_rowptr' not in vars(g)
@@ -416,10 +422,15 @@ def test_deferred_format_is_built_once_and_only_when_needed(monkeypatch):
     builds = []
     finish = CSRGraph._finish.__func__
     monkeypatch.setattr(CSRGraph, '_finish', classmethod(lambda cls, *a, **k: builds.append(1) or finish(cls, *a, **k)))
-    loader = NeighborLoader(data, [4, 3], batch_size=25, device='cpu')
+    loader = NeighborLoader(data, [4, 3], batch_size=25, device=device)
     batches = list(loader)
-    assert len(builds) == len(batches) == 8
-    assert all('_deferred' not in vars(b.edge_index._pyg_tc_graph[1]) for b in batches)
+    assert len(batches) == 8
+    if device == 'cuda':
+        assert len(builds) == 8 and all('_deferred' not in vars(b.edge_index._pyg_tc_graph[1]) for b in batches)
+    else:
+        assert not builds and all('_deferred' in vars(b.edge_index._pyg_tc_graph[1]) for b in batches)
+        pyg_tc.nn.GCNConv(4, 2)(batches[0].x, batches[0].edge_index).sum().backward()
+        assert len(builds) == 1
     loader.transform = PadHops(buckets_from_batches(loader, num_batches=4, levels=1, per_hop=True), 25)
     builds.clear()
     assert len(list(loader)) == 8 and not builds  # padded: the sampler's format never built
