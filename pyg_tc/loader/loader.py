@@ -415,7 +415,7 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
                              "hands each batch its draw); PyG's draws on the prefetch thread itself. Pass "
                              "prefetch=0 or cpu_sampler='reference'")
         if prefetch and cpu_sampler == 'auto':
-            cpu_sampler = 'reference'  # (on a GPU 'auto' is the kernel either way)
+            cpu_sampler = 'reference'  # (on a GPU the kernel, the reference's twin, either way)
         neighbor_sampler = self._use_sampler(neighbor_sampler, data, num_neighbors, subgraph_type=subgraph_type,
                                              replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
                                              time_attr=time_attr, weight_attr=weight_attr, is_sorted=is_sorted,

@@ -115,7 +115,8 @@ class NeighborSampler(BaseSampler):
             uniformly), ``'reference'`` (pyg_tc's pure-PyTorch sampler,
             whose batches are the GPU kernel's bit for bit, and slower) or
             ``'auto'`` (default: pyg-lib's when it is installed, else the
-            reference). On a GPU the kernel samples (``'auto'`` only).
+            reference). On a GPU the kernel samples (the reference's twin;
+            ``'pyg'`` is an error).
 
     The other arguments of PyG's sampler (``temporal_strategy``,
     ``time_attr``, ``weight_attr``, ``share_memory``, ``directed``) are
@@ -161,9 +162,9 @@ class NeighborSampler(BaseSampler):
         if dev.type == 'cuda' and dev.index is None:
             dev = torch.device('cuda', torch.cuda.current_device())
         self.device = dev
-        if dev.type == 'cuda' and cpu_sampler != 'auto':
-            raise ValueError(f"pyg_tc.loader.NeighborSampler: cpu_sampler={cpu_sampler!r} samples on the CPU; on "
-                             f"{dev} the kernel samples, or pass device='cpu'")
+        if dev.type == 'cuda' and cpu_sampler == 'pyg':
+            raise ValueError(f"pyg_tc.loader.NeighborSampler: cpu_sampler='pyg' samples on the CPU (PyG has no GPU "
+                             f"sampler); on {dev} the kernel samples, or pass device='cpu'")
         if cpu_sampler == 'pyg' and not pyg_sampler_installed():
             raise ImportError("pyg_tc.loader.NeighborSampler: cpu_sampler='pyg' needs pyg-lib or torch_sparse")
         ei = data.edge_index
