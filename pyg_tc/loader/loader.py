@@ -115,8 +115,9 @@ def _sampled_graph(out: SamplerOutput) -> Tuple[Tensor, Optional[CSRGraph], Opti
     """``(edge_index, CSRGraph or None, sort order)`` of a sampler output: what
     the sampler made with it (its edges sorted by target) while ``out.row`` /
     ``out.col`` are still the rows of that ``edge_index``; else (a
-    ``transform_sampler_output`` replaced the edges) ``out.row`` / ``out.col``
-    stacked, in no known order. A None graph is built by :func:`attach`."""
+    ``transform_sampler_output`` replaced the edges, or PyG's sampler gave
+    them in another order) ``out.row`` / ``out.col`` stacked, in no known
+    order, and no graph."""
     made = getattr(out, 'pyg_tc_graph', None)
     if made is not None:
         edge_index, g = made
@@ -340,8 +341,8 @@ class _GPULoader:
         """``(out, batch)``: the sampler output after ``transform_sampler_output``
         and the batch made from it (:meth:`_filter_data`, its loader-specific
         fields still to add); or ``(None, PyG's finished batch)`` where PyG's
-        own ``filter_fn`` must make it (a hook-transformed or heterogeneous
-        output: PyG applies the loader's ``transform`` then)."""
+        own ``filter_fn`` must make it (a heterogeneous output, or a graph that
+        is not a ``Data``: PyG applies the loader's ``transform`` then)."""
         if self.transform_sampler_output:
             out = self.transform_sampler_output(out)
         data = self._filter_data(out) if isinstance(out, SamplerOutput) else None

@@ -279,8 +279,8 @@ class NeighborSampler(BaseSampler):
 
     def _finish(self, out: SamplerOutput) -> SamplerOutput:
         """``out``, made two-way for ``subgraph_type='bidirectional'`` (PyG's
-        ``to_bidirectional``: edges coalesced, sorted by target); the graph it
-        carries is then that ``edge_index``, its CSR left to the loader."""
+        ``to_bidirectional``: edges coalesced, sorted by target) and carrying
+        the graph of those edges."""
         if self.subgraph_type != SubgraphType.bidirectional:
             return out
         return self._with_graph(out.to_bidirectional())
