@@ -467,8 +467,8 @@ def _bias_grad(g: Tensor) -> Tensor:
 class _SageDense(torch.autograd.Function):
     """``agg @ w_l^T + b + x_r @ w_r^T`` (SAGE's dense part after an
     aggregation): two matrix products writing one output (the bias in the
-    first, the root term accumulated by the second). Differentiable twice (the backward is made
-    of differentiable ops)."""
+    first, the root term accumulated by the second). Differentiable twice
+    (the backward is made of differentiable ops)."""
 
     @staticmethod
     def forward(ctx, agg, w_l, b, x_r, w_r):

@@ -27,8 +27,7 @@ def _two_way(batch) -> list:
     """The oracle of PyG's ``to_bidirectional``: the directional batch's
     edges and their reverses, duplicates dropped, sorted by (target, source),
     as (source, target) local ids."""
-    row, col = batch.edge_index.as_tensor().tolist() if hasattr(batch.edge_index, 'as_tensor') \
-        else batch.edge_index.tolist()
+    row, col = _edges(batch).tolist()
     pairs = set(zip(row, col)) | set(zip(col, row))
     return sorted(pairs, key=lambda p: (p[1], p[0]))
 
