@@ -8,15 +8,17 @@
   formatted on the GPU: change one import;
 * :class:`PadToBuckets` (with :func:`buckets_from_batches`,
   :func:`seed_loss`): static-shape batches; :class:`PadHops` (with
-  :func:`trimmed_forward`): per-hop padded ones, for ``trim_to_layer``; :class:`CapturedStep`: the
-  training step captured in a CUDA graph per bucket.
+  :func:`trimmed_forward`): per-hop padded ones, for ``trim_to_layer``;
+* :class:`CapturedStep` (with :func:`step_loss`, :func:`masked_loss`) and
+  :class:`CapturedForward`: the training step and the inference forward
+  captured in a CUDA graph, on a full graph or per bucket of padded batches.
 """
 from .loader import LinkNeighborLoader, NeighborLoader
-from .pad import (Bucket, HopBucket, PadHops, PadToBuckets, buckets_from_batches, buckets_from_fanouts, seed_loss,
-                  trimmed_forward)
+from .pad import (Bucket, HopBucket, PadHops, PadToBuckets, buckets_from_batches, buckets_from_fanouts, masked_loss,
+                  seed_loss, step_loss, trimmed_forward)
 from .sampler import NeighborSampler
-from .step import CapturedStep
+from .step import CapturedForward, CapturedStep
 
 __all__ = ['NeighborSampler', 'NeighborLoader', 'LinkNeighborLoader', 'PadToBuckets', 'Bucket',
-           'buckets_from_batches', 'buckets_from_fanouts', 'seed_loss', 'CapturedStep', 'PadHops', 'HopBucket',
-           'trimmed_forward']
+           'buckets_from_batches', 'buckets_from_fanouts', 'seed_loss', 'masked_loss', 'step_loss', 'CapturedStep',
+           'CapturedForward', 'PadHops', 'HopBucket', 'trimmed_forward']

@@ -485,6 +485,55 @@ def trimmed_forward(model: torch.nn.Module, batch: Data) -> Tensor:
                  num_sampled_edges_per_hop=batch.num_sampled_edges)
 
 
+def masked_loss(out: Tensor, data: Data, mask: str = 'train_mask',
+                loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy, target: str = 'y') -> Tensor:
+    r"""PyG's full-graph loss ``loss(out[data[mask]], data[target][data[mask]])``
+    with static shapes (no boolean indexing, no synchronisation): the mean of
+    ``loss(..., reduction='none')`` over every node, weighted by the mask
+    (over every node when ``data`` has no such mask). What
+    :class:`~pyg_tc.loader.CapturedStep` uses on a full graph.
+
+    Args:
+        out (torch.Tensor): the model's output for every node.
+        data (torch_geometric.data.Data): the graph.
+        mask (str, optional): the node mask attribute (default ``'train_mask'``).
+        loss (Callable, optional): a loss taking ``reduction='none'``
+            (default: cross-entropy).
+        target (str, optional): the label attribute (default ``'y'``).
+
+    Shapes:
+        - **input:** out :math:`(|\mathcal{V}|, C)`, ``data[target]``
+          :math:`(|\mathcal{V}|, *)`, ``data[mask]`` :math:`(|\mathcal{V}|)`
+        - **output:** a scalar
+    """
+    per = loss(out, data[target], reduction='none')
+    if per.dim() > 1:
+        per = per.flatten(1).mean(1)
+    m = data.get(mask)
+    if m is None:
+        return per.mean()
+    m = m.to(per.dtype)
+    return (per * m).sum() / m.sum().clamp(min=1)
+
+
+def step_loss(out: Tensor, batch: Data) -> Tensor:
+    """:func:`seed_loss` on a mini-batch (a batch with ``batch_size`` or
+    ``bucket``), :func:`masked_loss` on a full graph: the default loss of
+    :class:`~pyg_tc.loader.CapturedStep`.
+
+    Args:
+        out (torch.Tensor): the model's output for every row of the batch.
+        batch (torch_geometric.data.Data): the batch or the graph.
+
+    Shapes:
+        - **input:** out :math:`(|\mathcal{V}|, C)`
+        - **output:** a scalar
+    """
+    if batch.get('bucket') is not None or batch.get('batch_size') is not None:
+        return seed_loss(out, batch)
+    return masked_loss(out, batch)
+
+
 def seed_loss(out: Tensor, batch: Data, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy,
               target: str = 'y') -> Tensor:
     r"""The mean of ``loss(out[i], batch[target][i])`` over the real seeds of a

@@ -1,31 +1,35 @@
-"""``CapturedStep``: a training step on padded mini-batches
-(:mod:`pyg_tc.loader.pad`) captured once per bucket in a CUDA graph and
-replayed for every batch of that bucket, so the host no longer paces the step.
+"""``CapturedStep`` and ``CapturedForward``: a training step, or an inference
+forward, captured in a CUDA graph and replayed, so the host no longer paces
+the step. Two kinds of input are captured:
+
+* **a full graph** (a ``Data`` without ``bucket``, e.g. Cora): the graph is
+  captured on the data's own tensors the second time the same tensors come
+  (same attributes, addresses, shapes, dtypes; ``edge_index`` not modified in
+  place) and replayed from then on, nothing copied: features changed in
+  place are read by the next replay. Structures the layers memoise on the
+  graph (the CSR, a GCN normalisation, self-loop graphs) are made once by
+  the warm-up and are constants of the captured graph;
+* **padded mini-batches** (:mod:`pyg_tc.loader.pad`, ``batch.bucket`` set):
+  one graph per bucket; each batch is copied into the bucket's static
+  buffers (every tensor of the batch: features, labels, masks, the CSR and
+  what padding built for it), then replayed. Structures the layers memoise
+  inside the step (a GCN normalisation, GAT's loop-fill index) are dropped
+  before the capture, so each replay recomputes them from the buffers; a
+  model that trims by layer (PyG's ``trim_to_layer``) runs on per-hop padded
+  batches (:class:`~pyg_tc.loader.PadHops`) with ``forward=``
+  :func:`~pyg_tc.loader.trimmed_forward`.
 
 The recipe is PyTorch's whole-network capture (``torch.cuda.graphs``), as
-NVIDIA's MLPerf GNN code applies it to sampled batches:
-
-* per bucket, the first batch is copied into static buffers (every tensor of
-  the batch: features, labels, masks, the CSR and what padding built for it);
-* warm-up steps on a side stream (lazy allocations, the optimizer's state),
-  then forward + loss + backward (+ the optimizer's step) captured in one
-  ``torch.cuda.CUDAGraph``; the model's parameters, buffers and the
-  optimizer's state are then put back as they were before the warm-up, so
-  the run trains exactly as the eager loop would;
-* per step: the batch copied into its bucket's buffers, one replay;
-* a batch that fits no bucket (``batch.get('bucket')`` is None), a CPU batch,
-  and every step under a ``GradScaler`` take the eager path (the scaler's
-  step reads its inf check on the host; its forward + backward are still
-  captured).
-
-Memoised structures computed inside the step (a GCN normalisation, GAT's
-loop-fill index) are dropped before the capture, so each replay recomputes
-them from the batch in the buffers; what padding built (the CSR, GAT's
-padded self-loop graph) is part of the batch and copied per step. A model
-that trims by layer (PyG's ``trim_to_layer``) runs on per-hop padded batches
-(:class:`~pyg_tc.loader.PadHops`) with ``forward=``
-:func:`~pyg_tc.loader.trimmed_forward`: its per-layer graphs, memoised on the
-batch's graph, are such structures, derived inside each replay.
+NVIDIA's MLPerf GNN code applies it: warm-up steps on a side stream (lazy
+allocations, the optimizer's state), then forward + loss + backward (+ the
+optimizer's step) captured in one ``torch.cuda.CUDAGraph``; the model's
+parameters, buffers and the optimizer's state are then put back as they were
+before the warm-up, so the run trains exactly as the eager loop would. Other
+inputs run eagerly: a CPU batch, a batch that fits no bucket and is not seen
+twice, and every optimizer step under a ``GradScaler`` (the scaler reads its
+inf check on the host; its forward + backward are still captured). Code that
+synchronises inside the step (``.item()``, boolean-mask indexing) cannot be
+captured and raises, naming the fix.
 
 DistributedDataParallel (``static_graph=True`` recommended): the model may be
 a ``DDP`` module; DDP's all-reduce is then part of each captured backward
@@ -57,15 +61,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Callable, Dict, List, Optional
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
 from ..formats.carrier import _ATTR, attach, plain_tensor
+from ..ops.dispatch import kernel_paths
 from .loader import _tensors
-from .pad import seed_loss
+from .pad import step_loss
 
 #: eager DDP iterations before DDP's first capture (PyTorch's CUDA-graph notes: at least 11)
 DDP_WARMUP = 11
@@ -115,11 +121,13 @@ def _flat(batch: Data) -> List[Tensor]:
 class _Captured:
     """One bucket's buffers and graph."""
 
-    def __init__(self, static: Data, graph: torch.cuda.CUDAGraph, loss: Tensor, buffers: List[Tensor],
+    def __init__(self, static: Data, graph: torch.cuda.CUDAGraph, out: Tensor, buffers: List[Tensor],
                  grads: List[Optional[Tensor]]):
-        self.static, self.graph, self.loss, self.buffers = static, graph, loss, buffers
+        self.static, self.graph, self.out, self.buffers = static, graph, out, buffers
         #: the gradients the graph's backward writes (what an eager step after a replay reads)
         self.grads = grads
+        #: a full graph's attribute tensors (held: the graph reads them)
+        self.inputs: List[Tensor] = []
         #: the buffers by dtype: ``_foreach_copy_`` copies a list of one dtype in a few kernels
         #: (multi_tensor_apply), a mixed list one tensor at a time (a batch: about 45 copies)
         by: dict = {}
@@ -133,32 +141,242 @@ class _Captured:
             torch._foreach_copy_(bufs, [src[i] for i in idx], non_blocking=True)
 
 
-class CapturedStep:
+def _identity(batch: Data) -> Tuple[tuple, List[Tensor]]:
+    """A full graph's identity and its attribute tensors: each tensor's name,
+    object, address, shape, strides and dtype, and ``edge_index``'s version
+    (an in-place change of the edges makes the memoised structures stale:
+    the eager path then sees it)."""
+    key, tensors = [], []
+    for k, v in batch._store.items():
+        if isinstance(v, Tensor):
+            t = plain_tensor(v)
+            key.append((k, id(v), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device))
+            tensors.append(v)
+    ei = batch.get('edge_index')
+    return tuple(key) + ((getattr(ei, '_version', None),) if isinstance(ei, Tensor) else ()), tensors
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@contextlib.contextmanager
+def _sync_is_error():
+    """Inside: an operation that synchronises the host with the GPU raises
+    (``torch.cuda.set_sync_debug_mode('error')``)."""
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+
+
+def _reraise_capture_error(e: RuntimeError, what: str) -> None:
+    msg = str(e)
+    if any(k in msg.lower() for k in ('captur', 'operation not permitted', 'synchroniz')):
+        raise RuntimeError(
+            f'pyg_tc: {what} could not be captured in a CUDA graph: something inside it synchronises with '
+            f'the host or is not capturable (.item(), .cpu(), printing a CUDA tensor, boolean-mask indexing '
+            f'such as out[data.train_mask], torch.nonzero). Use static-shape code (e.g. pyg_tc.loader.masked_loss '
+            f'instead of indexing by a mask) or call the model eagerly. CUDA said: {msg.splitlines()[0]}') from e
+
+
+class _Replayer:
+    """What :class:`CapturedStep` and :class:`CapturedForward` share: the
+    captured graphs (by bucket, or by a full graph's identity), the warm-up,
+    the snapshot of the model's (and optimizer's) state, and the choice
+    between replay and the eager path (see the module doc)."""
+
+    #: full-graph identities remembered (a full graph is captured the second time it comes)
+    SEEN = 8
+
+    def __init__(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer],
+                 forward: Callable[[torch.nn.Module, Data], Any], autocast: Optional[torch.dtype], warmup: int,
+                 stream: Optional[torch.cuda.Stream]):
+        self.model, self.optimizer, self.forward = model, optimizer, forward
+        self.autocast, self.warmup, self.stream = autocast, max(int(warmup), 1), stream
+        self.graphs: Dict[Any, _Captured] = {}
+        self._seen: Dict[tuple, list] = {}
+        #: calls answered by a replay and eagerly
+        self.replays = self.eager_steps = 0
+
+    def _amp(self):
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast('cuda', dtype=self.autocast, cache_enabled=False)
+
+    # -- subclass hooks --------------------------------------------------------
+    def _body(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
+        """The work captured (and run by every warm-up): returns the graph's result."""
+        raise NotImplementedError
+
+    def eager(self, batch: Data) -> Tensor:
+        raise NotImplementedError
+
+    def _result(self, cap: _Captured) -> Tensor:
+        return cap.out.detach().clone()
+
+    # -- dispatch --------------------------------------------------------------
+    def _lookup(self, batch: Data) -> Optional[_Captured]:
+        """The captured graph ready for ``batch`` (captured now if due; for a
+        padded batch its tensors copied in), or None: run eagerly."""
+        x = batch.get('x')
+        if not (isinstance(x, Tensor) and x.is_cuda):
+            return None
+        bucket = batch.get('bucket')
+        if bucket is None:  # a full graph: replay on its own tensors
+            key, tensors = _identity(batch)
+            cap = self.graphs.get(key)  # (its graph holds the tensors: their ids are not reused)
+            if cap is None:
+                refs = self._seen.get(key)
+                if refs is None or any(r() is not t for r, t in zip(refs, tensors)):  # first time
+                    self._seen[key] = [weakref.ref(t) for t in tensors]
+                    if len(self._seen) > self.SEEN:
+                        del self._seen[next(iter(self._seen))]
+                    return None
+                cap = self.graphs[key] = self._capture(batch, own=True)
+                cap.inputs = tensors
+            return cap
+        key = _key(bucket)
+        cap = self.graphs.get(key)
+        if cap is None:
+            cap = self.graphs[key] = self._capture(batch, own=False)
+        src = _flat(batch)
+        if len(src) != len(cap.buffers) or any(a.shape != b.shape or a.dtype != b.dtype
+                                               for a, b in zip(src, cap.buffers)):
+            return None  # another structure (e.g. built by other layers): eager
+        cap.copy_in(src)
+        return cap
+
+    def close(self) -> None:
+        """Frees the captured graphs and their static buffers (later calls
+        capture again). With DDP, call it (or drop the step) before
+        ``torch.distributed.destroy_process_group()``: graphs that hold NCCL
+        work keep ``destroy_process_group`` waiting (it did not return on two
+        H100s, NCCL 2.28)."""
+        if self.graphs and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.graphs.clear()
+        self._seen.clear()
+
+    # -- capture ---------------------------------------------------------------
+    def _snapshot(self) -> tuple:
+        model = {k: v.detach().clone() for k, v in self.model.state_dict(keep_vars=True).items()
+                 if isinstance(v, Tensor)}
+        states = self.optimizer.state.values() if self.optimizer is not None else ()
+        opt = {id(t): t.detach().clone() for st in states for t in st.values() if isinstance(t, Tensor)}
+        return model, opt
+
+    def _restore(self, snap: tuple) -> None:
+        model, opt = snap
+        with torch.no_grad():
+            for k, v in self.model.state_dict(keep_vars=True).items():
+                if k in model:
+                    v.copy_(model[k])
+            for st in (self.optimizer.state.values() if self.optimizer is not None else ()):
+                for t in st.values():
+                    if isinstance(t, Tensor):
+                        if id(t) in opt:
+                            t.copy_(opt[id(t)])
+                        else:  # created by the warm-up: as a first step finds it
+                            t.zero_()
+
+    def _warm(self, batch: Data, steps: int, model: Optional[torch.nn.Module] = None) -> None:
+        """``steps`` eager runs of the body on a side stream (the caller puts the state back)."""
+        side = self.stream or torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), kernel_paths():
+            for _ in range(steps):
+                self._body(batch, model)
+        torch.cuda.current_stream().wait_stream(side)
+
+    def _capture(self, batch: Data, own: bool) -> _Captured:
+        """Captures the body on ``batch``'s own tensors (``own``: a full
+        graph; what the warm-up memoises stays) or on a static copy (a padded
+        batch; what the warm-up memoises is dropped, so the graph recomputes
+        it from the buffers)."""
+        static = batch if own else _static_copy(batch)
+        buffers = _flat(static)
+        graphs = [] if own else _graphs(static)
+        before = [g.derived_keys() for g in graphs]
+        snap = self._snapshot()
+        # the warm-up and the capture draw no random numbers of the run: the first replay draws
+        # what the next eager step would (dropout as in the eager loop)
+        rng = torch.cuda.get_rng_state(_index(batch.x.device))
+        try:
+            # a DDP model warms up through the module it wraps: no collective, so the ranks stay in step
+            module = self.model.module if _is_ddp(self.model) else None
+            self._warm(static, self.warmup - 1, module)
+            try:  # the last warm-up with synchronisations as errors: what would break the capture
+                with _sync_is_error():
+                    self._warm(static, 1, module)
+            except RuntimeError as e:
+                _reraise_capture_error(e, type(self).__name__)
+                raise
+            for g, keys in zip(graphs, before):
+                g.drop_derived(keep=keys)
+            graph = torch.cuda.CUDAGraph()
+            side = self.stream or torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            gen = torch.cuda.default_generators[_index(batch.x.device)]
+            fresh = gen.clone_state()
+            try:
+                # thread_local: a prefetching loader's thread may call into CUDA during the capture
+                with torch.cuda.graph(graph, stream=side, capture_error_mode='thread_local'), kernel_paths():
+                    out = self._body(static)
+            except RuntimeError as e:
+                # (the last warm-up catches what synchronises; another failure) a capture that fails
+                # leaves the device's generator in capture mode (every later random op would raise):
+                # it gets a state that is not capturing
+                gen.graphsafe_set_state(fresh)
+                _reraise_capture_error(e, type(self).__name__)
+                raise
+            torch.cuda.synchronize()
+        finally:
+            self._restore(snap)
+            torch.cuda.set_rng_state(rng, _index(batch.x.device))
+        grads = [p.grad for p in self.model.parameters()]
+        return _Captured(static, graph, out, buffers, grads)
+
+
+class CapturedStep(_Replayer):
     r"""A training step (forward, loss, backward, optimizer step) captured in
-    a CUDA graph per bucket of padded batches (see the module doc)::
+    a CUDA graph, for a full graph or per bucket of padded batches (see the
+    module doc). On a full graph::
+
+        data = dataset[0].to('cuda')
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
+        step = pyg_tc.loader.CapturedStep(model, opt)   # loss: cross-entropy over data.train_mask
+        for epoch in range(200):
+            loss = step(data)   # a CUDA tensor; no synchronisation
+
+    On mini-batches padded to buckets::
 
         loader = pyg_tc.loader.NeighborLoader(data, [15, 10, 5], batch_size=1024, input_nodes=train)
         pad = PadToBuckets(buckets_from_batches(loader), seed_capacity=1024)
         loader.transform = pad
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
-        step = pyg_tc.loader.CapturedStep(model, opt)
+        step = pyg_tc.loader.CapturedStep(model, opt)   # loss: cross-entropy over the real seeds
         for batch in loader:
-            loss = step(batch)  # a CUDA tensor; no synchronisation
+            loss = step(batch)
 
     Args:
         model (torch.nn.Module): the model (on the GPU).
         optimizer (torch.optim.Optimizer): its optimizer; Adam / AdamW need
             ``capturable=True``.
         loss_fn (Callable, optional): ``loss_fn(out, batch) -> Tensor``
-            (default: :func:`~pyg_tc.loader.seed_loss`, cross-entropy over
-            the real seeds). It must keep static shapes on padded batches.
+            (default: :func:`~pyg_tc.loader.step_loss`: cross-entropy over
+            the real seeds of a mini-batch, over ``train_mask`` on a full
+            graph). It must keep static shapes and not synchronise.
         forward (Callable, optional): ``forward(model, batch) -> out``
             (default: ``model(batch.x, batch.edge_index)``).
         autocast (torch.dtype, optional): run forward and loss under
             ``torch.autocast('cuda', autocast)``.
         scaler (torch.amp.GradScaler, optional): scaled backward (captured)
             and the scaler's step and update (eager).
-        warmup (int, optional): warm-up steps before each capture (default 3).
+        warmup (int, optional): warm-up steps before each capture (default 3;
+            at least 1: the last runs with synchronisations as errors, so
+            that code the capture would fail on raises before it).
         stream (torch.cuda.Stream, optional): the stream warm-ups and
             captures run on (default: a new side stream per capture; for a
             DDP model the stream current at construction, see the module doc).
@@ -167,7 +385,7 @@ class CapturedStep:
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 loss_fn: Callable[[Tensor, Data], Tensor] = seed_loss,
+                 loss_fn: Callable[[Tensor, Data], Tensor] = step_loss,
                  forward: Callable[[torch.nn.Module, Data], Tensor] = _forward,
                  autocast: Optional[torch.dtype] = None, scaler: Optional[Any] = None, warmup: int = 3,
                  stream: Optional[torch.cuda.Stream] = None):
@@ -182,20 +400,10 @@ class CapturedStep:
                                  'torch.cuda.stream(s): model = DDP(...); step = CapturedStep(model, opt); ...), '
                                  "so DDP's gradient accumulators live on the stream the step is captured on")
             stream = cur
-        self.stream = stream
-        self.model, self.optimizer, self.loss_fn, self.forward = model, optimizer, loss_fn, forward
-        self.autocast, self.scaler, self.warmup = autocast, scaler, int(warmup)
-        self.graphs: Dict[Any, _Captured] = {}
+        super().__init__(model, optimizer, forward, autocast, warmup, stream)
+        self.loss_fn, self.scaler = loss_fn, scaler
         #: a DDP model still needs its eager iterations before a capture
         self._ddp_pending = _is_ddp(model)
-        #: steps taken by replay and eagerly
-        self.replays = self.eager_steps = 0
-
-    # -- one step -----------------------------------------------------------
-    def _amp(self):
-        if self.autocast is None:
-            return contextlib.nullcontext()
-        return torch.autocast('cuda', dtype=self.autocast, cache_enabled=False)
 
     def _loss(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
         with self._amp():
@@ -211,6 +419,14 @@ class CapturedStep:
         else:
             self.optimizer.step()
 
+    def _body(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self._loss(batch, model)
+        self._backward(loss)
+        if self.scaler is None:
+            self.optimizer.step()
+        return loss
+
     def eager(self, batch: Data) -> Tensor:
         """The same step without capture (what a batch outside every bucket
         gets)."""
@@ -224,72 +440,18 @@ class CapturedStep:
     def __call__(self, batch: Data) -> Tensor:
         """One training step on ``batch``; returns its loss (a detached
         tensor on the batch's device; reading it synchronises)."""
-        bucket = batch.get('bucket')
         if self._ddp_pending and batch.x.is_cuda:
             self._ddp_warmup(batch)
-        if bucket is None or not batch.x.is_cuda:
-            return self.eager(batch)
-        key = _key(bucket)
-        cap = self.graphs.get(key)
+        cap = self._lookup(batch)
         if cap is None:
-            cap = self.graphs[key] = self._capture(batch)
-        src = _flat(batch)
-        if len(src) != len(cap.buffers) or any(a.shape != b.shape or a.dtype != b.dtype
-                                               for a, b in zip(src, cap.buffers)):
-            return self.eager(batch)  # another structure (e.g. built by other layers): eager
-        cap.copy_in(src)
+            return self.eager(batch)
         cap.graph.replay()
         if self.scaler is not None:  # its step reads .grad: the graph's (an eager step may have replaced them)
             for p, g in zip(self.model.parameters(), cap.grads):
                 p.grad = g
             self._optimizer_step()
         self.replays += 1
-        return cap.loss.detach().clone()
-
-    def close(self) -> None:
-        """Frees the captured graphs and their static buffers (later calls
-        capture again). With DDP, call it (or drop the step) before
-        ``torch.distributed.destroy_process_group()``: graphs that hold NCCL
-        work keep ``destroy_process_group`` waiting (it did not return on two
-        H100s, NCCL 2.28)."""
-        if self.graphs and torch.cuda.is_available():
-            torch.cuda.synchronize()
-        self.graphs.clear()
-
-    # -- capture ------------------------------------------------------------
-    def _snapshot(self) -> tuple:
-        model = {k: v.detach().clone() for k, v in self.model.state_dict(keep_vars=True).items()
-                 if isinstance(v, Tensor)}
-        opt = {id(t): t.detach().clone() for st in self.optimizer.state.values() for t in st.values()
-               if isinstance(t, Tensor)}
-        return model, opt
-
-    def _restore(self, snap: tuple) -> None:
-        model, opt = snap
-        with torch.no_grad():
-            for k, v in self.model.state_dict(keep_vars=True).items():
-                if k in model:
-                    v.copy_(model[k])
-            for st in self.optimizer.state.values():
-                for t in st.values():
-                    if isinstance(t, Tensor):
-                        if id(t) in opt:
-                            t.copy_(opt[id(t)])
-                        else:  # created by the warm-up: as a first step finds it
-                            t.zero_()
-
-    def _warm(self, batch: Data, steps: int, model: Optional[torch.nn.Module] = None) -> None:
-        """``steps`` eager steps on a side stream (the caller puts the state back)."""
-        side = self.stream or torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(steps):
-                self.optimizer.zero_grad(set_to_none=True)
-                loss = self._loss(batch, model)
-                self._backward(loss)
-                if self.scaler is None:
-                    self.optimizer.step()
-        torch.cuda.current_stream().wait_stream(side)
+        return self._result(cap)
 
     def _ddp_warmup(self, batch: Data) -> None:
         """DDP's eager iterations before its first capture, on every rank's
@@ -300,29 +462,54 @@ class CapturedStep:
         self._restore(snap)
         self._ddp_pending = False
 
-    def _capture(self, batch: Data) -> _Captured:
-        static = _static_copy(batch)
-        buffers = _flat(static)  # the inputs; what the step memoises later is computed in the graph
-        graphs = _graphs(static)
-        before = [g.derived_keys() for g in graphs]
-        snap = self._snapshot()
-        # a DDP model warms up through the module it wraps: no collective, so the ranks stay in step
-        self._warm(static, self.warmup, self.model.module if _is_ddp(self.model) else None)
-        for g, keys in zip(graphs, before):  # recomputed inside the graph on every replay
-            g.drop_derived(keep=keys)
-        graph = torch.cuda.CUDAGraph()
-        self.optimizer.zero_grad(set_to_none=True)
-        side = self.stream or torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        # thread_local: a prefetching loader's thread may call into CUDA during the capture
-        with torch.cuda.graph(graph, stream=side, capture_error_mode='thread_local'):
-            loss = self._loss(static)
-            self._backward(loss)
-            if self.scaler is None:
-                self.optimizer.step()
-        torch.cuda.synchronize()
-        self._restore(snap)
-        return _Captured(static, graph, loss, buffers, [p.grad for p in self.model.parameters()])
+
+class CapturedForward(_Replayer):
+    r"""An inference forward captured in a CUDA graph, for a full graph or
+    per bucket of padded batches (the rules of :class:`CapturedStep`)::
+
+        model.eval()
+        infer = pyg_tc.loader.CapturedForward(model)
+        out = infer(data)          # eager the first time, captured the second, replayed after
+        acc = (out.argmax(-1)[data.test_mask] == data.y[data.test_mask]).float().mean()
+
+    Runs under ``torch.no_grad()``; returns a new tensor per call. Put the
+    model in the mode you want (``model.eval()``) before the first call: the
+    mode is part of what is captured.
+
+    Args:
+        model (torch.nn.Module): the model (on the GPU).
+        forward (Callable, optional): ``forward(model, batch) -> out``
+            (default: ``model(batch.x, batch.edge_index)``).
+        autocast (torch.dtype, optional): run the forward under
+            ``torch.autocast('cuda', autocast)``.
+        warmup (int, optional): warm-up runs before each capture (default 2;
+            at least 1, as :class:`CapturedStep`'s).
+
+    Shapes:
+        - **input:** a graph or padded batch, ``batch.x`` :math:`(|\mathcal{V}|, F)`
+        - **output:** the model's output (a new tensor)
+    """
+
+    def __init__(self, model: torch.nn.Module, forward: Callable[[torch.nn.Module, Data], Tensor] = _forward,
+                 autocast: Optional[torch.dtype] = None, warmup: int = 2):
+        super().__init__(model, None, forward, autocast, warmup, None)
+
+    def _body(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
+        with torch.no_grad(), self._amp():
+            return self.forward(self.model if model is None else model, batch)
+
+    def eager(self, batch: Data) -> Tensor:
+        """The same forward without capture."""
+        self.eager_steps += 1
+        return self._body(batch)
+
+    def __call__(self, batch: Data) -> Tensor:
+        cap = self._lookup(batch)
+        if cap is None:
+            return self.eager(batch)
+        cap.graph.replay()
+        self.replays += 1
+        return self._result(cap)
 
 
 def _graphs(batch: Data) -> list:

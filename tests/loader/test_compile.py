@@ -82,3 +82,59 @@ def test_compiled_model_on_padded_batches_compiles_once_per_bucket(conv):
 @pytest.mark.parametrize('conv', sorted(MAKE))
 def test_compiled_reduce_overhead_cuda(conv):
     _run(conv, 'cuda', mode='reduce-overhead')
+
+
+FULL = {'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o), 'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o, cached=True),
+        'gin': lambda i, o: pyg_tc.nn.GINConv(torch.nn.Linear(i, o)),
+        'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False),
+        'gatv2': lambda i, o: pyg_tc.nn.GATv2Conv(i, o, heads=2, concat=False),
+        'agnn': lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, o), pyg_tc.nn.AGNNConv(requires_grad=True))}
+
+
+class FullNet(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        self.c1, self.c2 = FULL[conv](16, 32), FULL[conv](32, 4)
+
+    def forward(self, x, edge_index):
+        return _call(self.c2, _call(self.c1, x, edge_index).relu(), edge_index)
+
+
+def _call(layer, x, edge_index):
+    return layer[1](layer[0](x), edge_index) if isinstance(layer, torch.nn.Sequential) else layer(x, edge_index)
+
+
+def _full(conv, device, **compile_kw):
+    """A compiled model on a full graph with a plain ``edge_index`` equals the
+    eager model (outputs and gradients) on every call, compiled once."""
+    g = torch.Generator().manual_seed(0)
+    N = 500
+    x = torch.randn(N, 16, generator=g).to(device)
+    ei = torch.randint(0, N, (2, 4000), generator=g).to(device)
+    torch.manual_seed(0)
+    model = FullNet(conv).to(device)
+    eager = copy.deepcopy(model)
+    eager(x, ei)  # the ops' kernels are loaded, the CSR attached to ei
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, **compile_kw)
+    w = torch.randn(N, 4, generator=g).to(device)
+    for _ in range(3):
+        out, ref = compiled(x, ei), eager(x, ei)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        grads = torch.autograd.grad((out * w).sum(), list(model.parameters()))
+        refs = torch.autograd.grad((ref * w).sum(), list(eager.parameters()))
+        for a, c in zip(grads, refs):
+            torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-4)
+    assert counters['stats']['unique_graphs'] >= 1
+
+
+@pytest.mark.parametrize('conv', sorted(FULL))
+def test_compiled_model_on_a_full_graph(conv):
+    _full(conv, 'cpu', backend='aot_eager')
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('conv', sorted(FULL))
+def test_compiled_reduce_overhead_on_a_full_graph_cuda(conv):
+    _full(conv, 'cuda', mode='reduce-overhead')
