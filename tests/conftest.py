@@ -28,6 +28,9 @@ if str(REPO_ROOT) not in sys.path:  # the package is used from the checkout
     sys.path.insert(0, str(REPO_ROOT))
 
 os.environ.setdefault('OUTDATED_IGNORE', '1')
+# the suite tests pyg_tc's own paths: backend='auto' never takes PyG's path for speed
+# (tests/nn/test_pyg_where_faster.py turns that choice back on)
+os.environ.setdefault('PYG_TC_ALWAYS_KERNELS', '1')
 
 CUDA = torch.cuda.is_available()
 

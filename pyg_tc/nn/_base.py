@@ -27,7 +27,19 @@ whenever its semantics need it, and pyg_tc's kernels otherwise:
   needs data-dependent shapes, which would break the graph; PyG's path traces
   without breaks). Build it eagerly first (run once, or apply a transform) to
   compile the kernel path;
-* ``torch.jit.script``: TorchScript compiles PyG's ``forward`` as is.
+* ``torch.jit.script``: TorchScript compiles PyG's ``forward`` as is;
+* with ``backend='auto'``, where PyG's own path is faster
+  (:func:`pyg_tc.ops.dispatch.prefers_pyg`):
+  on the CPU for the layers whose PyTorch reference is not faster than PyG
+  (all but SAGE, whose reference projects before it aggregates), and on the
+  GPU, eagerly, for the layers whose host work per call exceeds PyG's on
+  graphs of at most ``dispatch.SMALL_GRAPH_EDGES`` edges (SAGE; GCN with
+  ``cached=True``), where the host, not the GPU, paces the step.
+  :class:`~pyg_tc.loader.CapturedStep` and :class:`~pyg_tc.loader.CapturedForward`
+  run pyg_tc's kernels (``dispatch.kernel_paths()``): replayed, the host
+  costs nothing. ``PYG_TC_ALWAYS_KERNELS=1`` in the environment (read at
+  import, or ``dispatch.PYG_WHERE_FASTER = False``) turns this off: the test
+  suite does, to test pyg_tc's own paths.
 
 ``torch.package``: a layer is packaged as itself when the exporter has an
 action for pyg_tc (``extern('pyg_tc.**')`` or ``intern``); otherwise, with a
@@ -277,7 +289,14 @@ class TCLayer:
             return f'aggr={self.aggr!r}'
         if torch.compiler.is_compiling() and not self._format_ready(adj):
             return 'torch.compile without a prebuilt format'
-        return None
+        return dispatch.prefers_pyg(self.backend, adj, self._PYG_ON_CPU, self._pyg_when_small)
+
+    #: ``backend='auto'`` on the CPU runs PyG's path (its reference is not faster)
+    _PYG_ON_CPU = False
+
+    def _pyg_when_small(self) -> bool:
+        """Whether ``backend='auto'`` runs PyG's path on small graphs on the GPU."""
+        return False
 
     def _format_ready(self, adj: Any) -> bool:
         """Whether ``adj`` carries the format this layer runs on (under
@@ -286,7 +305,10 @@ class TCLayer:
 
     def _run_pyg(self, *args: Any) -> Tensor:
         """PyG's own forward for this call (CBSR features densified)."""
-        return self._pyg_forward(*dense(args))
+        for a in args:  # (a plain loop: on small graphs this call's host time is the step's)
+            if isinstance(a, (CBSR, tuple, list)):
+                return self._pyg_forward(*dense(args))
+        return self._pyg_forward(*args)
 
     def _aggregate(self, g: CSRGraph, x: Any, value: Optional[Tensor], reduce: str,
                    diag: Any = None, t_value: Optional[Tensor] = None) -> Tensor:

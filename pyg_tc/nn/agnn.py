@@ -85,6 +85,7 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
     propagate_type = {'x': 'Tensor', 'x_norm': 'Tensor'}
     _TC_AGGRS = ('add', 'sum', 'mean')
     _pyg_forward = pyg_method(pyg_nn.AGNNConv.forward, '_pyg_forward')
+    _PYG_ON_CPU = True
 
     def __init__(self, requires_grad: bool = True, add_self_loops: bool = True,
                  backend: str = 'auto', **kwargs):

@@ -270,6 +270,10 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
     propagate_type = {'x': 'Tensor', 'edge_weight': 'OptTensor'}
     _TC_AGGRS = ('add', 'sum', 'mean')
     _pyg_forward = pyg_method(pyg_nn.GCNConv.forward, '_pyg_forward')
+    _PYG_ON_CPU = True
+
+    def _pyg_when_small(self) -> bool:
+        return bool(self.cached)  # (uncached, PyG normalises on every call; pyg_tc once per graph)
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None,
@@ -299,6 +303,8 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
         return held
 
     def _run_pyg(self, *args: Any) -> Tensor:
+        if not (isinstance(self._cached_edge_index, GCNNorm) or isinstance(self._cached_adj_t, GCNNorm)):
+            return super()._run_pyg(*args)
         held = self._drop_tc_cache()  # PyG's forward reads its own cache format
         try:
             return super()._run_pyg(*args)
@@ -396,6 +402,9 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
     """
     propagate_type = {'x': 'OptPairTensor'}
     _pyg_forward = pyg_method(pyg_nn.SAGEConv.forward, '_pyg_forward')
+
+    def _pyg_when_small(self) -> bool:
+        return True
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
                  aggr: Optional[Union[str, Any]] = 'mean', normalize: bool = False,
@@ -514,6 +523,7 @@ class GINConv(_PairLayer, pyg_nn.GINConv):
     ``(1 + eps) * x`` root term is fused into the SpMM as its diagonal."""
     propagate_type = {'x': 'OptPairTensor'}
     _pyg_forward = pyg_method(pyg_nn.GINConv.forward, '_pyg_forward')
+    _PYG_ON_CPU = True
 
     def __init__(self, nn: torch.nn.Module, eps: float = 0., train_eps: bool = False,
                  backend: str = 'auto', **kwargs):

@@ -125,6 +125,7 @@ class _GATBase(TCLayer):
     # GATConv folds lin_edge into one score per edge; GATv2Conv applies it to
     # the edge features in CSR order, not PyG's
     _BYPASSED = ('aggr_module', 'lin_edge')
+    _PYG_ON_CPU = True
 
     def _gat_reason(self, x: Any, adj: Any, edge_attr: Optional[Tensor],
                     return_attention_weights: Optional[bool]) -> Optional[str]:

@@ -117,8 +117,10 @@ def _spmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
         return {'value': gv.to(a.value.dtype) if (needs['value'] and a.value is not None) else None,
                 'x': gx if needs['x'] else None}
     out = {}
-    deg = a.rowptr[1:] - a.rowptr[:-1]
-    gs = grad / deg.clamp(min=1).unsqueeze(1).to(grad.dtype) if a.reduce == 'mean' else grad
+    gs = grad
+    if a.reduce == 'mean':
+        deg = a.rowptr[1:] - a.rowptr[:-1]
+        gs = grad / deg.clamp(min=1).unsqueeze(1).to(grad.dtype)
     if needs['x']:
         tv = a.t_value
         if a.value is not None and tv is None:

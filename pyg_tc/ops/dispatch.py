@@ -25,7 +25,9 @@ framework; the op modules import it.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
@@ -471,3 +473,45 @@ def _tune(g: CSRGraph, width: int, dtype: torch.dtype, op: str) -> str:
                 times[name] = min(times[name], start.elapsed_time(end))
         del runs
     return 'sgt' if times['sgt'] < AUTO_MARGIN * times['csr'] else 'csr'
+
+
+# ---------------------------------------------------------------------------
+# PyG's own path where it is faster (the layers ask: pyg_tc.nn._base)
+
+#: ``backend='auto'`` takes PyG's own path where it is faster (:func:`prefers_pyg`);
+#: False with ``PYG_TC_ALWAYS_KERNELS=1`` in the environment
+PYG_WHERE_FASTER = os.environ.get('PYG_TC_ALWAYS_KERNELS', '').lower() not in ('1', 'true', 'yes')
+#: on the GPU, eager calls on an ``edge_index`` of at most this many edges run
+#: PyG's path for the layers that ask for it (``when_small``): Cora and
+#: CiteSeer (10,556 and 9,104 edges) are host-bound there on H100 / H200 hosts
+SMALL_GRAPH_EDGES = 32768
+_forced = [0]
+
+
+@contextlib.contextmanager
+def kernel_paths():
+    """Inside: ``backend='auto'`` never prefers PyG's path for speed (what a
+    captured step wants: replays cost no host time)."""
+    _forced[0] += 1
+    try:
+        yield
+    finally:
+        _forced[0] -= 1
+
+
+def prefers_pyg(backend: str, adj: Any, on_cpu: bool, when_small: Callable[[], bool]) -> Optional[str]:
+    """Why a layer with ``backend`` runs PyG's own path on this call for
+    speed (None: it does not; pyg_tc.nn._base's module doc): with 'auto', a
+    plain ``edge_index`` on the CPU (``on_cpu``: the layer's reference is not
+    faster than PyG there), or on the GPU with at most
+    :data:`SMALL_GRAPH_EDGES` edges (``when_small()``: the layer's host work
+    exceeds PyG's), outside :func:`kernel_paths` and ``torch.compile``."""
+    if backend != 'auto' or not PYG_WHERE_FASTER or _forced[0] or not isinstance(adj, Tensor) \
+            or adj.layout != torch.strided:
+        return None
+    if adj.device.type == 'cpu':
+        return "CPU: PyG's path is faster than the reference" if on_cpu else None
+    if adj.dim() == 2 and adj.size(-1) <= SMALL_GRAPH_EDGES and when_small() \
+            and not torch.compiler.is_compiling():
+        return f"a small graph (at most {SMALL_GRAPH_EDGES} edges): PyG's path issues less host work"
+    return None
