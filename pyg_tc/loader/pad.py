@@ -516,24 +516,6 @@ def masked_loss(out: Tensor, data: Data, mask: str = 'train_mask',
     return (per * m).sum() / m.sum().clamp(min=1)
 
 
-def step_loss(out: Tensor, batch: Data) -> Tensor:
-    """:func:`seed_loss` on a mini-batch (a batch with ``batch_size`` or
-    ``bucket``), :func:`masked_loss` on a full graph: the default loss of
-    :class:`~pyg_tc.loader.CapturedStep`.
-
-    Args:
-        out (torch.Tensor): the model's output for every row of the batch.
-        batch (torch_geometric.data.Data): the batch or the graph.
-
-    Shapes:
-        - **input:** out :math:`(|\mathcal{V}|, C)`
-        - **output:** a scalar
-    """
-    if batch.get('bucket') is not None or batch.get('batch_size') is not None:
-        return seed_loss(out, batch)
-    return masked_loss(out, batch)
-
-
 def seed_loss(out: Tensor, batch: Data, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy,
               target: str = 'y') -> Tensor:
     r"""The mean of ``loss(out[i], batch[target][i])`` over the real seeds of a

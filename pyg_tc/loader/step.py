@@ -66,15 +66,37 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Batch, Data
 
 from ..formats.carrier import _ATTR, attach, plain_tensor
 from ..ops.dispatch import kernel_paths
 from .loader import _tensors
-from .pad import step_loss
+from .pad import masked_loss, seed_loss
+from .pad_graphs import graph_loss, padding
 
 #: eager DDP iterations before DDP's first capture (PyTorch's CUDA-graph notes: at least 11)
 DDP_WARMUP = 11
+
+
+def step_loss(out: Tensor, batch: Data) -> Tensor:
+    r""":func:`~pyg_tc.loader.graph_loss` on a batch of graphs (a PyG
+    ``Batch``, padded or not), :func:`~pyg_tc.loader.seed_loss` on a mini-batch (a batch
+    with ``batch_size`` or ``bucket``), :func:`~pyg_tc.loader.masked_loss` on a full graph:
+    the default loss of :class:`~pyg_tc.loader.CapturedStep`.
+
+    Args:
+        out (torch.Tensor): the model's output for every row of the batch.
+        batch (torch_geometric.data.Data): the batch or the graph.
+
+    Shapes:
+        - **input:** out :math:`(|\mathcal{V}|, C)`
+        - **output:** a scalar
+    """
+    if isinstance(batch, Batch):
+        return graph_loss(out, batch)
+    if batch.get('bucket') is not None or batch.get('batch_size') is not None:
+        return seed_loss(out, batch)
+    return masked_loss(out, batch)
 
 
 def check_capturable(optimizer: torch.optim.Optimizer) -> None:
@@ -406,7 +428,7 @@ class CapturedStep(_Replayer):
         self._ddp_pending = _is_ddp(model)
 
     def _loss(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
-        with self._amp():
+        with self._amp(), padding(batch):
             return self.loss_fn(self.forward(self.model if model is None else model, batch), batch)
 
     def _backward(self, loss: Tensor) -> None:

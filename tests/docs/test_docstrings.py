@@ -53,7 +53,8 @@ NO_TENSOR_IO = {
     'pyg_tc.loader.NeighborSampler', 'pyg_tc.loader.NeighborLoader', 'pyg_tc.loader.LinkNeighborLoader',
     'pyg_tc.loader.PadToBuckets', 'pyg_tc.loader.Bucket', 'pyg_tc.loader.buckets_from_batches',
     'pyg_tc.loader.buckets_from_fanouts', 'pyg_tc.loader.CapturedStep', 'pyg_tc.loader.PadHops',
-    'pyg_tc.loader.HopBucket'}
+    'pyg_tc.loader.HopBucket', 'pyg_tc.loader.PadGraphs', 'pyg_tc.loader.GraphBucket', 'pyg_tc.loader.graph_buckets',
+    'pyg_tc.loader.GraphLoader', 'pyg_tc.loader.padding', 'pyg_tc.loader.padding_aware'}
 
 
 def test_public_api_documents_its_arguments_and_shapes():
