@@ -36,8 +36,10 @@ _REAL = {
     'ENZYMES': ('TUDataset', 'tu', 'ENZYMES'),
     'Tolokers': ('HeterophilousGraphDataset', 'heterophilous', 'Tolokers'),
 }
+#: synthetic only (no real counterpart): :func:`load` returns them whatever the root
+_SYNTHETIC_ONLY = ('Molecules',)
 #: the dataset names :func:`load` and :func:`synthetic` know
-NAMES = tuple(_REAL)
+NAMES = tuple(_REAL) + _SYNTHETIC_ONLY
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -45,7 +47,7 @@ class DatasetUnavailableError(RuntimeError):
 
 
 def _check(name: str) -> None:
-    if name not in _REAL:
+    if name not in NAMES:
         raise ValueError(f'unknown dataset {name!r}; known: {", ".join(NAMES)}')
 
 
@@ -54,7 +56,7 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
 
     Args:
         name (str): One of :data:`NAMES` (``'Cora'``, ``'PROTEINS_full'``, ``'ENZYMES'``,
-            ``'Tolokers'``).
+            ``'Tolokers'``; ``'Molecules'`` is synthetic only).
         root (str, optional): The folder holding the datasets as PyG roots them
             (``planetoid/Cora``, ``tu/PROTEINS_full``, ``tu/ENZYMES``, ``heterophilous/tolokers``).
             PyG downloads missing files there and writes ``processed/`` beside ``raw/``, so it must
@@ -73,7 +75,7 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
             there (no network, a folder that is not writable); its message is one line.
     """
     _check(name)
-    if root is None:
+    if root is None or name in _SYNTHETIC_ONLY:
         return synthetic(name, transform=transform)
     import torch_geometric.datasets as D
     cls, sub, pyg_name = _REAL[name]
@@ -114,7 +116,9 @@ class SyntheticDataset(InMemoryDataset):
     Planetoid's public split (20 nodes per class, 500, 1,000); for ``'Tolokers'`` the same with
     ``[num_nodes, 10]`` masks (10 random 50 / 25 / 25 % splits) and a heavy-tailed degree
     distribution; for ``'PROTEINS_full'`` and ``'ENZYMES'`` small graphs with one-hot node types
-    as ``x`` and one label per graph.
+    as ``x`` and one label per graph; ``'Molecules'`` (no real counterpart) 4,000 molecule-shaped
+    graphs as ZINC's: 10-40 atoms, a tree plus a few rings (mean degree about 2.2), 9 one-hot atom
+    types, 2 classes that depend on the atoms' types and their neighbours'.
 
     Args:
         name (str): One of :data:`NAMES`.
@@ -282,9 +286,33 @@ def _tu(num_graphs: int, class_sizes: List[int], mean_nodes: float, max_nodes: i
     return [Data(x=xs[g], edge_index=eis[g], y=y[g:g + 1]) for g in range(num_graphs)]
 
 
+def _molecules(num_graphs: int, gen: torch.Generator) -> List[Data]:
+    """Molecule-shaped graphs (ZINC's sizes): 10-40 atoms joined as a random tree plus about one
+    ring-closing bond per 9 atoms (mean degree about 2.2), 9 atom types (one-hot ``x``, the first
+    ones commonest), label 1 where more type-0 atoms have a type-1 neighbour than the median
+    graph has."""
+    probs = torch.tensor([0.35, 0.2, 0.15, 0.1, 0.08, 0.05, 0.03, 0.02, 0.02])
+    out, scores = [], []
+    for _ in range(num_graphs):
+        n = int(torch.randint(10, 41, (1,), generator=gen))
+        parent = (torch.rand(n - 1, generator=gen) * torch.arange(1, n)).long()  # a random tree
+        rings = torch.randint(0, n, (2, max(n // 9, 1)), generator=gen)
+        pairs = torch.cat([torch.stack([torch.arange(1, n), parent]), rings[:, rings[0] != rings[1]]], 1)
+        ei = torch.cat([pairs, pairs.flip(0)], 1)
+        types = torch.multinomial(probs, n, replacement=True, generator=gen)
+        hit = (types[ei[0]] == 0) & (types[ei[1]] == 1)
+        scores.append(int(torch.unique(ei[0][hit]).numel()))
+        out.append(Data(x=torch.nn.functional.one_hot(types, 9).float(), edge_index=ei))
+    cut = torch.tensor(scores, dtype=torch.float).median()
+    for d, sc in zip(out, scores):
+        d.y = torch.tensor([int(sc > cut)])
+    return out
+
+
 _GENERATORS = {
     'Cora': _cora,
     'Tolokers': _tolokers,
     'PROTEINS_full': lambda gen: _tu(1113, [663, 450], 41.0, 620, gen),
     'ENZYMES': lambda gen: _tu(600, [100] * 6, 32.6, 126, gen),
+    'Molecules': lambda gen: _molecules(4000, gen),
 }

@@ -161,3 +161,19 @@ def test_real_and_synthetic_have_the_same_shape(made, name, rel, tmp_path_factor
         assert r.num_nodes == f.num_nodes and abs(r.num_edges / f.num_edges - 1) < 0.01
         for key in ('x', 'y', 'train_mask', 'val_mask', 'test_mask'):
             assert r[key].shape == f[key].shape, key
+
+
+def test_molecules_are_molecule_shaped():
+    ds = synthetic('Molecules')
+    sizes = torch.tensor([d.num_nodes for d in ds])
+    degree = sum(d.num_edges for d in ds) / int(sizes.sum())
+    assert len(ds) == 4000 and int(sizes.min()) >= 10 and int(sizes.max()) <= 40
+    assert 1.9 < degree < 2.4 and ds.num_features == 9 and ds.num_classes == 2
+    d = ds[0]
+    assert torch.equal(d.x.sum(1), torch.ones(d.num_nodes))  # one-hot atom types
+    fwd = set(map(tuple, d.edge_index.t().tolist()))
+    assert fwd == {(j, i) for i, j in fwd}  # undirected
+    y = torch.cat([g.y for g in ds])
+    assert 0.2 < float(y.float().mean()) < 0.8
+    assert torch.equal(synthetic('Molecules')[5].edge_index, ds[5].edge_index)  # the same seed, the same data
+    assert type(load('Molecules', '/no/such/folder')).__name__ == 'SyntheticDataset'  # synthetic only
