@@ -217,3 +217,21 @@ def test_batch_norm_over_the_real_rows_of_a_padded_batch():
     plain = _batches()[0]
     torch.testing.assert_close(model(plain.x, plain.edge_index, plain.batch),
                                ref(plain.x, plain.edge_index, plain.batch), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.cuda
+def test_captured_forward_on_padded_graph_batches():
+    """Inference per bucket: CapturedForward's real rows are the eager model's on the unpadded batches."""
+    data = _molecules(48)
+    buckets = graph_buckets(DataLoader(data, batch_size=8), num_batches=6, levels=2)
+    torch.manual_seed(0)
+    model = pyg_tc.loader.padding_aware(MLPNet().cuda()).eval()
+    infer = pyg_tc.loader.CapturedForward(model, forward=lambda m, b: m(b.x, b.edge_index, b.batch, b.num_graphs))
+    plain = [b.to('cuda') for b in DataLoader(data, batch_size=8)]
+    padded = [b.to('cuda') for b in GraphLoader(data, batch_size=8, pad=PadGraphs(buckets))]
+    for _ in range(2):
+        for p, b in zip(plain, padded):
+            with torch.no_grad():
+                want = model(p.x, p.edge_index, p.batch)
+            torch.testing.assert_close(infer(b)[:p.num_graphs], want, atol=1e-4, rtol=1e-4)
+    assert infer.replays > 0 and 1 <= len(infer.graphs) <= len(buckets)
