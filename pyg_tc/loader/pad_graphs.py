@@ -274,7 +274,8 @@ class _PaddedCollate:
         batch = self.collate(data_list)
         if self.pad is not None:
             return self.pad(batch)
-        batch.edge_index = attach(batch.edge_index, int(batch.num_nodes), _csr_order(batch), sort_order='col')
+        g = _csr_order(batch)  # (reorders batch.edge_index first)
+        batch.edge_index = attach(batch.edge_index, int(batch.num_nodes), g, sort_order='col')
         return batch
 
 

@@ -127,6 +127,19 @@ def test_graph_loader_pads_in_its_collate_function(workers):
         assert a.num_real_graphs == b.num_graphs and torch.equal(a.y[:b.num_graphs], b.y)
     unpadded = next(iter(GraphLoader(data, batch_size=8)))
     assert unpadded.get('bucket') is None and has_graph(unpadded.edge_index)
+    ei = unpadded.edge_index.as_tensor()
+    assert bool((ei[1, 1:] >= ei[1, :-1]).all()), 'the edges are in the CSR order of the graph they carry'
+    torch.manual_seed(0)
+    conv = pyg_tc.nn.GCNConv(8, 4)
+    want = torch_geometric_gcn(conv)(unpadded.x, ei)
+    torch.testing.assert_close(conv(unpadded.x, unpadded.edge_index), want, atol=1e-5, rtol=1e-5)
+
+
+def torch_geometric_gcn(conv):
+    import torch_geometric.nn as pyg_nn
+    ref = pyg_nn.GCNConv(8, 4)
+    ref.load_state_dict(conv.state_dict())
+    return ref
 
 
 def test_step_loss_is_the_graph_loss_on_graph_batches():
