@@ -57,6 +57,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/captured_step.py
     sys.path.insert(0, _ROOT)
 
+from benchmarks.suites.common import read_records, rerender  # noqa: E402
 from benchmarks.suites.minibatch import Net, hops  # noqa: E402
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
@@ -234,9 +235,7 @@ def main(argv=None, prog=None):
         log('[captured] no CUDA GPU: a dry run of the code on the CPU (the times mean nothing)')
     env = environment(DEV, fanout=a.fanout, batch_size=a.batch_size, hidden=a.hidden, layers=a.layers, trim=a.trim)
     if a.render:
-        import json
-        records = [json.loads(line) for line in open(a.render) if line.strip()]
-        env = {k: v for k, v in next((r for r in records if r.get('kind') == 'env'), {}).items() if k != 'kind'}
+        records, env = read_records(a.render)
     rep = Reporter(a.out, 'captured_step.jsonl', 'captured_step.md', 'The mini-batch step, eager and captured',
                    env=env, env_mode='first', sections=[Table('## Per training step', 'step', [
                        Col('graph', 'graph'), Col('model', 'model'), Col('run', 'run'),
@@ -250,10 +249,7 @@ def main(argv=None, prog=None):
                        _step_rows, 'case', 'x_pyg_eager', series='run',
                        title="training step, speed-up over PyG's eager step (same batches; higher is better)")])])
     if a.render:
-        for r in records:
-            if r.get('kind') == 'step':
-                rep.add(r, quiet=True)
-        rep.write()
+        rerender(rep, records, 'step')
         return
     rep.run([('steps', g, lambda g=g: step_records(g, a)) for g in a.graphs.split(',')], device=DEV)
 

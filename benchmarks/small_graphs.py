@@ -54,6 +54,8 @@ from pyg_tc.bench.timing import kernel_profile, loop_ms, short_error  # noqa: E4
 from pyg_tc.loader import CapturedStep, masked_loss  # noqa: E402
 from pyg_tc.ops import dispatch  # noqa: E402
 
+from benchmarks.suites.common import read_records, rerender  # noqa: E402
+
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 #: graph -> (nodes, edges, features, classes, Planetoid name or None)
 SHAPES = {'cora': (2708, 10556, 1433, 7, 'Cora'), 'citeseer': (3327, 9104, 3703, 6, 'CiteSeer'),
@@ -271,12 +273,8 @@ def main(argv=None):
     if DEV.type != 'cuda':
         log('[small] no CUDA GPU: the CPU path (captured rows run eagerly)')
     env = environment(DEV, steps=a.steps, rounds=a.rounds)
-    records = []
     if a.render:
-        import json
-        for path in a.render:
-            records += [json.loads(line) for line in open(path) if line.strip()]
-        env = {k: v for k, v in next((r for r in records if r.get('kind') == 'env'), {}).items() if k != 'kind'}
+        records, env = read_records(a.render)
     rep = Reporter(a.out, 'small_graphs.jsonl', 'small_graphs.md', 'Full-graph training on small graphs',
                    env=env, env_mode='first', sections=[Table('## Per training step', 'step', [
                        Col('graph', 'graph'), Col('model', 'model'), Col('run', 'run'),
@@ -289,10 +287,7 @@ def main(argv=None):
                        'x_pyg_eager', series='run',
                        title="full-graph training step, speed-up over PyG's eager step (higher is better)")])])
     if a.render:
-        for r in records:
-            if r.get('kind') == 'step':
-                rep.add(r, quiet=True)
-        rep.write()
+        rerender(rep, records, 'step')
         return
     rep.run([('steps', g, lambda g=g: step_records(g, a)) for g in a.graphs.split(',')], device=DEV)
 

@@ -115,14 +115,24 @@ def train(model, prep, train_ds, test_ds, epochs: int, seed: int, device, desc: 
             losses.append(loss.item())
         sync()
         times.append(time.perf_counter() - t0)
+    return accuracy(model, prep, test_ds, device), epoch_ms(times), losses
+
+
+def accuracy(model, prep, test_ds, device) -> float:
+    """Test accuracy on unpadded batches of 128."""
     model.eval()
     correct = 0
     with torch.no_grad():
         for b in DataLoader(test_ds, batch_size=128):
             b = prep(b.to(device))
             correct += int((model(b.x, b.edge_index, b.batch).argmax(1) == b.y).sum())
-    steady = times[1:] or times  # the first epoch warms up (allocator, caches)
-    return correct / len(test_ds), 1e3 * sum(steady) / len(steady), losses
+    return correct / len(test_ds)
+
+
+def epoch_ms(times) -> float:
+    """Mean ms per epoch after the first (which warms up: allocator, caches, captures)."""
+    steady = times[1:] or times
+    return 1e3 * sum(steady) / len(steady)
 
 
 def train_captured(model, train_ds, test_ds, epochs: int, seed: int, device, desc: str = ''):
@@ -144,14 +154,7 @@ def train_captured(model, train_ds, test_ds, epochs: int, seed: int, device, des
         sync()
         times.append(time.perf_counter() - t0)
         losses += [float(v) for v in epoch]
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for b in DataLoader(test_ds, batch_size=128):
-            b = b.to(device)
-            correct += int((model(b.x, b.edge_index, b.batch).argmax(1) == b.y).sum())
-    steady = times[1:] or times
-    return correct / len(test_ds), 1e3 * sum(steady) / len(steady), losses
+    return accuracy(model, lambda b: b, test_ds, device), epoch_ms(times), losses
 
 
 def main():

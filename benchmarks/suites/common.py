@@ -173,3 +173,22 @@ def train_case(rec: dict, build: Callable[[], torch.nn.Module], x, y, edge_index
     model = None
     free(x.device)
     return rec
+
+
+def read_records(paths) -> Tuple[list, dict]:
+    """The records of JSON-lines files (a path or a list of them, in order) and the
+    run block of the first ``env`` record: what a script's ``--render`` redraws."""
+    import json
+    records = []
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        records += [json.loads(line) for line in open(path) if line.strip()]
+    env = {k: v for k, v in next((r for r in records if r.get('kind') == 'env'), {}).items() if k != 'kind'}
+    return records, env
+
+
+def rerender(rep, records: list, kind: str) -> None:
+    """Rewrites a reporter's markdown and PNG from ``records`` of ``kind``."""
+    for r in records:
+        if r.get('kind') == kind:
+            rep.add(r, quiet=True)
+    rep.write()
