@@ -12,8 +12,8 @@ from the same initial weights and the same batches (a seeded shuffle, an
 * ``PyG eager``: PyG's layers on PyG's ``DataLoader`` batches;
 * ``pyg_tc eager``: pyg_tc's layers on the same batches;
 * ``pyg_tc padded + captured``: :class:`pyg_tc.loader.GraphLoader` batches
-  padded to two buckets (:class:`~pyg_tc.loader.PadGraphs`, CSR built while
-  collating, ``--workers`` loader processes), the model made
+  assembled on the GPU (``device=``: the dataset stored there once) and
+  padded to two buckets (:class:`~pyg_tc.loader.PadGraphs`), the model made
   :func:`~pyg_tc.loader.padding_aware`, the step captured per bucket
   (:class:`~pyg_tc.loader.CapturedStep`).
 
@@ -45,6 +45,8 @@ from pyg_tc.bench.graphs import DATA_ENV, pyg_dataset  # noqa: E402
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log  # noqa: E402
 from pyg_tc.datasets import synthetic  # noqa: E402
 from pyg_tc.loader import CapturedStep, GraphLoader, PadGraphs, graph_buckets, padding_aware  # noqa: E402
+
+from benchmarks.suites.common import read_records, rerender  # noqa: E402
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 RUNS = ('PyG eager', 'pyg_tc eager', 'pyg_tc padded + captured')
@@ -85,14 +87,13 @@ class Net(torch.nn.Module):
 class Run:
     """One of ``RUNS``: its model, optimizer and loader; one epoch per call."""
 
-    def __init__(self, run: str, model, train, batch_size: int, seed: int, workers: int):
+    def __init__(self, run: str, model, train, batch_size: int, seed: int):
         from torch_geometric.loader import DataLoader
         shuffled = dict(batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
         self.run, self.model, self.losses, self.times = run, model, [], []
         if run == 'pyg_tc padded + captured':
             buckets = graph_buckets(DataLoader(train, batch_size=batch_size, shuffle=True), levels=2)
-            self.loader = GraphLoader(train, pad=PadGraphs(buckets), num_workers=workers,
-                                      persistent_workers=workers > 0, **shuffled)
+            self.loader = GraphLoader(train, pad=PadGraphs(buckets), device=DEV, **shuffled)
             padding_aware(model)
             opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=DEV.type == 'cuda')
             self.step = CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.batch, b.num_graphs))
@@ -146,7 +147,7 @@ def step_records(name: str, a):
                     model = Net(pyg_tc.nn if 'pyg_tc' in run else __import__('torch_geometric.nn').nn,
                                 kind, cin, classes).to(DEV)
                     model.load_state_dict(copy.deepcopy(base.state_dict()))
-                    runs.append(Run(run, model, train, bs, seed, a.workers))
+                    runs.append(Run(run, model, train, bs, seed))
                 log(f'[graphcls] {name} {kind} batch {bs} seed {seed}: {a.epochs} epochs')
                 for _ in range(a.epochs):
                     for r in runs:  # interleaved: one epoch of each in turn
@@ -172,12 +173,15 @@ def main(argv=None):
     p.add_argument('--batch-sizes', default='32,128')
     p.add_argument('--seeds', type=int, default=5)
     p.add_argument('--epochs', type=int, default=50)
-    p.add_argument('--workers', type=int, default=2, help='GraphLoader worker processes (padding, CSR)')
+    p.add_argument('--render', metavar='JSONL', nargs='+', help='only rewrite the markdown and PNG from these '
+                   "records (the run block from the first file's 'env' record)")
     a = p.parse_args(argv)
     a.models, a.batch_sizes = a.models.split(','), [int(b) for b in a.batch_sizes.split(',')]
     if DEV.type != 'cuda':
         log('[graphcls] no CUDA GPU: the CPU path (the captured run is eager)')
-    env = environment(DEV, seeds=a.seeds, epochs=a.epochs, workers=a.workers)
+    env = environment(DEV, seeds=a.seeds, epochs=a.epochs)
+    if a.render:
+        records, env = read_records(a.render)
     rep = Reporter(a.out, 'graph_classification.jsonl', 'graph_classification.md',
                    'Graph classification on DataLoader batches', env=env, env_mode='first',
                    sections=[Table('## Per epoch', 'epoch', [
@@ -189,6 +193,9 @@ def main(argv=None):
                        lambda rs: [dict(r, case=f"{r['dataset']} {r['model']} {r['batch_size']}")
                                    for r in rs if r.get('kind') == 'epoch'], 'case', 'x_pyg', series='run',
                        title="graph-classification epoch, speed-up over PyG's (higher is better)")])])
+    if a.render:
+        rerender(rep, records, 'epoch')
+        return
     rep.run([('epochs', d, lambda d=d: step_records(d, a)) for d in a.datasets.split(',')], device=DEV)
 
 

@@ -12,16 +12,14 @@ graph each node came from. The graphs stay disconnected, so one message-passing 
 batch processes all of them at once, and ``global_add_pool(x, batch.batch)`` gives one row per
 graph. For pyg_tc a batch is simply another graph.
 
-Where does pyg_tc's sparse format come from? ``pyg_tc.transforms.DegreeBucketTransform()`` can be
-set as the dataset's transform (``ds.transform = ...``), and then each graph carries its format
-in ``data.edge_index``. But collation concatenates the edge lists into a new tensor and the
-per-graph formats do not survive it: the batch's ``edge_index`` is a plain ``EdgeIndex`` (the
-script checks this). With DataLoader batches the dataset transform is therefore wasted work (it
-runs on every access to a graph). The format is built once per batch instead, for the batched
-graph: by applying the transform to the batch after moving it to the device (this script does,
-to make the step visible), or, if you do nothing, by the first layer that sees the batch, which
-caches it on the ``edge_index`` tensor for the other layers and the backward pass. Either way
-the build is part of pyg_tc's time per epoch.
+Where does pyg_tc's sparse format come from? Collation concatenates the edge lists into a new
+tensor, so a format built per graph (``pyg_tc.transforms.DegreeBucketTransform()`` as the
+dataset's transform) does not survive it: the batch's ``edge_index`` is a plain ``EdgeIndex``
+(the script checks this). Building a batch's CSR costs more than a few layer calls on a graph this
+small save, so pyg_tc's layers, given a small ``edge_index`` without a format, run PyG's own path
+for their first calls on it (``pyg_tc.ops.dispatch.FRESH_GRAPH_CALLS``); the second row is
+therefore the drop-in: PyG's ``DataLoader`` and pyg_tc's layers, nothing else changed. The third
+row is where the kernels pay: batches that come with their CSR, assembled on the device.
 
 The check: PyG's ``GINConv`` and pyg_tc's start from the same weights and see the same batches
 (a seeded generator shuffles both loaders alike) of a fixed random 80/20 split per seed. Their
@@ -39,8 +37,9 @@ printed above the table), which is not faster than PyG: the speed comes from the
 The third row pads every batch to one of two buckets of (graphs, nodes, edges)
 (``pyg_tc.loader.PadGraphs`` with ``graph_buckets``: padded nodes isolated with zero features in
 a padding graph slot, so ``global_add_pool(x, batch, num_graphs)`` gives the real graphs' sums),
-builds the batch's CSR while collating (``pyg_tc.loader.GraphLoader``: in the loader's worker
-processes when it has some) and captures the training step once per bucket
+assembles every batch on the device with its CSR (``pyg_tc.loader.GraphLoader(...,
+device=device)``: the dataset is stored there once; no collate per batch) and captures the
+training step once per bucket
 (``pyg_tc.loader.CapturedStep``; the loss is the cross-entropy over the real graphs).
 ``padding_aware(model)`` makes the MLPs' batch norms take their statistics over the real nodes
 only. The batches and their order are the eager rows'. On a CPU nothing is captured and the row
@@ -136,11 +135,11 @@ def epoch_ms(times) -> float:
 
 
 def train_captured(model, train_ds, test_ds, epochs: int, seed: int, device, desc: str = ''):
-    """``train`` on batches padded to a few buckets (``PadGraphs``, in the loader's collate
-    function) with the step captured per bucket (``CapturedStep``; on a CPU it runs eagerly)."""
+    """``train`` on batches assembled on ``device`` and padded to a few buckets (``GraphLoader``
+    with ``PadGraphs``) with the step captured per bucket (``CapturedStep``; on a CPU it runs eagerly)."""
     shuffled = dict(batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(seed))
     buckets = graph_buckets(DataLoader(train_ds, batch_size=32, shuffle=True), levels=2)
-    loader = GraphLoader(train_ds, pad=PadGraphs(buckets), **shuffled)
+    loader = GraphLoader(train_ds, pad=PadGraphs(buckets), device=device, **shuffled)
     padding_aware(model)  # its MLPs' batch norms: statistics over the real nodes only
     opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=torch.device(device).type == 'cuda')
     step = CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.batch, b.num_graphs))
@@ -150,7 +149,7 @@ def train_captured(model, train_ds, test_ds, epochs: int, seed: int, device, des
     for _ in tqdm(range(epochs), desc, leave=False):
         sync()
         t0 = time.perf_counter()
-        epoch = [step(b.to(device, non_blocking=True)) for b in loader]  # loss tensors: no synchronisation
+        epoch = [step(b) for b in loader]  # loss tensors: no synchronisation
         sync()
         times.append(time.perf_counter() - t0)
         losses += [float(v) for v in epoch]
@@ -170,7 +169,7 @@ def main():
     epochs = a.epochs or epochs
     backend = pyg_tc.info()['backend']  # (on a GPU this also builds the kernels, before any timing)
     impls = (('PyG', torch_geometric.nn, lambda b: b),           # the batch as collated
-             ('pyg_tc', pyg_tc.nn, DegreeBucketTransform()),     # + its format, built per batch
+             ('pyg_tc', pyg_tc.nn, lambda b: b),                 # drop-in: the same batches
              ('pyg_tc, padded + captured', pyg_tc.nn, None))     # padded in the loader, step captured
 
     if a.root is None:

@@ -57,6 +57,7 @@ from torch_geometric.transforms import BaseTransform
 
 from ..formats.carrier import attach, plain_tensor
 from ..formats.csr import CSRGraph
+from .device_graphs import DeviceGraphs
 from .pad import _pad_attributes, _pad_rows, _round_up
 
 
@@ -240,12 +241,23 @@ def graph_loss(out: Tensor, batch: Batch, loss: Callable[..., Tensor] = torch.nn
 class GraphLoader(DataLoader):
     r"""PyG's ``DataLoader`` whose batches are padded (``pad``) as they are
     collated, so with ``num_workers`` the padding and the batch's CSR are
-    built in the worker processes; same arguments as PyG's, plus ``pad``::
+    built in the worker processes; same arguments as PyG's, plus ``pad`` and
+    ``device``::
 
         loader = GraphLoader(dataset, batch_size=128, shuffle=True, num_workers=2,
                              pad=PadGraphs(buckets))
         for batch in loader:
             loss = step(batch.to('cuda'))
+
+    With ``device``, the dataset is stored there once and every batch is
+    assembled there (:mod:`pyg_tc.loader.device_graphs`: no collate and no
+    CSR build per batch, no worker processes), the same batches in the same
+    order::
+
+        loader = GraphLoader(dataset, batch_size=128, shuffle=True, device='cuda',
+                             pad=PadGraphs(buckets))
+        for batch in loader:  # already on the GPU
+            loss = step(batch)
 
     Args:
         dataset (torch_geometric.data.Dataset or list): the graphs.
@@ -253,15 +265,37 @@ class GraphLoader(DataLoader):
         shuffle (bool, optional): reshuffle every epoch (default False).
         pad (PadGraphs, optional): the padding (default: none; the batch's
             edges are then put in CSR order and its CSR attached).
+        device (torch.device or str, optional): store the dataset on this
+            device and assemble the batches there (the dataset is read once:
+            its ``transform`` runs once per graph, not per epoch).
         **kwargs: PyG's ``DataLoader`` arguments (``follow_batch``,
-            ``exclude_keys``, ``num_workers``, ...).
+            ``exclude_keys``, ``num_workers``, ...; with ``device`` neither
+            ``follow_batch`` nor ``num_workers``).
     """
 
     def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False,
-                 pad: Optional[PadGraphs] = None, **kwargs: Any):
+                 pad: Optional[PadGraphs] = None, device: Any = None, **kwargs: Any):
+        if device is not None and (kwargs.get('num_workers') or kwargs.get('follow_batch')):
+            raise ValueError('pyg_tc: GraphLoader(device=...) assembles batches on the device: no num_workers '
+                             'and no follow_batch')
         super().__init__(dataset, batch_size, shuffle, **kwargs)
         self.pad = pad
         self.collate_fn = _PaddedCollate(self.collate_fn, pad)
+        #: the dataset stored on ``device`` (None: PyG's collate on the host)
+        self.graphs = None if device is None else DeviceGraphs(dataset, device, kwargs.get('exclude_keys') or ())
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.graphs is None:
+            return super().__iter__()
+        return self._device_batches()
+
+    def _device_batches(self) -> Iterator[Batch]:
+        order = iter(self.batch_sampler)
+        # PyG's (torch's) loader draws its workers' base seed from the generator here, before the
+        # sampler draws the order: drawn alike, the order is the same as without ``device``
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        for ids in order:
+            yield self.graphs.batch(ids, self.pad)
 
 
 class _PaddedCollate:

@@ -34,7 +34,12 @@ whenever its semantics need it, and pyg_tc's kernels otherwise:
   (all but SAGE, whose reference projects before it aggregates), and on the
   GPU, eagerly, for the layers whose host work per call exceeds PyG's on
   graphs of at most ``dispatch.SMALL_GRAPH_EDGES`` edges (SAGE; GCN with
-  ``cached=True``), where the host, not the GPU, paces the step.
+  ``cached=True``), where the host, not the GPU, paces the step, and for
+  every layer on such a graph that carries no CSR yet, for its first
+  ``dispatch.FRESH_GRAPH_CALLS`` calls (a ``DataLoader`` batch is used
+  once per layer: building its CSR costs more than those calls save; a
+  full graph gets its CSR after a few steps; :class:`~pyg_tc.loader.GraphLoader`
+  batches carry theirs).
   :class:`~pyg_tc.loader.CapturedStep` and :class:`~pyg_tc.loader.CapturedForward`
   run pyg_tc's kernels (``dispatch.kernel_paths()``): replayed, the host
   costs nothing. ``PYG_TC_ALWAYS_KERNELS=1`` in the environment (read at
@@ -289,7 +294,8 @@ class TCLayer:
             return f'aggr={self.aggr!r}'
         if torch.compiler.is_compiling() and not self._format_ready(adj):
             return 'torch.compile without a prebuilt format'
-        return dispatch.prefers_pyg(self.backend, adj, self._PYG_ON_CPU, self._pyg_when_small)
+        return dispatch.prefers_pyg(self.backend, adj, self._PYG_ON_CPU, self._pyg_when_small,
+                                    lambda: self._format_ready(adj))
 
     #: ``backend='auto'`` on the CPU runs PyG's path (its reference is not faster)
     _PYG_ON_CPU = False

@@ -499,19 +499,37 @@ def kernel_paths():
         _forced[0] -= 1
 
 
-def prefers_pyg(backend: str, adj: Any, on_cpu: bool, when_small: Callable[[], bool]) -> Optional[str]:
+#: on the GPU, a small ``edge_index`` that carries no pyg_tc format yet runs
+#: PyG's path for this many layer calls, then its CSR is built: a graph used
+#: by more calls than one forward has layers is likely reused every step (a
+#: full graph), while a ``DataLoader`` batch's is used once per layer and
+#: then dropped, and building its CSR costs more than those calls save
+FRESH_GRAPH_CALLS = 8
+
+
+def prefers_pyg(backend: str, adj: Any, on_cpu: bool, when_small: Callable[[], bool],
+                ready: Callable[[], bool] = lambda: True) -> Optional[str]:
     """Why a layer with ``backend`` runs PyG's own path on this call for
     speed (None: it does not; pyg_tc.nn._base's module doc): with 'auto', a
     plain ``edge_index`` on the CPU (``on_cpu``: the layer's reference is not
     faster than PyG there), or on the GPU with at most
-    :data:`SMALL_GRAPH_EDGES` edges (``when_small()``: the layer's host work
-    exceeds PyG's), outside :func:`kernel_paths` and ``torch.compile``."""
+    :data:`SMALL_GRAPH_EDGES` edges when ``when_small()`` (the layer's host
+    work exceeds PyG's) or when it carries no format yet (``ready()``
+    false) for its first :data:`FRESH_GRAPH_CALLS` calls; outside
+    :func:`kernel_paths` and ``torch.compile``."""
     if backend != 'auto' or not PYG_WHERE_FASTER or _forced[0] or not isinstance(adj, Tensor) \
             or adj.layout != torch.strided:
         return None
     if adj.device.type == 'cpu':
         return "CPU: PyG's path is faster than the reference" if on_cpu else None
-    if adj.dim() == 2 and adj.size(-1) <= SMALL_GRAPH_EDGES and when_small() \
-            and not torch.compiler.is_compiling():
+    if adj.dim() != 2 or adj.size(-1) > SMALL_GRAPH_EDGES or torch.compiler.is_compiling():
+        return None
+    if when_small():
         return f"a small graph (at most {SMALL_GRAPH_EDGES} edges): PyG's path issues less host work"
+    if not ready():
+        calls = adj.__dict__.get('_pyg_tc_calls', 0)
+        if calls < FRESH_GRAPH_CALLS:
+            adj._pyg_tc_calls = calls + 1
+            return (f'a small graph without its CSR, used by fewer than {FRESH_GRAPH_CALLS} layer calls '
+                    f'(a DataLoader batch): building the CSR costs more than PyG\'s path')
     return None

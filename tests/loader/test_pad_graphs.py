@@ -188,8 +188,19 @@ def test_captured_graph_classification_equals_the_eager_loop(conv):
             captured.append(step(b))
     torch.testing.assert_close(torch.stack(captured), torch.stack(eager), atol=1e-4, rtol=1e-4)
     assert step.replays > 0 and 1 <= len(step.graphs) <= len(buckets)
-    for p1, p2 in zip(m1.parameters(), m2.parameters()):
-        torch.testing.assert_close(p2, p1, atol=1e-4, rtol=1e-3)
+    for (name, p1), p2 in zip(m1.named_parameters(), m2.parameters()):
+        if name not in _BEFORE_A_NORM:  # (see _BEFORE_A_NORM)
+            torch.testing.assert_close(p2, p1, atol=1e-4, rtol=1e-3, msg=name)
+    with torch.no_grad(), pyg_tc.loader.padding(batches[0]):  # (training mode: the norms take the batch's statistics)
+        out1, out2 = forward(m1, batches[0]), forward(m2, batches[0])
+    torch.testing.assert_close(out2, out1, atol=1e-4, rtol=1e-3)
+
+
+#: MLPNet's biases of the Linear layers a batch norm follows: the norm
+#: subtracts them again, so their exact gradient is zero and what reaches
+#: them is round-off, which Adam scales to steps of ``lr``; two runs differ
+#: there by design (the outputs compared after training do not)
+_BEFORE_A_NORM = {f'convs.{i}.nn.lins.0.bias' for i in range(2)}
 
 
 class MLPNet(torch.nn.Module):

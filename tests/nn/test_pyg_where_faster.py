@@ -1,6 +1,9 @@
 """``backend='auto'`` takes PyG's own path where it is faster: on the CPU for
 every layer but SAGE (whose reference is faster there), on the GPU eagerly for
-SAGE and cached GCN on graphs of at most ``SMALL_GRAPH_EDGES`` edges; never
+SAGE and cached GCN on graphs of at most ``SMALL_GRAPH_EDGES`` edges, and for
+every layer on such a graph without its CSR for its first
+``FRESH_GRAPH_CALLS`` calls (an edge_index that carries its CSR runs the
+kernels at once); never
 with another backend, inside ``kernel_paths()`` (what CapturedStep uses) or
 with ``PYG_WHERE_FASTER`` off (the suite's default). Results equal PyG's layer
 with the same weights either way."""
@@ -66,9 +69,26 @@ def test_auto_takes_pygs_path_where_faster(where_faster, kind, device):
     ref, ours = _pair(kind, device)
     calls = _spied(ours)
     x, ei = _inputs(device)
-    for _ in range(2):  # (GCN: the call that fills the cache and one that reads it)
+    n = dispatch.FRESH_GRAPH_CALLS + 2
+    for _ in range(n):  # (GCN: the call that fills the cache and those that read it)
         torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
-    assert bool(calls) == PYG_PATH[(kind, torch.device(device).type)]
+    always = PYG_PATH[(kind, torch.device(device).type)]
+    # on the GPU a fresh small graph takes PyG's path for its first calls, then gets its CSR
+    fresh = dispatch.FRESH_GRAPH_CALLS if torch.device(device).type == 'cuda' else 0
+    assert len(calls) == (n if always else fresh)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('kind', sorted(MAKE))
+def test_a_small_graph_with_its_csr_runs_the_kernels_at_once(where_faster, kind):
+    from pyg_tc.formats.carrier import attach
+    ref, ours = _pair(kind, 'cuda')
+    calls = _spied(ours)
+    x, ei = _inputs('cuda')
+    order = ei[1].argsort(stable=True)
+    ei = attach(ei[:, order], x.size(0), sort_order='col')  # what GraphLoader's batches carry
+    torch.testing.assert_close(ours(x, ei), ref(x, ei.as_subclass(torch.Tensor)), atol=1e-5, rtol=1e-5)
+    assert bool(calls) == PYG_PATH[(kind, 'cuda')]
 
 
 @pytest.mark.parametrize('device', DEVICES)
