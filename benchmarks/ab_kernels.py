@@ -124,7 +124,7 @@ def worker(out: str) -> None:
                     timed(f'cbsr_sspmm/{gname}/{dn}/256', lambda: torch.ops.pyg_tc.cbsr_sspmm(
                         g.rowptr, g.col, w, G, xk.indices, sc.units, sc.heavy_rows, sc.heavy_ptr,
                         sc.num_slots, None, 'sum'))
-            del g
+            g = None
             torch.cuda.empty_cache()
             print(f'  {gname}: done', flush=True)
     with open(out, 'w') as f:

@@ -65,7 +65,7 @@ def worker(a) -> None:
             step()
         torch.cuda.synchronize()
         out[kind] = {'ms': 1e3 * (time.perf_counter() - t0) / a.steps, 'dtype': str(dtype)}
-        del convs, opt
+        convs = opt = None
         torch.cuda.empty_cache()
     print('RESULT ' + json.dumps(out), flush=True)
 

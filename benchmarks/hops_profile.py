@@ -83,7 +83,7 @@ def main(argv=None):
     out.update({f'replay_gpu_{k}': v for k, v in gpu_ms(lambda: [step(b) for b in padded], 20).items()})
     it = iter(loader(PadHops(buckets, B)))
     out.update({f'loader_padhops_gpu_{k}': v for k, v in gpu_ms(lambda: list(itertools.islice(it, 20)), 20).items()})
-    del it
+    it = None
     for k in (0, a.prefetch):
         out[f'prefetch{k}_loop_ms'] = wall_ms(loader(PadHops(buckets, B), k), step, n=80)
         it = iter(loader(PadHops(buckets, B), k))
@@ -91,7 +91,7 @@ def main(argv=None):
             step(b)
         out.update({f'prefetch{k}_loop_gpu_{m}': v
                     for m, v in gpu_ms(lambda: [step(b) for b in itertools.islice(it, 30)], 30).items()})
-        del it
+        it = None
     out['replays'], out['eager_steps'] = step.replays, step.eager_steps
     print(json.dumps(out, indent=1))
     if a.out:

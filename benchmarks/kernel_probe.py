@@ -146,7 +146,7 @@ def sweep(names, chunks, dtypes=(torch.float32, torch.float16)):
             print(f'  {name} {str(dt)[6:]:8s} F={F:3d} cuSPARSE {t_cus:7.4f} ms | default {t_def:7.4f} ms '
                   f'({t_cus / t_def:5.2f}x) | best {best[0]} {best[1]:7.4f} ms ({t_cus / best[1]:5.2f}x)',
                   flush=True)
-        del A, base, bg
+        A = base = bg = None
         torch.cuda.empty_cache()
     out = os.environ.get('OUT', '.')
     with open(os.path.join(out, 'sweep.tsv'), 'w') as f:

@@ -44,8 +44,8 @@ def main():
             nodes, ei, rowptr, col, eid, counts = ops.neighbor_sample(s.colptr, s.row, dev, fan, False, 7,
                                                                       s._node_map, s._first)
             t = tick('neighbor_sample op', t)
-            c = counts.tolist()
-            edge = ops.gather_rows(s.perm, eid).to(torch.int64)
+            counts.tolist()
+            ops.gather_rows(s.perm, eid).to(torch.int64)
             t = tick('edge ids (perm)', t)
             rows = ei[1].to(torch.int32)
             t = tick('rows int32', t)

@@ -118,7 +118,7 @@ def sampler_records(name, data, seeds, a):
     work_mb = (allocated(True) - held) / 2 ** 20
     yield dict(base, sampler='pyg_tc GPU', ms=ms, ms_op=ms_op, edges=edges, edges_per_s=edges / ms * 1e3,
                graph_mb=graph_mb, workspace_mb=work_mb)
-    del s
+    s = None
     if tgt.WITH_PYG_LIB:
         from torch_geometric.sampler import NeighborSampler as PyGSampler, NodeSamplerInput
         t0 = time.perf_counter()
@@ -142,7 +142,7 @@ def sampler_records(name, data, seeds, a):
             n = min(len(loader), a.batches * 4)
             # the loader's batches one after the other (the first untimed: the workers start)
             ms = loop_ms(lambda b: None, itertools.islice(loader, n), 'cpu', warmup=1)
-            del loader
+            loader = None
             yield dict(base, sampler=f'pyg-lib loader, {w} workers', workers=w, ms=ms, edges=edges,
                        edges_per_s=edges / ms * 1e3)
 
@@ -209,7 +209,7 @@ def epoch_records(name, data, seeds, a, best_workers):
             if isinstance(run, CapturedStep):
                 rec.update(replays=run.replays, eager_steps=run.eager_steps, graphs=len(run.graphs))
             rows.append(rec)
-            del model, opt
+            model = opt = None
             reset_peak()
         ref = next((r['epoch_s'] for r in rows if r['layers'] == 'PyG' and not r['trim']), None)
         for r in rows:

@@ -75,5 +75,5 @@ for name in graphs:
                       f'rule={warps_for(s, F, dt)} | unit_blocks '
                       f'(w1/w4/w8) {" ".join(f"{k}{chr(42) * (k == DEFAULT_UNIT_BLOCKS)}:{v}" for k, v in su.items())} '
                       f'| sddmm csr {sd_c:.4f} tcu {sd_t:.4f}', flush=True)
-        del g, s, A, variants
+        g = s = A = variants = None
         torch.cuda.empty_cache()

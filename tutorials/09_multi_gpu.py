@@ -124,7 +124,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 import torch_geometric.nn
 import torch_geometric.typing
 from torch.nn.parallel import DistributedDataParallel as DDP

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as Fn

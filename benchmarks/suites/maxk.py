@@ -37,7 +37,7 @@ def bench_kernels(name: str, ks: Sequence[int], device=None, rep: int = 20, log=
     bg = load_graph(name, dev)
     N, E = bg.num_nodes, bg.num_edges
     g = CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], N, N)
-    del bg
+    bg = None
     free(dev)
     torch.manual_seed(0)
     x = torch.randn(N, WIDTH, device=dev)
@@ -69,8 +69,8 @@ def bench_kernels(name: str, ks: Sequence[int], device=None, rep: int = 20, log=
         # exactness against the dense SpMM of the same (sparsified) features
         rec['spgemm_rel_err'] = rel_errors(cbsr_spmm_graph(g, c), spmm_graph(g, c.to_dense()))['rel_err']
         yield rec
-        del c
-    del x, G, A, g
+        c = None
+    x = G = A = g = None
     free(dev)
 
 
@@ -133,7 +133,7 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
                                         matmul='tf32' if tf32 else 'fp32'), build, x, y, ei, 3, epochs, 'epoch',
                                    after=(lambda m, ei=ei: _profile(m, x, y, ei, log)) if profile and impl == 'pyg_tc'
                                    else None))
-            del ei
+            ei = None
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     ok = {(r['impl'], r['nonlinear']): r for r in recs if r['status'] == 'ok'}
@@ -143,7 +143,7 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
         for key, fld in ((('pyg_tc', 'relu'), 'speedup_vs_relu_csr'), (pyg, 'speedup_vs_relu_pyg')):
             if key in ok:
                 mk[fld] = ok[key]['epoch_ms'] / mk['epoch_ms']
-    del x, y, bg
+    x = y = bg = None
     free(dev)
     return recs
 

@@ -116,7 +116,7 @@ def bench_graph(bg: BenchGraph, widths: Iterable[int] = WIDTHS, dtypes: Iterable
                     if copy_gbps:
                         rec[f'frac_copy_{k}'] = rec[f'gbps_{k}'] / copy_gbps
             yield rec
-            del xs, x, A
+            xs = x = A = None
         free(dev)
 
 

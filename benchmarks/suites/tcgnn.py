@@ -110,7 +110,7 @@ def bench_kernels(name: str, a, log=log) -> Iterator[dict]:
     for order in ORDERS:
         ei = _relabel(bg.edge_index, N, order)
         g = _graph(ei, N)
-        del ei
+        ei = None
         st = sgt_of(g).stats(g)
         st = {**st, 'kind': 'sgt_stats', 'graph': name, 'order': order, 'nodes': N,
               'block_reduction': st['blocks_without_sgt'] / max(st['blocks'], 1),
@@ -118,9 +118,9 @@ def bench_kernels(name: str, a, log=log) -> Iterator[dict]:
         yield st
         if order != 'random':
             yield from _kernels_order(name, order, g, st, a, log)
-        del g
+        g = None
         free(dev)
-    del bg
+    bg = None
     free(dev)
 
 
@@ -172,7 +172,7 @@ def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
                 with precision('highest'):
                     rec = measure(dict(base, kind=op, F=F, dtype=dname), impls, dev, rep=a.rep, ref=r64,
                                   errors=_err, log=log)
-                del r64
+                r64 = None
                 speedups(rec, 'tcu', (bkey, 'csr', 'pyg'))
                 speedups(rec, 'tcu_tf32', (bkey, 'csr'))
                 speedups(rec, 'csr', (bkey, 'pyg'))
@@ -199,7 +199,7 @@ def bench_auto(name: str, a, log=log) -> Iterator[dict]:
     bg = load_graph(name, dev)
     N = bg.num_nodes
     g = _graph(bg.edge_index, N)
-    del bg
+    bg = None
     s = sgt_of(g)
     gen = torch.Generator(device=dev).manual_seed(0)
     w = torch.rand(g.num_edges, generator=gen, device=dev) + 0.5
@@ -388,7 +388,7 @@ def bench_train(name: str, a, log=log) -> Iterator[dict]:
                 if ref.get('peak_mb'):
                     rec['memory_vs_pyg'] = rec['peak_mb'] / ref['peak_mb']
             yield rec
-    del x, y, tc, bg
+    x = y = tc = bg = None
     free(dev)
 
 

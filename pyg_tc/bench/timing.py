@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.nn.functional as Fn
 
 from .._cuda_graph import capture_graph
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from .._library import T_GRAPH_ARGS, Op
 from ..formats.cbsr import CBSR
-from ..formats.csr import CSRGraph, csr_rows, inverse_perm
+from ..formats.csr import CSRGraph, inverse_perm
 from . import dispatch
 from .dispatch import REDUCE
 

@@ -15,7 +15,6 @@ import pyg_tc
 from pyg_tc.formats import get_graph
 from pyg_tc.loader import NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
 
-from ..conftest import DEVICES
 
 MAKE = {'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o), 'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o),
         'gin': lambda i, o: pyg_tc.nn.GINConv(torch.nn.Linear(i, o)),

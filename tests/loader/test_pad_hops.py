@@ -51,7 +51,7 @@ def test_layout(data):
     ref, b, bk = padded(data)
     ns, es = ref.num_sampled_nodes, ref.num_sampled_edges
     N, P = bk
-    O, off = [0, *accumulate(N)], [0, *accumulate(ns)]
+    O = [0, *accumulate(N)]
     Q, base = [0, *accumulate(P)], [0, *accumulate(es)]
     assert b.bucket == bk and b.num_nodes == sum(N) and b.edge_index.size(1) == sum(P)
     assert b.num_sampled_nodes == list(N) and b.num_sampled_edges == list(P)

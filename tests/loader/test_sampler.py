@@ -10,7 +10,6 @@ from torch_geometric.data import Data
 import pyg_tc.ops  # noqa: F401 (defines the ops)
 from pyg_tc.formats.carrier import TCEdgeIndex
 from pyg_tc.loader import LinkNeighborLoader, NeighborLoader, NeighborSampler
-from pyg_tc.ops.neighbor import neighbor_sample_reference
 
 from ..conftest import DEVICES, cuda_only
 

@@ -15,7 +15,7 @@ from torch_geometric.utils import trim_to_layer
 
 import pyg_tc.nn
 from pyg_tc.formats.carrier import TCEdgeIndex, get_graph
-from pyg_tc.formats.csr import CSRGraph, _without_fillers, build_schedules
+from pyg_tc.formats.csr import CSRGraph, _without_fillers
 from pyg_tc.loader import NeighborLoader
 from pyg_tc.ops.csr import spmm_graph
 

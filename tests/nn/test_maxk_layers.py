@@ -20,7 +20,7 @@ CBSR_LAYERS = [(k, kw) for k, kw in LAYERS]
 @pytest.mark.parametrize('kind,kw', CBSR_LAYERS,
                          ids=[f'{k}-{"-".join(f"{a}={b}" for a, b in kw.items())}' for k, kw in CBSR_LAYERS])
 @pytest.mark.parametrize('device', DEVICES)
-def test_cbsr_input_matches_pyg(real, kind, kw, device):
+def test_cbsr_input_matches_pyg(real, kind, kw, device):  # noqa: F811 (the fixture)
     data = real.to(device)
     hidden = 64
     torch.manual_seed(0)

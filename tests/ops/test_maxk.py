@@ -18,7 +18,7 @@ from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, dtype_id
 
 def oracle_topk(x: torch.Tensor, k: int):
     """Independent oracle: per row, walk columns by (value desc, column asc)."""
-    vals, cols = [], []
+    cols = []
     for r in x.double().cpu().tolist():
         key = sorted(range(len(r)), key=lambda c: (-(float('inf') if r[c] != r[c] else r[c]), c))
         sel = sorted(key[:k])
