@@ -188,9 +188,5 @@ def load(verbose: bool = False) -> bool:
             return False
 
 
-def is_loaded() -> bool:
-    return bool(_STATE['loaded'])
-
-
 def status() -> Dict[str, Any]:
     return dict(_STATE)

@@ -314,28 +314,6 @@ def _capped(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> 
     return dispatch.aggregate(gs, x, v, reduce, diag, backend=backend, strict=strict)
 
 
-def sampled_aggregate(g, x: Tensor, value: Optional[Tensor], reduce: str, diag, spec: Sampling,
-                      backend: str = 'auto', strict: bool = True) -> Tensor:
-    """ES-SpMM on a :class:`~pyg_tc.formats.CSRGraph`: ``reduce`` over each row's kept edges
-    (module doc: sums scaled by ``deg / S`` on capped rows, means over the
-    kept edges), ``value`` (CSR order of ``g``) gathered for the kept edges,
-    ``diag`` not sampled. Differentiable in ``x``, ``value`` and ``diag``: the
-    backward is the exact transpose of the call's sample.
-
-    :func:`pyg_tc.ops.aggregate` with ``sampling=spec``, which
-    chooses among three implementations, one sample (results equal up to
-    fp32 rounding order): the exact op where no row is capped; a capped
-    graph kept on ``g`` for this seed (built by
-    :class:`~pyg_tc.transforms.CapNeighbors` or an earlier training call)
-    runs the exact engine on it, the fastest inference; otherwise, without
-    gradients on CUDA, the ``sampled_spmm`` kernel op computes each row's
-    sample itself (nothing built, no host synchronisation); with gradients,
-    on the CPU, for float64 or CBSR features the capped graph is built
-    (:func:`capped_graph`) and the exact engine runs on it, forward and
-    transposed backward."""
-    return dispatch.aggregate(g, x, value, reduce, diag, backend=backend, strict=strict, sampling=spec)
-
-
 # The enclosing sampled_aggregation's settings: a module-level slot (process-wide, like
 # torch's global flags) rather than a ContextVar, which torch.compile cannot trace: the layers
 # read it on every call, and with no sampling active compiled models keep no graph break.
