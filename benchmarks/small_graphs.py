@@ -263,7 +263,7 @@ def main(argv=None):
     p.add_argument('--graphs', default='cora,citeseer,pubmed')
     p.add_argument('--models', default=','.join(MODELS))
     p.add_argument('--steps', type=int, default=200, help='timed steps per run (over all rounds)')
-    p.add_argument('--rounds', type=int, default=5, help='rounds the runs are timed in, in turn')
+    p.add_argument('--rounds', type=int, default=20, help='rounds the runs are timed in, in turn')
     p.add_argument('--profile-steps', type=int, default=10)
     p.add_argument('--pyg-compile', action='store_true', help="also torch.compile of PyG's model")
     p.add_argument('--render', metavar='JSONL', nargs='+', help='only rewrite the markdown and PNG from these '

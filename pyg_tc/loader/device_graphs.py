@@ -93,7 +93,13 @@ class DeviceGraphs:
 
     def batch(self, ids: Sequence[int], pad: Any = None) -> Batch:
         """The batch of graphs ``ids`` (in that order), padded to ``pad``'s
-        bucket (a :class:`~pyg_tc.loader.PadGraphs`) when it fits one."""
+        bucket when it fits one.
+
+        Args:
+            ids (Sequence[int]): graph indices into the stored dataset.
+            pad (PadGraphs, optional): the buckets (default: none; the batch
+                unpadded, its edges in CSR order with the CSR attached).
+        """
         ids = np.asarray(ids, dtype=np.int64)
         G = ids.size
         if G == 0 or ids.min() < 0 or ids.max() >= self.num_graphs:
