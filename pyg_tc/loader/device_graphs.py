@@ -117,7 +117,7 @@ class DeviceGraphs:
         edge_src = np.arange(E) + de_of_edge  # the stored edge of every real slot
 
         pin = self.device.type == 'cuda'
-        b64 = torch.empty(3 * N + 2 * S + 1 + 3 * P, dtype=torch.int64, pin_memory=pin)
+        b64 = torch.empty(2 * N + 2 * S + 1 + 3 * P, dtype=torch.int64, pin_memory=pin)
         b32 = torch.empty(2 * (N + 1) + 3 * P, dtype=torch.int32, pin_memory=pin)
         a64, a32 = b64.numpy(), b32.numpy()
         cuts64 = np.cumsum([0, N, P, S, N, S + 1, P, P])  # x index, edge index, graph index, batch, ptr, ei[0], ei[1]
