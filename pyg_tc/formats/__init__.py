@@ -1,5 +1,6 @@
 """Sparse formats: metadata tensors, builders and validation (the ops that
-run on them, their references and CPU emulations: :mod:`pyg_tc.ops`)."""
+run on them and their references: :mod:`pyg_tc.ops`; the kernels' CPU
+emulations: :mod:`pyg_tc.testing`)."""
 from .csr import DEFAULT_CHUNK, CSRGraph, Schedule, build_schedule
 from .carrier import (TCEdgeIndex, attach, clear_graph, csr_order, get_graph, has_graph,
                       plain_tensor, resolve)

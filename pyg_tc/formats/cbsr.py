@@ -16,8 +16,8 @@ groups (runs of at most ``chunk`` edges of one row, one warp each; rows above
 format serves the dense and the CBSR kernels (see
 :class:`~pyg_tc.transforms.CBSRTransform`).
 
-The CBSR ops, their references and the CPU emulations of their kernels live
-in :mod:`pyg_tc.ops.cbsr`.
+The CBSR ops and their references live in :mod:`pyg_tc.ops.cbsr`, the CPU
+emulations of their kernels in :mod:`pyg_tc.testing`.
 """
 from __future__ import annotations
 

@@ -37,8 +37,8 @@ Shared by both directions (:class:`SGT`):
 
 The builder is vectorised torch (two sorts and a few scans) and runs on the
 device of the graph: on the CPU for datasets, on the GPU per mini-batch; the
-output is identical. The tensor-core ops, their references and the CPU
-emulation of their kernels live in :mod:`pyg_tc.ops.sgt`.
+output is identical. The tensor-core ops and their references live in
+:mod:`pyg_tc.ops.sgt`, the CPU emulation of their kernels in :mod:`pyg_tc.testing`.
 """
 from __future__ import annotations
 

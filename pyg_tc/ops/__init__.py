@@ -23,15 +23,14 @@ pure-PyTorch reference runs through the same registered op.
 """
 from .._library import ensure
 from . import attn, build, cbsr, csr, dispatch, neighbor, sample, sgt, sort  # noqa: F401 (define the ops)
-from .csr import (emulate_spmm, sddmm_graph, sddmm_reference, spmm_graph,  # noqa: F401
-                  spmm_reference)
+from .csr import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference  # noqa: F401
 from .attn import (attention_weights, edge_softmax, gat_attention,  # noqa: F401
                    gatv2_attention)
 from .dispatch import BACKENDS, aggregate, choose_backend, edge_scores, sddmm, spmm
 from .sample import sampled_aggregation, sampled_spmm_reference  # noqa: F401
 from .cbsr import (CBSR_KERNEL_WIDTH, MAXK_KERNEL_WIDTH, cbsr_spmm_graph,  # noqa: F401
-                   cbsr_spmm_reference, cbsr_sspmm_reference, check_k, emulate_cbsr_spmm,
-                   emulate_cbsr_sspmm, maxk, maxk_reference)
+                   cbsr_spmm_reference, cbsr_sspmm_reference, check_k, maxk,
+                   maxk_reference)
 from .sgt import (sgt_of, sgt_sddmm_cells, sgt_sddmm_graph, sgt_spmm_cells,  # noqa: F401
                   sgt_spmm_graph, warps_for)
 
@@ -40,5 +39,4 @@ __all__ = ['spmm', 'sddmm', 'aggregate', 'edge_scores', 'spmm_graph', 'sddmm_gra
            'sgt_sddmm_cells', 'sgt_of', 'choose_backend', 'check_k', 'ensure', 'BACKENDS',
            'spmm_reference', 'sddmm_reference', 'maxk_reference', 'cbsr_spmm_reference',
            'cbsr_sspmm_reference', 'gat_attention', 'gatv2_attention', 'edge_softmax',
-           'attention_weights', 'emulate_spmm', 'emulate_cbsr_spmm', 'emulate_cbsr_sspmm',
-           'sampled_aggregation', 'sampled_spmm_reference']
+           'attention_weights', 'sampled_aggregation', 'sampled_spmm_reference']

@@ -9,8 +9,8 @@
 
 The graph side is the CSR engine's schedule (its units are MaxK-GNN's edge
 groups). Kernels: ``kernels/maxk/`` (the module is named after the
-format: ``pyg_tc.ops.maxk`` is the nonlinearity). The CPU emulations walk the same units
-and workspace slots as the CUDA code (tests run them in CI).
+format: ``pyg_tc.ops.maxk`` is the nonlinearity). The CPU emulations of the kernels
+(:mod:`pyg_tc.testing`) walk the same units and workspace slots as the CUDA code.
 """
 from __future__ import annotations
 
@@ -318,104 +318,3 @@ def cbsr_spmm_graph(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce
     if not isinstance(x, CBSR):
         raise TypeError(f'pyg_tc: expected CBSR features, got {type(x).__name__}')
     return dispatch.aggregate(g, x, value, reduce, diag, backend='csr')
-
-
-# ---------------------------------------------------------------------------
-# CPU emulation of the CUDA kernels (same units, same slots, same order of the
-# heavy-row reduction). Unwritten rows stay NaN so schedule bugs show.
-
-def _unit_edges(g: CSRGraph):
-    u = g.sched.units.long()
-    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
-    lens = end - start
-    total = int(lens.sum())
-    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
-    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
-    return row, start, slot, lens, unit_of_edge, pos
-
-
-def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',
-                      diag: Optional[Tensor] = None) -> Tensor:
-    """Emulates the forward SpGEMM: every unit accumulates ``w * values[j]``
-    into a private ``width``-wide buffer at ``indices[j]`` (the kernel's
-    shared-memory buffer), the first unit of a row adds ``diag * x[row]``,
-    and the buffer goes to the output row (scaled for mean) or to the unit's
-    workspace slot, reduced per heavy row in slot order.
-
-    Args:
-        g (pyg_tc.formats.CSRGraph): the graph;  x (pyg_tc.formats.CBSR): source features; value, reduce,
-            diag: as in :func:`cbsr_spmm_graph`.
-
-    Shapes:
-        - **input:** x values :math:`(N_{src}, k)`
-        - **output:** :math:`(N_{dst}, W)`, ``W = x.width`` (unwritten rows NaN)
-    """
-    F = x.width
-    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
-    U = row.numel()
-    src = g.col.long()[pos]
-    vals = x.values.float()[src]
-    if value is not None:
-        vals = vals * value.float()[pos].unsqueeze(1)
-    flat = unit_of_edge.unsqueeze(1) * F + x.indices.long()[src]
-    buf = torch.zeros(U * F).index_put_((flat.reshape(-1),), vals.reshape(-1), accumulate=True)
-    buf = buf.view(U, F)
-    if diag is not None:
-        first = start == g.rowptr.long()[row]
-        r = row[first]
-        d = diag.float().expand(g.num_rows)[r].unsqueeze(1) * x.values.float()[r]
-        flat = first.nonzero().flatten().unsqueeze(1) * F + x.indices.long()[r]
-        buf = buf.reshape(-1).index_put_((flat.reshape(-1),), d.reshape(-1), accumulate=True).view(U, F)
-    out = torch.full((g.num_rows, F), float('nan'))
-    direct = slot < 0
-    scale = 1.0 / lens[direct].clamp(min=1).float().unsqueeze(1) if reduce == 'mean' else 1.0
-    out[row[direct]] = buf[direct] * scale
-    s = g.sched
-    ws = torch.full((s.num_slots, F), float('nan'))
-    ws[slot[~direct]] = buf[~direct]
-    hp, hr = s.heavy_ptr.long(), s.heavy_rows.long()
-    S = int(hp[-1])  # (a padded graph's schedule: spare slots and empty heavy entries, skipped)
-    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=S)
-    h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws[:S])
-    keep = hp[1:] > hp[:-1]
-    h, hr = h[keep], hr[keep]
-    if reduce == 'mean':
-        h = h / (g.rowptr[hr + 1] - g.rowptr[hr]).float().unsqueeze(1)
-    out[hr] = h
-    return out.to(x.dtype)
-
-
-def emulate_cbsr_sspmm(g: CSRGraph, grad: Tensor, indices: Tensor, value: Optional[Tensor] = None,
-                       reduce: str = 'sum', diag: Optional[Tensor] = None) -> Tensor:
-    """Emulates the backward SSpMM (outer product): every unit stages the
-    dense gradient row of its target ``i`` (scaled by ``1/deg(i)`` for mean),
-    and every edge ``(i, j)`` adds ``w * G[i, indices[j]]`` to row ``j`` of
-    the ``[N_src, k]`` result; the first unit of a row adds the diagonal
-    term. Returns ``[N_src, k]`` in grad's dtype.
-
-    Args:
-        g (pyg_tc.formats.CSRGraph): the graph; grad (torch.Tensor): the output's gradient;
-            indices (torch.Tensor): the CBSR columns; value, reduce, diag: as
-            in :func:`cbsr_spmm_graph`.
-
-    Shapes:
-        - **input:** grad :math:`(N_{dst}, F)`, indices :math:`(N_{src}, k)`
-        - **output:** :math:`(N_{src}, k)`
-    """
-    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
-    G = grad.float()
-    if reduce == 'mean':
-        deg = (g.rowptr[1:] - g.rowptr[:-1]).clamp(min=1).float()
-        G = G / deg.unsqueeze(1)
-    idx = indices.long()
-    src = g.col.long()[pos]
-    tgt = row[unit_of_edge]
-    contrib = G[tgt].gather(1, idx[src])
-    if value is not None:
-        contrib = contrib * value.float()[pos].unsqueeze(1)
-    out = torch.zeros(indices.size(0), indices.size(1)).index_add_(0, src, contrib)
-    if diag is not None:
-        first = start == g.rowptr.long()[row]
-        r = row[first]
-        out.index_add_(0, r, diag.float().expand(g.num_rows)[r].unsqueeze(1) * grad.float()[r].gather(1, idx[r]))
-    return out.to(grad.dtype)

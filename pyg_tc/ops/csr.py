@@ -7,8 +7,8 @@
 Each op takes the forward CSR (rows = targets) with its unit schedule, then
 the transpose (``t_*``) its backward needs; the two ops are each other's
 backward. Kernels: ``kernels/csr/``. This module also holds the argument
-checks of the ``'spmm'`` and ``'sddmm'`` dispatch families (every backend),
-the references and a CPU emulation of the SpMM kernel's schedule.
+checks of the ``'spmm'`` and ``'sddmm'`` dispatch families (every backend)
+and the references (the kernel's CPU emulation: :mod:`pyg_tc.testing`).
 """
 from __future__ import annotations
 
@@ -397,76 +397,6 @@ def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
         - **output:** :math:`(E)`
     """
     return dispatch.edge_scores(g, a, b, backend='csr')
-
-
-# ---------------------------------------------------------------------------
-# CPU emulation of the kernel's schedule
-
-def emulate_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
-            diag: Optional[Tensor] = None, transpose: bool = False) -> Tensor:
-    """CPU emulation of the CUDA SpMM: walks the same units, writes partial rows
-    to the same slots and reduces heavy rows slot by slot. Unwritten rows stay
-    NaN, so a schedule bug shows up as NaN in tests.
-
-    Args:
-        g (pyg_tc.formats.CSRGraph): the graph.
-        x (torch.Tensor): source features (of the direction used).
-        value (torch.Tensor, optional): edge values in the CSR order of the
-            direction used.
-        reduce (str, optional): ``'sum'``, ``'mean'`` or ``'max'``.
-        diag (torch.Tensor, optional): the self term (square graphs).
-        transpose (bool, optional): walk the transpose's schedule.
-
-    Shapes:
-        - **input:** x :math:`(N_{src}, F)`, value :math:`(E)`, diag
-          :math:`(N_{dst})` or a scalar
-        - **output:** :math:`(N_{dst}, F)`
-    """
-    rowptr, col, s = (g.t_rowptr, g.t_col, g.t_sched) if transpose else (g.rowptr, g.col, g.sched)
-    R = rowptr.numel() - 1
-    F = x.size(1)
-    u = s.units.long()
-    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
-    lens = end - start
-    total = int(lens.sum())
-    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
-    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
-    msg = x[col.long()[pos]].float()
-    if value is not None:
-        msg = msg * value.float()[pos].unsqueeze(1)
-    if reduce == 'max':
-        acc = torch.full((u.size(0), F), float('-inf')).scatter_reduce_(
-            0, unit_of_edge.unsqueeze(1).expand(-1, F), msg, 'amax')
-    else:
-        acc = torch.zeros(u.size(0), F).index_add_(0, unit_of_edge, msg)
-    out = torch.full((R, F), float('nan'))
-    direct = slot < 0
-    d_acc = acc[direct]
-    if reduce == 'max':
-        d_acc = torch.where(lens[direct].unsqueeze(1) > 0, d_acc, torch.zeros_like(d_acc))
-    if reduce == 'mean':
-        d_acc = d_acc / lens[direct].clamp(min=1).unsqueeze(1)
-    out[row[direct]] = d_acc
-    ws = torch.full((s.num_slots, F), float('nan'))
-    ws[slot[~direct]] = acc[~direct]
-    hp = s.heavy_ptr.long()
-    hr = s.heavy_rows.long()
-    # (a padded graph's schedule has spare slots and empty heavy entries: the kernel skips those)
-    S = int(hp[-1])
-    owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=S)
-    if reduce == 'max':
-        h = torch.full((hr.numel(), F), float('-inf')).scatter_reduce_(
-            0, owner.unsqueeze(1).expand(-1, F), ws[:S], 'amax')
-    else:
-        h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws[:S])
-    keep = hp[1:] > hp[:-1]
-    h, hr = h[keep], hr[keep]
-    if reduce == 'mean':
-        h = h / (rowptr[hr + 1] - rowptr[hr]).float().unsqueeze(1)
-    out[hr] = h
-    if diag is not None:
-        out = out + diag.float().view(-1, 1) * x.float()
-    return out.to(x.dtype)
 
 
 # ---------------------------------------------------------------------------

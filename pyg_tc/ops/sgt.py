@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .._library import Op
 from ..formats.csr import CSRGraph, inverse_perm, stale_error
-from ..formats.sgt import BLOCK_W, SGT, WINDOW, SGTDir, _mask_bits, cell_coords
+from ..formats.sgt import SGT, SGTDir, cell_coords
 from . import dispatch
 from .csr import acc_dtype, diag_grad, sddmm_graph, spmm_graph
 
@@ -350,67 +350,3 @@ def _candidates(op: str):
 
 dispatch.tunable('spmm', _candidates('spmm'))
 dispatch.tunable('sddmm', _candidates('sddmm'))
-
-
-# ---------------------------------------------------------------------------
-# ---------------------------------------------------------------------------
-# CPU emulation of the tensor-core kernels: the same blocks, units and slots.
-
-def _tiles(d: SGTDir, cell_val: Tensor) -> Tensor:
-    """Dense A tiles [B, 16, 8] (fp32) from cell values."""
-    B = d.num_blocks
-    A = torch.zeros(B * 128, dtype=torch.float32, device=cell_val.device)
-    A[_mask_bits(d.mask).view(-1).nonzero().flatten()] = cell_val.float()
-    return A.view(B, BLOCK_W, WINDOW).transpose(1, 2)
-
-
-def _gather_cols(d: SGTDir, x: Tensor) -> Tensor:
-    c = d.cols.long()
-    xs = x.float().index_select(0, c.clamp(min=0))
-    return xs.masked_fill(c.unsqueeze(1) < 0, 0.0)
-
-
-def emulate_spmm(d: SGTDir, cell_val: Tensor, x: Tensor, diag: Optional[Tensor] = None) -> Tensor:
-    """``out[R, F]`` as the TCU SpMM computes it: one ``[16 x 8] @ [8 x F]``
-    product per block, blocks summed in order per unit, direct units written,
-    split windows reduced slot by slot. Rows no unit writes stay NaN."""
-    B, F = d.num_blocks, x.size(1)
-    P = torch.bmm(_tiles(d, cell_val), _gather_cols(d, x).view(B, BLOCK_W, F)) if B else \
-        x.new_zeros(0, WINDOW, F, dtype=torch.float32)
-    dev = x.device
-    u = d.sched.units.long()
-    win, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
-    lens = end - start
-    owner = torch.repeat_interleave(torch.arange(u.size(0), device=dev), lens, output_size=int(lens.sum()))
-    blocks = start[owner] + torch.arange(owner.numel(), device=dev) - (torch.cumsum(lens, 0) - lens)[owner]
-    acc = torch.zeros(u.size(0), WINDOW, F, device=dev).index_add_(0, owner, P[blocks])
-    W = (d.num_rows + WINDOW - 1) // WINDOW
-    out = torch.full((W, WINDOW, F), float('nan'), device=dev)
-    direct = slot < 0
-    out[win[direct]] = acc[direct]
-    ws = torch.full((d.sched.num_slots, WINDOW, F), float('nan'), device=dev)
-    ws[slot[~direct]] = acc[~direct]
-    hp, hw = d.sched.heavy_ptr.long(), d.sched.heavy_rows.long()
-    sowner = torch.repeat_interleave(torch.arange(hw.numel(), device=dev), hp[1:] - hp[:-1],
-                                     output_size=d.sched.num_slots)
-    out[hw] = torch.zeros(hw.numel(), WINDOW, F, device=dev).index_add_(0, sowner, ws)
-    out = out.view(-1, F)[:d.num_rows]
-    if diag is not None:
-        out = out + diag.float().view(-1, 1) * x.float()
-    return out.to(x.dtype)
-
-
-def emulate_sddmm(d: SGTDir, a: Tensor, b: Tensor) -> Tensor:
-    """Cell values ``<a[row], b[col]>`` as the TCU SDDMM computes them: one
-    ``[16 x F] @ [F x 8]`` product per block, cells picked by the mask."""
-    B, F = d.num_blocks, a.size(1)
-    W = (d.num_rows + WINDOW - 1) // WINDOW
-    rows = torch.zeros(W * WINDOW, F, dtype=torch.float32, device=a.device)
-    rows[:d.num_rows] = a.float()
-    bp = d.block_ptr.long()
-    blk_win = torch.repeat_interleave(torch.arange(W, device=a.device), bp[1:] - bp[:-1], output_size=B)
-    D = torch.bmm(rows.view(W, WINDOW, F)[blk_win], _gather_cols(d, b).view(B, BLOCK_W, F).transpose(1, 2))
-    cells = D.transpose(1, 2).reshape(B, 128)[_mask_bits(d.mask)]
-    return cells.to(a.dtype)
-
-

@@ -7,7 +7,7 @@ import torch
 from torch_geometric.data import Data
 
 from pyg_tc.formats import CBSR, CSRGraph
-from pyg_tc.ops import emulate_cbsr_spmm, emulate_cbsr_sspmm
+from pyg_tc.testing import emulate_cbsr_spmm, emulate_cbsr_sspmm
 from pyg_tc.ops import cbsr_sspmm_reference
 from pyg_tc.ops import maxk, spmm_graph
 from pyg_tc.transforms import CBSRTransform, DegreeBucketTransform

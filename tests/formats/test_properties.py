@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from pyg_tc.formats import CSRGraph
 from pyg_tc.formats.carrier import csr_order
-from pyg_tc.ops import emulate_spmm
+from pyg_tc.testing import emulate_csr_spmm
 from pyg_tc.ops import spmm
 
 from ..conftest import spmm_oracle
@@ -40,7 +40,7 @@ def test_schedule_emulation_and_op_agree_with_oracle(case):
     w = torch.rand(ei.size(1), dtype=torch.float64) if weighted else None
     ref = spmm_oracle(x, ei, nd, w, reduce)
     w_csr = None if w is None else csr_order(w, g)
-    emu = emulate_spmm(g, x, w_csr, reduce)
+    emu = emulate_csr_spmm(g, x, w_csr, reduce)
     assert not torch.isnan(emu).any()  # every row written
     torch.testing.assert_close(emu, ref, rtol=1e-5, atol=1e-5)  # fp32 accumulation, as the kernel
     out = spmm(x, ei, w, reduce, size=(ns, nd))

@@ -16,8 +16,8 @@ from torch_geometric.data import Data
 import pyg_tc
 from pyg_tc.formats import CSRGraph
 from pyg_tc.formats.csr import _without_fillers, build_schedules
-from pyg_tc.ops import emulate_spmm
-from pyg_tc.ops.attn import edge_softmax, emulate_attention
+from pyg_tc.ops.attn import edge_softmax
+from pyg_tc.testing import emulate_attention, emulate_csr_spmm
 from pyg_tc.loader import NeighborLoader
 from pyg_tc.loader.pad import Bucket, PadToBuckets, buckets_from_batches, buckets_from_fanouts, seed_loss
 from pyg_tc.nn.models import MaxKGNN
@@ -94,7 +94,7 @@ def test_pad_graph_invariants(kind, extra):
     # emulation sums a hub's chunks in another order than the reference (fp32: atol for the hub's sums)
     for t in (False, True):
         for reduce in ('sum', 'mean', 'max'):
-            torch.testing.assert_close(emulate_spmm(p, x, reduce=reduce, transpose=t),
+            torch.testing.assert_close(emulate_csr_spmm(p, x, reduce=reduce, transpose=t),
                                        pyg_tc.ops.spmm(x, p.transpose() if t else p, reduce=reduce),
                                        atol=1e-4, rtol=1e-5)
     logits, xh = torch.randn(E, 2, generator=gen), torch.randn(R, 2, 3, generator=gen)

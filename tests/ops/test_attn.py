@@ -5,7 +5,7 @@ CPU: Philox known answers and statistics; the references against an
 independent oracle (PyG's ``softmax``, original edge order); the custom
 backward ops against torch autograd through the references (fp64, dropout,
 gradients into ``lse``); gradcheck; the CPU emulation of the kernel's unit
-schedule (:func:`~pyg_tc.ops.attn.emulate_attention`); input validation;
+schedule (:func:`~pyg_tc.testing.emulate_attention`); input validation;
 opcheck; NaN safety (logits x 1e3, a 700K-edge hub row) in fp32 / fp16 /
 bf16.
 
@@ -26,9 +26,10 @@ from torch_geometric.utils import softmax as pyg_softmax
 import pyg_tc
 from pyg_tc.formats import CSRGraph
 from pyg_tc.ops import attn
-from pyg_tc.ops.attn import (attention_weights, dropout_keep, edge_softmax, emulate_attention,
+from pyg_tc.ops.attn import (attention_weights, dropout_keep, edge_softmax,
                              gat_attention, gat_logits, gat_reference, gatv2_attention,
                              gatv2_logits, gatv2_reference, new_rng, philox4x32, philox_uniform)
+from pyg_tc.testing import emulate_attention
 
 from ..conftest import DTYPES, GRAPH_KINDS, dtype_id, make_graph, sizes
 

@@ -10,7 +10,7 @@ from pyg_tc import ops
 from pyg_tc.formats import CSRGraph
 from pyg_tc.formats.carrier import csr_order
 from pyg_tc.formats.sgt import SGT
-from pyg_tc.ops.sgt import emulate_sddmm, emulate_spmm
+from pyg_tc.testing import emulate_sgt_sddmm, emulate_sgt_spmm
 from pyg_tc.ops import sgt_of, sgt_sddmm_cells, sgt_spmm_cells
 
 from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, dtype_id, edge_weights,
@@ -258,13 +258,13 @@ def test_emulation_matches_reference(kind, unit_blocks):
     x = features(ns, 19, torch.float64, seed=1)
     w = edge_weights(ei.size(1), torch.float64, seed=2)
     cells = s.cell_values(csr_order(w, g))
-    out = emulate_spmm(s.fwd, cells, x.float())
+    out = emulate_sgt_spmm(s.fwd, cells, x.float())
     assert torch.allclose(out.double(), spmm_oracle(x, ei, nd, w), atol=1e-4, rtol=1e-4)
     y = features(nd, 19, torch.float64, seed=3)
-    t_out = emulate_spmm(s.bwd, cells[s.t_cell.long()], y.float())  # A^T y
+    t_out = emulate_sgt_spmm(s.bwd, cells[s.t_cell.long()], y.float())  # A^T y
     ref_t = spmm_oracle(y, ei.flip(0), ns, w)
     assert torch.allclose(t_out.double(), ref_t, atol=1e-4, rtol=1e-4)
-    sd = s.edge_values(emulate_sddmm(s.fwd, y.float(), x.float()))
+    sd = s.edge_values(emulate_sgt_sddmm(s.fwd, y.float(), x.float()))
     assert torch.allclose(sd.double(), csr_order(sddmm_oracle(y, x, ei), g), atol=1e-4, rtol=1e-4)
 
 

@@ -8,7 +8,7 @@ from torch_geometric import EdgeIndex
 import pyg_tc
 from pyg_tc.formats import CSRGraph
 from pyg_tc.formats.carrier import csr_order
-from pyg_tc.ops import emulate_spmm
+from pyg_tc.testing import emulate_csr_spmm
 from pyg_tc.ops import spmm
 
 from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, cuda_only, dtype_id,
@@ -348,11 +348,11 @@ def test_emulate_spmm(kind, chunk, reduce, transpose):
     diag = torch.rand(nd) if use_diag else None
     if transpose:
         x = features(nd, 7)
-        out = emulate_spmm(g, x, w_csr[g.t_perm.long()], reduce, diag, transpose=True)
+        out = emulate_csr_spmm(g, x, w_csr[g.t_perm.long()], reduce, diag, transpose=True)
         ref_ei, rows = ei.flip(0), ns
     else:
         x = features(ns, 7)
-        out = emulate_spmm(g, x, w_csr, reduce, diag)
+        out = emulate_csr_spmm(g, x, w_csr, reduce, diag)
         ref_ei, rows = ei, nd
     assert not torch.isnan(out).any(), 'a row was never written'
     check(out, x, ref_ei, rows, w, reduce, diag)
