@@ -29,6 +29,18 @@ from ..ops.attn import acc_dtype, attention_schedules, dropout_keep
 
 # CPU emulation of the kernel's schedule
 
+def _unit_edges(s):
+    """A schedule's units unpacked (row, start, slot, length) with, per edge
+    they cover, its unit and its CSR position."""
+    u = s.units.long()
+    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
+    lens = end - start
+    total = int(lens.sum())
+    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
+    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
+    return row, start, slot, lens, unit_of_edge, pos
+
+
 def emulate_csr_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
                      diag: Optional[Tensor] = None, transpose: bool = False) -> Tensor:
     """CPU emulation of the CUDA SpMM: walks the same units, writes partial rows
@@ -52,20 +64,15 @@ def emulate_csr_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, red
     rowptr, col, s = (g.t_rowptr, g.t_col, g.t_sched) if transpose else (g.rowptr, g.col, g.sched)
     R = rowptr.numel() - 1
     F = x.size(1)
-    u = s.units.long()
-    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
-    lens = end - start
-    total = int(lens.sum())
-    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
-    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
+    row, start, slot, lens, unit_of_edge, pos = _unit_edges(s)
     msg = x[col.long()[pos]].float()
     if value is not None:
         msg = msg * value.float()[pos].unsqueeze(1)
     if reduce == 'max':
-        acc = torch.full((u.size(0), F), float('-inf')).scatter_reduce_(
+        acc = torch.full((row.numel(), F), float('-inf')).scatter_reduce_(
             0, unit_of_edge.unsqueeze(1).expand(-1, F), msg, 'amax')
     else:
-        acc = torch.zeros(u.size(0), F).index_add_(0, unit_of_edge, msg)
+        acc = torch.zeros(row.numel(), F).index_add_(0, unit_of_edge, msg)
     out = torch.full((R, F), float('nan'))
     direct = slot < 0
     d_acc = acc[direct]
@@ -159,16 +166,6 @@ def emulate_sgt_sddmm(d: SGTDir, a: Tensor, b: Tensor) -> Tensor:
 # CPU emulation of the CUDA kernels (same units, same slots, same order of the
 # heavy-row reduction). Unwritten rows stay NaN so schedule bugs show.
 
-def _unit_edges(g: CSRGraph):
-    u = g.sched.units.long()
-    row, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
-    lens = end - start
-    total = int(lens.sum())
-    unit_of_edge = torch.repeat_interleave(torch.arange(u.size(0)), lens, output_size=total)
-    pos = start[unit_of_edge] + torch.arange(total) - (torch.cumsum(lens, 0) - lens)[unit_of_edge]
-    return row, start, slot, lens, unit_of_edge, pos
-
-
 def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',
                       diag: Optional[Tensor] = None) -> Tensor:
     """Emulates the forward SpGEMM: every unit accumulates ``w * values[j]``
@@ -186,7 +183,7 @@ def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, redu
         - **output:** :math:`(N_{dst}, W)`, ``W = x.width`` (unwritten rows NaN)
     """
     F = x.width
-    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
+    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g.sched)
     U = row.numel()
     src = g.col.long()[pos]
     vals = x.values.float()[src]
@@ -237,7 +234,7 @@ def emulate_cbsr_sspmm(g: CSRGraph, grad: Tensor, indices: Tensor, value: Option
         - **input:** grad :math:`(N_{dst}, F)`, indices :math:`(N_{src}, k)`
         - **output:** :math:`(N_{src}, k)`
     """
-    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g)
+    row, start, slot, lens, unit_of_edge, pos = _unit_edges(g.sched)
     G = grad.float()
     if reduce == 'mean':
         deg = (g.rowptr[1:] - g.rowptr[:-1]).clamp(min=1).float()
