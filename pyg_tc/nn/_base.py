@@ -32,11 +32,13 @@ whenever its semantics need it, and pyg_tc's kernels otherwise:
   (:func:`pyg_tc.ops.dispatch.prefers_pyg`):
   on the CPU for the layers whose PyTorch reference is not faster than PyG
   (all but SAGE, whose reference projects before it aggregates), and on the
-  GPU, eagerly, for the layers whose host work per call exceeds PyG's on
-  graphs of at most ``dispatch.SMALL_GRAPH_EDGES`` edges (SAGE; GCN with
-  ``cached=True``), where the host, not the GPU, paces the step, and for
-  every layer on such a graph that carries no CSR yet, for its first
-  ``dispatch.FRESH_GRAPH_CALLS`` calls (a ``DataLoader`` batch is used
+  GPU, eagerly, on an ``edge_index`` other than a
+  :class:`~pyg_tc.formats.TCEdgeIndex`, for the layers whose host work per
+  call exceeds PyG's on graphs of at most ``dispatch.PYG_BELOW[layer]``
+  edges (SAGE; GCN with ``cached=True``), where the host, not the GPU,
+  paces the step, and for every layer on a graph of at most
+  ``dispatch.SMALL_GRAPH_EDGES`` edges that carries no CSR yet, for its
+  first ``dispatch.FRESH_GRAPH_CALLS`` calls (a ``DataLoader`` batch is used
   once per layer: building its CSR costs more than those calls save; a
   full graph gets its CSR after a few steps; :class:`~pyg_tc.loader.GraphLoader`
   batches carry theirs).
@@ -294,15 +296,16 @@ class TCLayer:
             return f'aggr={self.aggr!r}'
         if torch.compiler.is_compiling() and not self._format_ready(adj):
             return 'torch.compile without a prebuilt format'
-        return dispatch.prefers_pyg(self.backend, adj, self._PYG_ON_CPU, self._pyg_when_small,
+        return dispatch.prefers_pyg(self.backend, adj, self._PYG_ON_CPU, self._pyg_below(),
                                     lambda: self._format_ready(adj))
 
     #: ``backend='auto'`` on the CPU runs PyG's path (its reference is not faster)
     _PYG_ON_CPU = False
 
-    def _pyg_when_small(self) -> bool:
-        """Whether ``backend='auto'`` runs PyG's path on small graphs on the GPU."""
-        return False
+    def _pyg_below(self) -> int:
+        """The graph size (edges) up to which ``backend='auto'`` runs PyG's
+        path on the GPU (``dispatch.PYG_BELOW``; 0: none)."""
+        return dispatch.PYG_BELOW.get(getattr(self, '_pyg_class', TCLayer).__name__, 0)
 
     def _format_ready(self, adj: Any) -> bool:
         """Whether ``adj`` carries the format this layer runs on (under

@@ -272,8 +272,8 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
     _pyg_forward = pyg_method(pyg_nn.GCNConv.forward, '_pyg_forward')
     _PYG_ON_CPU = True
 
-    def _pyg_when_small(self) -> bool:
-        return bool(self.cached)  # (uncached, PyG normalises on every call; pyg_tc once per graph)
+    def _pyg_below(self) -> int:  # (uncached, PyG normalises on every call; pyg_tc once per graph)
+        return super()._pyg_below() if self.cached else 0
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None,
@@ -403,9 +403,6 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
     propagate_type = {'x': 'OptPairTensor'}
     _pyg_forward = pyg_method(pyg_nn.SAGEConv.forward, '_pyg_forward')
 
-    def _pyg_when_small(self) -> bool:
-        return True
-
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
                  aggr: Optional[Union[str, Any]] = 'mean', normalize: bool = False,
                  root_weight: bool = True, project: bool = False, bias: bool = True,
@@ -432,10 +429,10 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
             # (a hook on lin_l sees what PyG's sees: lin_l after the aggregation)
             t = self._aggregate(g, F.linear(src, lin_l.weight), value, reduce)
             if fold and t.dtype == x_r.dtype:  # bias and root term in one matrix product
-                return self._finish(_SageRoot.apply(t, lin_l.bias, x_r, lin_r.weight))
+                return self._finish(_sage_root(t, lin_l.bias, x_r, lin_r.weight))
             out = add_bias(t, lin_l.bias)
         elif fold:
-            return self._finish(_SageDense.apply(self._aggregate(g, src, value, reduce), lin_l.weight, lin_l.bias,
+            return self._finish(_sage_dense(self._aggregate(g, src, value, reduce), lin_l.weight, lin_l.bias,
                                                  x_r, lin_r.weight))
         else:
             out = lin_l(self._aggregate(g, src, value, reduce))
@@ -450,8 +447,8 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
 
 
 def _folds(src: Any, x_r: Any, lin_l: torch.nn.Module, lin_r: torch.nn.Module) -> bool:
-    """Whether SAGE's dense part may run as :class:`_SageDense` /
-    :class:`_SageRoot`: plain tensors and parameters of one dtype, no
+    """Whether SAGE's dense part may run as :func:`_sage_dense` /
+    :func:`_sage_root`: plain tensors and parameters of one dtype, no
     autocast (its casts are autograd's), no hooks (they see PyG's
     ``Linear`` calls), a root ``Linear`` without bias (PyG's), not under
     ``torch.compile`` (which fuses on its own)."""
@@ -466,55 +463,21 @@ def _folds(src: Any, x_r: Any, lin_l: torch.nn.Module, lin_r: torch.nn.Module) -
         lin_l.bias is None or lin_l.bias.dtype == dt)
 
 
-def _bias_grad(g: Tensor) -> Tensor:
-    """The column sums of ``g [N, C]``, accumulated as PyG's ``Linear`` bias
-    gradient is (a reduction, not a product with a ones vector, whose
-    accumulation loses several times the accuracy)."""
-    return g.sum(0)
-
-
-class _SageDense(torch.autograd.Function):
+def _sage_dense(agg: Tensor, w_l: Tensor, b: Optional[Tensor], x_r: Tensor, w_r: Tensor) -> Tensor:
     """``agg @ w_l^T + b + x_r @ w_r^T`` (SAGE's dense part after an
     aggregation): two matrix products writing one output (the bias in the
-    first, the root term accumulated by the second). Differentiable twice
-    (the backward is made of differentiable ops)."""
-
-    @staticmethod
-    def forward(ctx, agg, w_l, b, x_r, w_r):
-        out = torch.addmm(b, agg, w_l.t()) if b is not None else agg @ w_l.t()
-        out.addmm_(x_r, w_r.t())
-        ctx.save_for_backward(agg, w_l, x_r, w_r)
-        ctx.has_bias = b is not None
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        agg, w_l, x_r, w_r = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        return (g @ w_l if need[0] else None, g.t() @ agg if need[1] else None,
-                _bias_grad(g) if ctx.has_bias and need[2] else None, g @ w_r if need[3] else None,
-                g.t() @ x_r if need[4] else None)
+    first, the root term accumulated in place by the second), under
+    PyTorch's own autograd (no Python on the backward)."""
+    out = torch.addmm(b, agg, w_l.t()) if b is not None else agg @ w_l.t()
+    return out.addmm_(x_r, w_r.t())
 
 
-class _SageRoot(torch.autograd.Function):
+def _sage_root(t: Tensor, b: Optional[Tensor], x_r: Tensor, w_r: Tensor) -> Tensor:
     """``t + b + x_r @ w_r^T`` (SAGE's root term and bias after a
     transform-first aggregation ``t``): one matrix product with the bias,
-    one addition."""
-
-    @staticmethod
-    def forward(ctx, t, b, x_r, w_r):
-        out = torch.addmm(b, x_r, w_r.t()) if b is not None else x_r @ w_r.t()
-        out += t
-        ctx.save_for_backward(x_r, w_r)
-        ctx.has_bias = b is not None
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        x_r, w_r = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        return (g if need[0] else None, _bias_grad(g) if ctx.has_bias and need[1] else None,
-                g @ w_r if need[2] else None, g.t() @ x_r if need[3] else None)
+    one addition in place."""
+    out = torch.addmm(b, x_r, w_r.t()) if b is not None else x_r @ w_r.t()
+    return out.add_(t)
 
 
 @pyg_layer(pyg_nn.GINConv)

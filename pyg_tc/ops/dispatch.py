@@ -37,7 +37,7 @@ from torch import Tensor
 from .. import _library
 from .._library import _use_kernel
 from .._cuda_graph import capture_graph
-from ..formats.carrier import resolve
+from ..formats.carrier import TCEdgeIndex, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
 
@@ -481,9 +481,20 @@ def _tune(g: CSRGraph, width: int, dtype: torch.dtype, op: str) -> str:
 #: ``backend='auto'`` takes PyG's own path where it is faster (:func:`prefers_pyg`);
 #: False with ``PYG_TC_ALWAYS_KERNELS=1`` in the environment
 PYG_WHERE_FASTER = os.environ.get('PYG_TC_ALWAYS_KERNELS', '').lower() not in ('1', 'true', 'yes')
-#: on the GPU, eager calls on an ``edge_index`` of at most this many edges run
-#: PyG's path for the layers that ask for it (``when_small``): Cora and
-#: CiteSeer (10,556 and 9,104 edges) are host-bound there on H100 / H200 hosts
+#: per layer (PyG's class name): on the GPU, an eager call on an
+#: ``edge_index`` of at most this many edges runs PyG's path
+#: (:func:`prefers_pyg`): there the layer's eager training step is paced by
+#: the host, and PyG's path issues less host work than the kernels'. A size
+#: of the graph, not of the call, so every layer of a step on one graph
+#: chooses alike (once the GPU paces the step, every layer should spend the
+#: least GPU time). Measured on an H200 host: two-layer steps, 500 input
+#: features, hidden 16 and 64 (``benchmarks/small_graphs.py --crossover``,
+#: docs/results/small_graphs.md); layers not named are not slower on the
+#: kernels at any size
+PYG_BELOW = {'SAGEConv': 1 << 18, 'GCNConv': 1 << 19}
+#: on the GPU, small graphs: an ``edge_index`` of at most this many edges that
+#: carries no CSR yet runs PyG's path for its first :data:`FRESH_GRAPH_CALLS`
+#: layer calls
 SMALL_GRAPH_EDGES = 32768
 _forced = [0]
 
@@ -507,26 +518,35 @@ def kernel_paths():
 FRESH_GRAPH_CALLS = 8
 
 
-def prefers_pyg(backend: str, adj: Any, on_cpu: bool, when_small: Callable[[], bool],
+def prefers_pyg(backend: str, adj: Any, on_cpu: bool, below: int = 0,
                 ready: Callable[[], bool] = lambda: True) -> Optional[str]:
     """Why a layer with ``backend`` runs PyG's own path on this call for
-    speed (None: it does not; pyg_tc.nn._base's module doc): with 'auto', a
-    plain ``edge_index`` on the CPU (``on_cpu``: the layer's reference is not
-    faster than PyG there), or on the GPU with at most
-    :data:`SMALL_GRAPH_EDGES` edges when ``when_small()`` (the layer's host
-    work exceeds PyG's) or when it carries no format yet (``ready()``
-    false) for its first :data:`FRESH_GRAPH_CALLS` calls; outside
-    :func:`kernel_paths` and ``torch.compile``."""
+    speed (None: it does not; pyg_tc.nn._base's module doc), with 'auto'
+    and an ``edge_index``, outside :func:`kernel_paths` and ``torch.compile``:
+
+    * on the CPU when ``on_cpu`` (the layer's reference is not faster than
+      PyG there);
+    * on the GPU, for an ``edge_index`` other than a
+      :class:`~pyg_tc.formats.TCEdgeIndex` (which pyg_tc's loaders and
+      transforms prepare for the kernels), of at most ``below`` edges (the
+      layer's entry in :data:`PYG_BELOW`): its eager step is paced by the
+      host there, and PyG's path issues less host work;
+    * there too, for a graph of at most :data:`SMALL_GRAPH_EDGES` edges
+      that carries no CSR yet (``ready()`` false), for its first
+      :data:`FRESH_GRAPH_CALLS` calls.
+    """
     if backend != 'auto' or not PYG_WHERE_FASTER or _forced[0] or not isinstance(adj, Tensor) \
             or adj.layout != torch.strided:
         return None
     if adj.device.type == 'cpu':
         return "CPU: PyG's path is faster than the reference" if on_cpu else None
-    if adj.dim() != 2 or adj.size(-1) > SMALL_GRAPH_EDGES or torch.compiler.is_compiling():
+    if adj.dim() != 2 or isinstance(adj, TCEdgeIndex) or torch.compiler.is_compiling():
         return None
-    if when_small():
-        return f"a small graph (at most {SMALL_GRAPH_EDGES} edges): PyG's path issues less host work"
-    if not ready():
+    E = adj.size(-1)
+    if below and E <= below:
+        return (f"a graph of at most {below} edges: the step is paced by the host, and PyG's path issues "
+                f"less host work")
+    if E <= SMALL_GRAPH_EDGES and not ready():
         calls = adj.__dict__.get('_pyg_tc_calls', 0)
         if calls < FRESH_GRAPH_CALLS:
             adj._pyg_tc_calls = calls + 1

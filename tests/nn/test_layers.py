@@ -234,14 +234,13 @@ def test_propagate_on_sparse_adj_and_pyg_backend(cora, kind):
 @pytest.mark.parametrize('dims', [(16, 32), (32, 8)])  # aggregate first / transform first
 @pytest.mark.parametrize('bias', [True, False])
 def test_sage_dense_part_folds_and_matches_pyg(dims, bias, device, monkeypatch):
-    """SAGE's bias and root term folded into its matrix products (``_SageDense`` after
-    an aggregation, ``_SageRoot`` after a transform-first one; the bias gradient a
-    GEMV): PyG's outputs and gradients, the fold taken, and not taken under a hook."""
+    """SAGE's bias and root term folded into its matrix products (``_sage_dense`` after
+    an aggregation, ``_sage_root`` after a transform-first one): PyG's outputs and
+    gradients, the fold taken, and not taken under a hook."""
     from pyg_tc.nn import conv as C
     calls = []
-    for name in ('_SageDense', '_SageRoot'):
-        cls = getattr(C, name)
-        monkeypatch.setattr(cls, 'apply', (lambda f, n: lambda *a: calls.append(n) or f(*a))(cls.apply, name))
+    for name in ('_sage_dense', '_sage_root'):
+        monkeypatch.setattr(C, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(C, name), name))
     g = torch.Generator().manual_seed(0)
     N, (i, o) = 60, dims
     x = torch.randn(N, i, generator=g, device='cpu').to(device).requires_grad_()
@@ -258,7 +257,7 @@ def test_sage_dense_part_folds_and_matches_pyg(dims, bias, device, monkeypatch):
     torch.testing.assert_close(x.grad, x2.grad, **tol)
     for (n, p), q in zip(ours.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, **tol, msg=n)
-    assert calls == ['_SageDense' if o > i else '_SageRoot']
+    assert calls == ['_sage_dense' if o > i else '_sage_root']
     ours.lin_r.register_forward_hook(lambda *a: None)
     ours(x, ei)
     assert len(calls) == 1  # a hook sees PyG's Linear call: no fold
@@ -267,14 +266,14 @@ def test_sage_dense_part_folds_and_matches_pyg(dims, bias, device, monkeypatch):
 @pytest.mark.parametrize('fn', ['dense', 'root'])
 def test_sage_dense_part_gradcheck(fn):
     """float64 gradcheck and gradgradcheck of the folded dense part."""
-    from pyg_tc.nn.conv import _SageDense, _SageRoot
+    from pyg_tc.nn.conv import _sage_dense, _sage_root
     g = torch.Generator().manual_seed(1)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_()  # noqa: E731
     if fn == 'dense':
         args = (r(7, 3), r(5, 3), r(5), r(7, 4), r(5, 4))
-        f = _SageDense.apply
+        f = _sage_dense
     else:
         args = (r(7, 5), r(5), r(7, 4), r(5, 4))
-        f = _SageRoot.apply
+        f = _sage_root
     assert torch.autograd.gradcheck(f, args)
     assert torch.autograd.gradgradcheck(f, args)

@@ -1,9 +1,9 @@
 """``backend='auto'`` takes PyG's own path where it is faster: on the CPU for
 every layer but SAGE (whose reference is faster there), on the GPU eagerly for
-SAGE and cached GCN on graphs of at most ``SMALL_GRAPH_EDGES`` edges, and for
-every layer on such a graph without its CSR for its first
-``FRESH_GRAPH_CALLS`` calls (an edge_index that carries its CSR runs the
-kernels at once); never
+SAGE and cached GCN on graphs of at most ``PYG_BELOW[layer]`` edges, and for every layer on a graph of at most
+``SMALL_GRAPH_EDGES`` edges without its CSR for its first
+``FRESH_GRAPH_CALLS`` calls (a ``TCEdgeIndex``, which carries its CSR, runs
+the kernels at once); never
 with another backend, inside ``kernel_paths()`` (what CapturedStep uses) or
 with ``PYG_WHERE_FASTER`` off (the suite's default). Results equal PyG's layer
 with the same weights either way."""
@@ -88,7 +88,7 @@ def test_a_small_graph_with_its_csr_runs_the_kernels_at_once(where_faster, kind)
     order = ei[1].argsort(stable=True)
     ei = attach(ei[:, order], x.size(0), sort_order='col')  # what GraphLoader's batches carry
     torch.testing.assert_close(ours(x, ei), ref(x, ei.as_subclass(torch.Tensor)), atol=1e-5, rtol=1e-5)
-    assert bool(calls) == PYG_PATH[(kind, 'cuda')]
+    assert not calls
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -115,12 +115,15 @@ def test_off_by_default_in_the_test_suite(device):
 
 
 @pytest.mark.cuda
-def test_graphs_above_the_size_run_the_kernels(where_faster):
-    _, ours = _pair('sage', 'cuda')
-    calls = _spied(ours)
-    x, ei = _inputs('cuda', E=dispatch.SMALL_GRAPH_EDGES + 1, N=5000)
-    ours(x, ei)
-    assert not calls
-    x, ei = _inputs('cuda', E=dispatch.SMALL_GRAPH_EDGES, N=5000)
-    ours(x, ei)
-    assert calls
+@pytest.mark.parametrize('kind', ['sage', 'gcn'])
+def test_graphs_above_the_size_run_the_kernels(where_faster, monkeypatch, kind):
+    name = {'sage': 'SAGEConv', 'gcn': 'GCNConv'}[kind]
+    monkeypatch.setattr(dispatch, 'PYG_BELOW', {name: 2000})
+    for E, pyg in ((2001, False), (2000, True)):
+        _, ours = _pair(kind, 'cuda')
+        calls = _spied(ours)
+        x, ei = _inputs('cuda', E=E, N=500)
+        with dispatch.kernel_paths():
+            ours(x, ei)  # the graph gets its CSR: the fresh-graph rule is out of the way
+        ours(x, ei)
+        assert bool(calls) == pyg, E
