@@ -9,6 +9,8 @@ layers, linear), the training step (forward, cross-entropy over
 ``train_mask``, backward, Adam) of:
 
 * ``PyG eager``: PyG's layers, the loss indexed by the mask (PyG's example);
+  ``PyG eager, again``: the same step timed as a second run (its ratio to
+  the first is the timing's noise);
 * ``PyG compiled``: ``torch.compile`` of PyG's model (``--pyg-compile``;
   the default mode, then ``reduce-overhead``; the faster one that runs);
 * ``PyG captured``: :class:`pyg_tc.loader.CapturedStep` around PyG's model
@@ -22,13 +24,19 @@ layers, linear), the training step (forward, cross-entropy over
 
 Each row gives the wall time per step (steps back to back, synchronised at
 the ends: the host included; ``--steps`` steps in ``--rounds`` rounds that
-time every run in turn, the median round), the GPU time per step (the
-kernels' times summed, ``torch.profiler``), the kernels per step, the peak
-memory (of the first steps, a capture included) and the test accuracy after
-the run's steps (real graphs; random
-labels on the shaped ones), and the ratio to PyG's eager step. On a CPU the
-captured rows are the eager step (nothing to capture).
+time every run in turn, the order rotated each round, the median round),
+the GPU time per step (the kernels' times summed, ``torch.profiler``), the
+kernels per step, the peak memory (what the first steps allocate beyond what
+was allocated before them, a capture included) and the test accuracy after
+the run's steps (real graphs; random labels on the shaped ones), and the
+ratio to PyG's eager step. On a CPU the captured rows are the eager step
+(nothing to capture).
 ``python benchmarks/small_graphs.py --out DIR [--pyg-compile]``.
+
+``--crossover`` instead sweeps random graphs of 16k to 1M edges (500
+features, hidden 16 and 64) for SAGE, GCN and GIN: PyG's eager step,
+pyg_tc's (``backend='auto'``) and pyg_tc's kernels; where the kernels
+overtake PyG's path is ``pyg_tc.ops.dispatch.PYG_BELOW``.
 """
 from __future__ import annotations
 
@@ -63,6 +71,22 @@ SHAPES = {'cora': (2708, 10556, 1433, 7, 'Cora'), 'citeseer': (3327, 9104, 3703,
 MODELS = ('gcn', 'sage', 'gin', 'gat', 'gatv2', 'agnn')
 
 
+def random_graph(n: int, e: int, f: int, c: int, seed: int = 0) -> Data:
+    """A random undirected graph of ``n`` nodes and ``e`` edges, sparse
+    bag-of-words-like features of width ``f``, ``c`` classes, 20 training
+    nodes per class."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, c, (n,), generator=g)
+    perm = torch.randperm(n, generator=g)
+    train, test = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+    train[perm[:20 * c]] = True
+    test[perm[-min(1000, n // 2):]] = True
+    src, dst = torch.randint(0, n, (2, e // 2), generator=g)
+    ei = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], 1)  # undirected, as Planetoid
+    x = (torch.rand(n, f, generator=g) < 0.01).float()
+    return Data(x=x, y=y, edge_index=ei, train_mask=train, test_mask=test, real=False).to(DEV)
+
+
 def graph(name: str) -> Data:
     """The real graph when ``$PYG_TC_DATA`` has it, else a random one of its shape (20 training nodes per class)."""
     n, e, f, c, real = SHAPES[name]
@@ -73,32 +97,23 @@ def graph(name: str) -> Data:
             return d.to(DEV)
         except FileNotFoundError as err:
             log(f'[small] {name}: {err}; a random graph of its shape')
-    g = torch.Generator().manual_seed(0)
-    y = torch.randint(0, c, (n,), generator=g)
-    perm = torch.randperm(n, generator=g)
-    train, test = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
-    train[perm[:20 * c]] = True
-    test[perm[-1000:]] = True
-    src, dst = torch.randint(0, n, (2, e // 2), generator=g)
-    ei = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], 1)  # undirected, as Planetoid
-    x = (torch.rand(n, f, generator=g) < 0.01).float()  # sparse bag-of-words-like rows
-    return Data(x=x, y=y, edge_index=ei, train_mask=train, test_mask=test, real=False).to(DEV)
+    return random_graph(n, e, f, c)
 
 
 class Net(torch.nn.Module):
     """PyG's two-layer examples, from ``lib`` (``torch_geometric.nn`` or ``pyg_tc.nn``)."""
 
-    def __init__(self, lib, kind: str, cin: int, classes: int):
+    def __init__(self, lib, kind: str, cin: int, classes: int, hidden: int = 16):
         super().__init__()
         self.kind = kind
         if kind == 'gcn':
-            self.c1, self.c2 = lib.GCNConv(cin, 16, cached=True), lib.GCNConv(16, classes, cached=True)
+            self.c1, self.c2 = lib.GCNConv(cin, hidden, cached=True), lib.GCNConv(hidden, classes, cached=True)
         elif kind == 'sage':
-            self.c1, self.c2 = lib.SAGEConv(cin, 16), lib.SAGEConv(16, classes)
+            self.c1, self.c2 = lib.SAGEConv(cin, hidden), lib.SAGEConv(hidden, classes)
         elif kind == 'gin':
-            mlp = lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, 16), torch.nn.ReLU(),  # noqa: E731
-                                                   torch.nn.Linear(16, o))
-            self.c1, self.c2 = lib.GINConv(mlp(cin, 16)), lib.GINConv(mlp(16, classes))
+            mlp = lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, hidden), torch.nn.ReLU(),  # noqa: E731
+                                                   torch.nn.Linear(hidden, o))
+            self.c1, self.c2 = lib.GINConv(mlp(cin, hidden)), lib.GINConv(mlp(hidden, classes))
         elif kind in ('gat', 'gatv2'):
             conv = lib.GATConv if kind == 'gat' else lib.GATv2Conv
             self.c1 = conv(cin, 8, heads=8, dropout=0.6)
@@ -174,7 +189,9 @@ def step_records(name: str, a):
     for kind in a.models:
         torch.manual_seed(0)
         base_pyg = Net(__import__('torch_geometric.nn').nn, kind, data.num_features, C).to(DEV)
-        runs = [('PyG eager', base_pyg, lambda m: _eager(m, torch.optim.Adam(m.parameters(), lr=0.01), data))]
+        eager = lambda m: _eager(m, torch.optim.Adam(m.parameters(), lr=0.01), data)  # noqa: E731
+        # the same PyG step twice: the spread between the two is the timing's noise
+        runs = [('PyG eager', base_pyg, eager), ('PyG eager, again', base_pyg, eager)]
         compiled = None
         if a.pyg_compile:
             log(f'[small] {name} {kind}: compiling PyG\'s model')
@@ -227,28 +244,63 @@ def step_records(name: str, a):
             yield r
 
 
+#: the crossover sweep: edge counts (nodes = edges / 5, 500 features, 3 classes) and hidden widths
+CROSS_EDGES = (16384, 65536, 131072, 262144, 524288, 1048576)
+CROSS_HIDDEN = (16, 64)
+
+
+def crossover_records(model: str, a):
+    """Where pyg_tc's kernels overtake PyG's path in an eager two-layer step
+    (``dispatch.PYG_BELOW``): PyG's layers, pyg_tc with ``backend='auto'``,
+    pyg_tc's kernels, on random graphs of growing size, per hidden width."""
+    for E in CROSS_EDGES:
+        data = random_graph(max(E // 5, 1000), E, 500, 3)
+        for hidden in CROSS_HIDDEN:
+            torch.manual_seed(0)
+            base = Net(__import__('torch_geometric.nn').nn, model, 500, 3, hidden).to(DEV)
+            runs = []
+            for run in ('PyG eager', 'pyg_tc eager', 'pyg_tc eager, kernels only'):
+                m = copy.deepcopy(base) if run == 'PyG eager' else Net(pyg_tc.nn, model, 500, 3, hidden).to(DEV)
+                m.load_state_dict(base.state_dict())
+                ei = data.edge_index.clone()  # each run its own tensor: no format shared
+                d = Data(x=data.x, y=data.y, edge_index=ei, train_mask=data.train_mask)
+                step = _eager(m, torch.optim.Adam(m.parameters(), lr=0.01), d)
+                runs.append((run, _kernels_only(step) if run.endswith('kernels only') else step))
+            for _, step in runs:
+                for _ in range(dispatch.FRESH_GRAPH_CALLS + 3):
+                    step(None)
+            walls = _interleaved(runs, a)
+            for run, wall in walls.items():
+                yield dict(kind='crossover', model=model, edges=E, hidden=hidden, run=run, wall_ms=wall,
+                           x_pyg_eager=walls['PyG eager'] / wall)
+
+
 def _first_steps(step, n: int = 5) -> Optional[float]:
-    """Runs ``n`` steps (warm-up; a CapturedStep captures); the peak memory (MB) they reach."""
+    """Runs ``n`` steps (warm-up; a CapturedStep captures); the memory (MB)
+    they reach above what was allocated before them (activations, gradients,
+    optimizer state, a capture's pool)."""
     if DEV.type == 'cuda':
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
     for _ in range(n):
         step(None)
     if DEV.type == 'cuda':
         torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() / 2**20
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
     return None
 
 
 def _interleaved(runs, a) -> dict:
     """Wall ms per step of each run: ``a.rounds`` rounds, each timing every
-    run for ``a.steps // a.rounds`` steps in turn; the median round (the
-    host's speed drifts over a process, so runs measured one after the
-    other would compare different hosts)."""
+    run for ``a.steps // a.rounds`` steps in turn, the order rotated by one
+    run per round; the median round (the host's speed drifts over a process,
+    so runs measured one after the other would compare different hosts)."""
     per = max(a.steps // a.rounds, 1)
     times: dict = {run: [] for run, _ in runs}
-    for _ in range(a.rounds):
-        for run, step in runs:
+    for r in range(a.rounds):
+        k = r % len(runs)
+        for run, step in runs[k:] + runs[:k]:
             times[run].append(loop_ms(step, range(per + 1), DEV, warmup=1))
     return {run: statistics.median(ts) for run, ts in times.items()}
 
@@ -266,9 +318,13 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=20, help='rounds the runs are timed in, in turn')
     p.add_argument('--profile-steps', type=int, default=10)
     p.add_argument('--pyg-compile', action='store_true', help="also torch.compile of PyG's model")
+    p.add_argument('--crossover', action='store_true', help='only the sweep of where the kernels overtake '
+                   "PyG's path (dispatch.PYG_BELOW), for --models (default sage,gcn,gin)")
     p.add_argument('--render', metavar='JSONL', nargs='+', help='only rewrite the markdown and PNG from these '
                    "records (runs of other models appended; the run block from the first file's 'env' record)")
     a = p.parse_args(argv)
+    if a.crossover and a.models == ','.join(MODELS):
+        a.models = 'sage,gcn,gin'
     a.models = a.models.split(',')
     if DEV.type != 'cuda':
         log('[small] no CUDA GPU: the CPU path (captured rows run eagerly)')
@@ -281,13 +337,22 @@ def main(argv=None):
                        Col('wall ms', 'wall_ms', '.3f'), Col('GPU ms', 'gpu_ms', '.3f'),
                        Col('kernels', 'launches', ',.0f'), Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
                        Col('test accuracy', 'accuracy', '.3f'), Col('peak MB', 'peak_mb', ',.0f'),
-                       Col('error', 'error')])],
+                       Col('error', 'error')]), Table(
+                       '## Where the kernels overtake PyG\'s path (random graphs, 500 features, two layers)',
+                       'crossover', [Col('model', 'model'), Col('edges', 'edges', ',.0f'),
+                                     Col('hidden', 'hidden', '.0f'), Col('run', 'run'),
+                                     Col('wall ms', 'wall_ms', '.3f'),
+                                     Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True)])],
                    figures=[Figure('small_graphs.png', [Panel(
                        lambda rs: [dict(r, case=_case(r)) for r in rs if r.get('kind') == 'step'], 'case',
                        'x_pyg_eager', series='run',
                        title="full-graph training step, speed-up over PyG's eager step (higher is better)")])])
     if a.render:
-        rerender(rep, records, 'step')
+        for kind in ('step', 'crossover'):
+            rerender(rep, records, kind)
+        return
+    if a.crossover:
+        rep.run([('crossover', m, lambda m=m: crossover_records(m, a)) for m in a.models], device=DEV)
         return
     rep.run([('steps', g, lambda g=g: step_records(g, a)) for g in a.graphs.split(',')], device=DEV)
 
