@@ -16,8 +16,10 @@ the script checks what "nothing changed" means:
    (Python and kernel launches, about 3 ms on a GPU against 0.2 ms of GPU work), so pyg_tc runs
    eagerly at PyG's speed: its layers take PyG's own path where that issues less host work (on a
    CPU, GCN always does). The third row captures the whole training step in a CUDA graph
-   (``pyg_tc.loader.CapturedStep``: one line) and replays it: about 13x PyG's eager epoch on an
-   H200 (docs/results/small_graphs.md). On a CPU nothing is captured and that row runs eagerly.
+   (``pyg_tc.loader.CapturedStep``: one line) and replays it: about 11x PyG's eager epoch on an
+   H200 (docs/results/small_graphs.md). On a CPU nothing is captured and that row runs eagerly;
+   there pyg_tc's GCN runs PyG's own path, at PyG's speed (``--small`` on 2 cores: 66.8 ms per
+   epoch against PyG's 66.2; docs/results/small_graphs_cpu.md for six layers).
    The difference of pyg_tc's kernels grows with the graph (``pyg-tc bench``,
    docs/benchmarks.md).
 
