@@ -7,11 +7,15 @@ import os
 from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAMILIES = sorted(d for d in os.listdir(os.path.join(HERE, 'kernels'))
-                  if os.path.isdir(os.path.join(HERE, 'kernels', d)) and not d.startswith(('.', '_')))
+FAMILIES = sorted(
+    d
+    for d in os.listdir(os.path.join(HERE, 'kernels'))
+    if os.path.isdir(os.path.join(HERE, 'kernels', d)) and not d.startswith(('.', '_'))
+)
 
 setup(
-    packages=(find_packages(include=['pyg_tc', 'pyg_tc.*']) + ['pyg_tc.kernels']
-              + [f'pyg_tc.kernels.{d}' for d in FAMILIES]),
+    packages=(
+        find_packages(include=['pyg_tc', 'pyg_tc.*']) + ['pyg_tc.kernels'] + [f'pyg_tc.kernels.{d}' for d in FAMILIES]
+    ),
     package_dir={'pyg_tc.kernels': 'kernels'},
 )

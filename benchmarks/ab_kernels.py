@@ -15,6 +15,7 @@ have are called (``pyg_tc.ops``: spmm_graph, sddmm_graph, sgt_of,
 sgt_spmm_cells, sgt_sddmm_cells, maxk, cbsr_spmm_graph; the
 ``cbsr_sspmm`` op).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,6 +39,7 @@ GRAPHS = {  # name: (kind, nodes, edges)
 
 def _graph(kind: str, n: int, e: int, dev):
     import torch
+
     gen = torch.Generator(device=dev).manual_seed(7)
     if kind == 'rmat':  # R-MAT (a, b, c) = (0.57, 0.19, 0.19): power-law degrees, hubs
         bits = max(1, (n - 1).bit_length())
@@ -56,6 +58,7 @@ def _graph(kind: str, n: int, e: int, dev):
 
 def _time(fn) -> float:
     import torch
+
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -85,6 +88,7 @@ def worker(out: str) -> None:
     import pyg_tc
     from pyg_tc import ops
     from pyg_tc.formats import CSRGraph
+
     pyg_tc.ops.ensure()
     assert pyg_tc.info(build=False)['kernels'] == 'loaded', pyg_tc.info(build=False)
     dev = torch.device('cuda')
@@ -94,6 +98,7 @@ def worker(out: str) -> None:
     def timed(key, fn):
         if only in key:
             res[key] = _time(fn)
+
     with torch.no_grad():
         for gname, (kind, n, e) in GRAPHS.items():
             src, dst = _graph(kind, n, e, dev)
@@ -121,9 +126,22 @@ def worker(out: str) -> None:
                     timed(f'cbsr_spmm/{gname}/{dn}/256', lambda: ops.cbsr_spmm_graph(g, xk, w))
                     G = torch.randn(n, 256, device=dev, dtype=dt, generator=gen)
                     sc = g.sched
-                    timed(f'cbsr_sspmm/{gname}/{dn}/256', lambda: torch.ops.pyg_tc.cbsr_sspmm(
-                        g.rowptr, g.col, w, G, xk.indices, sc.units, sc.heavy_rows, sc.heavy_ptr,
-                        sc.num_slots, None, 'sum'))
+                    timed(
+                        f'cbsr_sspmm/{gname}/{dn}/256',
+                        lambda: torch.ops.pyg_tc.cbsr_sspmm(
+                            g.rowptr,
+                            g.col,
+                            w,
+                            G,
+                            xk.indices,
+                            sc.units,
+                            sc.heavy_rows,
+                            sc.heavy_ptr,
+                            sc.num_slots,
+                            None,
+                            'sum',
+                        ),
+                    )
             g = None
             torch.cuda.empty_cache()
             print(f'  {gname}: done', flush=True)
@@ -149,10 +167,8 @@ def main() -> None:
         for side, root in sides.items():
             t0 = time.time()
             path = os.path.join(a.out, f'{side}_{r}.json')
-            env = {**os.environ, 'PYTHONPATH': root, 'PYG_TC_BUILD_DIR': f'/tmp/pyg_tc_ab_{side}',
-                   'AB_ONLY': a.only}
-            subprocess.run([sys.executable, os.path.abspath(__file__), '--worker', path], check=True,
-                           env=env, cwd=root)
+            env = {**os.environ, 'PYTHONPATH': root, 'PYG_TC_BUILD_DIR': f'/tmp/pyg_tc_ab_{side}', 'AB_ONLY': a.only}
+            subprocess.run([sys.executable, os.path.abspath(__file__), '--worker', path], check=True, env=env, cwd=root)
             with open(path) as f:
                 runs[side].append(json.load(f))
             print(f'round {r} {side}: {time.time() - t0:.0f} s', flush=True)
@@ -164,14 +180,20 @@ def main() -> None:
         rows.append({'case': c, 'base_ms': b, 'new_ms': n, 'ratio': n / b})
     geo = math.exp(statistics.mean(math.log(r['ratio']) for r in rows))
     worst = max(rows, key=lambda r: r['ratio'])
-    summary = {'cases': len(rows), 'geomean_ratio': geo, 'worst': worst,
-               'over_3pct': [r['case'] for r in rows if r['ratio'] > 1.03]}
+    summary = {
+        'cases': len(rows),
+        'geomean_ratio': geo,
+        'worst': worst,
+        'over_3pct': [r['case'] for r in rows if r['ratio'] > 1.03],
+    }
     with open(os.path.join(a.out, 'ab.json'), 'w') as f:
         json.dump({'summary': summary, 'rows': rows}, f, indent=1)
     lines = ['| case | base ms | new ms | new / base |', '|---|---:|---:|---:|']
     lines += [f"| {r['case']} | {r['base_ms']:.4f} | {r['new_ms']:.4f} | {r['ratio']:.3f} |" for r in rows]
-    lines.append(f'\ngeomean new / base: {geo:.4f}; worst {worst["case"]} {worst["ratio"]:.3f}; '
-                 f'over 3%: {summary["over_3pct"] or "none"}')
+    lines.append(
+        f'\ngeomean new / base: {geo:.4f}; worst {worst["case"]} {worst["ratio"]:.3f}; '
+        f'over 3%: {summary["over_3pct"] or "none"}'
+    )
     with open(os.path.join(a.out, 'ab.md'), 'w') as f:
         f.write('\n'.join(lines) + '\n')
     print('\n'.join(lines))

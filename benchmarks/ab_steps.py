@@ -12,6 +12,7 @@ warm-up, per model. Reported: the best per-step ms of each side over the
 rounds and the ratio new / base (above 1: the new code is slower), with the
 output dtype of each side's first layer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ def worker(a) -> None:
     import pyg_tc
     import pyg_tc.nn as L
     from pyg_tc.bench.graphs import load_graph
+
     dt = {'fp16': torch.float16, 'bf16': torch.bfloat16, 'fp32': None}[a.dtype]
     g = load_graph(a.graph, 'cuda')
     n = g.num_nodes
@@ -38,11 +40,15 @@ def worker(a) -> None:
     x = torch.randn(n, a.width, device='cuda', generator=gen)
     y = torch.randint(0, 41, (n,), device='cuda', generator=gen)
     ei = pyg_tc.transforms.DegreeBucketTransform()(
-        __import__('torch_geometric').data.Data(edge_index=g.edge_index, num_nodes=n)).edge_index
-    make = {'gcn': lambda i, o: L.GCNConv(i, o), 'sage': lambda i, o: L.SAGEConv(i, o),
-            'gat': lambda i, o: L.GATConv(i, o, heads=1),
-            'gat8': lambda i, o: L.GATConv(i, o // 8, heads=8) if o % 8 == 0 else L.GATConv(i, o, heads=1),
-            'gatv2': lambda i, o: L.GATv2Conv(i, o // 8, heads=8) if o % 8 == 0 else L.GATv2Conv(i, o, heads=1)}
+        __import__('torch_geometric').data.Data(edge_index=g.edge_index, num_nodes=n)
+    ).edge_index
+    make = {
+        'gcn': lambda i, o: L.GCNConv(i, o),
+        'sage': lambda i, o: L.SAGEConv(i, o),
+        'gat': lambda i, o: L.GATConv(i, o, heads=1),
+        'gat8': lambda i, o: L.GATConv(i, o // 8, heads=8) if o % 8 == 0 else L.GATConv(i, o, heads=1),
+        'gatv2': lambda i, o: L.GATv2Conv(i, o // 8, heads=8) if o % 8 == 0 else L.GATv2Conv(i, o, heads=1),
+    }
     out = {}
     for kind in a.models.split(','):
         torch.manual_seed(0)
@@ -57,6 +63,7 @@ def worker(a) -> None:
             loss.backward()
             opt.step()
             return h.dtype
+
         for _ in range(3):
             dtype = step()
         torch.cuda.synchronize()
@@ -91,7 +98,8 @@ def main() -> None:
             path = getattr(a, side)
             env = dict(os.environ, PYG_TC_BUILD_DIR=os.path.join(os.environ.get('TMPDIR', '/tmp'), f'ab_{side}'))
             cmd = [sys.executable, __file__, '--base', a.base, '--checkout', path] + [
-                f'--{k}={getattr(a, k)}' for k in ('graph', 'models', 'dtype', 'width', 'hidden', 'steps')]
+                f'--{k}={getattr(a, k)}' for k in ('graph', 'models', 'dtype', 'width', 'hidden', 'steps')
+            ]
             res = subprocess.run(cmd, env=env, capture_output=True, text=True)
             line = [ln for ln in res.stdout.splitlines() if ln.startswith('RESULT ')]
             if not line:

@@ -36,6 +36,7 @@ are padded to ``--levels`` buckets measured on ``--bucket-batches`` batches;
 the rows give the padded / real nodes and edges. ``--top-kernels N`` logs
 the N kernels taking most time per run. Run on a GPU: ``python benchmarks/captured_step.py --out DIR``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,12 +71,17 @@ def batches(name: str, a) -> tuple:
     the same batches padded to buckets measured on ``a.bucket_batches`` others
     (with ``a.trim``: also padded hop by hop, else None)."""
     from torch_geometric.data import Data
+
     F, C, S = SHAPES[name]
     bg = load_graph(name, DEV)
     n = bg.num_nodes
     g = torch.Generator(device=DEV).manual_seed(0)
-    data = Data(x=torch.randn(n, F, device=DEV, generator=g), y=torch.randint(0, C, (n,), device=DEV, generator=g),
-                edge_index=bg.edge_index, num_nodes=n)
+    data = Data(
+        x=torch.randn(n, F, device=DEV, generator=g),
+        y=torch.randint(0, C, (n,), device=DEV, generator=g),
+        edge_index=bg.edge_index,
+        num_nodes=n,
+    )
     seeds = torch.randperm(n, device='cpu', generator=torch.Generator().manual_seed(0))[:S]
     loader = NeighborLoader(data, a.fanout, batch_size=a.batch_size, input_nodes=seeds, shuffle=True, device=DEV)
     torch.manual_seed(0)
@@ -106,6 +112,7 @@ def _pyg_step(model, opt):
         loss.backward()
         opt.step()
         return loss
+
     return step
 
 
@@ -116,6 +123,7 @@ def _tc_eager(model, opt):
         loss.backward()
         opt.step()
         return loss
+
     return step
 
 
@@ -139,8 +147,10 @@ def step_records(name: str, a):
         plain = per_hop[False]
         hop_n = sum(p.num_nodes for p in plain) / len(plain)
         hop_e = sum(p.edge_index.size(1) for p in plain) / len(plain)
-        log(f'[captured] {name}: per hop, {sum(p.get("bucket") is None for p in plain)} of {len(plain)} '
-            'batches fit none')
+        log(
+            f'[captured] {name}: per hop, {sum(p.get("bucket") is None for p in plain)} of {len(plain)} '
+            'batches fit none'
+        )
     dims = [F] + [a.hidden] * (a.layers - 1) + [C]
     for kind in a.models:
         torch.manual_seed(0)
@@ -150,8 +160,13 @@ def step_records(name: str, a):
         runs.append(('PyG eager', raw, _pyg_step(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
         if a.pyg_compile:
             mc = copy.deepcopy(base['pyg'])
-            runs.append(('PyG compiled', raw, _pyg_step(torch.compile(mc, dynamic=True),
-                                                         torch.optim.Adam(mc.parameters(), lr=1e-3))))
+            runs.append(
+                (
+                    'PyG compiled',
+                    raw,
+                    _pyg_step(torch.compile(mc, dynamic=True), torch.optim.Adam(mc.parameters(), lr=1e-3)),
+                )
+            )
         m = copy.deepcopy(base['tc'])
         runs.append(('pyg_tc eager', raw, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
         if a.trim:  # the eager steps with trim_to_layer (the same weights)
@@ -164,13 +179,23 @@ def step_records(name: str, a):
             hop_data = per_hop[kind == 'gat']  # GAT's batches carry their layers' self-loop graphs
             m = copy.deepcopy(base['tc'])
             m.trim = True
-            runs.append(('pyg_tc eager, per-hop padded, trim_to_layer', hop_data,
-                         _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
+            runs.append(
+                (
+                    'pyg_tc eager, per-hop padded, trim_to_layer',
+                    hop_data,
+                    _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3)),
+                )
+            )
             m = copy.deepcopy(base['tc'])
             m.trim = True
             opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=DEV.type == 'cuda')
-            runs.append(('pyg_tc captured, trim_to_layer', hop_data,
-                         CapturedStep(m, opt, forward=lambda net, b: net(b.x, b.edge_index, *hops(b)))))
+            runs.append(
+                (
+                    'pyg_tc captured, trim_to_layer',
+                    hop_data,
+                    CapturedStep(m, opt, forward=lambda net, b: net(b.x, b.edge_index, *hops(b))),
+                )
+            )
         m = copy.deepcopy(base['tc'])
         runs.append(('pyg_tc eager, padded', padded, _tc_eager(m, torch.optim.Adam(m.parameters(), lr=1e-3))))
         m = copy.deepcopy(base['tc'])
@@ -183,14 +208,26 @@ def step_records(name: str, a):
             prof = kernel_profile(step, itertools.islice(itertools.cycle(data), a.profile_steps), DEV, a.top_kernels)
             gms, dense, kernels = prof['gpu_ms'], prof['dense_ms'], prof['kernels']
             if kernels:
-                log(f'[captured] {name} {kind} {run}: top kernels (name, launches / step, ms / step):\n  '
-                    + '\n  '.join(f'{k:90s} {c:4d} {t:7.3f}' for k, c, t in kernels))
+                log(
+                    f'[captured] {name} {kind} {run}: top kernels (name, launches / step, ms / step):\n  '
+                    + '\n  '.join(f'{k:90s} {c:4d} {t:7.3f}' for k, c, t in kernels)
+                )
             hop = per_hop is not None and any(data is v for v in per_hop.values())
             padded_run = 'padded' in run or 'captured' in run
-            rec = dict(kind='step', graph=name, model=kind, run=run, wall_ms=w, gpu_ms=gms, wall_over_gpu=w / gms,
-                       dense_ms=dense, launches=prof['launches'], batches=len(data),
-                       nodes=hop_n if hop else pad_n if padded_run else real_n,
-                       edges=hop_e if hop else pad_e if padded_run else real_e)
+            rec = dict(
+                kind='step',
+                graph=name,
+                model=kind,
+                run=run,
+                wall_ms=w,
+                gpu_ms=gms,
+                wall_over_gpu=w / gms,
+                dense_ms=dense,
+                launches=prof['launches'],
+                batches=len(data),
+                nodes=hop_n if hop else pad_n if padded_run else real_n,
+                edges=hop_e if hop else pad_e if padded_run else real_e,
+            )
             if isinstance(step, CapturedStep):
                 rec.update(replays=step.replays, eager_steps=step.eager_steps, graphs=len(step.graphs))
             recs.append(rec)
@@ -205,6 +242,7 @@ def step_records(name: str, a):
 
 def torch_geometric_nn():
     import torch_geometric.nn as pnn
+
     return pnn
 
 
@@ -224,10 +262,17 @@ def main(argv=None, prog=None):
     p.add_argument('--steps', type=int, default=50, help='timed steps per run')
     p.add_argument('--profile-steps', type=int, default=10)
     p.add_argument('--pyg-compile', action='store_true', help="also time torch.compile of PyG's model")
-    p.add_argument('--trim', action='store_true', help="also the steps with PyG's trim_to_layer: eager on the "
-                   'batches as sampled, eager and captured on batches padded hop by hop (PadHops)')
-    p.add_argument('--render', metavar='JSONL', help='only rewrite the markdown and PNG from these records '
-                   "(the run block from their 'env' record)")
+    p.add_argument(
+        '--trim',
+        action='store_true',
+        help="also the steps with PyG's trim_to_layer: eager on the "
+        'batches as sampled, eager and captured on batches padded hop by hop (PadHops)',
+    )
+    p.add_argument(
+        '--render',
+        metavar='JSONL',
+        help='only rewrite the markdown and PNG from these records (the run block from their \'env\' record)',
+    )
     a = p.parse_args(argv)
     a.fanout = [int(k) for k in a.fanout.split(',')]
     a.models = a.models.split(',')
@@ -236,18 +281,48 @@ def main(argv=None, prog=None):
     env = environment(DEV, fanout=a.fanout, batch_size=a.batch_size, hidden=a.hidden, layers=a.layers, trim=a.trim)
     if a.render:
         records, env = read_records(a.render)
-    rep = Reporter(a.out, 'captured_step.jsonl', 'captured_step.md', 'The mini-batch step, eager and captured',
-                   env=env, env_mode='first', sections=[Table('## Per training step', 'step', [
-                       Col('graph', 'graph'), Col('model', 'model'), Col('run', 'run'),
-                       Col('wall ms', 'wall_ms', '.3f'), Col('GPU ms', 'gpu_ms', '.3f'),
-                       Col('wall / GPU', 'wall_over_gpu', '.2f'),
-                       Col('matrix products ms', 'dense_ms', '.3f'), Col('kernels', 'launches', ',.0f'),
-                       Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
-                       Col('x PyG compiled', 'x_pyg_compiled', '.2f', bold=True),
-                       Col('nodes', 'nodes', ',.0f'), Col('edges', 'edges', ',.0f')])],
-                   figures=[Figure('captured_step.png', [Panel(
-                       _step_rows, 'case', 'x_pyg_eager', series='run',
-                       title="training step, speed-up over PyG's eager step (same batches; higher is better)")])])
+    rep = Reporter(
+        a.out,
+        'captured_step.jsonl',
+        'captured_step.md',
+        'The mini-batch step, eager and captured',
+        env=env,
+        env_mode='first',
+        sections=[
+            Table(
+                '## Per training step',
+                'step',
+                [
+                    Col('graph', 'graph'),
+                    Col('model', 'model'),
+                    Col('run', 'run'),
+                    Col('wall ms', 'wall_ms', '.3f'),
+                    Col('GPU ms', 'gpu_ms', '.3f'),
+                    Col('wall / GPU', 'wall_over_gpu', '.2f'),
+                    Col('matrix products ms', 'dense_ms', '.3f'),
+                    Col('kernels', 'launches', ',.0f'),
+                    Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
+                    Col('x PyG compiled', 'x_pyg_compiled', '.2f', bold=True),
+                    Col('nodes', 'nodes', ',.0f'),
+                    Col('edges', 'edges', ',.0f'),
+                ],
+            )
+        ],
+        figures=[
+            Figure(
+                'captured_step.png',
+                [
+                    Panel(
+                        _step_rows,
+                        'case',
+                        'x_pyg_eager',
+                        series='run',
+                        title="training step, speed-up over PyG's eager step (same batches; higher is better)",
+                    )
+                ],
+            )
+        ],
+    )
     if a.render:
         rerender(rep, records, 'step')
         return

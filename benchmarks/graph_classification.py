@@ -24,6 +24,7 @@ PyG's, and the test accuracy (mean and standard deviation over ``--seeds``).
 ``python benchmarks/graph_classification.py --out DIR`` (a GPU; on a CPU the
 captured run is eager).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,6 +69,7 @@ class Net(torch.nn.Module):
     def __init__(self, lib, kind: str, cin: int, classes: int, hidden: int = 64):
         super().__init__()
         from torch_geometric.nn import MLP
+
         dims = [cin] + [hidden] * 3
         if kind == 'gin':
             self.convs = torch.nn.ModuleList(lib.GINConv(MLP([i, hidden, hidden])) for i in dims[:-1])
@@ -79,6 +81,7 @@ class Net(torch.nn.Module):
 
     def forward(self, x, edge_index, batch, num_graphs=None):
         from torch_geometric.nn import global_add_pool
+
         for conv in self.convs:
             x = conv(x, edge_index).relu()
         return self.head(global_add_pool(x, batch, num_graphs))
@@ -89,6 +92,7 @@ class Run:
 
     def __init__(self, run: str, model, train, batch_size: int, seed: int):
         from torch_geometric.loader import DataLoader
+
         shuffled = dict(batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
         self.run, self.model, self.losses, self.times = run, model, [], []
         if run == 'pyg_tc padded + captured':
@@ -107,6 +111,7 @@ class Run:
                 loss.backward()
                 opt.step()
                 return loss.detach()
+
             self.step = step
 
     def epoch(self) -> None:
@@ -121,6 +126,7 @@ class Run:
 
     def accuracy(self, test) -> float:
         from torch_geometric.loader import DataLoader
+
         self.model.eval()
         correct = 0
         with torch.no_grad():
@@ -144,8 +150,9 @@ def step_records(name: str, a):
                 base = Net(__import__('torch_geometric.nn').nn, kind, cin, classes).to(DEV)
                 runs = []
                 for run in RUNS:
-                    model = Net(pyg_tc.nn if 'pyg_tc' in run else __import__('torch_geometric.nn').nn,
-                                kind, cin, classes).to(DEV)
+                    model = Net(
+                        pyg_tc.nn if 'pyg_tc' in run else __import__('torch_geometric.nn').nn, kind, cin, classes
+                    ).to(DEV)
                     model.load_state_dict(copy.deepcopy(base.state_dict()))
                     runs.append(Run(run, model, train, bs, seed))
                 log(f'[graphcls] {name} {kind} batch {bs} seed {seed}: {a.epochs} epochs')
@@ -159,10 +166,21 @@ def step_records(name: str, a):
             for run, rows in per.items():
                 accs, mss = zip(*rows)
                 ms = statistics.mean(mss)
-                yield dict(kind='epoch', dataset=name, real=real, model=kind, batch_size=bs, run=run,
-                           epoch_ms=ms, x_pyg=ref / ms, accuracy=statistics.mean(accs),
-                           accuracy_std=statistics.stdev(accs) if len(accs) > 1 else 0.0, seeds=len(accs),
-                           epochs=a.epochs, graphs=len(data))
+                yield dict(
+                    kind='epoch',
+                    dataset=name,
+                    real=real,
+                    model=kind,
+                    batch_size=bs,
+                    run=run,
+                    epoch_ms=ms,
+                    x_pyg=ref / ms,
+                    accuracy=statistics.mean(accs),
+                    accuracy_std=statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                    seeds=len(accs),
+                    epochs=a.epochs,
+                    graphs=len(data),
+                )
 
 
 def main(argv=None):
@@ -173,8 +191,13 @@ def main(argv=None):
     p.add_argument('--batch-sizes', default='32,128')
     p.add_argument('--seeds', type=int, default=5)
     p.add_argument('--epochs', type=int, default=50)
-    p.add_argument('--render', metavar='JSONL', nargs='+', help='only rewrite the markdown and PNG from these '
-                   "records (the run block from the first file's 'env' record)")
+    p.add_argument(
+        '--render',
+        metavar='JSONL',
+        nargs='+',
+        help='only rewrite the markdown and PNG from these '
+        "records (the run block from the first file's 'env' record)",
+    )
     a = p.parse_args(argv)
     a.models, a.batch_sizes = a.models.split(','), [int(b) for b in a.batch_sizes.split(',')]
     if DEV.type != 'cuda':
@@ -182,17 +205,49 @@ def main(argv=None):
     env = environment(DEV, seeds=a.seeds, epochs=a.epochs)
     if a.render:
         records, env = read_records(a.render)
-    rep = Reporter(a.out, 'graph_classification.jsonl', 'graph_classification.md',
-                   'Graph classification on DataLoader batches', env=env, env_mode='first',
-                   sections=[Table('## Per epoch', 'epoch', [
-                       Col('dataset', 'dataset'), Col('model', 'model'), Col('batch', 'batch_size'),
-                       Col('run', 'run'), Col('ms / epoch', 'epoch_ms', '.1f'),
-                       Col('x PyG eager', 'x_pyg', '.2f', bold=True), Col('test accuracy', 'accuracy', '.3f'),
-                       Col('std', 'accuracy_std', '.3f'), Col('seeds', 'seeds')])],
-                   figures=[Figure('graph_classification.png', [Panel(
-                       lambda rs: [dict(r, case=f"{r['dataset']} {r['model']} {r['batch_size']}")
-                                   for r in rs if r.get('kind') == 'epoch'], 'case', 'x_pyg', series='run',
-                       title="graph-classification epoch, speed-up over PyG's (higher is better)")])])
+    rep = Reporter(
+        a.out,
+        'graph_classification.jsonl',
+        'graph_classification.md',
+        'Graph classification on DataLoader batches',
+        env=env,
+        env_mode='first',
+        sections=[
+            Table(
+                '## Per epoch',
+                'epoch',
+                [
+                    Col('dataset', 'dataset'),
+                    Col('model', 'model'),
+                    Col('batch', 'batch_size'),
+                    Col('run', 'run'),
+                    Col('ms / epoch', 'epoch_ms', '.1f'),
+                    Col('x PyG eager', 'x_pyg', '.2f', bold=True),
+                    Col('test accuracy', 'accuracy', '.3f'),
+                    Col('std', 'accuracy_std', '.3f'),
+                    Col('seeds', 'seeds'),
+                ],
+            )
+        ],
+        figures=[
+            Figure(
+                'graph_classification.png',
+                [
+                    Panel(
+                        lambda rs: [
+                            dict(r, case=f"{r['dataset']} {r['model']} {r['batch_size']}")
+                            for r in rs
+                            if r.get('kind') == 'epoch'
+                        ],
+                        'case',
+                        'x_pyg',
+                        series='run',
+                        title="graph-classification epoch, speed-up over PyG's (higher is better)",
+                    )
+                ],
+            )
+        ],
+    )
     if a.render:
         rerender(rep, records, 'epoch')
         return

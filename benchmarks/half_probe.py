@@ -13,6 +13,7 @@ two-level sum and for fp32 products (the hub-row error bound).
 --casts: the CUDA kernels of one forward + backward of each pyg_tc layer
 under torch.autocast(fp16) on Cora-sized random data, by name (cast count).
 """
+
 import argparse
 import json
 import os
@@ -85,21 +86,24 @@ def main(argv=None):
                     if not a.no_sweep and dn == 'fp16':
                         for c in CONFIGS:
                             for tl in '01':
-                                rec[f'spmm_{dn}_{c}_tl{tl}'] = timed(lambda: spmm_graph(g, x, w),
-                                                                      PYG_TC_SPMM_CONFIG=c, PYG_TC_SPMM_TWO_LEVEL=tl)
+                                rec[f'spmm_{dn}_{c}_tl{tl}'] = timed(
+                                    lambda: spmm_graph(g, x, w), PYG_TC_SPMM_CONFIG=c, PYG_TC_SPMM_TWO_LEVEL=tl
+                                )
                         for c in CONFIGS:
                             rec[f'spmm_fp32_{c}'] = timed(lambda: spmm_graph(g, x32, w), PYG_TC_SPMM_CONFIG=c)
                 fh.write(json.dumps(rec) + '\n')
                 fh.flush()
                 s = {k: v for k, v in rec.items() if isinstance(v, float)}
                 best = min((v, k) for k, v in s.items() if k.startswith('spmm_fp16'))
-                print(f'[{time.time() - t0:.0f}s] {name} F={F}: spmm fp32 {rec["spmm_fp32"]:.4f} '
-                      f'fp16 {rec["spmm_fp16"]:.4f} (fp32 products {rec["spmm_fp16_fp32products"]:.4f}) '
-                      f'bf16 {rec["spmm_bf16"]:.4f} (fp32 products {rec["spmm_bf16_fp32products"]:.4f}); '
-                      f'best fp16 {best[1]} {best[0]:.4f}; sddmm fp32 {rec["sddmm_fp32"]:.4f} '
-                      f'fp16 {rec["sddmm_fp16"]:.4f} (u4 {rec["sddmm_fp16_u4"]:.4f} u8 {rec["sddmm_fp16_u8"]:.4f}) '
-                      f'bf16 {rec["sddmm_bf16"]:.4f} (u4 {rec["sddmm_bf16_u4"]:.4f} u8 {rec["sddmm_bf16_u8"]:.4f})',
-                      flush=True)
+                print(
+                    f'[{time.time() - t0:.0f}s] {name} F={F}: spmm fp32 {rec["spmm_fp32"]:.4f} '
+                    f'fp16 {rec["spmm_fp16"]:.4f} (fp32 products {rec["spmm_fp16_fp32products"]:.4f}) '
+                    f'bf16 {rec["spmm_bf16"]:.4f} (fp32 products {rec["spmm_bf16_fp32products"]:.4f}); '
+                    f'best fp16 {best[1]} {best[0]:.4f}; sddmm fp32 {rec["sddmm_fp32"]:.4f} '
+                    f'fp16 {rec["sddmm_fp16"]:.4f} (u4 {rec["sddmm_fp16_u4"]:.4f} u8 {rec["sddmm_fp16_u8"]:.4f}) '
+                    f'bf16 {rec["sddmm_bf16"]:.4f} (u4 {rec["sddmm_bf16_u4"]:.4f} u8 {rec["sddmm_bf16_u8"]:.4f})',
+                    flush=True,
+                )
             torch.cuda.empty_cache()
 
 
@@ -119,8 +123,7 @@ def hub_accuracy(name, F=64, hubs=10):
         for i, r in enumerate(top.tolist()):
             a, b = int(g.rowptr[r]), int(g.rowptr[r + 1])
             ref[i] = (w[a:b].double().unsqueeze(1) * x[g.col[a:b].long()].double()).sum(0)
-        rec = {'kind': 'hub_accuracy', 'graph': name, 'dtype': dn, 'F': F,
-               'hub_degrees': deg[top].long().tolist()}
+        rec = {'kind': 'hub_accuracy', 'graph': name, 'dtype': dn, 'F': F, 'hub_degrees': deg[top].long().tolist()}
         for mode, env in (('two_level', '1'), ('fp32_products', '0')):
             os.environ['PYG_TC_SPMM_TWO_LEVEL'] = env
             out = spmm_graph(g, x, w)[top].double()
@@ -128,7 +131,7 @@ def hub_accuracy(name, F=64, hubs=10):
             rec[f'{mode}_rel_err_max'] = max(errs)
             rec[f'{mode}_rel_err'] = errs
         os.environ.pop('PYG_TC_SPMM_TWO_LEVEL', None)
-        own = ((ref.to(DT[dn]).double() - ref).norm(dim=1) / ref.norm(dim=1))
+        own = (ref.to(DT[dn]).double() - ref).norm(dim=1) / ref.norm(dim=1)
         rec['output_rounding_rel_err_max'] = float(own.max())
         yield rec
 
@@ -137,13 +140,19 @@ def layer_kernels():
     import torch_geometric.nn as pyg_nn  # noqa: F401 (PyG present)
 
     import pyg_tc.nn as tnn
+
     n, F, H = 2708, 128, 64
     ei = torch.randint(0, n, (2, 10556), device='cuda')
     x = torch.randn(n, F, device='cuda')
-    layers = {'GCNConv': lambda: tnn.GCNConv(F, H), 'SAGEConv': lambda: tnn.SAGEConv(F, H),
-              'GINConv': lambda: tnn.GINConv(torch.nn.Sequential(torch.nn.Linear(F, H), torch.nn.ReLU(),
-                                                                  torch.nn.Linear(H, H))),
-              'GATConv': lambda: tnn.GATConv(F, 8, heads=8), 'AGNNConv': lambda: tnn.AGNNConv()}
+    layers = {
+        'GCNConv': lambda: tnn.GCNConv(F, H),
+        'SAGEConv': lambda: tnn.SAGEConv(F, H),
+        'GINConv': lambda: tnn.GINConv(
+            torch.nn.Sequential(torch.nn.Linear(F, H), torch.nn.ReLU(), torch.nn.Linear(H, H))
+        ),
+        'GATConv': lambda: tnn.GATConv(F, 8, heads=8),
+        'AGNNConv': lambda: tnn.AGNNConv(),
+    }
     for name, make in layers.items():
         m = make().cuda()
         for _ in range(2):

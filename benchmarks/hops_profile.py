@@ -8,6 +8,7 @@ intervals, torch.profiler) per batch.
 ``python benchmarks/hops_profile.py [--out FILE.json]`` on a GPU (without
 one, a dry run of the code on the CPU: the times mean nothing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,6 +34,7 @@ def wall_ms(it, fn=lambda b: None, n=60, warmup=5) -> float:
 def gpu_ms(fn, n: int) -> dict:
     """Kernel ms and busy ms (union of the kernels' intervals) per batch of ``fn()``."""
     from torch.profiler import ProfilerActivity, profile
+
     if not torch.cuda.is_available():
         fn()
         return dict(kernel_ms=0.0, busy_ms=0.0)
@@ -60,19 +62,21 @@ def main(argv=None):
     from benchmarks.suites.minibatch import Net
     import pyg_tc.nn
     from pyg_tc.loader import CapturedStep, NeighborLoader, PadHops, buckets_from_batches
+
     data, seeds, _ = make_data(a.graph)
     gd = data.to(DEV)
     width, classes, _ = SHAPES[a.graph]
     B = a.batch_size
 
     def loader(transform=None, prefetch=0):
-        return NeighborLoader(gd, [15, 10, 5], input_nodes=seeds, batch_size=B, shuffle=True,
-                              transform=transform, prefetch=prefetch)
+        return NeighborLoader(
+            gd, [15, 10, 5], input_nodes=seeds, batch_size=B, shuffle=True, transform=transform, prefetch=prefetch
+        )
+
     buckets = buckets_from_batches(loader(), num_batches=20, levels=2, per_hop=True)
     model = Net(pyg_tc.nn, 'sage', [width, 256, 256, classes], trim=True).to(DEV)
     opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=DEV.type == 'cuda')
-    step = CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.num_sampled_nodes,
-                                                          b.num_sampled_edges))
+    step = CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges))
     out = {}
     for k in (0, a.prefetch):
         out[f'prefetch{k}_loader_ms'] = wall_ms(loader(None, k))
@@ -89,8 +93,12 @@ def main(argv=None):
         it = iter(loader(PadHops(buckets, B), k))
         for b in itertools.islice(it, 5):
             step(b)
-        out.update({f'prefetch{k}_loop_gpu_{m}': v
-                    for m, v in gpu_ms(lambda: [step(b) for b in itertools.islice(it, 30)], 30).items()})
+        out.update(
+            {
+                f'prefetch{k}_loop_gpu_{m}': v
+                for m, v in gpu_ms(lambda: [step(b) for b in itertools.islice(it, 30)], 30).items()
+            }
+        )
         it = None
     out['replays'], out['eager_steps'] = step.replays, step.eager_steps
     print(json.dumps(out, indent=1))

@@ -5,6 +5,7 @@ rules in kernels/csr/csr_host.cpp (choose_config) and formats/csr.py (DEFAULT_CH
 
     python benchmarks/kernel_probe.py [--graphs tolokers,arxiv] [--chunks 32,64,128]
 """
+
 import argparse
 import itertools
 import os
@@ -42,13 +43,19 @@ def correctness():
     graphs['empty'] = (torch.zeros(2, 0, dtype=torch.long, device=dev), 13)
     worst = {}
     fails = 0
-    for (gname, (ei, n)), dt, F in itertools.product(graphs.items(), [torch.float32, torch.float16, torch.bfloat16],
-                                                     [1, 3, 16, 32, 33, 64, 128, 256, 300]):
+    for (gname, (ei, n)), dt, F in itertools.product(
+        graphs.items(), [torch.float32, torch.float16, torch.bfloat16], [1, 3, 16, 32, 33, 64, 128, 256, 300]
+    ):
         g = CSRGraph.from_coo(ei[0], ei[1], n, n)
         x = torch.randn(n, F, device=dev).to(dt)
         w = torch.rand(g.num_edges, device=dev)
-        for red, usew, diag in [('sum', False, None), ('sum', True, None), ('mean', False, None),
-                                ('max', True, None), ('sum', True, 'd')]:
+        for red, usew, diag in [
+            ('sum', False, None),
+            ('sum', True, None),
+            ('mean', False, None),
+            ('max', True, None),
+            ('sum', True, 'd'),
+        ]:
             d = torch.rand(n, device=dev) if diag else None
             out = spmm_graph(g, x, w if usew else None, red, d)
             ref = spmm_reference(g.rowptr, g.col, w if usew else None, x, d, red)
@@ -81,22 +88,45 @@ def overhead():
     """Host time per call on a tiny graph (the GPU is never the bottleneck):
     where does a small-graph call spend its time?"""
     import time as _t
+
     ei = torch.randint(0, 2000, (2, 20000), device='cuda')
     g = CSRGraph.from_coo(ei[0], ei[1], 2000, 2000)
     x = torch.randn(2000, 32, device='cuda')
-    A = torch.sparse_csr_tensor(g.rowptr.long(), g.col.long(), torch.ones(g.num_edges, device='cuda'),
-                                (2000, 2000))
+    A = torch.sparse_csr_tensor(g.rowptr.long(), g.col.long(), torch.ones(g.num_edges, device='cuda'), (2000, 2000))
     s, ts = g.sched, g.t_sched
-    args = (g.rowptr, g.col, None, x, s.units, s.heavy_rows, s.heavy_ptr, None, s.num_slots, 'sum',
-            g.t_rowptr, g.t_col, g.t_perm, None, ts.units, ts.heavy_rows, ts.heavy_ptr, ts.num_slots)
+    args = (
+        g.rowptr,
+        g.col,
+        None,
+        x,
+        s.units,
+        s.heavy_rows,
+        s.heavy_ptr,
+        None,
+        s.num_slots,
+        'sum',
+        g.t_rowptr,
+        g.t_col,
+        g.t_perm,
+        None,
+        ts.units,
+        ts.heavy_rows,
+        ts.heavy_ptr,
+        ts.num_slots,
+    )
     op = torch.ops.pyg_tc.spmm_csr.default
 
     def raw():
         with torch._C._AutoDispatchBelowAutograd():
             return op(*args)
-    cases = {'spmm_graph': lambda: spmm_graph(g, x), 'op (autograd wrapper)': lambda: op(*args),
-             'op below autograd': raw, 'torch.sparse.mm': lambda: torch.sparse.mm(A, x),
-             'empty launch (x + 1)': lambda: x + 1}
+
+    cases = {
+        'spmm_graph': lambda: spmm_graph(g, x),
+        'op (autograd wrapper)': lambda: op(*args),
+        'op below autograd': raw,
+        'torch.sparse.mm': lambda: torch.sparse.mm(A, x),
+        'empty launch (x + 1)': lambda: x + 1,
+    }
     for name, fn in cases.items():
         for _ in range(50):
             fn()
@@ -116,8 +146,9 @@ def sweep(names, chunks, dtypes=(torch.float32, torch.float16)):
         n = bg.num_nodes
         base = CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], n, n)
         print(f'[{name}] {base.stats()} auto chunk {base.chunk}', flush=True)
-        A = torch.sparse_csr_tensor(base.rowptr.long(), base.col.long(),
-                                    torch.ones(base.num_edges, device='cuda'), (n, n))
+        A = torch.sparse_csr_tensor(
+            base.rowptr.long(), base.col.long(), torch.ones(base.num_edges, device='cuda'), (n, n)
+        )
         scheds = {ch: build_schedule(base.rowptr, ch) for ch in chunks}
         for dt, F in itertools.product(dtypes, [32, 64, 128, 256]):
             x = torch.randn(n, F, device='cuda', dtype=dt)
@@ -126,8 +157,19 @@ def sweep(names, chunks, dtypes=(torch.float32, torch.float16)):
             ref = torch.sparse.mm(A, x.float())
             best = None
             for ch, sched in scheds.items():
-                g = CSRGraph(base.rowptr, base.col, base.perm, base.t_rowptr, base.t_col, base.t_perm,
-                             sched, base.t_sched, n, n, ch)
+                g = CSRGraph(
+                    base.rowptr,
+                    base.col,
+                    base.perm,
+                    base.t_rowptr,
+                    base.t_col,
+                    base.t_perm,
+                    sched,
+                    base.t_sched,
+                    n,
+                    n,
+                    ch,
+                )
                 for cfg, coop in configs:
                     for k, v in (('PYG_TC_SPMM_CONFIG', cfg), ('PYG_TC_SPMM_COOP', coop)):
                         if v is None:
@@ -143,9 +185,11 @@ def sweep(names, chunks, dtypes=(torch.float32, torch.float16)):
                 os.environ.pop('PYG_TC_SPMM_CONFIG', None)
                 os.environ.pop('PYG_TC_SPMM_COOP', None)
             t_def = timeit(lambda: spmm_graph(base, x))
-            print(f'  {name} {str(dt)[6:]:8s} F={F:3d} cuSPARSE {t_cus:7.4f} ms | default {t_def:7.4f} ms '
-                  f'({t_cus / t_def:5.2f}x) | best {best[0]} {best[1]:7.4f} ms ({t_cus / best[1]:5.2f}x)',
-                  flush=True)
+            print(
+                f'  {name} {str(dt)[6:]:8s} F={F:3d} cuSPARSE {t_cus:7.4f} ms | default {t_def:7.4f} ms '
+                f'({t_cus / t_def:5.2f}x) | best {best[0]} {best[1]:7.4f} ms ({t_cus / best[1]:5.2f}x)',
+                flush=True,
+            )
         A = base = bg = None
         torch.cuda.empty_cache()
     out = os.environ.get('OUT', '.')

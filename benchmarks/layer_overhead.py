@@ -8,6 +8,7 @@ order as NeighborLoader gives them), no sampler needed.
 
 ``python benchmarks/layer_overhead.py [--nodes 43000] [--fanout 4]`` (GPU).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,11 @@ def launches(fn) -> int:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
         torch.cuda.synchronize()
-    return sum(e.count for e in prof.key_averages()
-               if e.key in ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'cudaMemsetAsync', 'cudaMemcpyAsync'))
+    return sum(
+        e.count
+        for e in prof.key_averages()
+        if e.key in ('cudaLaunchKernel', 'cudaLaunchKernelExC', 'cudaMemsetAsync', 'cudaMemcpyAsync')
+    )
 
 
 def main() -> None:
@@ -67,13 +71,21 @@ def main() -> None:
     src = torch.randint(0, N, (N * f,), generator=g)
     ei = torch.stack([src, dst]).to(dev)
     x = torch.randn(N, a.width, device=dev, requires_grad=True)
-    print(f'batch: {N:,} nodes, {ei.size(1):,} edges (target order), width {a.width} -> {a.out}; '
-          f'{torch.cuda.get_device_name()}')
+    print(
+        f'batch: {N:,} nodes, {ei.size(1):,} edges (target order), width {a.width} -> {a.out}; '
+        f'{torch.cuda.get_device_name()}'
+    )
 
     def build():
         return CSRGraph.from_coo(ei[0], ei[1], N, N)
-    row = dict(what='format build', impl='pyg_tc', wall=timed(build, a.reps, True),
-               issue=timed(build, a.reps, False), launches=launches(build))
+
+    row = dict(
+        what='format build',
+        impl='pyg_tc',
+        wall=timed(build, a.reps, True),
+        issue=timed(build, a.reps, False),
+        launches=launches(build),
+    )
     rows = [row]
     tc_ei = attach(ei.clone(), N, build())
     layers = {
@@ -93,19 +105,41 @@ def main() -> None:
 
             def fwd_bwd():
                 conv(x, adj).backward(gout)
+
             for what, fn in (('forward', fwd), ('forward+backward', fwd_bwd)):
-                rows.append(dict(what=f'{name} {what}', impl=impl, wall=timed(fn, a.reps, True),
-                                 issue=timed(fn, a.reps, False), launches=launches(fn)))
+                rows.append(
+                    dict(
+                        what=f'{name} {what}',
+                        impl=impl,
+                        wall=timed(fn, a.reps, True),
+                        issue=timed(fn, a.reps, False),
+                        launches=launches(fn),
+                    )
+                )
     # the op alone
     gr = build()
     xs = x.detach().requires_grad_()
     for label, inp in (('spmm op (x needs grad)', xs), ('spmm op (no grad)', x.detach())):
         fn = lambda inp=inp: pyg_tc.ops.spmm_graph(gr, inp, None, 'mean')  # noqa: E731
-        rows.append(dict(what=label, impl='pyg_tc', wall=timed(fn, a.reps, True), issue=timed(fn, a.reps, False),
-                         launches=launches(fn)))
+        rows.append(
+            dict(
+                what=label,
+                impl='pyg_tc',
+                wall=timed(fn, a.reps, True),
+                issue=timed(fn, a.reps, False),
+                launches=launches(fn),
+            )
+        )
     ls = lambda: pyg_nn.aggr.MeanAggregation()(x.detach()[ei[0]], ei[1], dim_size=N)  # noqa: E731
-    rows.append(dict(what='PyG gather + mean scatter', impl='pyg', wall=timed(ls, a.reps, True),
-                     issue=timed(ls, a.reps, False), launches=launches(ls)))
+    rows.append(
+        dict(
+            what='PyG gather + mean scatter',
+            impl='pyg',
+            wall=timed(ls, a.reps, True),
+            issue=timed(ls, a.reps, False),
+            launches=launches(ls),
+        )
+    )
     print(f'| {"what":<34} | {"impl":<6} | wall ms | host issue ms | launches |')
     print('|---|---|---|---|---|')
     for r in rows:

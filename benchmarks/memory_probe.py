@@ -3,6 +3,7 @@ Reddit-shaped graph (where does pyg_tc's peak come from?).
 
     python benchmarks/memory_probe.py
 """
+
 import torch
 import torch.nn.functional as Fn
 
@@ -19,9 +20,12 @@ def stage(name, fn):
     torch.cuda.reset_peak_memory_stats()
     out = fn()
     torch.cuda.synchronize()
-    print(f'{name:28s} before {before / MiB:8.0f} MiB  peak {torch.cuda.max_memory_allocated() / MiB:8.0f} MiB'
-          f'  (+{(torch.cuda.max_memory_allocated() - before) / MiB:6.0f})  after '
-          f'{torch.cuda.memory_allocated() / MiB:8.0f} MiB', flush=True)
+    print(
+        f'{name:28s} before {before / MiB:8.0f} MiB  peak {torch.cuda.max_memory_allocated() / MiB:8.0f} MiB'
+        f'  (+{(torch.cuda.max_memory_allocated() - before) / MiB:6.0f})  after '
+        f'{torch.cuda.memory_allocated() / MiB:8.0f} MiB',
+        flush=True,
+    )
     return out
 
 
@@ -45,6 +49,7 @@ def main():
         loss = Fn.cross_entropy(conv2(conv1(x, ei).relu(), ei), y)
         loss.backward()
         opt.step()
+
     stage('train step 1', step)
     stage('train step 2', step)
 

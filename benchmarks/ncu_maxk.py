@@ -4,6 +4,7 @@ for Nsight Compute:
     ncu --clock-control none -k regex:"maxk_select|cbsr_" --section SpeedOfLight \
         --section Occupancy --section WarpStateStats python benchmarks/ncu_maxk.py
 """
+
 import torch
 
 from pyg_tc.bench.graphs import load_graph
@@ -18,6 +19,7 @@ G = torch.randn(N, 256, device='cuda')
 c = maxk(x, 16)
 cbsr_spmm_graph(g, c)
 s = g.sched
-torch.ops.pyg_tc.cbsr_sspmm(g.rowptr, g.col, None, G, c.indices, s.units, s.heavy_rows,
-                            s.heavy_ptr, s.num_slots, None, 'sum')
+torch.ops.pyg_tc.cbsr_sspmm(
+    g.rowptr, g.col, None, G, c.indices, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, None, 'sum'
+)
 torch.cuda.synchronize()

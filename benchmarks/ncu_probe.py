@@ -15,6 +15,7 @@ without --sgt, --cases=dtype:F,... picks the CSR SpMM cases on the Reddit-shaped
 in-kernel uniform and bucket sampled SpMM, then pyg_tc's exact kernel on the pre-sampled graph
 (`NCU_ARGS=--sampled=8,128 bash benchmarks/gpu_run.sh OUTDIR ncu`).
 """
+
 import sys
 
 import torch
@@ -27,6 +28,7 @@ from pyg_tc.ops import spmm_graph
 def sgt_cases(name: str, cases=None):
     from pyg_tc.ops import sgt_of, sgt_spmm_cells
     from pyg_tc.transforms import rcm_order
+
     name, _, order = name.partition(':')
     bg = load_graph(name, device='cuda')
     n = bg.num_nodes
@@ -46,6 +48,7 @@ def sgt_cases(name: str, cases=None):
 
 def sampled_cases(caps):
     from pyg_tc.ops.sample import row_order, sample_csr, sampled_spmm
+
     bg = load_graph('reddit', device='cuda')
     n = bg.num_nodes
     g = bg.csr()
@@ -78,8 +81,7 @@ def main():
     bg = load_graph('reddit', device='cuda')
     n = bg.num_nodes
     g = CSRGraph.from_coo(bg.edge_index[0], bg.edge_index[1], n, n)
-    A = torch.sparse_csr_tensor(g.rowptr.long(), g.col.long(), torch.ones(g.num_edges, device='cuda'),
-                                (n, n))
+    A = torch.sparse_csr_tensor(g.rowptr.long(), g.col.long(), torch.ones(g.num_edges, device='cuda'), (n, n))
     dts = {'float32': torch.float32, 'float16': torch.float16, 'bfloat16': torch.bfloat16}
     for c in cases or ['float32:32', 'float32:256', 'float16:32', 'float16:256']:
         d, _, f = c.partition(':')

@@ -28,6 +28,7 @@ Run: ``python benchmarks/sampler_accuracy.py --data $PYG_TC_DATA --out DIR
 [--epochs 30]``; ``--graphs tiny`` is a synthetic graph that needs no data;
 ``--render JSONL --out DIR --name NAME`` rewrites the outputs from the records.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,11 +61,13 @@ METRIC_NAMES = {'roc_auc': 'ROC AUC', 'accuracy': 'accuracy'}
 
 # -- data ----------------------------------------------------------------------
 
+
 def tiny_graph(seed: int = 0, num_nodes: int = 600):
     """A small synthetic binary task: a feature carries the label with noise,
     80% of each node's 8 in-edges come from its own class; two random
     50 / 25 / 25 splits as 2-D masks ``[N, 2]`` (like the real datasets)."""
     from torch_geometric.data import Data
+
     g = torch.Generator().manual_seed(seed)
     N = num_nodes
     y = torch.randint(0, 2, (N,), generator=g)
@@ -82,11 +85,12 @@ def tiny_graph(seed: int = 0, num_nodes: int = 600):
     for _ in range(2):
         perm = torch.randperm(N, generator=g)
         m = torch.zeros(3, N, dtype=torch.bool)
-        m[0, perm[:N // 2]], m[1, perm[N // 2:3 * N // 4]], m[2, perm[3 * N // 4:]] = True, True, True
+        m[0, perm[: N // 2]], m[1, perm[N // 2 : 3 * N // 4]], m[2, perm[3 * N // 4 :]] = True, True, True
         masks.append(m)
     m = torch.stack(masks, -1)  # [3, N, 2]
-    return Data(x=x, y=y, edge_index=torch.stack([src, dst]), num_nodes=N, train_mask=m[0], val_mask=m[1],
-                test_mask=m[2])
+    return Data(
+        x=x, y=y, edge_index=torch.stack([src, dst]), num_nodes=N, train_mask=m[0], val_mask=m[1], test_mask=m[2]
+    )
 
 
 def load(name: str, data_dir: Optional[Path]):
@@ -105,6 +109,7 @@ def first_split(data) -> Tuple[Tensor, Tensor, Tensor]:
 
 # -- model and training ------------------------------------------------------------
 
+
 class Net(torch.nn.Module):
     """PyG's layers: ``sage`` (3 x SAGEConv, hidden 64) or ``gat`` (GATConv
     with 4 heads of 16, then one head); ReLU and dropout in between."""
@@ -112,6 +117,7 @@ class Net(torch.nn.Module):
     def __init__(self, kind: str, in_channels: int, out_channels: int, dropout: float):
         super().__init__()
         from torch_geometric.nn import GATConv, SAGEConv
+
         if kind == 'sage':
             dims = [in_channels, 64, 64, out_channels]
             self.convs = torch.nn.ModuleList(SAGEConv(i, o) for i, o in zip(dims[:-1], dims[1:]))
@@ -133,12 +139,15 @@ def make_loader(sampler: str, data, fanout: List[int], train: Tensor, batch_size
     """The training loader of ``sampler`` ('pyg': PyG's NeighborLoader, 'pyg_tc': pyg_tc's sampler, on
     the CPU without CUDA, where its reference runs)."""
     from torch_geometric.data import Data
+
     bare = Data(x=data.x, y=data.y, edge_index=data.edge_index, num_nodes=data.num_nodes)
     kw = dict(input_nodes=train.nonzero().view(-1), batch_size=batch_size, shuffle=True)
     if sampler == 'pyg':
         from torch_geometric.loader import NeighborLoader
+
         return NeighborLoader(bare, fanout, **kw)
     from pyg_tc.loader import NeighborLoader
+
     if torch.cuda.is_available():
         return NeighborLoader(bare, fanout, device='cuda', **kw)
     return NeighborLoader(bare, fanout, device='cpu', cpu_sampler='reference', **kw)
@@ -158,7 +167,7 @@ def train_run(data, metric: str, kind: str, sampler: str, seed: int, a) -> dict:
         t0 = time.perf_counter()
         for b in loader:
             opt.zero_grad()
-            loss = Fn.cross_entropy(model(b.x, b.edge_index)[:b.batch_size], b.y[:b.batch_size])
+            loss = Fn.cross_entropy(model(b.x, b.edge_index)[: b.batch_size], b.y[: b.batch_size])
             loss.backward()
             opt.step()
             edges += b.edge_index.size(1)
@@ -170,11 +179,19 @@ def train_run(data, metric: str, kind: str, sampler: str, seed: int, a) -> dict:
         v, t = float(evaluate(out, data.y, val, metric)), float(evaluate(out, data.y, test, metric))
         if best is None or v > best[0]:
             best = (v, t, epoch)
-    return dict(metric=metric, val=best[0], test=best[1], best_epoch=best[2], epochs=a.epochs,
-                edges_per_batch=edges / batches, train_s=t_train)
+    return dict(
+        metric=metric,
+        val=best[0],
+        test=best[1],
+        best_epoch=best[2],
+        epochs=a.epochs,
+        edges_per_batch=edges / batches,
+        train_s=t_train,
+    )
 
 
 # -- comparison -------------------------------------------------------------------
+
 
 def mean_std(values: Sequence[float]) -> Tuple[float, float]:
     """Mean and sample standard deviation (0 for a single value)."""
@@ -195,15 +212,29 @@ def compare(records: List[dict], graph: str, model: str) -> dict:
     runs = [r for r in records if r.get('kind') == 'run' and r['graph'] == graph and r['model'] == model]
     tests = {s: [100 * r['test'] for r in runs if r['sampler'] == s] for s in SAMPLERS}
     if not all(tests.values()):
-        raise RuntimeError(f'{graph} {model}: runs of both samplers needed, got '
-                           + ', '.join(f'{s}: {len(v)}' for s, v in tests.items()))
+        raise RuntimeError(
+            f'{graph} {model}: runs of both samplers needed, got '
+            + ', '.join(f'{s}: {len(v)}' for s, v in tests.items())
+        )
     c = within_one_std(tests['pyg'], tests['pyg_tc'])
-    return dict(kind='compare', graph=graph, model=model, metric=runs[0]['metric'], seeds=len(tests['pyg']),
-                pyg_mean=c['mean_a'], pyg_std=c['std_a'], pyg_tc_mean=c['mean_b'], pyg_tc_std=c['std_b'],
-                diff=c['diff'], tol=c['tol'], within=c['within'])
+    return dict(
+        kind='compare',
+        graph=graph,
+        model=model,
+        metric=runs[0]['metric'],
+        seeds=len(tests['pyg']),
+        pyg_mean=c['mean_a'],
+        pyg_std=c['std_a'],
+        pyg_tc_mean=c['mean_b'],
+        pyg_tc_std=c['std_b'],
+        diff=c['diff'],
+        tol=c['tol'],
+        within=c['within'],
+    )
 
 
 # -- report ----------------------------------------------------------------------
+
 
 def _pm(m: float, s: float) -> str:
     return f'{m:.2f} ± {s:.2f}'
@@ -211,9 +242,14 @@ def _pm(m: float, s: float) -> str:
 
 def _gaps(records: List[dict]) -> List[dict]:
     """Per (graph, model): the difference of the means in units of the smaller std (within one std: <= 1)."""
-    return [dict(case=f"{r['graph']} {r['model']}",
-                 ratio=abs(r['diff']) / r['tol'] if r['tol'] else 0.0 if r['diff'] == 0 else math.inf)
-            for r in records if r.get('kind') == 'compare']
+    return [
+        dict(
+            case=f"{r['graph']} {r['model']}",
+            ratio=abs(r['diff']) / r['tol'] if r['tol'] else 0.0 if r['diff'] == 0 else math.inf,
+        )
+        for r in records
+        if r.get('kind') == 'compare'
+    ]
 
 
 def _conclusion(records: List[dict]) -> List[str]:
@@ -222,8 +258,12 @@ def _conclusion(records: List[dict]) -> List[str]:
         return []
     n = sum(r['within'] for r in cs)
     lines = [f'{n} of {len(cs)} (graph, model) cases have their means within one standard deviation.']
-    lines += [f"- {r['graph']} {r['model']}: the means differ by {abs(r['diff']):.2f} points, more than the "
-              f"smaller std {r['tol']:.2f}" for r in cs if not r['within']]
+    lines += [
+        f"- {r['graph']} {r['model']}: the means differ by {abs(r['diff']):.2f} points, more than the "
+        f"smaller std {r['tol']:.2f}"
+        for r in cs
+        if not r['within']
+    ]
     return lines
 
 
@@ -235,58 +275,113 @@ def summary(records: List[dict]) -> dict:
 
 def _setup(env: dict) -> List[str]:
     """The lines under the run block: samplers, training, evaluation, command (from the env record)."""
-    where = (f"on {env['gpu']}" if env['device'] == 'cuda' else
-             "on the CPU: pyg_tc's sampler ran as its pure-PyTorch reference (`device='cpu'`), which gives "
-             "the same batches as its GPU kernel bit for bit")
+    where = (
+        f"on {env['gpu']}"
+        if env['device'] == 'cuda'
+        else "on the CPU: pyg_tc's sampler ran as its pure-PyTorch reference (`device='cpu'`), which gives "
+        "the same batches as its GPU kernel bit for bit"
+    )
     threads = env.get('threads')
-    return [f"- Samplers: PyG's `NeighborLoader` ({env['pyg_backend']}) and `pyg_tc.loader.NeighborLoader`, "
-            f"{where}. Layers: PyG's (`torch_geometric.nn`) for both.",
-            f"- Training: the first split of each dataset; {env['epochs']} epochs of mini-batches of "
-            f"{env['batch_size']} shuffled training nodes; Adam, lr {env['lr']:g}, dropout {env['dropout']:g}; "
-            f"SAGE: 3 layers, hidden 64, fan-out {env['fanout']['sage']}; GAT: 2 layers, 4 heads of 16, fan-out "
-            f"{env['fanout']['gat']}. Seeds {env['seeds']}: the same initial weights for both samplers.",
-            '- Evaluation: full-neighbourhood inference on the whole graph after each epoch; the test metric at '
-            'the first best validation epoch (ROC AUC on the binary graphs, accuracy otherwise), in %.',
-            f"- Command: `{env['command']}`" + (f' ({threads} thread{"s" * (threads > 1)})' if threads else '')
-            + '.']
+    return [
+        f"- Samplers: PyG's `NeighborLoader` ({env['pyg_backend']}) and `pyg_tc.loader.NeighborLoader`, "
+        f"{where}. Layers: PyG's (`torch_geometric.nn`) for both.",
+        f"- Training: the first split of each dataset; {env['epochs']} epochs of mini-batches of "
+        f"{env['batch_size']} shuffled training nodes; Adam, lr {env['lr']:g}, dropout {env['dropout']:g}; "
+        f"SAGE: 3 layers, hidden 64, fan-out {env['fanout']['sage']}; GAT: 2 layers, 4 heads of 16, fan-out "
+        f"{env['fanout']['gat']}. Seeds {env['seeds']}: the same initial weights for both samplers.",
+        '- Evaluation: full-neighbourhood inference on the whole graph after each epoch; the test metric at '
+        'the first best validation epoch (ROC AUC on the binary graphs, accuracy otherwise), in %.',
+        f"- Command: `{env['command']}`" + (f' ({threads} thread{"s" * (threads > 1)})' if threads else '') + '.',
+    ]
 
 
 def reporter(a, env: dict) -> Reporter:
     """The outputs: ``<name>.jsonl``, ``<name>.md``, ``<name>.png`` in ``--out``."""
-    return Reporter(str(a.out), f'{a.name}.jsonl', f'{a.name}.md', "Accuracy with pyg_tc's sampler against PyG's",
-                    env=env, env_mode='first', tag='sampler_accuracy', summary=summary,
-                    header=lambda env, recs: _setup(env), sections=[
-                        Table('## Test metric (%), mean ± std over seeds', 'compare', [
-                            Col('graph', 'graph'), Col('model', 'model'),
-                            Col('metric', lambda r: METRIC_NAMES.get(r['metric'], r['metric'])),
-                            Col("PyG's sampler", lambda r: _pm(r['pyg_mean'], r['pyg_std'])),
-                            Col("pyg_tc's sampler", lambda r: _pm(r['pyg_tc_mean'], r['pyg_tc_std'])),
-                            Col('difference', 'diff', '+.2f'), Col('smaller std', 'tol', '.2f'),
-                            Col('within one std', lambda r: 'yes' if r['within'] else 'no', bold=True)]),
-                        Text('## Conclusion', _conclusion),
-                        Table('## Runs', 'run', note=lambda rows: (
-                            'train s: the training epochs\' time' + (
-                                " on the CPU, where pyg_tc's sampler runs its pure-PyTorch reference (a check of "
-                                'its batches, not of its speed)' if env['device'] == 'cpu' else '') + '.'), cols=[
-                            Col('graph', 'graph'), Col('model', 'model'),
-                            Col('sampler', lambda r: SAMPLERS[r['sampler']]), Col('seed', 'seed'),
-                            Col('val %', lambda r: 100 * r['val'], '.2f'),
-                            Col('test %', lambda r: 100 * r['test'], '.2f'), Col('best epoch', 'best_epoch'),
-                            Col('edges / batch', 'edges_per_batch', ',.0f'), Col('train s', 'train_s', '.1f')])],
-                    figures=[Figure(f'{a.name}.png', [Panel(
-                        _gaps, 'case', 'ratio', hline=1.0, hline_label='one std', ylabel='|difference| / std',
+    return Reporter(
+        str(a.out),
+        f'{a.name}.jsonl',
+        f'{a.name}.md',
+        "Accuracy with pyg_tc's sampler against PyG's",
+        env=env,
+        env_mode='first',
+        tag='sampler_accuracy',
+        summary=summary,
+        header=lambda env, recs: _setup(env),
+        sections=[
+            Table(
+                '## Test metric (%), mean ± std over seeds',
+                'compare',
+                [
+                    Col('graph', 'graph'),
+                    Col('model', 'model'),
+                    Col('metric', lambda r: METRIC_NAMES.get(r['metric'], r['metric'])),
+                    Col("PyG's sampler", lambda r: _pm(r['pyg_mean'], r['pyg_std'])),
+                    Col("pyg_tc's sampler", lambda r: _pm(r['pyg_tc_mean'], r['pyg_tc_std'])),
+                    Col('difference', 'diff', '+.2f'),
+                    Col('smaller std', 'tol', '.2f'),
+                    Col('within one std', lambda r: 'yes' if r['within'] else 'no', bold=True),
+                ],
+            ),
+            Text('## Conclusion', _conclusion),
+            Table(
+                '## Runs',
+                'run',
+                note=lambda rows: (
+                    'train s: the training epochs\' time'
+                    + (
+                        " on the CPU, where pyg_tc's sampler runs its pure-PyTorch reference (a check of "
+                        'its batches, not of its speed)'
+                        if env['device'] == 'cpu'
+                        else ''
+                    )
+                    + '.'
+                ),
+                cols=[
+                    Col('graph', 'graph'),
+                    Col('model', 'model'),
+                    Col('sampler', lambda r: SAMPLERS[r['sampler']]),
+                    Col('seed', 'seed'),
+                    Col('val %', lambda r: 100 * r['val'], '.2f'),
+                    Col('test %', lambda r: 100 * r['test'], '.2f'),
+                    Col('best epoch', 'best_epoch'),
+                    Col('edges / batch', 'edges_per_batch', ',.0f'),
+                    Col('train s', 'train_s', '.1f'),
+                ],
+            ),
+        ],
+        figures=[
+            Figure(
+                f'{a.name}.png',
+                [
+                    Panel(
+                        _gaps,
+                        'case',
+                        'ratio',
+                        hline=1.0,
+                        hline_label='one std',
+                        ylabel='|difference| / std',
                         title="test metric: difference of the samplers' means over the smaller std "
-                              '(within one std: at most 1)')])])
+                        '(within one std: at most 1)',
+                    )
+                ],
+            )
+        ],
+    )
 
 
 # -- command line ------------------------------------------------------------------
+
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """The command line, parsed and checked."""
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     a = p.add_argument
-    a('--data', type=Path, default=os.environ.get('PYG_TC_DATA') or None,
-      help='datasets folder (heterophilous/, actor/, planetoid/); default: $PYG_TC_DATA')
+    a(
+        '--data',
+        type=Path,
+        default=os.environ.get('PYG_TC_DATA') or None,
+        help='datasets folder (heterophilous/, actor/, planetoid/); default: $PYG_TC_DATA',
+    )
     a('--graphs', default='tolokers,minesweeper,actor', help=', '.join([*DATASETS, 'tiny']))
     a('--models', default='sage,gat')
     a('--samplers', default='pyg,pyg_tc', help='pyg (PyG\'s NeighborLoader), pyg_tc')
@@ -302,8 +397,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     a('--name', default='sampler_accuracy', help='the outputs\' file name (without extension)')
     a('--render', type=Path, metavar='JSONL', help='only rewrite the outputs from these records')
     args = p.parse_args(argv)
-    args.command = shlex.join(['python', 'benchmarks/sampler_accuracy.py', *(sys.argv[1:] if argv is None
-                                                                            else argv)])
+    args.command = shlex.join(['python', 'benchmarks/sampler_accuracy.py', *(sys.argv[1:] if argv is None else argv)])
     args.graphs = [g.strip().lower() for g in args.graphs.split(',') if g.strip()]
     args.models = [m.strip() for m in args.models.split(',') if m.strip()]
     args.samplers = [s.strip() for s in args.samplers.split(',') if s.strip()]
@@ -316,8 +410,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.seeds < 1 or args.epochs < 1 or args.batch_size < 1:
         p.error('need --seeds, --epochs and --batch-size >= 1')
     args.seeds = list(range(args.seeds))
-    args.fanout = {'sage': [int(k) for k in args.sage_fanout.split(',')],
-                   'gat': [int(k) for k in args.gat_fanout.split(',')]}
+    args.fanout = {
+        'sage': [int(k) for k in args.sage_fanout.split(',')],
+        'gat': [int(k) for k in args.gat_fanout.split(',')],
+    }
     if len(args.fanout['sage']) != 3 or len(args.fanout['gat']) != 2:
         p.error('--sage-fanout needs 3 hops and --gat-fanout 2 (one per layer)')
     return args
@@ -326,11 +422,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def pyg_backend() -> str:
     """The library behind PyG's ``NeighborLoader`` here, with its version."""
     import torch_geometric.typing as tgt
+
     if tgt.WITH_PYG_LIB:
         import pyg_lib
+
         return f'pyg-lib {pyg_lib.__version__}'
     if tgt.WITH_TORCH_SPARSE:
         import torch_sparse
+
         return f'torch_sparse {torch_sparse.__version__}'
     return 'none'
 
@@ -353,9 +452,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log("[sampler_accuracy] PyG's NeighborLoader needs pyg-lib (or torch_sparse): not installed")
         return 2
     dev = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    env = environment(dev, pyg_backend=backend, threads=torch.get_num_threads(), graphs=a.graphs,
-                      models=a.models, seeds=a.seeds, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
-                      dropout=a.dropout, fanout=a.fanout, command=a.command)
+    env = environment(
+        dev,
+        pyg_backend=backend,
+        threads=torch.get_num_threads(),
+        graphs=a.graphs,
+        models=a.models,
+        seeds=a.seeds,
+        epochs=a.epochs,
+        batch_size=a.batch_size,
+        lr=a.lr,
+        dropout=a.dropout,
+        fanout=a.fanout,
+        command=a.command,
+    )
     log(f"[sampler_accuracy] {dev}, {backend}, {torch.get_num_threads()} threads; data from {a.data}")
     rep = reporter(a, env)
     state: Dict[str, tuple] = {}
@@ -363,19 +473,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def graph_items(name: str) -> Iterator[tuple]:
         def loaded() -> Iterator[dict]:
             data, metric = state[name] = load(name, a.data)
-            log(f'[sampler_accuracy] {name}: {data.num_nodes} nodes, {data.num_edges} edges, '
-                f'{data.num_features} features, {int(first_split(data)[0].sum())} training nodes, {metric}')
+            log(
+                f'[sampler_accuracy] {name}: {data.num_nodes} nodes, {data.num_edges} edges, '
+                f'{data.num_features} features, {int(first_split(data)[0].sum())} training nodes, {metric}'
+            )
             return iter(())
+
         yield ('graph', name, loaded)
         for kind in a.models:
             for seed in a.seeds:
                 for s in a.samplers:
+
                     def run(kind=kind, seed=seed, s=s) -> Iterator[dict]:
                         if name not in state:
                             raise FileNotFoundError(f'{name} was not loaded')
                         data, metric = state[name]
-                        yield dict(kind='run', graph=name, model=kind, sampler=s, impl=s, seed=seed,
-                                   **train_run(data, metric, kind, s, seed, a))
+                        yield dict(
+                            kind='run',
+                            graph=name,
+                            model=kind,
+                            sampler=s,
+                            impl=s,
+                            seed=seed,
+                            **train_run(data, metric, kind, s, seed, a),
+                        )
+
                     yield ('run', f'{name} {kind} {s} seed {seed}', run)
             if set(SAMPLERS) <= set(a.samplers):
                 yield ('compare', f'{name} {kind}', lambda kind=kind: iter([compare(rep.records, name, kind)]))

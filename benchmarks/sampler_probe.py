@@ -5,6 +5,7 @@ one ``_sample`` (host time per op, launches, synchronisations).
 
 ``python benchmarks/sampler_probe.py [--graph products] [--batches 20]``
 """
+
 import argparse
 import time
 
@@ -34,6 +35,7 @@ def main():
         now = time.perf_counter()
         phases[name] = phases.get(name, 0.0) + now - t
         return now
+
     for rep in range(2):
         phases.clear()
         for sd in seeds:
@@ -41,8 +43,9 @@ def main():
             t = time.perf_counter()
             dev = sd.to('cuda')
             t = tick('seeds to GPU', t)
-            nodes, ei, rowptr, col, eid, counts = ops.neighbor_sample(s.colptr, s.row, dev, fan, False, 7,
-                                                                      s._node_map, s._first)
+            nodes, ei, rowptr, col, eid, counts = ops.neighbor_sample(
+                s.colptr, s.row, dev, fan, False, 7, s._node_map, s._first
+            )
             t = tick('neighbor_sample op', t)
             counts.tolist()
             ops.gather_rows(s.perm, eid).to(torch.int64)
@@ -57,6 +60,7 @@ def main():
         print(f'{k:28s} {1e3 * v / a.batches:8.3f} ms')
     print(g)
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for sd in seeds[:5]:
             s._sample(sd)

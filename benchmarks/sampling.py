@@ -31,6 +31,7 @@ Run on a GPU (pyg-lib and torch_sparse optional; the rows without them are
 skipped): ``python benchmarks/sampling.py --out DIR [--graphs products,reddit]
 [--models sage,gcn,gat]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,12 @@ if _ROOT not in sys.path:  # run as a script from the checkout: python benchmark
 from benchmarks.suites.minibatch import Net, train_step as step  # noqa: E402
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
-SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'arxiv': (128, 40, 90_941),
-          'tiny': (16, 4, 1_000)}
+SHAPES = {
+    'products': (100, 47, 196_615),
+    'reddit': (602, 41, 153_431),
+    'arxiv': (128, 40, 90_941),
+    'tiny': (16, 4, 1_000),
+}
 
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')  # the CPU runs a dry run of the code
@@ -78,6 +83,7 @@ def reset_peak():
 
 def make_data(name: str, seed: int = 0):
     from torch_geometric.data import Data
+
     width, classes, train = SHAPES[name]
     bg = load_graph(name, DEV, seed)
     n = bg.num_nodes
@@ -98,53 +104,87 @@ def sampler_records(name, data, seeds, a):
     import torch_geometric.typing as tgt
     from pyg_tc.loader import NeighborSampler
     from pyg_tc.ops import neighbor as ops
+
     B, fan = a.batch_size, a.fanout
-    batches = [seeds[i * B:(i + 1) * B] for i in range(a.batches)]
+    batches = [seeds[i * B : (i + 1) * B] for i in range(a.batches)]
     it = itertools.cycle(batches)
     base = dict(kind='sampler', graph=name, fanout=str(fan), batch_size=B)
     reset_peak()
     before = allocated()
-    s = NeighborSampler(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), fan, device=DEV,
-                        cpu_sampler='auto' if DEV.type == 'cuda' else 'reference')  # (pyg_tc's sampler on the CPU)
-    graph_mb = (allocated() - before) / 2 ** 20
+    s = NeighborSampler(
+        Data(edge_index=data.edge_index, num_nodes=data.num_nodes),
+        fan,
+        device=DEV,
+        cpu_sampler='auto' if DEV.type == 'cuda' else 'reference',
+    )  # (pyg_tc's sampler on the CPU)
+    graph_mb = (allocated() - before) / 2**20
     out = s._sample(batches[0])
     edges = sum(len(s._sample(b).edge) for b in batches) / len(batches)
     reset_peak()
     held = allocated()
     del out
-    ms_op = timed(lambda: ops.neighbor_sample(s.colptr, s.row, next(it).to(DEV), s.num_neighbors, False,
-                                              int(torch.randint(0, 2 ** 62, ())), s._node_map, s._first), a.batches)
+    ms_op = timed(
+        lambda: ops.neighbor_sample(
+            s.colptr,
+            s.row,
+            next(it).to(DEV),
+            s.num_neighbors,
+            False,
+            int(torch.randint(0, 2**62, ())),
+            s._node_map,
+            s._first,
+        ),
+        a.batches,
+    )
     ms = timed(lambda: s._sample(next(it)), a.batches)
-    work_mb = (allocated(True) - held) / 2 ** 20
-    yield dict(base, sampler='pyg_tc GPU', ms=ms, ms_op=ms_op, edges=edges, edges_per_s=edges / ms * 1e3,
-               graph_mb=graph_mb, workspace_mb=work_mb)
+    work_mb = (allocated(True) - held) / 2**20
+    yield dict(
+        base,
+        sampler='pyg_tc GPU',
+        ms=ms,
+        ms_op=ms_op,
+        edges=edges,
+        edges_per_s=edges / ms * 1e3,
+        graph_mb=graph_mb,
+        workspace_mb=work_mb,
+    )
     s = None
     if tgt.WITH_PYG_LIB:
         from torch_geometric.sampler import NeighborSampler as PyGSampler, NodeSamplerInput
+
         t0 = time.perf_counter()
         ps = PyGSampler(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), fan)
         setup = time.perf_counter() - t0
         ms = timed(lambda: ps.sample_from_nodes(NodeSamplerInput(None, next(it))), min(a.batches, 20))
-        yield dict(base, sampler='pyg-lib, 1 process', ms=ms, edges=edges, edges_per_s=edges / ms * 1e3,
-                   setup_s=setup)
+        yield dict(base, sampler='pyg-lib, 1 process', ms=ms, edges=edges, edges_per_s=edges / ms * 1e3, setup_s=setup)
     if tgt.WITH_TORCH_SPARSE:
         from torch_geometric.sampler.utils import to_csc
+
         colptr, row, _ = to_csc(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), device='cpu')
-        ms = timed(lambda: torch.ops.torch_sparse.neighbor_sample(colptr, row, next(it), fan, False, True),
-                   min(a.batches, 10))
+        ms = timed(
+            lambda: torch.ops.torch_sparse.neighbor_sample(colptr, row, next(it), fan, False, True), min(a.batches, 10)
+        )
         yield dict(base, sampler='torch_sparse, 1 process', ms=ms, edges=edges, edges_per_s=edges / ms * 1e3)
     if tgt.WITH_PYG_LIB:
         from torch_geometric.loader import NeighborLoader
+
         bare = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
         for w in a.workers:
-            loader = NeighborLoader(bare, fan, input_nodes=seeds, batch_size=B, shuffle=True, num_workers=w,
-                                    persistent_workers=True)
+            loader = NeighborLoader(
+                bare, fan, input_nodes=seeds, batch_size=B, shuffle=True, num_workers=w, persistent_workers=True
+            )
             n = min(len(loader), a.batches * 4)
             # the loader's batches one after the other (the first untimed: the workers start)
             ms = loop_ms(lambda b: None, itertools.islice(loader, n), 'cpu', warmup=1)
             loader = None
-            yield dict(base, sampler=f'pyg-lib loader, {w} workers', workers=w, ms=ms, edges=edges,
-                       edges_per_s=edges / ms * 1e3)
+            yield dict(
+                base,
+                sampler=f'pyg-lib loader, {w} workers',
+                workers=w,
+                ms=ms,
+                edges=edges,
+                edges_per_s=edges / ms * 1e3,
+            )
 
 
 def epoch_records(name, data, seeds, a, best_workers):
@@ -153,6 +193,7 @@ def epoch_records(name, data, seeds, a, best_workers):
     from torch_geometric.loader import NeighborLoader as PyGLoader
     import pyg_tc.nn
     from pyg_tc.loader import CapturedStep, NeighborLoader, PadHops, PadToBuckets, buckets_from_batches
+
     width, classes, _ = SHAPES[name]
     dims = [width, a.hidden, a.hidden, classes]
     dev = DEV
@@ -160,29 +201,51 @@ def epoch_records(name, data, seeds, a, best_workers):
     ours = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True)
     pyg = None
     if tgt.WITH_PYG_LIB or tgt.WITH_TORCH_SPARSE:
-        pyg = PyGLoader(data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
-                        num_workers=best_workers, persistent_workers=best_workers > 0, pin_memory=True)
+        pyg = PyGLoader(
+            data,
+            a.fanout,
+            input_nodes=seeds,
+            batch_size=a.batch_size,
+            shuffle=True,
+            num_workers=best_workers,
+            persistent_workers=best_workers > 0,
+            pin_memory=True,
+        )
     buckets = buckets_from_batches(ours, num_batches=20, levels=2)
     hop_buckets = buckets_from_batches(ours, num_batches=20, levels=2, per_hop=True) if a.trim else None
     for kind in a.models:
         rows = []
-        runs = [('PyG', 'PyG loader', False), ('pyg_tc', 'PyG loader', False), ('pyg_tc', 'pyg_tc GPU loader', False),
-                ('pyg_tc', CAPTURED, False)]
+        runs = [
+            ('PyG', 'PyG loader', False),
+            ('pyg_tc', 'PyG loader', False),
+            ('pyg_tc', 'pyg_tc GPU loader', False),
+            ('pyg_tc', CAPTURED, False),
+        ]
         if a.trim:  # the eager runs again with trim_to_layer (CapturedStep's padded batches do not trim)
             runs += [(lib, name, True) for lib, name, _ in runs if name != CAPTURED]
             runs.append(('pyg_tc', CAPTURED_HOPS, True))  # the trimmed step captured on per-hop padded batches
         if a.prefetch:  # pyg_tc's loader runs again with its batches made ahead on its thread
-            runs += [(lib, name + PREFETCH.format(a.prefetch), trim) for lib, name, trim in runs
-                     if name != 'PyG loader']
+            runs += [
+                (lib, name + PREFETCH.format(a.prefetch), trim) for lib, name, trim in runs if name != 'PyG loader'
+            ]
         for lib, loader_name, trim in runs:
             base = loader_name.split(', prefetch')[0]
             prefetch = a.prefetch if base != loader_name else 0
             loader = {'PyG loader': pyg, 'pyg_tc GPU loader': ours}.get(loader_name)
-            transform = {CAPTURED: lambda: PadToBuckets(buckets, a.batch_size, self_loops=kind == 'gat'),
-                         CAPTURED_HOPS: lambda: PadHops(hop_buckets, a.batch_size)}.get(base, lambda: None)()
+            transform = {
+                CAPTURED: lambda: PadToBuckets(buckets, a.batch_size, self_loops=kind == 'gat'),
+                CAPTURED_HOPS: lambda: PadHops(hop_buckets, a.batch_size),
+            }.get(base, lambda: None)()
             if loader is None and base != 'PyG loader':  # padded on the loader's stream, as they are made
-                loader = NeighborLoader(gpu_data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
-                                        transform=transform, prefetch=prefetch)
+                loader = NeighborLoader(
+                    gpu_data,
+                    a.fanout,
+                    input_nodes=seeds,
+                    batch_size=a.batch_size,
+                    shuffle=True,
+                    transform=transform,
+                    prefetch=prefetch,
+                )
             if loader is None:
                 continue
             torch.manual_seed(0)
@@ -190,20 +253,31 @@ def epoch_records(name, data, seeds, a, best_workers):
             captured = base in (CAPTURED, CAPTURED_HOPS)
             opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=captured and DEV.type == 'cuda')
             if base == CAPTURED_HOPS:  # the bucket's hop counts: trim_to_layer at static boundaries
-                run = CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.num_sampled_nodes,
-                                                                      b.num_sampled_edges))
+                run = CapturedStep(
+                    model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+                )
             else:
                 run = CapturedStep(model, opt) if captured else (lambda b: step(model, opt, b))
             times, n = [], 0
             for ep in range(a.epochs + 1):  # epoch 0 warms up (kernels, workers, allocator, graphs)
-                t, n = loop_time(lambda b: run(b.to(dev, non_blocking=True)), itertools.islice(loader, a.max_batches),
-                                 DEV)
+                t, n = loop_time(
+                    lambda b: run(b.to(dev, non_blocking=True)), itertools.islice(loader, a.max_batches), DEV
+                )
                 if ep:
                     times.append(t)
-            rec = dict(kind='epoch', graph=name, model=kind, layers=lib, loader=loader_name, trim=trim, batches=n,
-                       workers=best_workers if loader_name == 'PyG loader' else 0,
-                       epoch_s=min(times), epoch_ms_per_batch=1e3 * min(times) / n,
-                       peak_gb=allocated(True) / 2 ** 30)
+            rec = dict(
+                kind='epoch',
+                graph=name,
+                model=kind,
+                layers=lib,
+                loader=loader_name,
+                trim=trim,
+                batches=n,
+                workers=best_workers if loader_name == 'PyG loader' else 0,
+                epoch_s=min(times),
+                epoch_ms_per_batch=1e3 * min(times) / n,
+                peak_gb=allocated(True) / 2**30,
+            )
             if loader_name == 'pyg_tc GPU loader':
                 rec.update(split(ours, model, opt, a))
             if isinstance(run, CapturedStep):
@@ -223,12 +297,14 @@ def uva_records(name, data, seeds, a):
     ``--uva-free-gb`` of the GPU's memory (a feature matrix that does not fit)."""
     import pyg_tc.nn
     from pyg_tc.loader import NeighborLoader
+
     width, classes, _ = SHAPES[name]
     kind = a.models[0]
     free, _ = torch.cuda.mem_get_info()
-    hog = torch.empty(max(0, free - int(a.uva_free_gb * 2 ** 30)), dtype=torch.uint8, device=DEV)
-    loader = NeighborLoader(data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True,
-                            graph_memory='pinned')
+    hog = torch.empty(max(0, free - int(a.uva_free_gb * 2**30)), dtype=torch.uint8, device=DEV)
+    loader = NeighborLoader(
+        data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True, graph_memory='pinned'
+    )
     torch.manual_seed(0)
     model = Net(pyg_tc.nn, kind, [width, a.hidden, a.hidden, classes]).to(DEV)
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
@@ -237,10 +313,20 @@ def uva_records(name, data, seeds, a):
         t, n = loop_time(lambda b: step(model, opt, b), itertools.islice(loader, a.max_batches), DEV)
         if ep:
             times.append(t)
-    x_gb = data.x.numel() * data.x.element_size() / 2 ** 30
-    rec = dict(kind='epoch', graph=name, model=kind, layers='pyg_tc', loader='pyg_tc GPU loader, host memory (UVA)',
-               batches=n, workers=0, epoch_s=min(times), epoch_ms_per_batch=1e3 * min(times) / n,
-               gpu_free_gb=a.uva_free_gb, x_gb=x_gb)
+    x_gb = data.x.numel() * data.x.element_size() / 2**30
+    rec = dict(
+        kind='epoch',
+        graph=name,
+        model=kind,
+        layers='pyg_tc',
+        loader='pyg_tc GPU loader, host memory (UVA)',
+        batches=n,
+        workers=0,
+        epoch_s=min(times),
+        epoch_ms_per_batch=1e3 * min(times) / n,
+        gpu_free_gb=a.uva_free_gb,
+        x_gb=x_gb,
+    )
     rec.update(split(loader, model, opt, a))
     del hog
     yield rec
@@ -263,9 +349,15 @@ def _sampler_rows(records):
 
 def _epoch_rows(records):
     """Epoch records with the plot's keys: the case (graph, model) and the run (layers + loader)."""
-    return [dict(r, case=f"{r['graph']} {r['model']}",
-                 run=f"{r['layers']} layers, {r['loader']}" + (', trim_to_layer' if r.get('trim') else ''))
-            for r in records if r.get('kind') == 'epoch']
+    return [
+        dict(
+            r,
+            case=f"{r['graph']} {r['model']}",
+            run=f"{r['layers']} layers, {r['loader']}" + (', trim_to_layer' if r.get('trim') else ''),
+        )
+        for r in records
+        if r.get('kind') == 'epoch'
+    ]
 
 
 def _epoch_panels(records):
@@ -307,15 +399,26 @@ def main(argv=None, prog=None):
     p.add_argument('--split-batches', type=int, default=20)
     p.add_argument('--epochs', type=int, default=1, help='timed epochs (after one warm-up epoch)')
     p.add_argument('--max-batches', type=int, default=None, help='cap the batches of an epoch')
-    p.add_argument('--workers', default=','.join(str(w) for w in (1, 2, 4, 8, 16, 32) if w <= (os.cpu_count() or 1)),
-                   help="PyG loader worker counts to try (default: powers of two up to the machine's cores)")
+    p.add_argument(
+        '--workers',
+        default=','.join(str(w) for w in (1, 2, 4, 8, 16, 32) if w <= (os.cpu_count() or 1)),
+        help="PyG loader worker counts to try (default: powers of two up to the machine's cores)",
+    )
     p.add_argument('--parts', default='sampler,epoch', help='sampler, epoch, uva (graph and features in host memory)')
     p.add_argument('--uva-free-gb', type=float, default=2.0, help='GPU memory left free in the uva part')
-    p.add_argument('--trim', action='store_true',
-                   help="epoch: also the eager runs with PyG's trim_to_layer, and the trimmed step captured on "
-                   'per-hop padded batches (SAGE, GCN)')
-    p.add_argument('--prefetch', type=int, default=0, metavar='K',
-                   help="epoch: also pyg_tc's loader runs with K batches made ahead on the loader's thread")
+    p.add_argument(
+        '--trim',
+        action='store_true',
+        help="epoch: also the eager runs with PyG's trim_to_layer, and the trimmed step captured on "
+        'per-hop padded batches (SAGE, GCN)',
+    )
+    p.add_argument(
+        '--prefetch',
+        type=int,
+        default=0,
+        metavar='K',
+        help="epoch: also pyg_tc's loader runs with K batches made ahead on the loader's thread",
+    )
     p.add_argument('--render', metavar='JSONL', help='only rewrite the markdown and PNG from these records')
     a = p.parse_args(argv)
     a.fanout = [int(k) for k in a.fanout.split(',')]
@@ -324,29 +427,69 @@ def main(argv=None, prog=None):
     parts = a.parts.split(',')
     if DEV.type != 'cuda':
         log('[sampling] no CUDA GPU: a dry run of the code on the CPU (the times mean nothing)')
-    rep = Reporter(a.out, 'sampling.jsonl', 'sampling.md', 'GPU neighbour sampling and the mini-batch epoch',
-                   env=environment(DEV, fanout=a.fanout, batch_size=a.batch_size), env_mode='first',
-                   tag='sampling', sections=[
-                       Table('## Sampling, per batch', _sampler_rows, [
-                           Col('graph', 'graph'), Col('sampler', 'sampler'), Col('ms / batch', 'ms', '.2f'),
-                           Col('op only ms', 'ms_op', '.2f'), Col('edges / batch', 'edges', ',.0f'),
-                           Col('M edges / s', lambda r: r['edges_per_s'] / 1e6, '.2f'),
-                           Col('graph MB', 'graph_mb', '.0f'), Col('workspace MB', 'workspace_mb', '.0f'),
-                           Col('x pyg-lib, 1 process', 'x_single', '.1f', bold=True),
-                           Col('x pyg-lib, best loader', 'x_best', '.1f', bold=True)]),
-                       Table('## Epoch', 'epoch', [
-                           Col('graph', 'graph'), Col('model', 'model'), Col('layers', 'layers'),
-                           Col('loader', 'loader'), Col('trim_to_layer', lambda r: 'yes' if r.get('trim') else ''),
-                           Col('workers', 'workers'), Col('batches', 'batches'),
-                           Col('epoch s', 'epoch_s', '.2f'), Col('ms / batch', 'epoch_ms_per_batch', '.2f'),
-                           Col('x PyG', 'x_pyg', '.2f', bold=True), Col('sample ms', 'sample_ms', '.2f'),
-                           Col('gather ms', 'gather_ms', '.2f'), Col('step ms', 'step_ms', '.2f'),
-                           Col('peak GB', 'peak_gb', '.2f')])],
-                   figures=[
-                       Figure('sampling_throughput.png', [Panel(
-                           'sampler', 'sampler', 'edges_per_s', series='graph', logy=10,
-                           title='sampled edges per second (higher is better)')]),
-                       Figure('sampling_epoch.png', _epoch_panels)])
+    rep = Reporter(
+        a.out,
+        'sampling.jsonl',
+        'sampling.md',
+        'GPU neighbour sampling and the mini-batch epoch',
+        env=environment(DEV, fanout=a.fanout, batch_size=a.batch_size),
+        env_mode='first',
+        tag='sampling',
+        sections=[
+            Table(
+                '## Sampling, per batch',
+                _sampler_rows,
+                [
+                    Col('graph', 'graph'),
+                    Col('sampler', 'sampler'),
+                    Col('ms / batch', 'ms', '.2f'),
+                    Col('op only ms', 'ms_op', '.2f'),
+                    Col('edges / batch', 'edges', ',.0f'),
+                    Col('M edges / s', lambda r: r['edges_per_s'] / 1e6, '.2f'),
+                    Col('graph MB', 'graph_mb', '.0f'),
+                    Col('workspace MB', 'workspace_mb', '.0f'),
+                    Col('x pyg-lib, 1 process', 'x_single', '.1f', bold=True),
+                    Col('x pyg-lib, best loader', 'x_best', '.1f', bold=True),
+                ],
+            ),
+            Table(
+                '## Epoch',
+                'epoch',
+                [
+                    Col('graph', 'graph'),
+                    Col('model', 'model'),
+                    Col('layers', 'layers'),
+                    Col('loader', 'loader'),
+                    Col('trim_to_layer', lambda r: 'yes' if r.get('trim') else ''),
+                    Col('workers', 'workers'),
+                    Col('batches', 'batches'),
+                    Col('epoch s', 'epoch_s', '.2f'),
+                    Col('ms / batch', 'epoch_ms_per_batch', '.2f'),
+                    Col('x PyG', 'x_pyg', '.2f', bold=True),
+                    Col('sample ms', 'sample_ms', '.2f'),
+                    Col('gather ms', 'gather_ms', '.2f'),
+                    Col('step ms', 'step_ms', '.2f'),
+                    Col('peak GB', 'peak_gb', '.2f'),
+                ],
+            ),
+        ],
+        figures=[
+            Figure(
+                'sampling_throughput.png',
+                [
+                    Panel(
+                        'sampler',
+                        'sampler',
+                        'edges_per_s',
+                        series='graph',
+                        logy=10,
+                        title='sampled edges per second (higher is better)',
+                    )
+                ],
+            ),
+            Figure('sampling_epoch.png', _epoch_panels),
+        ],
+    )
 
     def graph_items(name):
         state = {}
@@ -366,6 +509,7 @@ def main(argv=None, prog=None):
 
         def epochs():
             yield from epoch_records(name, state['data'], state['seeds'], a, state.get('best', max(a.workers)))
+
         items = [('graph', name, load)]
         if 'sampler' in parts:
             items.append(('sampler', name, samplers))
@@ -374,8 +518,10 @@ def main(argv=None, prog=None):
         if 'uva' in parts:
             items.append(('uva', name, lambda: uva_records(name, state['data'], state['seeds'], a)))
         return items
+
     if a.render:
         import json
+
         rep.records = [json.loads(line) for line in open(a.render) if line.strip()]
         rep.records = [r for r in rep.records if r.get('kind') != 'summary']
         rep.write()

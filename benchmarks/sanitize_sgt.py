@@ -3,6 +3,7 @@ N not a multiple of 16, split windows, dense blocks, 1 / 4 / 8 warps per unit) f
   compute-sanitizer --tool memcheck python benchmarks/sanitize_sgt.py [quick]
 Any out-of-bounds load or store is reported by the tool (exit code != 0).
 ``quick``: widths 16 and 33, fp32 and fp16 only (for racecheck, which is slow)."""
+
 import os
 import sys
 
@@ -17,7 +18,7 @@ torch.manual_seed(0)
 quick = 'quick' in sys.argv[1:]
 for N, E, ub in ((17, 120, 1), (33, 900, 2), (1000, 20000, None), (64, 4000, None)):  # last: dense stages
     ei = torch.randint(0, N, (2, E), device='cuda')
-    ei[1, :E // 4] = N - 1  # a heavy last row in the partial last window
+    ei[1, : E // 4] = N - 1  # a heavy last row in the partial last window
     for dt in (torch.float32, torch.float16) if quick else (torch.float32, torch.float16, torch.bfloat16):
         for F in (16, 33) if quick else (1, 3, 16, 33, 72):
             g = CSRGraph.from_coo(ei[0], ei[1], N, N)

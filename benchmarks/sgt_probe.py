@@ -3,6 +3,7 @@ graph, order (native / RCM) and width, plus the warps and unit-size sweeps
 (SGT rebuilt with unit_blocks = 16 .. 4096, i.e. up to whole windows, each
 with 1, 4 and 8 warps per unit; the default is marked *).
   python benchmarks/sgt_probe.py [graphs] [widths]"""
+
 import os
 import sys
 
@@ -38,6 +39,7 @@ for name in graphs:
         g = CSRGraph.from_coo(ei[0], ei[1], N, N)
         torch.cuda.synchronize()
         import time
+
         t0 = time.perf_counter()
         s = ops.sgt_of(g)
         torch.cuda.synchronize()
@@ -47,9 +49,12 @@ for name in graphs:
         w = torch.rand(g.num_edges, device='cuda')
         A = torch.sparse_csr_tensor(g.rowptr, g.col, w, (N, N))
         cells = s.cell_values(w)
-        print(f'{name} {order}: N={N} E={g.num_edges} blocks={st["blocks"]} w/o={st["blocks_without_sgt"]} '
-              f'nnz/blk={st["nnz_per_block"]:.2f} blk/unit={s.fwd.num_blocks / max(1, s.fwd.sched.units.size(0)):.1f} '
-              f'units={s.fwd.sched.units.size(0)} build={tb:.1f}ms', flush=True)
+        print(
+            f'{name} {order}: N={N} E={g.num_edges} blocks={st["blocks"]} w/o={st["blocks_without_sgt"]} '
+            f'nnz/blk={st["nnz_per_block"]:.2f} blk/unit={s.fwd.num_blocks / max(1, s.fwd.sched.units.size(0)):.1f} '
+            f'units={s.fwd.sched.units.size(0)} build={tb:.1f}ms',
+            flush=True,
+        )
         for F in widths:
             for dt in (torch.float32, torch.float16):
                 x = torch.randn(N, F, device='cuda', dtype=dt)
@@ -70,10 +75,13 @@ for name in graphs:
                 g.sgt = s
                 sd_c = t(lambda: ops.sddmm_graph(g, x, x))
                 sd_t = t(lambda: ops.sgt_sddmm_cells(g, x, x))
-                print(f'  F={F} {str(dt)[6:]}: csr {tc:.4f} tcu {tcu:.4f} tcu_tf32 {tcu32:.4f} cusparse {tcs:.4f} | '
-                      f'tcu/cusp x{tcs / tcu:.2f} csr/tcu x{tc / tcu:.2f} | warps {" ".join(f"{k}:{v:.4f}" for k, v in sw.items())} '
-                      f'rule={warps_for(s, F, dt)} | unit_blocks '
-                      f'(w1/w4/w8) {" ".join(f"{k}{chr(42) * (k == DEFAULT_UNIT_BLOCKS)}:{v}" for k, v in su.items())} '
-                      f'| sddmm csr {sd_c:.4f} tcu {sd_t:.4f}', flush=True)
+                print(
+                    f'  F={F} {str(dt)[6:]}: csr {tc:.4f} tcu {tcu:.4f} tcu_tf32 {tcu32:.4f} cusparse {tcs:.4f} | '
+                    f'tcu/cusp x{tcs / tcu:.2f} csr/tcu x{tc / tcu:.2f} | warps {" ".join(f"{k}:{v:.4f}" for k, v in sw.items())} '
+                    f'rule={warps_for(s, F, dt)} | unit_blocks '
+                    f'(w1/w4/w8) {" ".join(f"{k}{chr(42) * (k == DEFAULT_UNIT_BLOCKS)}:{v}" for k, v in su.items())} '
+                    f'| sddmm csr {sd_c:.4f} tcu {sd_t:.4f}',
+                    flush=True,
+                )
         g = s = A = variants = None
         torch.cuda.empty_cache()

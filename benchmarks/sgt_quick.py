@@ -3,6 +3,7 @@ per graph and order, width 16 / 32, fp32 / fp16: the CSR kernel, the TCU
 SpMM with the warps rule and with 1 / 2 / 4 / 8 warps per unit.
   python benchmarks/sgt_quick.py [graph:order,...]
 (docs/tcgnn.md says which recorded runs came from this script.)"""
+
 import os
 import sys
 
@@ -16,8 +17,11 @@ from pyg_tc.formats import CSRGraph  # noqa: E402
 from pyg_tc.ops.sgt import warps_for  # noqa: E402
 from pyg_tc.transforms import rcm_order  # noqa: E402
 
-specs = (sys.argv[1] if len(sys.argv) > 1 else
-         'cora:rcm,citeseer:rcm,proteins:native,proteins:rcm,tolokers:native,tolokers:rcm').split(',')
+specs = (
+    sys.argv[1]
+    if len(sys.argv) > 1
+    else 'cora:rcm,citeseer:rcm,proteins:native,proteins:rcm,tolokers:native,tolokers:rcm'
+).split(',')
 ops.ensure()
 
 
@@ -41,8 +45,10 @@ for spec in specs:
     s = ops.sgt_of(g)
     w = torch.rand(g.num_edges, device='cuda')
     cells = s.cell_values(w)
-    print(f'{name} {order}: units={s.fwd.sched.units.size(0)} blocks={s.fwd.num_blocks} '
-          f'slots={s.fwd.sched.num_slots}', flush=True)
+    print(
+        f'{name} {order}: units={s.fwd.sched.units.size(0)} blocks={s.fwd.num_blocks} slots={s.fwd.sched.num_slots}',
+        flush=True,
+    )
     for F in (16, 32):
         for dt in (torch.float32, torch.float16):
             x = torch.randn(N, F, device='cuda', dtype=dt)
@@ -51,6 +57,9 @@ for spec in specs:
             wr = {wp: t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)) for wp in (1, 2, 4, 8)}
             wins += tcu < csr
             total += 1
-            print(f'  F={F} {str(dt)[6:]}: csr {csr:.2f} tcu {tcu:.2f} (x{csr / tcu:.2f}) | warps(rule '
-                  f'{warps_for(s, F, dt)}) ' + ' '.join(f'{k}:{v:.2f}' for k, v in wr.items()), flush=True)
+            print(
+                f'  F={F} {str(dt)[6:]}: csr {csr:.2f} tcu {tcu:.2f} (x{csr / tcu:.2f}) | warps(rule '
+                f'{warps_for(s, F, dt)}) ' + ' '.join(f'{k}:{v:.2f}' for k, v in wr.items()),
+                flush=True,
+            )
 print(f'TCU faster than CSR in {wins} of {total}')

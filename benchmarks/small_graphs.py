@@ -38,6 +38,7 @@ features, hidden 16 and 64) for SAGE, GCN and GIN: PyG's eager step,
 pyg_tc's (``backend='auto'``) and pyg_tc's kernels; where the kernels
 overtake PyG's path is ``pyg_tc.ops.dispatch.PYG_BELOW``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,11 @@ from benchmarks.suites.common import read_records, rerender  # noqa: E402
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 #: graph -> (nodes, edges, features, classes, Planetoid name or None)
-SHAPES = {'cora': (2708, 10556, 1433, 7, 'Cora'), 'citeseer': (3327, 9104, 3703, 6, 'CiteSeer'),
-          'pubmed': (19717, 88648, 500, 3, None)}
+SHAPES = {
+    'cora': (2708, 10556, 1433, 7, 'Cora'),
+    'citeseer': (3327, 9104, 3703, 6, 'CiteSeer'),
+    'pubmed': (19717, 88648, 500, 3, None),
+}
 MODELS = ('gcn', 'sage', 'gin', 'gat', 'gatv2', 'agnn')
 
 
@@ -79,8 +83,8 @@ def random_graph(n: int, e: int, f: int, c: int, seed: int = 0) -> Data:
     y = torch.randint(0, c, (n,), generator=g)
     perm = torch.randperm(n, generator=g)
     train, test = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
-    train[perm[:20 * c]] = True
-    test[perm[-min(1000, n // 2):]] = True
+    train[perm[: 20 * c]] = True
+    test[perm[-min(1000, n // 2) :]] = True
     src, dst = torch.randint(0, n, (2, e // 2), generator=g)
     ei = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], 1)  # undirected, as Planetoid
     x = (torch.rand(n, f, generator=g) < 0.01).float()
@@ -111,8 +115,11 @@ class Net(torch.nn.Module):
         elif kind == 'sage':
             self.c1, self.c2 = lib.SAGEConv(cin, hidden), lib.SAGEConv(hidden, classes)
         elif kind == 'gin':
-            mlp = lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, hidden), torch.nn.ReLU(),  # noqa: E731
-                                                   torch.nn.Linear(hidden, o))
+            mlp = lambda i, o: torch.nn.Sequential(
+                torch.nn.Linear(i, hidden),
+                torch.nn.ReLU(),  # noqa: E731
+                torch.nn.Linear(hidden, o),
+            )
             self.c1, self.c2 = lib.GINConv(mlp(cin, hidden)), lib.GINConv(mlp(hidden, classes))
         elif kind in ('gat', 'gatv2'):
             conv = lib.GATConv if kind == 'gat' else lib.GATv2Conv
@@ -143,15 +150,18 @@ def _eager(model, opt, data, compiled=False):
         loss.backward()
         opt.step()
         return loss
+
     return step
 
 
 def _kernels_only(step):
     """``step`` with pyg_tc's kernels on every layer (``backend='auto'`` takes
     PyG's path on small graphs where that is faster)."""
+
     def run(item):
         with dispatch.kernel_paths():
             return step(item)
+
     return run
 
 
@@ -198,15 +208,23 @@ def step_records(name: str, a):
             compiled, errors = _compiled_pyg(base_pyg, data, a.steps)
             if errors:
                 log(f'[small] {name} {kind}: torch.compile: ' + '; '.join(errors))
-        cap = lambda m: CapturedStep(m, torch.optim.Adam(m.parameters(), lr=0.01, capturable=DEV.type == 'cuda'),  # noqa: E731
-                                     loss_fn=masked_loss)
+        cap = lambda m: CapturedStep(
+            m,
+            torch.optim.Adam(m.parameters(), lr=0.01, capturable=DEV.type == 'cuda'),  # noqa: E731
+            loss_fn=masked_loss,
+        )
         tc = Net(pyg_tc.nn, kind, data.num_features, C).to(DEV)
         tc.load_state_dict(base_pyg.state_dict())
-        runs += [('PyG captured', base_pyg, cap),
-                 ('pyg_tc eager', tc, lambda m: _eager(m, torch.optim.Adam(m.parameters(), lr=0.01), data)),
-                 ('pyg_tc eager, kernels only', tc,
-                  lambda m: _kernels_only(_eager(m, torch.optim.Adam(m.parameters(), lr=0.01), data))),
-                 ('pyg_tc captured', tc, cap)]
+        runs += [
+            ('PyG captured', base_pyg, cap),
+            ('pyg_tc eager', tc, lambda m: _eager(m, torch.optim.Adam(m.parameters(), lr=0.01), data)),
+            (
+                'pyg_tc eager, kernels only',
+                tc,
+                lambda m: _kernels_only(_eager(m, torch.optim.Adam(m.parameters(), lr=0.01), data)),
+            ),
+            ('pyg_tc captured', tc, cap),
+        ]
         made = []  # (run, model, step, the CapturedStep or None)
         if compiled is not None:
             mode, step, m, _ = compiled
@@ -217,7 +235,7 @@ def step_records(name: str, a):
             torch.manual_seed(1)
             try:
                 step = make(m)
-                call = (lambda s: (lambda _: s(data)))(step) if isinstance(step, CapturedStep) else step
+                call = (lambda s: lambda _: s(data))(step) if isinstance(step, CapturedStep) else step
                 first[run] = _first_steps(call)  # (a capture happens here)
                 made.append((run, m, call, step if isinstance(step, CapturedStep) else None))
             except Exception as err:  # noqa: BLE001 (PyG's GAT cannot be captured: reported)
@@ -228,14 +246,25 @@ def step_records(name: str, a):
         for run, m, step, obj in made:
             prof = kernel_profile(step, range(a.profile_steps), DEV)
             peak = first.get(run)
-            rec = dict(kind='step', graph=name, model=kind, run=run, wall_ms=walls[run], gpu_ms=prof['gpu_ms'],
-                       launches=prof['launches'], accuracy=_accuracy(m, data) if data.real else None,
-                       peak_mb=peak if isinstance(peak, float) else None)
+            rec = dict(
+                kind='step',
+                graph=name,
+                model=kind,
+                run=run,
+                wall_ms=walls[run],
+                gpu_ms=prof['gpu_ms'],
+                launches=prof['launches'],
+                accuracy=_accuracy(m, data) if data.real else None,
+                peak_mb=peak if isinstance(peak, float) else None,
+            )
             if obj is not None:
                 rec.update(replays=obj.replays, eager_steps=obj.eager_steps)
             recs.append(rec)
-        recs += [dict(kind='step', graph=name, model=kind, run=run, error=e) for run, e in first.items()
-                 if isinstance(e, str)]
+        recs += [
+            dict(kind='step', graph=name, model=kind, run=run, error=e)
+            for run, e in first.items()
+            if isinstance(e, str)
+        ]
         ref = next((r.get('wall_ms') for r in recs if r['run'] == 'PyG eager'), None)
         for r in recs:
             r.update(nodes=data.num_nodes, edges=data.edge_index.size(1), real=bool(data.real))
@@ -271,8 +300,15 @@ def crossover_records(model: str, a):
                     step(None)
             walls = _interleaved(runs, a)
             for run, wall in walls.items():
-                yield dict(kind='crossover', model=model, edges=E, hidden=hidden, run=run, wall_ms=wall,
-                           x_pyg_eager=walls['PyG eager'] / wall)
+                yield dict(
+                    kind='crossover',
+                    model=model,
+                    edges=E,
+                    hidden=hidden,
+                    run=run,
+                    wall_ms=wall,
+                    x_pyg_eager=walls['PyG eager'] / wall,
+                )
 
 
 def _first_steps(step, n: int = 5) -> Optional[float]:
@@ -319,10 +355,19 @@ def main(argv=None):
     p.add_argument('--rounds', type=int, default=20, help='rounds the runs are timed in, in turn')
     p.add_argument('--profile-steps', type=int, default=10)
     p.add_argument('--pyg-compile', action='store_true', help="also torch.compile of PyG's model")
-    p.add_argument('--crossover', action='store_true', help='only the sweep of where the kernels overtake '
-                   "PyG's path (dispatch.PYG_BELOW), for --models (default sage,gcn,gin)")
-    p.add_argument('--render', metavar='JSONL', nargs='+', help='only rewrite the markdown and PNG from these '
-                   "records (runs of other models appended; the run block from the first file's 'env' record)")
+    p.add_argument(
+        '--crossover',
+        action='store_true',
+        help='only the sweep of where the kernels overtake '
+        "PyG's path (dispatch.PYG_BELOW), for --models (default sage,gcn,gin)",
+    )
+    p.add_argument(
+        '--render',
+        metavar='JSONL',
+        nargs='+',
+        help='only rewrite the markdown and PNG from these '
+        "records (runs of other models appended; the run block from the first file's 'env' record)",
+    )
     a = p.parse_args(argv)
     if a.crossover and a.models == ','.join(MODELS):
         a.models = 'sage,gcn,gin'
@@ -333,22 +378,58 @@ def main(argv=None):
     if a.render:
         records, env = read_records(a.render)
     title = 'Full-graph training on small graphs' + (' (CPU)' if env.get('device') == 'cpu' else '')
-    rep = Reporter(a.out, f'{a.name}.jsonl', f'{a.name}.md', title,
-                   env=env, env_mode='first', sections=[Table('## Per training step', 'step', [
-                       Col('graph', 'graph'), Col('model', 'model'), Col('run', 'run'),
-                       Col('wall ms', 'wall_ms', '.3f'), Col('GPU ms', 'gpu_ms', '.3f'),
-                       Col('kernels', 'launches', ',.0f'), Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
-                       Col('test accuracy', 'accuracy', '.3f'), Col('peak MB', 'peak_mb', ',.0f'),
-                       Col('error', 'error')]), Table(
-                       '## Where the kernels overtake PyG\'s path (random graphs, 500 features, two layers)',
-                       'crossover', [Col('model', 'model'), Col('edges', 'edges', ',.0f'),
-                                     Col('hidden', 'hidden', '.0f'), Col('run', 'run'),
-                                     Col('wall ms', 'wall_ms', '.3f'),
-                                     Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True)])],
-                   figures=[Figure(f'{a.name}.png', [Panel(
-                       lambda rs: [dict(r, case=_case(r)) for r in rs if r.get('kind') == 'step'], 'case',
-                       'x_pyg_eager', series='run',
-                       title="full-graph training step, speed-up over PyG's eager step (higher is better)")])])
+    rep = Reporter(
+        a.out,
+        f'{a.name}.jsonl',
+        f'{a.name}.md',
+        title,
+        env=env,
+        env_mode='first',
+        sections=[
+            Table(
+                '## Per training step',
+                'step',
+                [
+                    Col('graph', 'graph'),
+                    Col('model', 'model'),
+                    Col('run', 'run'),
+                    Col('wall ms', 'wall_ms', '.3f'),
+                    Col('GPU ms', 'gpu_ms', '.3f'),
+                    Col('kernels', 'launches', ',.0f'),
+                    Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
+                    Col('test accuracy', 'accuracy', '.3f'),
+                    Col('peak MB', 'peak_mb', ',.0f'),
+                    Col('error', 'error'),
+                ],
+            ),
+            Table(
+                '## Where the kernels overtake PyG\'s path (random graphs, 500 features, two layers)',
+                'crossover',
+                [
+                    Col('model', 'model'),
+                    Col('edges', 'edges', ',.0f'),
+                    Col('hidden', 'hidden', '.0f'),
+                    Col('run', 'run'),
+                    Col('wall ms', 'wall_ms', '.3f'),
+                    Col('x PyG eager', 'x_pyg_eager', '.2f', bold=True),
+                ],
+            ),
+        ],
+        figures=[
+            Figure(
+                f'{a.name}.png',
+                [
+                    Panel(
+                        lambda rs: [dict(r, case=_case(r)) for r in rs if r.get('kind') == 'step'],
+                        'case',
+                        'x_pyg_eager',
+                        series='run',
+                        title="full-graph training step, speed-up over PyG's eager step (higher is better)",
+                    )
+                ],
+            )
+        ],
+    )
     if a.render:
         for kind in ('step', 'crossover'):
             rerender(rep, records, kind)

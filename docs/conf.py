@@ -13,6 +13,7 @@ results files, figures) is still checked, by MyST and Sphinx during the read
 phase (an unresolved one is a warning, so an error under ``-W``) and by the
 linkcheck builder. Without it the link check also fetches external URLs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -72,8 +73,11 @@ napoleon_custom_sections = ['Shapes']  # PyG's layer docstrings: rendered as a r
 # sites), so type annotations, ``Bases:`` and docstring references to torch,
 # PyG and the standard library are ignored; nothing else is.
 nitpick_ignore_regex = [
-    (r'py:.*', r'(torch|torch_geometric|torch_sparse|torch_scatter|numpy|scipy|typing|'
-               r'collections|pathlib|types)(\..*)?'),
+    (
+        r'py:.*',
+        r'(torch|torch_geometric|torch_sparse|torch_scatter|numpy|scipy|typing|'
+        r'collections|pathlib|types)(\..*)?',
+    ),
     # PyG's SAGEConv annotates ``aggr`` with its Aggregation class unqualified
     (r'py:class', r'Aggregation'),
     # PyG's docstring convention (pyg_tc's layers repeat PyG's docstrings) marks
@@ -124,6 +128,7 @@ def _public_bases(app, name, obj, options, bases):
     dropped next to another base, and another package's class is named by
     its full public path (``pyg_tc.nn.GCNConv`` derives from
     ``torch_geometric.nn.GCNConv``, which a bare ``GCNConv`` would hide)."""
+
     def public(cls):
         path = f'{cls.__module__}.{cls.__qualname__}'
         if not (path.startswith('pyg_tc.') and any(p.startswith('_') for p in path.split('.'))):
@@ -134,17 +139,24 @@ def _public_bases(app, name, obj, options, bases):
     for base in bases:
         new += [b for b in public(base) if b not in new]
     new = [b for b in new if b is not object] or new
-    bases[:] = [b if not isinstance(b, type) or b.__module__ in ('builtins', 'typing')
-                or b.__module__.startswith('pyg_tc') else f':py:class:`{_public_path(b)}`'
-                for b in new]
+    bases[:] = [
+        b
+        if not isinstance(b, type) or b.__module__ in ('builtins', 'typing') or b.__module__.startswith('pyg_tc')
+        else f':py:class:`{_public_path(b)}`'
+        for b in new
+    ]
 
 
 def _no_builtin_doc(app, what, name, obj, options, lines):
     """A constant re-exported by a package (``pyg_tc.ops.BACKENDS``) has no
     ``#:`` comment there, and autodoc would show its type's docstring (a
     tuple's, a str's); the page describes it instead."""
-    if what in ('data', 'attribute') and type(obj).__module__ == 'builtins' \
-            and lines and '\n'.join(lines).strip() == (type(obj).__doc__ or '').strip():
+    if (
+        what in ('data', 'attribute')
+        and type(obj).__module__ == 'builtins'
+        and lines
+        and '\n'.join(lines).strip() == (type(obj).__doc__ or '').strip()
+    ):
         lines.clear()
 
 
@@ -153,8 +165,12 @@ def code_start(path) -> int:
     blank lines that follow it; 1 for a script without a docstring."""
     text = Path(path).read_text(encoding='utf-8')
     body = ast.parse(text).body
-    if not (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)):
+    if not (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         return 1
     lines = text.splitlines()
     start = body[0].end_lineno + 1
@@ -185,8 +201,11 @@ def _no_remote_scripts(app, exception):
     comes from ``_static``). Checked after every html build; CI builds with -W."""
     if exception is not None or app.builder.format != 'html':
         return
-    bad = sorted(str(p.relative_to(app.outdir)) for p in Path(app.outdir).rglob('*.html')
-                 if _REMOTE_SCRIPT.search(p.read_text(encoding='utf-8', errors='replace')))
+    bad = sorted(
+        str(p.relative_to(app.outdir))
+        for p in Path(app.outdir).rglob('*.html')
+        if _REMOTE_SCRIPT.search(p.read_text(encoding='utf-8', errors='replace'))
+    )
     if bad:
         raise ExtensionError(f'pages load scripts from another site: {", ".join(bad[:5])}')
 

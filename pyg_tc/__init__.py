@@ -13,6 +13,7 @@ which ``pyg_tc.nn``, ``pyg_tc.transforms``, ``pyg_tc.sampled_aggregation`` and
 ``torch.ops.pyg_tc.<op>`` directly imports :mod:`pyg_tc.ops` first; a bare
 ``import pyg_tc`` no longer defines them.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

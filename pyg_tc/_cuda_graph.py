@@ -1,6 +1,7 @@
 """One CUDA-graph capture for the two places that time kernels without the
 Python launch cost: ``backend='auto'``'s tuning (pyg_tc.ops.sgt) and the
 benchmarks' kernel-only timing (pyg_tc.bench.timing)."""
+
 from __future__ import annotations
 
 from typing import Callable, Sequence

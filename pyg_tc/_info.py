@@ -3,6 +3,7 @@
 Quick where nothing is to be built: without a CUDA device it imports only
 torch (not torch_geometric, not the op modules), so ``pyg-tc info`` answers
 in about the time of ``import torch``."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -41,16 +42,22 @@ def info(build: bool = True) -> Dict[str, Any]:
     import torch
 
     from . import __version__, _kernels
+
     reason = _kernels.unavailable_reason()
     if build and reason is None:
         from . import _library
+
         _library.ensure()
     st = _kernels.status()
     gpu = None
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
-        gpu = {'name': p.name, 'capability': f'{p.major}.{p.minor}',
-               'memory_gb': round(p.total_memory / 2**30, 1), 'sms': p.multi_processor_count}
+        gpu = {
+            'name': p.name,
+            'capability': f'{p.major}.{p.minor}',
+            'memory_gb': round(p.total_memory / 2**30, 1),
+            'sms': p.multi_processor_count,
+        }
     return {
         'pyg_tc': __version__,
         'python': platform.python_version(),

@@ -16,6 +16,7 @@ for the first and then loads the finished library. Nothing here raises when
 CUDA or nvcc is missing: :func:`status` says why the kernels are unavailable
 and the ops fall back to the pure-PyTorch reference.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,8 +36,7 @@ TU_SUFFIXES = ('.cu', '.cpp')
 HEADER_SUFFIXES = ('.cuh', '.h')
 
 _LOCK = threading.Lock()
-_STATE: Dict[str, Any] = {'loaded': False, 'tried': False, 'error': None,
-                          'build_seconds': None, 'build_dir': None}
+_STATE: Dict[str, Any] = {'loaded': False, 'tried': False, 'error': None, 'build_seconds': None, 'build_dir': None}
 
 
 def _files(root: str, suffixes) -> List[str]:
@@ -67,8 +67,10 @@ def sources() -> List[str]:
     for s in srcs:
         stem = osp.splitext(osp.basename(s))[0]
         if stem in seen:
-            raise RuntimeError(f'pyg_tc: kernel sources {seen[stem]} and {s} share the file name '
-                               f'{stem!r} (their objects would collide in the build directory)')
+            raise RuntimeError(
+                f'pyg_tc: kernel sources {seen[stem]} and {s} share the file name '
+                f'{stem!r} (their objects would collide in the build directory)'
+            )
         seen[stem] = s
     return srcs
 
@@ -95,8 +97,7 @@ def header_deps_tracked() -> bool:
     are always tracked (``-MMD``). When nvcc units are not, :func:`build_dir`
     adds a hash of the headers to its key, so a header edit starts a fresh
     build instead of linking stale objects."""
-    return (torch.version.cuda is not None
-            and os.environ.get('TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES', '0') != '1')
+    return torch.version.cuda is not None and os.environ.get('TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES', '0') != '1'
 
 
 def _arch() -> str:
@@ -109,7 +110,8 @@ def build_dir(arch: Optional[str] = None) -> str:
     a key of the torch version, CUDA version, GPU architecture and
     :data:`LAYOUT`; not of the sources, so ninja rebuilds incrementally."""
     root = os.environ.get('PYG_TC_BUILD_DIR') or osp.join(
-        os.environ.get('XDG_CACHE_HOME', osp.expanduser('~/.cache')), 'pyg_tc')
+        os.environ.get('XDG_CACHE_HOME', osp.expanduser('~/.cache')), 'pyg_tc'
+    )
     key = f'torch{torch.__version__}-cuda{torch.version.cuda}-sm{arch or _arch()}-{LAYOUT}'
     if not header_deps_tracked():
         key += f'-h{_header_hash()}'
@@ -129,16 +131,19 @@ def extra_cflags() -> List[str]:
 
 def extra_cuda_cflags(arch: str) -> List[str]:
     """Flags of the nvcc translation units (after torch's own), for sm_<arch>."""
-    return ['-O3', '-std=c++20', '--expt-relaxed-constexpr',
-            f'-gencode=arch=compute_{arch},code=sm_{arch}']
+    return ['-O3', '-std=c++20', '--expt-relaxed-constexpr', f'-gencode=arch=compute_{arch},code=sm_{arch}']
 
 
 def build_args(arch: str, cuda_home: Optional[str]) -> Dict[str, Any]:
     """The arguments of ``cpp_extension.load`` (also used by the tests to
     write the same ninja file without building)."""
-    return dict(name=NAME, sources=sources(),
-                extra_include_paths=[kernel_dir()] + _cccl_include(cuda_home),
-                extra_cflags=extra_cflags(), extra_cuda_cflags=extra_cuda_cflags(arch))
+    return dict(
+        name=NAME,
+        sources=sources(),
+        extra_include_paths=[kernel_dir()] + _cccl_include(cuda_home),
+        extra_cflags=extra_cflags(),
+        extra_cuda_cflags=extra_cuda_cflags(arch),
+    )
 
 
 def unavailable_reason() -> Optional[str]:
@@ -149,6 +154,7 @@ def unavailable_reason() -> Optional[str]:
     if torch.version.cuda is None:
         return 'torch was built without CUDA'
     from torch.utils import cpp_extension
+
     if cpp_extension.CUDA_HOME is None:
         return 'CUDA toolkit (nvcc) not found: set CUDA_HOME'
     return None
@@ -169,6 +175,7 @@ def load(verbose: bool = False) -> bool:
             return False
         try:
             from torch.utils import cpp_extension
+
             arch = _arch()
             bdir = build_dir(arch)
             os.makedirs(bdir, exist_ok=True)
@@ -177,8 +184,12 @@ def load(verbose: bool = False) -> bool:
             # cpp_extension.load takes its own file lock ('lock' in build_dir)
             # so concurrent processes build once and reuse the result; its
             # ninja run recompiles only what changed since the last build.
-            cpp_extension.load(**build_args(arch, cpp_extension.CUDA_HOME),
-                               build_directory=bdir, is_python_module=False, verbose=verbose)
+            cpp_extension.load(
+                **build_args(arch, cpp_extension.CUDA_HOME),
+                build_directory=bdir,
+                is_python_module=False,
+                verbose=verbose,
+            )
             _STATE['build_seconds'] = time.perf_counter() - t0
             _STATE['build_dir'] = bdir
             _STATE['loaded'] = True

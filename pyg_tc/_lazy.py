@@ -2,6 +2,7 @@
 :mod:`pyg_tc.bench`: a public name is imported from its module on first
 access and kept in the package; any other submodule loads on first access
 too. Imports no torch."""
+
 from __future__ import annotations
 
 import importlib
@@ -10,11 +11,13 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 
-def attach(package: str, names: Dict[str, Tuple[str, Optional[str]]],
-           public: Sequence[str]) -> Tuple[Callable[[str], Any], Callable[[], List[str]]]:
+def attach(
+    package: str, names: Dict[str, Tuple[str, Optional[str]]], public: Sequence[str]
+) -> Tuple[Callable[[str], Any], Callable[[], List[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: ``names`` maps a public
     name to ``(relative module, attribute)`` (attribute None: the module
     itself)."""
+
     def __getattr__(name: str) -> Any:
         if name in names:
             module, attr = names[name]
@@ -30,4 +33,5 @@ def attach(package: str, names: Dict[str, Tuple[str, Optional[str]]],
 
     def __dir__() -> List[str]:
         return sorted(set(vars(sys.modules[package])) | set(public))
+
     return __getattr__, __dir__

@@ -27,6 +27,7 @@ Layering: ``_kernels`` (build) < this module < ``formats`` < ``ops.dispatch``
 import time (:func:`ensure` imports :mod:`pyg_tc.ops` when first called, so
 every op is defined before the CUDA fallbacks are registered).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -48,8 +49,10 @@ OPS: Dict[str, 'Op'] = {}
 #: a CSR's unit schedule: units, the heavy rows and their slot ranges, the slot count
 SCHEDULE_ARGS = 'Tensor units, Tensor heavy_rows, Tensor heavy_ptr, int num_slots'
 #: the transpose of a CSR with its schedule (the backward walks over the sources)
-T_GRAPH_ARGS = ('Tensor t_rowptr, Tensor t_col, Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, '
-                'Tensor t_heavy_ptr, int t_num_slots')
+T_GRAPH_ARGS = (
+    'Tensor t_rowptr, Tensor t_col, Tensor t_perm, Tensor t_units, Tensor t_heavy_rows, '
+    'Tensor t_heavy_ptr, int t_num_slots'
+)
 #: a CSR, its schedule and its transpose (the attention ops)
 GRAPH_ARGS = f'Tensor rowptr, Tensor col, {SCHEDULE_ARGS}, {T_GRAPH_ARGS}'
 _STATE = {'ready': False, 'kernels': False}
@@ -86,10 +89,19 @@ class Op:
             other ops).
     """
 
-    def __init__(self, schema: str, *, reference: Callable, fake: Callable,
-                 backward: Optional[Callable] = None, save: Optional[Saved] = None,
-                 consts: Optional[Callable] = None, materialize_grads: bool = True,
-                 namespace: str = NAMESPACE, reference_only: bool = False):
+    def __init__(
+        self,
+        schema: str,
+        *,
+        reference: Callable,
+        fake: Callable,
+        backward: Optional[Callable] = None,
+        save: Optional[Saved] = None,
+        consts: Optional[Callable] = None,
+        materialize_grads: bool = True,
+        namespace: str = NAMESPACE,
+        reference_only: bool = False,
+    ):
         parsed = torch._C.parse_schema(f'{namespace}::{schema}')
         self.namespace = namespace
         self.name: str = parsed.name.split('::', 1)[1]
@@ -121,8 +133,9 @@ class Op:
         self._lib.impl(self.name, self._reference_impl, 'CPU')
         torch.library.register_fake(self.qualname, lib=self._lib)(self._fake_impl)
         if backward is not None:
-            torch.library.register_autograd(self.qualname, self._backward_impl,
-                                            setup_context=self._setup, lib=self._lib)
+            torch.library.register_autograd(
+                self.qualname, self._backward_impl, setup_context=self._setup, lib=self._lib
+            )
         if namespace == NAMESPACE:
             OPS[self.name] = self
 
@@ -182,9 +195,13 @@ class Op:
 
             def backward(ctx: Any, *grads: Any) -> tuple:
                 return me._backward_impl(ctx, *grads)
+
             # named after the op: its grad_fn reads <op>_functionBackward
-            fn = self._fn = type(f'{self.name}_function', (torch.autograd.Function,),
-                                 {'forward': staticmethod(forward), 'backward': staticmethod(backward)})
+            fn = self._fn = type(
+                f'{self.name}_function',
+                (torch.autograd.Function,),
+                {'forward': staticmethod(forward), 'backward': staticmethod(backward)},
+            )
         return fn
 
     def named(self, args: Sequence[Any]) -> SimpleNamespace:

@@ -2,6 +2,7 @@
 generator that pyg_tc's kernels and their references share (attention
 dropout, neighbour sampling), bit for bit. The device twin is
 ``kernels/common/philox.cuh``."""
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -24,8 +25,9 @@ def _mulhilo(a: Tensor, m: int) -> Tuple[Tensor, Tensor]:
     return hi, lo
 
 
-def philox4x32(c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor, k0: Tensor, k1: Tensor
-               ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def philox4x32(
+    c0: Tensor, c1: Tensor, c2: Tensor, c3: Tensor, k0: Tensor, k1: Tensor
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Philox 4x32-10 of counters ``(c0, c1, c2, c3)`` under key ``(k0, k1)``:
     uint32 words held in int64 tensors (broadcast), four output words."""
     for rnd in range(10):

@@ -8,6 +8,7 @@ argument errors answer at once: every option has an argparse type or
 choices, and a bad value or an unknown option prints the usage of the
 command it belongs to and one error line (exit code 2). A command imports
 what it needs when it runs."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,18 +20,24 @@ def _info(args) -> int:
     import json
 
     import pyg_tc
+
     info = pyg_tc.info(build=not args.no_build)
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
     gpu = info.get('gpu')
     rows = [
-        ('pyg_tc', info['pyg_tc']), ('python', info['python']),
+        ('pyg_tc', info['pyg_tc']),
+        ('python', info['python']),
         ('torch', f'{info["torch"]} (CUDA {info["torch_cuda"] or "none"})'),
         ('torch_geometric', info['torch_geometric']),
         ('torch_sparse', 'installed' if info['torch_sparse'] else 'not installed'),
-        ('GPU', f'{gpu["name"]} (sm_{gpu["capability"].replace(".", "")}, {gpu["memory_gb"]} GB, '
-                f'{gpu["sms"]} SMs)' if gpu else 'none'),
+        (
+            'GPU',
+            f'{gpu["name"]} (sm_{gpu["capability"].replace(".", "")}, {gpu["memory_gb"]} GB, {gpu["sms"]} SMs)'
+            if gpu
+            else 'none',
+        ),
         ('kernels', info['kernels'] + (f' ({info["kernels_reason"]})' if info.get('kernels_reason') else '')),
         ('backend', info['backend']),
     ]
@@ -47,6 +54,7 @@ def _info(args) -> int:
 def _bench(args) -> int:
     """``pyg-tc bench [options]``: the default suite; ``pyg-tc bench SUITE ...``: that suite's command line."""
     from .bench import registry
+
     try:
         if getattr(args, 'suite', None) is not None:
             return registry.run_suite(args.suite, args.suite_args)
@@ -65,6 +73,7 @@ class _ListSuites(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from .bench.registry import DEFAULT, SUITES
+
         w = max(map(len, SUITES))
         for name, (_, desc) in SUITES.items():
             print(f'{name:<{w}}  {desc}' + ' (the default)' * (name == DEFAULT))
@@ -77,6 +86,7 @@ class _CommandParser(argparse.ArgumentParser):
     when set, completes and checks the parsed options. A first argument in
     ``programs`` names a program that parses the rest itself (``suite`` and
     ``suite_args``, no other option parsed)."""
+
     check: Optional[Callable[[argparse.Namespace, argparse.ArgumentParser], object]] = None
     programs: Sequence[str] = ()
 
@@ -101,25 +111,31 @@ def parser() -> argparse.ArgumentParser:
     from . import __version__
     from .bench.cli_args import add_arguments, read_environment
     from .bench.registry import DEFAULT, SUITES
+
     p = argparse.ArgumentParser(
-        prog='pyg-tc', description='pyg_tc: drop-in PyG layers on CUDA sparse kernels',
+        prog='pyg-tc',
+        description='pyg_tc: drop-in PyG layers on CUDA sparse kernels',
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog='examples:\n'
-               '  pyg-tc info            versions, GPU, kernel status (builds the kernels on a GPU)\n'
-               '  pyg-tc info --json     the same as JSON (pyg_tc.info())\n'
-               '  pyg-tc bench           the default benchmark (on a CPU: a small run of the reference)\n'
-               '  pyg-tc bench --list    every benchmark suite\n'
-               '  pyg-tc COMMAND --help  the options of a command')
+        '  pyg-tc info            versions, GPU, kernel status (builds the kernels on a GPU)\n'
+        '  pyg-tc info --json     the same as JSON (pyg_tc.info())\n'
+        '  pyg-tc bench           the default benchmark (on a CPU: a small run of the reference)\n'
+        '  pyg-tc bench --list    every benchmark suite\n'
+        '  pyg-tc COMMAND --help  the options of a command',
+    )
     p.add_argument('--version', action='version', version=f'pyg_tc {__version__}')
     sub = p.add_subparsers(dest='command', required=True, parser_class=_CommandParser)
     pi = sub.add_parser('info', help='versions, GPU and kernel status (builds the kernels on a GPU)')
     pi.add_argument('--json', action='store_true', help='print the raw dictionary as JSON')
     pi.add_argument('--no-build', action='store_true', help='do not build/load the kernels first')
     pi.set_defaults(func=_info)
-    pb = sub.add_parser('bench', help='run a benchmark suite (JSON + markdown + PNG in --out)',
-                        description=f'Runs the {DEFAULT} suite: {SUITES[DEFAULT][1]}, with the options below. '
-                        '"pyg-tc bench SUITE [options]" runs another suite of the source checkout\'s benchmarks/ '
-                        '(--list lists them; pyg-tc bench SUITE --help gives its options).')
+    pb = sub.add_parser(
+        'bench',
+        help='run a benchmark suite (JSON + markdown + PNG in --out)',
+        description=f'Runs the {DEFAULT} suite: {SUITES[DEFAULT][1]}, with the options below. '
+        '"pyg-tc bench SUITE [options]" runs another suite of the source checkout\'s benchmarks/ '
+        '(--list lists them; pyg-tc bench SUITE --help gives its options).',
+    )
     pb.add_argument('--list', action=_ListSuites, help='list the suites and exit')
     add_arguments(pb)
     pb.programs = tuple(SUITES)

@@ -17,6 +17,7 @@ The synthetic data is random but not noise: its labels can be learned from the f
 the graph, so training curves and accuracies behave like those of the real data, though their
 numbers are of course not the real datasets' numbers.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,6 +79,7 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
     if root is None or name in _SYNTHETIC_ONLY:
         return synthetic(name, transform=transform)
     import torch_geometric.datasets as D
+
     cls, sub, pyg_name = _REAL[name]
     folder = os.path.join(os.fspath(root), sub)
     try:
@@ -85,8 +87,8 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
     except OSError as e:  # DNS / HTTP errors of the download, a folder that cannot be written
         reason = (str(e).strip().splitlines() or [''])[0][:200]
         raise DatasetUnavailableError(
-            f'{name} is not in {folder} and could not be downloaded there '
-            f'({type(e).__name__}: {reason})') from None
+            f'{name} is not in {folder} and could not be downloaded there ({type(e).__name__}: {reason})'
+        ) from None
 
 
 def load_or_exit(name: str, root: Optional[str] = None, transform: Optional[Callable] = None) -> InMemoryDataset:
@@ -100,8 +102,10 @@ def load_or_exit(name: str, root: Optional[str] = None, transform: Optional[Call
         transform (typing.Callable, optional): As in :func:`load`.
     """
     if root is None:
-        print(f'No --root: synthetic data shaped like {name}; --root DIR runs on the real {name} '
-              '(downloaded there if missing).')
+        print(
+            f'No --root: synthetic data shaped like {name}; --root DIR runs on the real {name} '
+            '(downloaded there if missing).'
+        )
     try:
         return load(name, root, transform)
     except DatasetUnavailableError as e:
@@ -156,6 +160,7 @@ def synthetic(name: str, seed: int = 0, transform: Optional[Callable] = None) ->
 
 # -- generators ---------------------------------------------------------------------------------
 
+
 def _undirected(pairs: Tensor, num_undirected: int, num_nodes: int) -> Tensor:
     """The first ``num_undirected`` distinct node pairs (no loops) of ``pairs`` [2, M], as an
     ``edge_index`` with both directions, sorted by source."""
@@ -163,7 +168,8 @@ def _undirected(pairs: Tensor, num_undirected: int, num_nodes: int) -> Tensor:
     key = (lo * num_nodes + hi)[lo != hi]
     uniq, inv = torch.unique(key, return_inverse=True)
     first = torch.full((uniq.numel(),), key.numel(), dtype=torch.long).scatter_reduce(
-        0, inv, torch.arange(key.numel()), 'amin')
+        0, inv, torch.arange(key.numel()), 'amin'
+    )
     key = key[first.sort().values][:num_undirected]  # the first occurrences, in draw order
     if key.numel() < num_undirected:
         raise RuntimeError('synthetic graph: too few distinct edges drawn')
@@ -183,7 +189,7 @@ def _splits(n: int, counts, gen: torch.Generator) -> List[Tensor]:
     masks, start = [], 0
     for c in counts:
         m = torch.zeros(n, dtype=torch.bool)
-        m[perm[start:start + c]] = True
+        m[perm[start : start + c]] = True
         masks.append(m)
         start += c
     return masks
@@ -208,12 +214,13 @@ def _cora(gen: torch.Generator) -> List[Data]:
             pick = torch.multinomial(w[members[c]], int(sel.sum()), replacement=True, generator=gen)
             dst[sel] = members[c][pick]
         return dst
+
     src = torch.cat([torch.arange(N), torch.multinomial(w, 2 * E_und, replacement=True, generator=gen)])
     edge_index = _undirected(torch.stack([src, partners(src)]), E_und, N)
 
     # words: a per-class vocabulary of 120 words; each node draws 18, 4 of them on average from its
     # class vocabulary, the rest by a Zipf-like popularity over all words
-    vocab = torch.randperm(F, generator=gen)[:C * 120].view(C, 120)
+    vocab = torch.randperm(F, generator=gen)[: C * 120].view(C, 120)
     pop = (torch.arange(F, dtype=torch.float64) + 10.0) ** -1.0
     pop = pop[torch.randperm(F, generator=gen)]
     x = torch.zeros(N, F)
@@ -253,8 +260,7 @@ def _tolokers(gen: torch.Generator) -> List[Data]:
     return [Data(x=x, edge_index=edge_index, y=y, train_mask=train, val_mask=val, test_mask=test)]
 
 
-def _tu(num_graphs: int, class_sizes: List[int], mean_nodes: float, max_nodes: int,
-        gen: torch.Generator) -> List[Data]:
+def _tu(num_graphs: int, class_sizes: List[int], mean_nodes: float, max_nodes: int, gen: torch.Generator) -> List[Data]:
     """Protein-like graphs: a chain of secondary-structure elements plus contacts between
     elements a few places apart (about 3.7 edges per node), 3 one-hot element types whose
     proportions and graph size depend on the class. Built for all graphs at once, then split."""
@@ -283,7 +289,7 @@ def _tu(num_graphs: int, class_sizes: List[int], mean_nodes: float, max_nodes: i
     ei = ei - ptr[owner]  # node ids within each graph
     xs = torch.nn.functional.one_hot(types, 3).float().split(n.tolist())
     eis = ei.split(torch.bincount(owner, minlength=num_graphs).tolist(), dim=1)
-    return [Data(x=xs[g], edge_index=eis[g], y=y[g:g + 1]) for g in range(num_graphs)]
+    return [Data(x=xs[g], edge_index=eis[g], y=y[g : g + 1]) for g in range(num_graphs)]
 
 
 def _molecules(num_graphs: int, gen: torch.Generator) -> List[Data]:

@@ -12,6 +12,7 @@
 * ``cora``: the real Planetoid Cora graph from ``$PYG_TC_DATA`` (the folder of the real
   datasets); tests that need real data skip, saying so, without it.
 """
+
 from __future__ import annotations
 
 import os
@@ -81,8 +82,9 @@ def dtype_id(dt: torch.dtype) -> str:
     return str(dt).replace('torch.', '')
 
 
-def assert_close_ref(out: torch.Tensor, ref: torch.Tensor, mag: Optional[torch.Tensor],
-                     dtype: torch.dtype, what: str = '') -> None:
+def assert_close_ref(
+    out: torch.Tensor, ref: torch.Tensor, mag: Optional[torch.Tensor], dtype: torch.dtype, what: str = ''
+) -> None:
     """``|out - ref| <= tol * (|ref| + mag) + tiny`` elementwise, where ``ref``
     is the fp64 oracle and ``mag`` the same oracle on absolute values (the
     scale of the accumulated terms)."""
@@ -101,14 +103,14 @@ def assert_close_ref(out: torch.Tensor, ref: torch.Tensor, mag: Optional[torch.T
         raise AssertionError(
             f'{what}: {int(bad.sum())} / {bad.numel()} elements off; first at {idx}: '
             f'got {o[tuple(idx)].item()}, expected {r[tuple(idx)].item()} '
-            f'(max abs err {err.max().item():.3g})')
+            f'(max abs err {err.max().item():.3g})'
+        )
 
 
 # ---------------------------------------------------------------------------
 # graphs
 
-GRAPH_KINDS = ['random', 'empty', 'isolated', 'self_loops', 'duplicates', 'hub',
-               'not_tile_multiple', 'bipartite']
+GRAPH_KINDS = ['random', 'empty', 'isolated', 'self_loops', 'duplicates', 'hub', 'not_tile_multiple', 'bipartite']
 
 NumNodes = Union[int, Tuple[int, int]]
 
@@ -157,10 +159,10 @@ def _build(kind: str) -> Tuple[torch.Tensor, NumNodes]:
         g = _gen(6)
         parts = []
         for row, deg in ((0, 5003), (1, 256), (2, 257), (3, 512)):
-            parts.append(torch.stack([torch.randint(0, N, (deg,), generator=g),
-                                      torch.full((deg,), row)]))
-        parts.append(torch.stack([torch.randint(0, N, (1500,), generator=g),
-                                  torch.randint(4, N, (1500,), generator=g)]))
+            parts.append(torch.stack([torch.randint(0, N, (deg,), generator=g), torch.full((deg,), row)]))
+        parts.append(
+            torch.stack([torch.randint(0, N, (1500,), generator=g), torch.randint(4, N, (1500,), generator=g)])
+        )
         return _shuffle(torch.cat(parts, 1), 6), N
     if kind == 'not_tile_multiple':
         N = 17
@@ -171,8 +173,9 @@ def _build(kind: str) -> Tuple[torch.Tensor, NumNodes]:
     if kind == 'bipartite':
         num_src, num_dst = 50, 30
         g = _gen(8)
-        ei = torch.stack([torch.randint(0, num_src, (400,), generator=g),
-                          torch.randint(0, num_dst, (400,), generator=g)])
+        ei = torch.stack(
+            [torch.randint(0, num_src, (400,), generator=g), torch.randint(0, num_dst, (400,), generator=g)]
+        )
         return ei, (num_src, num_dst)
     raise ValueError(f'unknown graph kind {kind!r}')
 
@@ -190,13 +193,15 @@ def make_graph(kind: str, device='cpu') -> Tuple[torch.Tensor, NumNodes]:
     return ei.clone().to(device), n
 
 
-def random_graph(num_src: int, num_dst: int, num_edges: int, seed: int = 0,
-                 device='cpu', unique: bool = False) -> torch.Tensor:
+def random_graph(
+    num_src: int, num_dst: int, num_edges: int, seed: int = 0, device='cpu', unique: bool = False
+) -> torch.Tensor:
     """Random ``edge_index``; ``unique=True`` removes repeated (src, dst)
     pairs (so max aggregation has no exactly tied messages)."""
     g = _gen(seed)
-    ei = torch.stack([torch.randint(0, num_src, (num_edges,), generator=g),
-                      torch.randint(0, num_dst, (num_edges,), generator=g)])
+    ei = torch.stack(
+        [torch.randint(0, num_src, (num_edges,), generator=g), torch.randint(0, num_dst, (num_edges,), generator=g)]
+    )
     if unique:
         key = ei[0] * num_dst + ei[1]
         order = torch.argsort(key, stable=True)
@@ -209,13 +214,18 @@ def random_graph(num_src: int, num_dst: int, num_edges: int, seed: int = 0,
 
 def to_adj_t(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
     """PyG's sparse ``adj_t`` of a square graph: torch CSR, rows = targets, ones."""
-    return torch.sparse_coo_tensor(edge_index.flip(0),
-                                   torch.ones(edge_index.size(1), device=edge_index.device),
-                                   (num_nodes, num_nodes)).coalesce().to_sparse_csr()
+    return (
+        torch.sparse_coo_tensor(
+            edge_index.flip(0), torch.ones(edge_index.size(1), device=edge_index.device), (num_nodes, num_nodes)
+        )
+        .coalesce()
+        .to_sparse_csr()
+    )
 
 
-def features(n: int, f: int, dtype=torch.float32, device='cpu', seed: int = 0,
-             requires_grad: bool = False) -> torch.Tensor:
+def features(
+    n: int, f: int, dtype=torch.float32, device='cpu', seed: int = 0, requires_grad: bool = False
+) -> torch.Tensor:
     """Normal features, rounded to ``dtype``."""
     x = torch.randn(n, f, generator=_gen(1000 + seed)).to(dtype).to(device)
     return x.requires_grad_(requires_grad)
@@ -229,9 +239,16 @@ def edge_weights(e: int, dtype=torch.float32, device='cpu', seed: int = 0) -> to
 # ---------------------------------------------------------------------------
 # oracles (independent of pyg_tc; differentiable)
 
-def spmm_oracle(x: torch.Tensor, edge_index: torch.Tensor, num_dst: int,
-                edge_weight: Optional[torch.Tensor] = None, reduce: str = 'sum',
-                diag=None, dtype=torch.float64) -> torch.Tensor:
+
+def spmm_oracle(
+    x: torch.Tensor,
+    edge_index: torch.Tensor,
+    num_dst: int,
+    edge_weight: Optional[torch.Tensor] = None,
+    reduce: str = 'sum',
+    diag=None,
+    dtype=torch.float64,
+) -> torch.Tensor:
     """``out[i] = reduce_{e: src_e -> i} w_e * x[src_e] (+ diag[i] * x[i])``
     in ``dtype`` (float64 by default). Rows without in-edges are 0."""
     src, dst = edge_index[0].long(), edge_index[1].long()
@@ -247,8 +264,7 @@ def spmm_oracle(x: torch.Tensor, edge_index: torch.Tensor, num_dst: int,
             cnt = torch.bincount(dst, minlength=num_dst).clamp(min=1).to(dtype)
             out = out / cnt.unsqueeze(1)
     elif reduce == 'max':
-        out = out.scatter_reduce(0, dst.unsqueeze(1).expand(-1, F), msg, 'amax',
-                                 include_self=False)
+        out = out.scatter_reduce(0, dst.unsqueeze(1).expand(-1, F), msg, 'amax', include_self=False)
     else:
         raise ValueError(reduce)
     if diag is not None:
@@ -263,12 +279,12 @@ def spmm_magnitude(x, edge_index, num_dst, edge_weight=None, reduce='sum', diag=
     d = None
     if diag is not None:
         d = diag.detach().abs() if torch.is_tensor(diag) else abs(float(diag))
-    return spmm_oracle(x.detach().abs(), edge_index, num_dst,
-                       None if edge_weight is None else edge_weight.detach().abs(), reduce, d)
+    return spmm_oracle(
+        x.detach().abs(), edge_index, num_dst, None if edge_weight is None else edge_weight.detach().abs(), reduce, d
+    )
 
 
-def sddmm_oracle(a: torch.Tensor, b: torch.Tensor, edge_index: torch.Tensor,
-                 dtype=torch.float64) -> torch.Tensor:
+def sddmm_oracle(a: torch.Tensor, b: torch.Tensor, edge_index: torch.Tensor, dtype=torch.float64) -> torch.Tensor:
     """``out[e] = <a[dst_e], b[src_e]>`` in the original edge order."""
     src, dst = edge_index[0].long(), edge_index[1].long()
     return (a.to(dtype)[dst] * b.to(dtype)[src]).sum(1)
@@ -279,9 +295,10 @@ def sddmm_oracle(a: torch.Tensor, b: torch.Tensor, edge_index: torch.Tensor,
 
 #: the environment variable naming the real datasets' folder
 DATA_ENV = 'PYG_TC_DATA'
-NO_DATA = (f'needs the real datasets: set {DATA_ENV} to their folder '
-           '(laid out as planetoid/Cora, tu/PROTEINS_full, heterophilous/tolokers, ...)')
-
+NO_DATA = (
+    f'needs the real datasets: set {DATA_ENV} to their folder '
+    '(laid out as planetoid/Cora, tu/PROTEINS_full, heterophilous/tolokers, ...)'
+)
 
 
 def forbid_device_reads(monkeypatch) -> None:
@@ -297,10 +314,13 @@ def forbid_device_reads(monkeypatch) -> None:
             if any(f.function == '_reference_impl' for f in inspect.stack()[1:]):
                 return orig(*a, **k)
             raise AssertionError(f'{name}: read a value from the device')
+
         return call
+
     for name in ('item', 'tolist', '__int__', '__bool__', '__float__', '__index__', 'nonzero'):
         monkeypatch.setattr(torch.Tensor, name, guard(name, getattr(torch.Tensor, name)))
     monkeypatch.setattr(torch, 'nonzero', guard('nonzero', torch.nonzero))
+
 
 def data_dir() -> Optional[Path]:
     """``$PYG_TC_DATA``, the folder of the real datasets, or ``None`` when it is not set."""
@@ -341,4 +361,5 @@ def planetoid_root(tmp_path_factory) -> Path:
 def cora(planetoid_root):
     """The real Cora ``Data`` object (2,708 nodes, 10,556 edges, 1,433 features)."""
     from torch_geometric.datasets import Planetoid
+
     return Planetoid(str(planetoid_root), 'Cora')[0]

@@ -5,6 +5,7 @@ error: exit code 2, the command's usage and one line); ``pyg-tc info`` builds
 nothing where nothing can be built; ``pyg-tc bench`` on the CPU reports
 reference-path times, not ratios; and ``import pyg_tc`` imports nothing heavy
 until a submodule is used (the ops are still defined when they are needed)."""
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,19 @@ HEAVY = ('torch', 'torch_geometric')
 
 
 def _python(*args: str, env=None, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, check=check,
-                          env={**(os.environ if env is None else env), 'PYTHONPATH': str(REPO_ROOT)})
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=check,
+        env={**(os.environ if env is None else env), 'PYTHONPATH': str(REPO_ROOT)},
+    )
 
 
 def torch_cuda() -> bool:
     import torch
+
     return torch.cuda.is_available()
 
 
@@ -50,8 +58,14 @@ def test_help_imports_neither_torch_nor_pyg(args):
     assert not heavy, f'pyg-tc {" ".join(args)} imported {heavy[:5]}'
 
 
-HELP_LINES = ('usage: pyg-tc [-h] [--version] {info,bench} ...', '    info ', '    bench ', 'examples:',
-              '  pyg-tc info ', '  pyg-tc bench --list ')
+HELP_LINES = (
+    'usage: pyg-tc [-h] [--version] {info,bench} ...',
+    '    info ',
+    '    bench ',
+    'examples:',
+    '  pyg-tc info ',
+    '  pyg-tc bench --list ',
+)
 
 
 @pytest.mark.parametrize('how', ['python -m pyg_tc', 'pyg-tc'])
@@ -60,8 +74,13 @@ def test_no_arguments_print_the_help(how):
     calls :func:`pyg_tc.cli.main` with ``sys.argv == ['pyg-tc']``) print the
     help with both commands and exit 0, without importing torch."""
     if how == 'pyg-tc':
-        p = _python('-X', 'importtime', '-c', 'import sys; from pyg_tc.cli import main; sys.argv = ["pyg-tc"]; '
-                    'sys.exit(main())', check=False)
+        p = _python(
+            '-X',
+            'importtime',
+            '-c',
+            'import sys; from pyg_tc.cli import main; sys.argv = ["pyg-tc"]; sys.exit(main())',
+            check=False,
+        )
     else:
         p = _python('-X', 'importtime', '-m', 'pyg_tc', check=False)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -82,39 +101,69 @@ def test_main_without_arguments_returns_0(capsys, monkeypatch):
 
 
 def test_parsing_bench_options_imports_neither_torch_nor_pyg():
-    code = ('import json, sys; from pyg_tc import cli; '
-            'a = cli.parser().parse_args(["bench", "--graphs", "tiny,large", "--no-training", "--budget", "5", '
-            '"--widths", "32, 64,32", "--train-models", "GCN,gin"]); '
-            'print(json.dumps([sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torch_geometric")), '
-            '{k: v for k, v in vars(a).items() if k != "func"}]))')
+    code = (
+        'import json, sys; from pyg_tc import cli; '
+        'a = cli.parser().parse_args(["bench", "--graphs", "tiny,large", "--no-training", "--budget", "5", '
+        '"--widths", "32, 64,32", "--train-models", "GCN,gin"]); '
+        'print(json.dumps([sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torch_geometric")), '
+        '{k: v for k, v in vars(a).items() if k != "func"}]))'
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith('PYG_TC_BENCH_')}
     heavy, args = json.loads(_python('-c', code, env=env).stdout)
     assert heavy == []
-    assert args == dict(command='bench', graphs=['tiny', 'reddit', 'products', 'arxiv', 'tolokers', 'blogcatalog',
-                                                 'cornell5'], widths=[32, 64], dtypes=None, out='bench_out',
-                        training=False, train_graphs=None, train_models=['gcn', 'gin'], quick=False, budget=5.0)
+    assert args == dict(
+        command='bench',
+        graphs=['tiny', 'reddit', 'products', 'arxiv', 'tolokers', 'blogcatalog', 'cornell5'],
+        widths=[32, 64],
+        dtypes=None,
+        out='bench_out',
+        training=False,
+        train_graphs=None,
+        train_models=['gcn', 'gin'],
+        quick=False,
+        budget=5.0,
+    )
 
 
 def test_bench_options_give_the_same_config(monkeypatch):
     from benchmarks.suites import spmm
+
     for var in ('GRAPHS', 'WIDTHS', 'DTYPES', 'TRAIN_GRAPHS'):
         monkeypatch.delenv(f'PYG_TC_BENCH_{var}', raising=False)
-    a = cli.parser().parse_args(['bench', '--graphs', 'tiny', '--widths', '32', '--dtypes', 'fp32', '--quick',
-                                 '--train-models', 'gcn,sage', '--out', 'x'])
+    a = cli.parser().parse_args(
+        [
+            'bench',
+            '--graphs',
+            'tiny',
+            '--widths',
+            '32',
+            '--dtypes',
+            'fp32',
+            '--quick',
+            '--train-models',
+            'gcn,sage',
+            '--out',
+            'x',
+        ]
+    )
     assert a.func is cli._bench
     cfg = spmm.config_from_args(a)
     assert cfg == spmm.make_config('tiny', '32', 'fp32', 'x', True, True, None, 'gcn,sage', None)
-    assert cfg.graphs == ['tiny'] and cfg.widths == [32] and cfg.dtypes == ['fp32'] and cfg.train_models == [
-        'gcn', 'sage']
+    assert (
+        cfg.graphs == ['tiny'] and cfg.widths == [32] and cfg.dtypes == ['fp32'] and cfg.train_models == ['gcn', 'sage']
+    )
     assert tuple(spmm.DTYPES) == ('fp32', 'fp16', 'bf16')
     # the environment fills what the command line leaves out, checked the same way
     monkeypatch.setenv('PYG_TC_BENCH_WIDTHS', '64,128')
     assert cli.parser().parse_args(['bench']).widths == [64, 128] == spmm.make_config().widths
     assert cli.parser().parse_args(['bench', '--widths', '32']).widths == [32]
     # from Python: the same checks, as a ValueError of one line
-    for kw, msg in ((dict(widths='abc'), "'abc' is not a positive integer"),
-                    (dict(dtypes=['fp64']), "unknown dtype 'fp64'"), (dict(graphs='nosuch'), "unknown graph 'nosuch'"),
-                    (dict(train_models='x'), "unknown model 'x'")):
+    for kw, msg in (
+        (dict(widths='abc'), "'abc' is not a positive integer"),
+        (dict(dtypes=['fp64']), "unknown dtype 'fp64'"),
+        (dict(graphs='nosuch'), "unknown graph 'nosuch'"),
+        (dict(train_models='x'), "unknown model 'x'"),
+    ):
         with pytest.raises(ValueError, match=msg) as e:
             spmm.make_config(**kw)
         assert '\n' not in str(e.value)
@@ -126,11 +175,22 @@ def test_bench_lists_and_runs_the_registered_suites(tmp_path):
     command line (its usage and errors, named ``pyg-tc bench SUITE``); without
     ``benchmarks/`` beside the package, one error line."""
     from pyg_tc.bench.registry import DEFAULT, SUITES
+
     p = _python('-X', 'importtime', '-m', 'pyg_tc', 'bench', '--list')
     listed = {line.split()[0]: line for line in p.stdout.splitlines()}
     assert list(listed) == list(SUITES) and '(the default)' in listed[DEFAULT]
-    assert {'spmm', 'maxk', 'maxk_train', 'tcgnn', 'gat', 'half', 'es_spmm', 'minibatch', 'sampling',
-            'captured_step'} <= set(SUITES)
+    assert {
+        'spmm',
+        'maxk',
+        'maxk_train',
+        'tcgnn',
+        'gat',
+        'half',
+        'es_spmm',
+        'minibatch',
+        'sampling',
+        'captured_step',
+    } <= set(SUITES)
     assert not [m for m in _imported(p.stderr) if m.split('.')[0] in HEAVY]
     p = _python('-m', 'pyg_tc', 'bench', 'maxk', '--help')
     assert p.stdout.startswith('usage: pyg-tc bench maxk [-h]') and '--ks' in p.stdout
@@ -142,11 +202,22 @@ def test_bench_lists_and_runs_the_registered_suites(tmp_path):
     # an installed package without the checkout: the suites are not there
     shutil.copytree(REPO_ROOT / 'pyg_tc', tmp_path / 'pyg_tc', ignore=shutil.ignore_patterns('__pycache__'))
     for args in (['bench', 'maxk'], ['bench', '--no-training']):
-        p = subprocess.run([sys.executable, '-m', 'pyg_tc', *args], capture_output=True, text=True, cwd=tmp_path,
-                           env={**os.environ, 'PYTHONPATH': str(tmp_path)})
-        assert p.returncode == 1 and p.stdout == '' and p.stderr.splitlines() == [
-            f'pyg-tc bench: error: the benchmark suites ship with the source checkout: clone pyg_tc, pip install '
-            f'-e . and run from there (no benchmarks/ next to {tmp_path.resolve()})']
+        p = subprocess.run(
+            [sys.executable, '-m', 'pyg_tc', *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, 'PYTHONPATH': str(tmp_path)},
+        )
+        assert (
+            p.returncode == 1
+            and p.stdout == ''
+            and p.stderr.splitlines()
+            == [
+                f'pyg-tc bench: error: the benchmark suites ship with the source checkout: clone pyg_tc, pip install '
+                f'-e . and run from there (no benchmarks/ next to {tmp_path.resolve()})'
+            ]
+        )
 
 
 ERRORS = [
@@ -191,12 +262,14 @@ def test_bad_environment_values_are_argument_errors():
     env = {**os.environ, 'PYG_TC_BENCH_DTYPES': 'fp32,fp8'}
     p = _python('-m', 'pyg_tc', 'bench', env=env, check=False)
     assert p.returncode == 2 and 'Traceback' not in p.stderr and p.stderr.startswith('usage: pyg-tc bench')
-    assert p.stderr.splitlines()[-1] == ("pyg-tc bench: error: PYG_TC_BENCH_DTYPES='fp32,fp8': unknown dtype "
-                                         "'fp8'; choose from fp32, fp16, bf16")
+    assert p.stderr.splitlines()[-1] == (
+        "pyg-tc bench: error: PYG_TC_BENCH_DTYPES='fp32,fp8': unknown dtype 'fp8'; choose from fp32, fp16, bf16"
+    )
 
 
 def test_version_without_torch(capsys):
     import pyg_tc
+
     p = _python('-X', 'importtime', '-m', 'pyg_tc', '--version')
     assert p.stdout == f'pyg_tc {pyg_tc.__version__}\n' and re.fullmatch(r'\d+\.\d+\.\d+\S*', pyg_tc.__version__)
     assert not [m for m in _imported(p.stderr) if m.split('.')[0] in HEAVY]
@@ -205,8 +278,20 @@ def test_version_without_torch(capsys):
     assert e.value.code == 0 and capsys.readouterr().out == f'pyg_tc {pyg_tc.__version__}\n'
 
 
-INFO_KEYS = {'pyg_tc', 'python', 'torch', 'torch_cuda', 'torch_geometric', 'torch_sparse', 'gpu', 'kernels',
-             'kernels_reason', 'build_seconds', 'build_dir', 'backend'}
+INFO_KEYS = {
+    'pyg_tc',
+    'python',
+    'torch',
+    'torch_cuda',
+    'torch_geometric',
+    'torch_sparse',
+    'gpu',
+    'kernels',
+    'kernels_reason',
+    'build_seconds',
+    'build_dir',
+    'backend',
+}
 
 
 @pytest.mark.skipif(torch_cuda(), reason='with a GPU, info builds / loads the kernels (by design)')
@@ -217,12 +302,14 @@ def test_info_without_cuda_is_quick_and_builds_nothing():
     at most 1 s above that of ``import torch`` alone in the same environment
     (which takes 1.5-2.2 s of CPU time on a loaded 2-core machine), its wall
     time with slack."""
+
     def cpu_of(*args):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         out = _python(*args)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         return out, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, time.perf_counter() - t0
+
     _, torch_cpu, _ = cpu_of('-c', 'import torch')
     p, cpu, wall = cpu_of('-m', 'pyg_tc', 'info', '--json')
     info = json.loads(p.stdout)
@@ -230,11 +317,14 @@ def test_info_without_cuda_is_quick_and_builds_nothing():
     assert info['kernels'] == 'unavailable' and info['backend'] == 'pure-PyTorch reference'
     assert 'CUDA' in info['kernels_reason'] and info['build_seconds'] is None and info['build_dir'] is None
     import torch_geometric
+
     assert info['torch_geometric'] == torch_geometric.__version__
     assert cpu < torch_cpu + 1.0, f'pyg-tc info took {cpu:.1f} s of CPU time, import torch {torch_cpu:.1f} s'
     assert wall < 10.0, f'pyg-tc info took {wall:.1f} s'
-    code = ('import json, sys; from pyg_tc import cli, _kernels; cli.main(["info"]); '
-            'print(json.dumps([_kernels.status()["tried"], sorted(sys.modules)]))')
+    code = (
+        'import json, sys; from pyg_tc import cli, _kernels; cli.main(["info"]); '
+        'print(json.dumps([_kernels.status()["tried"], sorted(sys.modules)]))'
+    )
     tried, mods = json.loads(_python('-c', code).stdout.splitlines()[-1])
     assert tried is False  # no build was even tried
     assert 'torch' in mods and 'pyg_tc._info' in mods
@@ -245,8 +335,16 @@ def test_info_without_cuda_is_quick_and_builds_nothing():
 def test_info_prints_a_table(capsys):
     assert cli.main(['info', '--no-build']) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out[:8]] == ['pyg_tc', 'python', 'torch', 'torch_geometric', 'torch_sparse',
-                                                     'GPU', 'kernels', 'backend']
+    assert [line.split()[0] for line in out[:8]] == [
+        'pyg_tc',
+        'python',
+        'torch',
+        'torch_geometric',
+        'torch_sparse',
+        'GPU',
+        'kernels',
+        'backend',
+    ]
 
 
 @pytest.mark.skipif(torch_cuda(), reason='the reference-path report is what a machine without CUDA gets')
@@ -255,8 +353,21 @@ def test_bench_on_the_cpu_reports_reference_times_without_ratios(tmp_path):
     labelled), each with its confidence interval and a noisy flag, no
     speed-up or bandwidth anywhere, and a time plot instead of speedup.png."""
     out = tmp_path / 'b'
-    p = _python('-m', 'pyg_tc', 'bench', '--quick', '--graphs', 'tiny', '--widths', '32', '--dtypes', 'fp32,',
-                '--no-training', '--out', str(out))
+    p = _python(
+        '-m',
+        'pyg_tc',
+        'bench',
+        '--quick',
+        '--graphs',
+        'tiny',
+        '--widths',
+        '32',
+        '--dtypes',
+        'fp32,',
+        '--no-training',
+        '--out',
+        str(out),
+    )
     assert '[done]' in p.stdout and 'Traceback' not in p.stderr
     recs = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
     (sp,) = [r for r in recs if r['kind'] == 'spmm']
@@ -298,8 +409,14 @@ print(json.dumps(out))
     out = json.loads(_python('-c', code).stdout)
     assert out['after_import'] == [] and out['version'] and out['dir'] == []
     assert out['missing'] == "module 'pyg_tc' has no attribute 'no_such_name'"
-    assert out['names'] == ['pyg_tc.nn.conv', 'pyg_tc._info', 'pyg_tc.ops.sample', 'pyg_tc.formats.csr',
-                            'pyg_tc.transforms.cap', 'pyg_tc.ops.dispatch']
+    assert out['names'] == [
+        'pyg_tc.nn.conv',
+        'pyg_tc._info',
+        'pyg_tc.ops.sample',
+        'pyg_tc.formats.csr',
+        'pyg_tc.transforms.cap',
+        'pyg_tc.ops.dispatch',
+    ]
     assert out['defined']
 
 
@@ -309,17 +426,24 @@ def test_ops_are_defined_when_needed_without_importing_pyg_tc_ops():
     op up imports them, and so does loading the kernels (``ensure()``, which
     ``info()`` calls where the kernels can be built), so every op is defined
     before its CUDA fallback is registered."""
-    code = ('import json, sys; import pyg_tc.formats; from pyg_tc import _library; '
-            'before = "pyg_tc.ops" in sys.modules; own = sorted(_library.OPS); '
-            'name = _library.op("spmm_csr").name; '
-            'print(json.dumps([before, own, name, sorted(_library.OPS)]))')
+    code = (
+        'import json, sys; import pyg_tc.formats; from pyg_tc import _library; '
+        'before = "pyg_tc.ops" in sys.modules; own = sorted(_library.OPS); '
+        'name = _library.op("spmm_csr").name; '
+        'print(json.dumps([before, own, name, sorted(_library.OPS)]))'
+    )
     before, own, name, ops = json.loads(_python('-c', code).stdout)
     # the ops the formats' sources declare (``Op('name(...``), read from the files
-    declared = sorted(re.findall(r"\bOp\(\s*'(\w+)\(", ''.join(
-        p.read_text() for p in (REPO_ROOT / 'pyg_tc' / 'formats').glob('*.py'))))
+    declared = sorted(
+        re.findall(
+            r"\bOp\(\s*'(\w+)\(", ''.join(p.read_text() for p in (REPO_ROOT / 'pyg_tc' / 'formats').glob('*.py'))
+        )
+    )
     assert before is False and len(declared) >= 4 and own == declared
     assert name == 'spmm_csr' and {'spmm_csr', 'edge_softmax', 'sampled_spmm', 'sort_int32'} <= set(ops)
-    code = ('import json, sys, pyg_tc; from pyg_tc import _library; _library.ensure(); '
-            'print(json.dumps(["pyg_tc.ops" in sys.modules, sorted(_library.OPS)]))')
+    code = (
+        'import json, sys, pyg_tc; from pyg_tc import _library; _library.ensure(); '
+        'print(json.dumps(["pyg_tc.ops" in sys.modules, sorted(_library.OPS)]))'
+    )
     loaded, ops = json.loads(_python('-c', code).stdout)
     assert loaded and {'spmm_csr', 'edge_softmax', 'sampled_spmm'} <= set(ops)

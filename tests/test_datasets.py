@@ -1,6 +1,7 @@
 """pyg_tc.datasets: the synthetic stand-ins have the real datasets' shape and learnable labels,
 ``load`` returns them without a root, the real PyG dataset with one, and one clear error when
 the real one can be neither read nor downloaded."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -59,8 +60,10 @@ def test_tolokers_shape(made):
     assert (d.train_mask.int() + d.val_mask.int() + d.test_mask.int() == 1).all()  # each split covers all once
 
 
-@pytest.mark.parametrize('name,graphs,classes,nodes,edges', [
-    ('PROTEINS_full', 1113, [663, 450], 43471, 162088), ('ENZYMES', 600, [100] * 6, 19580, 74564)])
+@pytest.mark.parametrize(
+    'name,graphs,classes,nodes,edges',
+    [('PROTEINS_full', 1113, [663, 450], 43471, 162088), ('ENZYMES', 600, [100] * 6, 19580, 74564)],
+)
 def test_tu_shape(made, name, graphs, classes, nodes, edges):
     ds = made[name]
     assert len(ds) == graphs and ds.num_features == 3 and torch.bincount(ds.y).tolist() == classes
@@ -94,6 +97,7 @@ def test_cora_labels_are_learned_better_with_the_graph(made):
         with torch.no_grad():
             pred = c2(c1(x, edge_index).relu(), edge_index).argmax(1)
         return float((pred[d.test_mask] == d.y[d.test_mask]).float().mean())
+
     with_graph, without = accuracy(d.edge_index), accuracy(torch.empty(2, 0, dtype=torch.long))
     assert with_graph > 0.7 and with_graph > without + 0.15, (with_graph, without)
 
@@ -127,12 +131,15 @@ def test_load_without_root_is_synthetic():
 def test_load_unusable_root_raises_one_line(tmp_path, monkeypatch):
     def offline(self):  # what PyG's download raises without network (aiohttp's errors are OSErrors)
         raise OSError('Cannot connect to host github.com:443 ssl:default [Name or service not known]')
+
     monkeypatch.setattr(torch_geometric.datasets.Planetoid, 'download', offline)
     with pytest.raises(DatasetUnavailableError) as e:
         load('Cora', tmp_path)
     msg = str(e.value)
-    assert msg == (f'Cora is not in {tmp_path / "planetoid"} and could not be downloaded there (OSError: Cannot '
-                   'connect to host github.com:443 ssl:default [Name or service not known])')
+    assert msg == (
+        f'Cora is not in {tmp_path / "planetoid"} and could not be downloaded there (OSError: Cannot '
+        'connect to host github.com:443 ssl:default [Name or service not known])'
+    )
     assert e.value.__cause__ is None and e.value.__suppress_context__  # raised "from None": no chained traceback
     not_a_folder = tmp_path / 'file'
     not_a_folder.write_text('')
@@ -140,8 +147,15 @@ def test_load_unusable_root_raises_one_line(tmp_path, monkeypatch):
         load('Cora', not_a_folder)
 
 
-@pytest.mark.parametrize('name,rel', [('Cora', 'planetoid/Cora'), ('PROTEINS_full', 'tu/PROTEINS_full'),
-                                      ('ENZYMES', 'tu/ENZYMES'), ('Tolokers', 'heterophilous/tolokers')])
+@pytest.mark.parametrize(
+    'name,rel',
+    [
+        ('Cora', 'planetoid/Cora'),
+        ('PROTEINS_full', 'tu/PROTEINS_full'),
+        ('ENZYMES', 'tu/ENZYMES'),
+        ('Tolokers', 'heterophilous/tolokers'),
+    ],
+)
 def test_real_and_synthetic_have_the_same_shape(made, name, rel, tmp_path_factory):
     """With ``$PYG_TC_DATA``: the real dataset through ``load`` and its stand-in agree in class,
     attributes, feature and class counts and, for one-graph datasets, sizes and mask shapes."""

@@ -3,6 +3,7 @@ import never builds and never fails; info() says why kernels are missing;
 every translation unit under kernels/ is built, the build directory does not
 depend on the sources, and torch's ninja file rebuilds only what an edit
 touches (the last three checked on the CPU, without nvcc)."""
+
 import json
 import os
 import re
@@ -25,11 +26,19 @@ FAMILIES = ('common', 'attn', 'csr', 'maxk', 'neighbor', 'sgt', 'sort')
 
 
 def test_import_does_not_build_and_info_explains():
-    code = ('import pyg_tc, pyg_tc._kernels as k, json; '
-            'print(json.dumps([k.status()["tried"], pyg_tc.info()["kernels_reason"], '
-            'pyg_tc.info()["backend"]]))')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                         cwd=REPO_ROOT, check=True, env={**os.environ, 'PYTHONPATH': str(REPO_ROOT)})
+    code = (
+        'import pyg_tc, pyg_tc._kernels as k, json; '
+        'print(json.dumps([k.status()["tried"], pyg_tc.info()["kernels_reason"], '
+        'pyg_tc.info()["backend"]]))'
+    )
+    out = subprocess.run(
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=True,
+        env={**os.environ, 'PYTHONPATH': str(REPO_ROOT)},
+    )
     tried, reason, backend = json.loads(out.stdout.strip().splitlines()[-1])
     assert tried is False  # importing pyg_tc did not try to build
     if not torch.cuda.is_available():
@@ -38,9 +47,14 @@ def test_import_does_not_build_and_info_explains():
 
 def test_disable_kernels_env_gives_reference():
     code = 'import pyg_tc; print(pyg_tc.info()["kernels_reason"])'
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                         cwd=REPO_ROOT, check=True,
-                         env={**os.environ, 'PYTHONPATH': str(REPO_ROOT), 'PYG_TC_DISABLE_KERNELS': '1'})
+    out = subprocess.run(
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=True,
+        env={**os.environ, 'PYTHONPATH': str(REPO_ROOT), 'PYG_TC_DISABLE_KERNELS': '1'},
+    )
     assert 'PYG_TC_DISABLE_KERNELS' in out.stdout
 
 
@@ -49,10 +63,17 @@ def test_second_process_reuses_the_build():
     pyg_tc.ops.ensure()
     st = _kernels.status()
     assert st['loaded'], st['error']
-    code = ('import pyg_tc, json; i = pyg_tc.info(); '
-            'print(json.dumps([i["kernels"], i["build_dir"], i["build_seconds"]]))')
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True,
-                         cwd=REPO_ROOT, env={**os.environ, 'PYTHONPATH': str(REPO_ROOT)})
+    code = (
+        'import pyg_tc, json; i = pyg_tc.info(); print(json.dumps([i["kernels"], i["build_dir"], i["build_seconds"]]))'
+    )
+    out = subprocess.run(
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, 'PYTHONPATH': str(REPO_ROOT)},
+    )
     kernels, build_dir, seconds = json.loads(out.stdout.strip().splitlines()[-1])
     assert kernels == 'loaded' and build_dir == st['build_dir']
     assert seconds < 10, f'second process rebuilt the kernels ({seconds:.1f} s)'
@@ -66,8 +87,17 @@ def test_concurrent_first_builds_compile_once(tmp_path):
     second concurrent ninja run would log the objects twice or fail)."""
     code = 'import pyg_tc, json; i = pyg_tc.info(); print(json.dumps([i["kernels"], i["build_dir"]]))'
     env = {**os.environ, 'PYTHONPATH': str(REPO_ROOT), 'PYG_TC_BUILD_DIR': str(tmp_path / 'build')}
-    procs = [subprocess.Popen([sys.executable, '-c', code], cwd=REPO_ROOT, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, '-c', code],
+            cwd=REPO_ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=1800) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     results = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
@@ -79,6 +109,7 @@ def test_concurrent_first_builds_compile_once(tmp_path):
 
 
 # ---------------------------------------------------------------- layout and sources
+
 
 def _tree_tus(root: Path):
     return sorted(str(p) for p in root.rglob('*') if p.suffix in ('.cu', '.cpp'))
@@ -145,7 +176,9 @@ BUILDER_SOURCES = ('csr/csr_build.cu', 'neighbor/', 'sort/')
 
 def kernel_signatures(code: str):
     """(name, parameter list) of every ``__global__`` function in a source without comments."""
-    for m in re.finditer(r'__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(([^)]*)\)', code):
+    for m in re.finditer(
+        r'__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(([^)]*)\)', code
+    ):
         yield m.group(1), ' '.join(m.group(2).split())
 
 
@@ -167,8 +200,10 @@ def test_one_kernel_calling_convention():
 
 def test_kernel_signatures_parser():
     """The parser above reads both layouts of a kernel's signature."""
-    code = ('__global__ void __launch_bounds__(256, min_blocks(NV))\nk1(const AParams p) {}\n'
-            '__global__ void k2(const int* __restrict__ a,\n int n) {}')
+    code = (
+        '__global__ void __launch_bounds__(256, min_blocks(NV))\nk1(const AParams p) {}\n'
+        '__global__ void k2(const int* __restrict__ a,\n int n) {}'
+    )
     assert list(kernel_signatures(code)) == [('k1', 'const AParams p'), ('k2', 'const int* __restrict__ a, int n')]
 
 
@@ -211,10 +246,12 @@ def test_header_deps_tracked_follows_torch(monkeypatch):
 
 # ---------------------------------------------------------------- torch's ninja file
 
+
 def _write_ninja(bdir: Path, monkeypatch, cuda_home: Path):
     """build.ninja as cpp_extension.load writes it for a CUDA build of torch
     (torch.version.cuda set), with the arguments _kernels.load passes."""
     from torch.utils import cpp_extension
+
     writer = getattr(cpp_extension, '_write_ninja_file_to_build_library', None)
     if writer is None:
         pytest.skip('this torch has no _write_ninja_file_to_build_library')
@@ -224,10 +261,19 @@ def _write_ninja(bdir: Path, monkeypatch, cuda_home: Path):
     monkeypatch.setenv('TORCH_NO_COMPILER_WRAPPER', '1')
     args = _kernels.build_args('90', str(cuda_home))
     bdir.mkdir(parents=True, exist_ok=True)
-    writer(path=str(bdir / 'build.ninja'), name=args['name'], sources=args['sources'],
-           extra_cflags=args['extra_cflags'], extra_cuda_cflags=args['extra_cuda_cflags'],
-           extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=args['extra_include_paths'],
-           with_cuda=True, with_sycl=False, is_standalone=False)
+    writer(
+        path=str(bdir / 'build.ninja'),
+        name=args['name'],
+        sources=args['sources'],
+        extra_cflags=args['extra_cflags'],
+        extra_cuda_cflags=args['extra_cuda_cflags'],
+        extra_sycl_cflags=[],
+        extra_ldflags=[],
+        extra_include_paths=args['extra_include_paths'],
+        with_cuda=True,
+        with_sycl=False,
+        is_standalone=False,
+    )
     return args, (bdir / 'build.ninja').read_text()
 
 

@@ -1,6 +1,7 @@
 """The op framework (pyg_tc._library): schemas written once in Python, the
 CUDA side only registers implementations, references and autograd bound by
 argument name."""
+
 from __future__ import annotations
 
 import re
@@ -55,8 +56,7 @@ def test_kernels_only_register_cuda_implementations_of_known_ops():
 
 def test_reference_binds_arguments_by_name():
     with pytest.raises(TypeError, match='unknown arguments'):
-        Op('bad_ref(Tensor x) -> Tensor', reference=lambda y: y, fake=lambda a: a.x,
-           namespace='pyg_tc_test')
+        Op('bad_ref(Tensor x) -> Tensor', reference=lambda y: y, fake=lambda a: a.x, namespace='pyg_tc_test')
 
 
 def test_named_autograd_and_saved_consts():
@@ -64,9 +64,14 @@ def test_named_autograd_and_saved_consts():
         assert a.scale == 3 and a.width == a.x.size(1) and needs['x'] and not needs['y']
         return {'x': grad * a.scale * a.y}
 
-    op = Op('scaled_mul(Tensor x, Tensor y, int scale) -> Tensor',
-            reference=lambda x, y, scale: x * y * scale, fake=lambda a: a.x.new_empty(a.x.shape),
-            backward=backward, consts=lambda a: {'width': a.x.size(1)}, namespace='pyg_tc_test')
+    op = Op(
+        'scaled_mul(Tensor x, Tensor y, int scale) -> Tensor',
+        reference=lambda x, y, scale: x * y * scale,
+        fake=lambda a: a.x.new_empty(a.x.shape),
+        backward=backward,
+        consts=lambda a: {'width': a.x.size(1)},
+        namespace='pyg_tc_test',
+    )
     x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
     y = torch.randn(4, 3, dtype=torch.float64)
     assert torch.autograd.gradcheck(lambda x: op(x, y, 3, differentiable=(x,)), (x,))
@@ -74,9 +79,13 @@ def test_named_autograd_and_saved_consts():
 
 
 def test_backward_returning_an_unknown_input_raises():
-    op = Op('typo_grad(Tensor x) -> Tensor', reference=lambda x: x * 2,
-            fake=lambda a: a.x.new_empty(a.x.shape), backward=lambda a, needs, g: {'z': g},
-            namespace='pyg_tc_test')
+    op = Op(
+        'typo_grad(Tensor x) -> Tensor',
+        reference=lambda x: x * 2,
+        fake=lambda a: a.x.new_empty(a.x.shape),
+        backward=lambda a, needs, g: {'z': g},
+        namespace='pyg_tc_test',
+    )
     x = torch.randn(3, requires_grad=True)
     with pytest.raises(RuntimeError, match='unknown inputs'):
         op(x, differentiable=(x,)).sum().backward()
@@ -94,6 +103,7 @@ def test_eager_calls_skip_the_registered_autograd_wrapper(monkeypatch):
     and below autograd when none does or grad mode is off."""
     from pyg_tc.formats import CSRGraph
     from pyg_tc.ops import spmm_graph
+
     op = OPS['spmm_csr']
     torch.manual_seed(0)
     ei = torch.tensor([[1, 2, 0, 1, 2, 0], [0, 0, 2, 2, 2, 1]])
@@ -110,8 +120,9 @@ def test_eager_calls_skip_the_registered_autograd_wrapper(monkeypatch):
     assert type(slow.grad_fn).__name__ != type(fast.grad_fn).__name__
     gout = torch.randn_like(fast)
     torch.testing.assert_close(fast, slow, rtol=0, atol=0)
-    torch.testing.assert_close(torch.autograd.grad(fast, (value, x), gout),
-                               torch.autograd.grad(slow, (value, x), gout), rtol=0, atol=0)
+    torch.testing.assert_close(
+        torch.autograd.grad(fast, (value, x), gout), torch.autograd.grad(slow, (value, x), gout), rtol=0, atol=0
+    )
     assert torch.autograd.gradgradcheck(lambda v, xx: spmm_graph(g, xx, v, 'sum'), (value, x))
     with torch.no_grad():
         assert spmm_graph(g, x, value, 'sum').grad_fn is None

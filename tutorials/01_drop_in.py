@@ -29,6 +29,7 @@ on synthetic data of Cora's shape (``pyg_tc.datasets.synthetic('Cora')``: 2,708 
 edges, 1,433 features, 7 learnable classes), so it also runs offline; the accuracies are then
 those of the synthetic graph.
 """
+
 import argparse
 import copy
 import os
@@ -102,9 +103,12 @@ def train_captured(model, data, epochs: int, seed: int, desc=None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
-                   help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
-                        'default $PYG_TC_DATA, else synthetic data of the same shape')
+    p.add_argument(
+        '--root',
+        default=os.environ.get('PYG_TC_DATA'),
+        help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
+        'default $PYG_TC_DATA, else synthetic data of the same shape',
+    )
     p.add_argument('--small', action='store_true', help='a few epochs (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
@@ -112,8 +116,8 @@ def main():
     data = load_or_exit('Cora', a.root, transform=T.NormalizeFeatures())[0].to(a.device)
 
     torch.manual_seed(0)
-    ref = GCN(torch_geometric.nn, data.num_features, 16, 7).to(a.device)    # the PyG model
-    ours = GCN(pyg_tc.nn, data.num_features, 16, 7).to(a.device)            # imports changed
+    ref = GCN(torch_geometric.nn, data.num_features, 16, 7).to(a.device)  # the PyG model
+    ours = GCN(pyg_tc.nn, data.num_features, 16, 7).to(a.device)  # imports changed
     ours.load_state_dict(ref.state_dict())  # 1. a PyG checkpoint loads as is
 
     # 2. same weights -> same outputs and gradients (eval mode: no dropout)

@@ -41,6 +41,7 @@ on synthetic data of Cora's shape (``pyg_tc.datasets.synthetic('Cora')``), so it
 offline; its random graph has less locality for RCM to find, so the bandwidth falls less than on
 Cora (about 2x instead of 3.6x).
 """
+
 import argparse
 import os
 import statistics
@@ -78,9 +79,12 @@ def back(out, data):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
-                   help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
-                        'default $PYG_TC_DATA, else synthetic data of the same shape')
+    p.add_argument(
+        '--root',
+        default=os.environ.get('PYG_TC_DATA'),
+        help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
+        'default $PYG_TC_DATA, else synthetic data of the same shape',
+    )
     p.add_argument('--small', action='store_true', help='fewer timed calls (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
@@ -98,11 +102,17 @@ def main():
     cbsr, t_cbsr = timed(lambda: CBSRTransform()(data), reps, a.device)
     print(f'{graph} on {a.device} (pyg_tc backend: {backend})')
     print('DegreeBucketTransform.graph(data).stats():', DegreeBucketTransform.graph(dbt).stats())
-    print('bandwidth max|src - dst|: native', ReorderTransform.bandwidth(data.edge_index),
-          '-> RCM', ReorderTransform.bandwidth(rcm.edge_index))
+    print(
+        'bandwidth max|src - dst|: native',
+        ReorderTransform.bandwidth(data.edge_index),
+        '-> RCM',
+        ReorderTransform.bandwidth(rcm.edge_index),
+    )
     s = SGTTransform.stats(sgt)
-    print(f"SGTTransform.stats(data): {s['blocks']} tensor-core blocks ({s['blocks_without_sgt']} "
-          f"without SGT), {s['nnz_per_block']:.1f} nonzeros per block")
+    print(
+        f"SGTTransform.stats(data): {s['blocks']} tensor-core blocks ({s['blocks_without_sgt']} "
+        f"without SGT), {s['nnz_per_block']:.1f} nonzeros per block"
+    )
     print('CBSRTransform.stats(data):', CBSRTransform.stats(cbsr))
 
     # A layer on the RCM + SGT graph: the reordered data.x in, the rows mapped back out.
@@ -115,8 +125,10 @@ def main():
             out = back(conv(sgt.x, sgt.edge_index), sgt)
             torch.testing.assert_close(out, out0, atol=1e-4, rtol=1e-3)
             assert torch.equal(out.argmax(1), out0.argmax(1))
-    print("GCNConv(backend='csr'|'sgt'|'auto'|'reference') on the RCM + SGT graph: "
-          'predictions mapped back match the original order')
+    print(
+        "GCNConv(backend='csr'|'sgt'|'auto'|'reference') on the RCM + SGT graph: "
+        'predictions mapped back match the original order'
+    )
 
     # One aggregation per format, against the plain edge_index result.
     h = data.x @ W  # original order
@@ -127,24 +139,61 @@ def main():
     base = spmm(h, data.edge_index)  # 1st call: builds the CSR format, caches it on edge_index
     base_k = spmm(hk.to_dense(), data.edge_index)  # the dense product of the same MaxK features
     cases = [  # (format, what it is for, build ms, one aggregation, the result it must equal)
-        ('`edge_index` (no transform)', 'baseline: the CSR format is built on the 1st call, cached',
-         None, lambda: spmm(h, data.edge_index), base),
-        ('`DegreeBucketTransform`', 'CSR + degree-bucket schedule, attached once per graph',
-         t_dbt, lambda: spmm(h, dbt.edge_index), base),
-        ("`ReorderTransform('rcm')`", 'RCM node order (locality); map back with `node_perm`',
-         t_rcm, lambda: back(spmm(h_rcm, rcm.edge_index), rcm), base),
-        ("`SGTTransform`, `backend='sgt'`", 'TC-GNN tensor-core blocks (after RCM)',
-         t_sgt, lambda: back(spmm(h_rcm, sgt.edge_index, backend='sgt'), sgt), base),
-        (f"`SGTTransform`, `backend='auto'` (runs {auto!r})", 'the faster of sgt / csr, timed once',
-         t_sgt, lambda: back(spmm(h_rcm, sgt.edge_index), sgt), base),
-        ('`CBSRTransform` + `MaxK(8)` features', 'MaxK-GNN SpGEMM (vs the dense MaxK features)',
-         t_cbsr, lambda: spmm(hk, cbsr.edge_index), base_k),
-        ("`edge_index`, `backend='reference'`", 'the pure-PyTorch oracle',
-         None, lambda: spmm(h, data.edge_index, backend='reference'), base),
+        (
+            '`edge_index` (no transform)',
+            'baseline: the CSR format is built on the 1st call, cached',
+            None,
+            lambda: spmm(h, data.edge_index),
+            base,
+        ),
+        (
+            '`DegreeBucketTransform`',
+            'CSR + degree-bucket schedule, attached once per graph',
+            t_dbt,
+            lambda: spmm(h, dbt.edge_index),
+            base,
+        ),
+        (
+            "`ReorderTransform('rcm')`",
+            'RCM node order (locality); map back with `node_perm`',
+            t_rcm,
+            lambda: back(spmm(h_rcm, rcm.edge_index), rcm),
+            base,
+        ),
+        (
+            "`SGTTransform`, `backend='sgt'`",
+            'TC-GNN tensor-core blocks (after RCM)',
+            t_sgt,
+            lambda: back(spmm(h_rcm, sgt.edge_index, backend='sgt'), sgt),
+            base,
+        ),
+        (
+            f"`SGTTransform`, `backend='auto'` (runs {auto!r})",
+            'the faster of sgt / csr, timed once',
+            t_sgt,
+            lambda: back(spmm(h_rcm, sgt.edge_index), sgt),
+            base,
+        ),
+        (
+            '`CBSRTransform` + `MaxK(8)` features',
+            'MaxK-GNN SpGEMM (vs the dense MaxK features)',
+            t_cbsr,
+            lambda: spmm(hk, cbsr.edge_index),
+            base_k,
+        ),
+        (
+            "`edge_index`, `backend='reference'`",
+            'the pure-PyTorch oracle',
+            None,
+            lambda: spmm(h, data.edge_index, backend='reference'),
+            base,
+        ),
     ]
 
-    print(f'\n{graph}, spmm of {h.size(1)} features, sum, median of {reps} calls on {a.device} '
-          f'(pyg_tc backend: {backend})\n')
+    print(
+        f'\n{graph}, spmm of {h.size(1)} features, sum, median of {reps} calls on {a.device} '
+        f'(pyg_tc backend: {backend})\n'
+    )
     print('| format / transform | for | build ms | spmm ms | max abs diff vs `edge_index` |')
     print('|---|---|---|---|---|')
     for name, what, build, fn, want in tqdm(cases, 'timing spmm per format', leave=False):

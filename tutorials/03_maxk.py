@@ -23,6 +23,7 @@ Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora lives, a
 on synthetic data of Cora's shape (``pyg_tc.datasets.synthetic('Cora')``), so it also runs
 offline; the accuracies are then those of the synthetic graph.
 """
+
 import argparse
 import os
 import time
@@ -40,8 +41,9 @@ from pyg_tc.nn import MaxKGNN
 def run(data, nonlinear: str, k: int, hidden: int, epochs: int, seed: int, desc=None):
     """Train MaxKGNN('sage'); (best-validation test accuracy, ms per epoch). ``desc``: show progress."""
     torch.manual_seed(seed)
-    model = MaxKGNN('sage', data.num_features, hidden, 7, num_layers=3, k=k, dropout=0.5,
-                    nonlinear=nonlinear).to(data.x.device)
+    model = MaxKGNN('sage', data.num_features, hidden, 7, num_layers=3, k=k, dropout=0.5, nonlinear=nonlinear).to(
+        data.x.device
+    )
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     sync = torch.cuda.synchronize if data.x.is_cuda else (lambda: None)
     best_val = test = 0.0
@@ -66,9 +68,12 @@ def run(data, nonlinear: str, k: int, hidden: int, epochs: int, seed: int, desc=
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
-                   help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
-                        'default $PYG_TC_DATA, else synthetic data of the same shape')
+    p.add_argument(
+        '--root',
+        default=os.environ.get('PYG_TC_DATA'),
+        help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
+        'default $PYG_TC_DATA, else synthetic data of the same shape',
+    )
     p.add_argument('--small', action='store_true', help='a few epochs, one seed (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
@@ -86,8 +91,10 @@ def main():
         rows.append((name, k / hidden, acc, ms))
 
     graph = 'Cora' if a.root else 'Synthetic Cora'
-    print(f'\n{graph}, MaxKGNN(sage), 3 layers, hidden {hidden}, {epochs} epochs, {seeds} seed(s), on {a.device} '
-          f'(pyg_tc backend: {pyg_tc.info()["backend"]})\n')
+    print(
+        f'\n{graph}, MaxKGNN(sage), 3 layers, hidden {hidden}, {epochs} epochs, {seeds} seed(s), on {a.device} '
+        f'(pyg_tc backend: {pyg_tc.info()["backend"]})\n'
+    )
     base = rows[0][3]
     print('| nonlinearity | kept fraction | test accuracy | ms / epoch | x ReLU |')
     print('|---|---|---|---|---|')

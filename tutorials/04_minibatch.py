@@ -70,6 +70,7 @@ Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora lives, a
 on synthetic data of Cora's shape (``pyg_tc.datasets.synthetic('Cora')``), so it also runs
 offline; the accuracies are then those of the synthetic graph.
 """
+
 import argparse
 import copy
 import os
@@ -156,9 +157,12 @@ def step(model, opt, batch, device) -> float:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
-                   help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
-                        'default $PYG_TC_DATA, else synthetic data of the same shape')
+    p.add_argument(
+        '--root',
+        default=os.environ.get('PYG_TC_DATA'),
+        help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
+        'default $PYG_TC_DATA, else synthetic data of the same shape',
+    )
     p.add_argument('--small', action='store_true', help='a few epochs (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--no-sampler', action='store_true', help="PyG's rows: the k-hop fallback even with a sampler")
@@ -167,44 +171,72 @@ def main():
     data = load_or_exit('Cora', a.root)[0]  # stays on the CPU, where PyG's loader samples
     full = data.to(a.device)  # on the device: pyg_tc's loader samples and gathers there; full-graph tests
 
-    build = Timed(DegreeBucketTransform())   # the loader's transform, timed
-    gen = torch.Generator().manual_seed(0)   # the same shuffles on every run
+    build = Timed(DegreeBucketTransform())  # the loader's transform, timed
+    gen = torch.Generator().manual_seed(0)  # the same shuffles on every run
     sampler = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
     if sampler and not a.no_sampler:
         from torch_geometric.loader import NeighborLoader
-        loader = NeighborLoader(data, num_neighbors=[10, 5], batch_size=batch_size, input_nodes=data.train_mask,
-                                shuffle=True, transform=build, generator=gen)
+
+        loader = NeighborLoader(
+            data,
+            num_neighbors=[10, 5],
+            batch_size=batch_size,
+            input_nodes=data.train_mask,
+            shuffle=True,
+            transform=build,
+            generator=gen,
+        )
         batches_kind = "PyG's NeighborLoader [10, 5]"
     else:
-        print('--no-sampler given.' if sampler else
-              "PyG's NeighborLoader needs a sampler backend, pyg-lib or torch_sparse, and neither is installed.\n"
-              'Install one (e.g. `pip install torch_sparse`; PyG\'s installation guide lists the wheels).')
-        print("Falling back to full 2-hop subgraphs of each seed batch (no sampling) for PyG's loader; "
-              "pyg_tc's loader needs no backend.")
+        print(
+            '--no-sampler given.'
+            if sampler
+            else "PyG's NeighborLoader needs a sampler backend, pyg-lib or torch_sparse, and neither is installed.\n"
+            'Install one (e.g. `pip install torch_sparse`; PyG\'s installation guide lists the wheels).'
+        )
+        print(
+            "Falling back to full 2-hop subgraphs of each seed batch (no sampling) for PyG's loader; "
+            "pyg_tc's loader needs no backend."
+        )
         loader = KHopLoader(data, batch_size, build, gen)
         batches_kind = 'k-hop subgraphs (no sampler backend)'
     # pyg_tc's loader: the graph and features on the device, the batches made there with their CSR;
     # the same seed batches per epoch as PyG's loader (its own generator, seeded alike), other neighbours
-    own = pyg_tc.loader.NeighborLoader(full, num_neighbors=[10, 5], batch_size=batch_size,
-                                       input_nodes=data.train_mask, shuffle=True,
-                                       generator=torch.Generator().manual_seed(0), device=a.device)
+    own = pyg_tc.loader.NeighborLoader(
+        full,
+        num_neighbors=[10, 5],
+        batch_size=batch_size,
+        input_nodes=data.train_mask,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+        device=a.device,
+    )
     own_kind = 'pyg_tc.loader.NeighborLoader [10, 5]'
     # the captured row: the same batches padded to two buckets measured on a few of them
-    pad = PadToBuckets(buckets_from_batches(own, num_batches=10, levels=2, node_multiple=64, edge_multiple=256),
-                       batch_size)
+    pad = PadToBuckets(
+        buckets_from_batches(own, num_batches=10, levels=2, node_multiple=64, edge_multiple=256), batch_size
+    )
     padded_kind = own_kind + ', padded'
 
     torch.manual_seed(0)  # the initial weights, then pyg_tc's loader's neighbour draws
-    rows = {'PyG': (torch_geometric.nn, batches_kind), 'pyg_tc': (pyg_tc.nn, batches_kind),
-            'pyg_tc, own loader': (pyg_tc.nn, own_kind), 'pyg_tc, captured': (pyg_tc.nn, padded_kind)}
+    rows = {
+        'PyG': (torch_geometric.nn, batches_kind),
+        'pyg_tc': (pyg_tc.nn, batches_kind),
+        'pyg_tc, own loader': (pyg_tc.nn, own_kind),
+        'pyg_tc, captured': (pyg_tc.nn, padded_kind),
+    }
     models = {k: SAGE(layers, data.num_features, 64, 7).to(a.device) for k, (layers, _) in rows.items()}
     for m in models.values():
         m.load_state_dict(models['PyG'].state_dict())  # the same initial weights
     cuda = a.device.startswith('cuda')  # (Adam's step is captured with capturable=True)
-    opts = {k: torch.optim.Adam(m.parameters(), lr=0.01, weight_decay=5e-4, capturable=cuda and k.endswith('captured'))
-            for k, m in models.items()}
-    steps = {k: (captured(m, opts[k]) if k.endswith('captured') else
-                 lambda b, m=m, o=opts[k]: step(m, o, b, a.device)) for k, m in models.items()}
+    opts = {
+        k: torch.optim.Adam(m.parameters(), lr=0.01, weight_decay=5e-4, capturable=cuda and k.endswith('captured'))
+        for k, m in models.items()
+    }
+    steps = {
+        k: (captured(m, opts[k]) if k.endswith('captured') else lambda b, m=m, o=opts[k]: step(m, o, b, a.device))
+        for k, m in models.items()
+    }
     losses = {k: [] for k in models}
     seconds = {k: 0.0 for k in models}  # training steps
     sampling = {batches_kind: 0.0, own_kind: 0.0, padded_kind: 0.0}  # making the batches
@@ -237,10 +269,14 @@ def main():
     seconds['pyg_tc'] += build_s  # pyg_tc's steps on PyG's batches include building its formats
 
     graph = 'Cora' if a.root else 'Synthetic Cora'
-    print(f'\n{graph}, 2-layer GraphSAGE, batches of {batch_size} seeds, {epochs} epochs, on {a.device} '
-          f'(pyg_tc backend: {pyg_tc.info()["backend"]})\n')
-    print('| layers | batches | test accuracy | sampling ms / epoch | steps ms / epoch | epoch ms '
-          '| format-build share | max loss diff vs PyG |')
+    print(
+        f'\n{graph}, 2-layer GraphSAGE, batches of {batch_size} seeds, {epochs} epochs, on {a.device} '
+        f'(pyg_tc backend: {pyg_tc.info()["backend"]})\n'
+    )
+    print(
+        '| layers | batches | test accuracy | sampling ms / epoch | steps ms / epoch | epoch ms '
+        '| format-build share | max loss diff vs PyG |'
+    )
     print('|---|---|---|---|---|---|---|---|')
     for name, model in models.items():
         model.eval()
@@ -260,8 +296,10 @@ def main():
             share = f'{build_s / seconds[name]:.1%}' if name == 'pyg_tc' else '-'
             diff = '-' if name == 'PyG' else f'{max(abs(u - v) for u, v in zip(losses[name], losses["PyG"])):.1e}'
         layers = 'pyg_tc captured' if name.endswith('captured') else name.split(',')[0]
-        print(f'| {layers} | {kind} | {100 * acc:.1f}% | {sample_ms:.1f} | {ms:.1f} | {sample_ms + ms:.1f} '
-              f'| {share} | {diff} |')
+        print(
+            f'| {layers} | {kind} | {100 * acc:.1f}% | {sample_ms:.1f} | {ms:.1f} | {sample_ms + ms:.1f} '
+            f'| {share} | {diff} |'
+        )
 
 
 if __name__ == '__main__':

@@ -52,6 +52,7 @@ Without a root the script runs on synthetic graph sets of their shape
 2 classes; ``'ENZYMES'``: 600 graphs, 6 classes), so it also runs offline; the accuracies are then
 those of the synthetic graphs.
 """
+
 import argparse
 import os
 import statistics
@@ -77,8 +78,9 @@ class GIN(torch.nn.Module):
 
     def __init__(self, layers, cin: int, cout: int, hidden: int = 64, num_layers: int = 3):
         super().__init__()
-        self.convs = torch.nn.ModuleList(layers.GINConv(MLP([cin if i == 0 else hidden, hidden, hidden]))
-                                         for i in range(num_layers))
+        self.convs = torch.nn.ModuleList(
+            layers.GINConv(MLP([cin if i == 0 else hidden, hidden, hidden])) for i in range(num_layers)
+        )
         self.head = torch.nn.Linear(hidden, cout)
 
     def forward(self, x, edge_index, batch, num_graphs=None):
@@ -158,9 +160,12 @@ def train_captured(model, train_ds, test_ds, epochs: int, seed: int, device, des
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
-                   help='folder of the real datasets (DIR/tu/PROTEINS_full, DIR/tu/ENZYMES, downloaded there if '
-                        'missing); default $PYG_TC_DATA, else synthetic data of the same shape')
+    p.add_argument(
+        '--root',
+        default=os.environ.get('PYG_TC_DATA'),
+        help='folder of the real datasets (DIR/tu/PROTEINS_full, DIR/tu/ENZYMES, downloaded there if '
+        'missing); default $PYG_TC_DATA, else synthetic data of the same shape',
+    )
     p.add_argument('--small', action='store_true', help='1 seed, 5 epochs, 300 graphs (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--epochs', type=int, help='epochs per run (default: 100; --small: 5)')
@@ -168,13 +173,17 @@ def main():
     seeds, epochs, size = ([0], 5, 300) if a.small else (range(5), 100, None)
     epochs = a.epochs or epochs
     backend = pyg_tc.info()['backend']  # (on a GPU this also builds the kernels, before any timing)
-    impls = (('PyG', torch_geometric.nn, lambda b: b),           # the batch as collated
-             ('pyg_tc', pyg_tc.nn, lambda b: b),                 # drop-in: the same batches
-             ('pyg_tc, padded + captured', pyg_tc.nn, None))     # padded in the loader, step captured
+    impls = (
+        ('PyG', torch_geometric.nn, lambda b: b),  # the batch as collated
+        ('pyg_tc', pyg_tc.nn, lambda b: b),  # drop-in: the same batches
+        ('pyg_tc, padded + captured', pyg_tc.nn, None),
+    )  # padded in the loader, step captured
 
     if a.root is None:
-        print('No --root: synthetic graphs shaped like PROTEINS_full and ENZYMES; --root DIR runs on the real '
-              'ones (downloaded there if missing).')
+        print(
+            'No --root: synthetic graphs shaped like PROTEINS_full and ENZYMES; --root DIR runs on the real '
+            'ones (downloaded there if missing).'
+        )
     rows = []
     for name in ('PROTEINS_full', 'ENZYMES'):
         try:
@@ -193,10 +202,14 @@ def main():
             for impl, layers, prep in impls:
                 model = GIN(layers, ds.num_features, ds.num_classes).to(a.device)
                 model.load_state_dict(init)  # the same initial weights (and state_dict keys)
-                fit = train_captured if prep is None else (lambda *args, prep=prep, **kw: train(args[0], prep, *args[1:],
-                                                                                               **kw))
-                acc, ms, curves[impl] = fit(model, train_ds, test_ds, epochs, seed, a.device,
-                                            desc=f'{name}, seed {seed}, {impl}')
+                fit = (
+                    train_captured
+                    if prep is None
+                    else (lambda *args, prep=prep, **kw: train(args[0], prep, *args[1:], **kw))
+                )
+                acc, ms, curves[impl] = fit(
+                    model, train_ds, test_ds, epochs, seed, a.device, desc=f'{name}, seed {seed}, {impl}'
+                )
                 d = [abs(x - y) / abs(y) for x, y in zip(curves[impl], curves['PyG'])]
                 first = -(-len(train_ds) // 32)  # the steps of the first epoch
                 runs[impl].append((acc, ms, d[0], max(d[:first]), max(d)))
@@ -204,13 +217,17 @@ def main():
             accs, mss, d0, d1, diffs = zip(*per_seed)
             std = statistics.stdev(accs) if len(accs) > 1 else 0.0
             label = name if a.root else f'{name} (synthetic)'
-            rows.append((label, impl, len(accs), statistics.mean(accs), std, statistics.mean(mss), max(d0), max(d1),
-                         max(diffs)))
+            rows.append(
+                (label, impl, len(accs), statistics.mean(accs), std, statistics.mean(mss), max(d0), max(d1), max(diffs))
+            )
 
-    print(f'\nGIN (3 layers, hidden 64, sum pooling), {epochs} epochs, batches of 32, 80/20 split, '
-          f'on {a.device} (pyg_tc backend: {backend})\n')
-    print('| dataset | layers | seeds | test accuracy | ms / epoch | loss vs PyG: first step | first epoch '
-          '| all epochs |')
+    print(
+        f'\nGIN (3 layers, hidden 64, sum pooling), {epochs} epochs, batches of 32, 80/20 split, '
+        f'on {a.device} (pyg_tc backend: {backend})\n'
+    )
+    print(
+        '| dataset | layers | seeds | test accuracy | ms / epoch | loss vs PyG: first step | first epoch | all epochs |'
+    )
     print('|---|---|---|---|---|---|---|---|')
     for name, impl, n, acc, std, ms, d0, d1, diff in rows:
         d = ['-'] * 3 if impl == 'PyG' else [f'{v:.1e}' for v in (d0, d1, diff)]

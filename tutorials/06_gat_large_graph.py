@@ -60,6 +60,7 @@ on an H100 (80 GB, docs/results/tutorial06_h100.md) it gave 13.2 ms against PyG'
 step and 2,116 against 12,937 MiB peak with a tenth of the edges, and on the whole graph 81.2 ms
 and 6,064 MiB where PyG ran out of memory.
 """
+
 import argparse
 import gc
 import statistics
@@ -74,7 +75,7 @@ import pyg_tc
 import pyg_tc.nn
 from pyg_tc.bench.graphs import rmat
 
-MIB = 2.0 ** 20
+MIB = 2.0**20
 IN, CLASSES = 602, 41  # Reddit's features and classes
 
 
@@ -109,6 +110,7 @@ def kept_for_backward(fn):
 
     def unpack(_):
         raise RuntimeError('kept_for_backward: measured only, not for backward()')
+
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         out = fn()
     return out, sum(s.nbytes() for s in storages.values()) / MIB
@@ -134,6 +136,7 @@ def measure(model, x, y, edge_index, ref, reps: int, sync):
     def step():
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x, edge_index), y).backward()
+
     torch.manual_seed(0)
     res['kept'] = kept_for_backward(lambda: F.cross_entropy(model(x, edge_index), y))[1]  # (loss dropped)
     step()  # warm-up
@@ -166,8 +169,11 @@ def main():
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
     # (label, nodes, edges): the R-MAT graph of pyg_tc.bench's 'reddit' (seed 0), a tenth of its edges first
-    graphs = [('small, 40K edges', 4_000, 40_000), ('small, 400K edges', 4_000, 400_000)] if a.small else \
-        [('Reddit-shaped, 1/10 of the edges', 233_000, 9_670_000), ('Reddit-shaped', 233_000, 96_700_000)]
+    graphs = (
+        [('small, 40K edges', 4_000, 40_000), ('small, 400K edges', 4_000, 400_000)]
+        if a.small
+        else [('Reddit-shaped, 1/10 of the edges', 233_000, 9_670_000), ('Reddit-shaped', 233_000, 96_700_000)]
+    )
     reps = 3 if a.small else 10
     sync = torch.cuda.synchronize if a.device.startswith('cuda') else (lambda: None)
     backend = pyg_tc.info()['backend']  # (on a GPU this also builds the kernels, before any timing)
@@ -187,7 +193,7 @@ def main():
             progress.set_description(f'{label}, {name}')
             model = GAT(layers, IN, CLASSES).to(a.device)
             model.load_state_dict(init)  # a PyG state_dict loads into pyg_tc's model as is
-            ei = edge_index.clone()      # pyg_tc caches its format on the tensor: a fresh one each
+            ei = edge_index.clone()  # pyg_tc caches its format on the tensor: a fresh one each
             res = outputs = None
             try:
                 res, outputs = measure(model, x, y, ei, ref, reps, sync)
@@ -203,19 +209,25 @@ def main():
         free(a.device)
     progress.close()
 
-    print(f'\n2-layer GAT (examples/gat.py: 8 heads x 8, then 1 x {CLASSES}; {IN} input features), '
-          f'forward + backward on {a.device} (pyg_tc backend: {backend})\n')
-    print('| graph | nodes | edges + loops | layers | ms / step | peak MiB | resident MiB | kept for backward MiB '
-          '| max abs out diff vs PyG | max abs grad diff vs PyG |')
+    print(
+        f'\n2-layer GAT (examples/gat.py: 8 heads x 8, then 1 x {CLASSES}; {IN} input features), '
+        f'forward + backward on {a.device} (pyg_tc backend: {backend})\n'
+    )
+    print(
+        '| graph | nodes | edges + loops | layers | ms / step | peak MiB | resident MiB | kept for backward MiB '
+        '| max abs out diff vs PyG | max abs grad diff vs PyG |'
+    )
     print('|---|---|---|---|---|---|---|---|---|---|')
     for label, N, E_loops, name, r in rows:
         if r is None:
             cells = ['out of memory', 'out of memory', '-', '-', '-', '-']
         else:
-            peak, resident = ('n/a (CPU)',) * 2 if r['peak'] is None else \
-                (f'{r["peak"]:,.0f}', f'{r["resident"]:,.0f}')
-            diffs = ['-', '-'] if name == 'PyG' else \
-                [f'{r[k]:.1e}' if k in r else '- (no PyG result)' for k in ('out_diff', 'grad_diff')]
+            peak, resident = ('n/a (CPU)',) * 2 if r['peak'] is None else (f'{r["peak"]:,.0f}', f'{r["resident"]:,.0f}')
+            diffs = (
+                ['-', '-']
+                if name == 'PyG'
+                else [f'{r[k]:.1e}' if k in r else '- (no PyG result)' for k in ('out_diff', 'grad_diff')]
+            )
             cells = [f'{r["ms"]:.1f}', peak, resident, f'{r["kept"]:,.1f}', *diffs]
         print(f'| {label} | {N:,} | {E_loops:,} | {name} | ' + ' | '.join(cells) + ' |')
 

@@ -31,6 +31,7 @@ Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora lives, a
 on synthetic data of Cora's shape (``pyg_tc.datasets.synthetic('Cora')``), so it also runs
 offline; the accuracies are then those of the synthetic graph.
 """
+
 import argparse
 import copy
 import os
@@ -103,9 +104,12 @@ def overflow_demo(device):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
-                   help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
-                        'default $PYG_TC_DATA, else synthetic data of the same shape')
+    p.add_argument(
+        '--root',
+        default=os.environ.get('PYG_TC_DATA'),
+        help='folder of the real Cora (DIR/planetoid/Cora, downloaded there if missing); '
+        'default $PYG_TC_DATA, else synthetic data of the same shape',
+    )
     p.add_argument('--small', action='store_true', help='a few epochs (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()

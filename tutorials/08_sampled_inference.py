@@ -50,6 +50,7 @@ script runs on synthetic data of Tolokers' shape (``pyg_tc.datasets.synthetic('T
 11,758 nodes, 1,038,000 edges with heavy-tailed degrees, 10 features, 2 classes, 10 splits), so
 it also runs offline; the scores are then those of the synthetic graph.
 """
+
 import argparse
 import os
 import statistics
@@ -67,8 +68,10 @@ from pyg_tc.transforms import CapNeighbors
 
 CAPS = (8, 32, 128)
 SAMPLINGS = ('uniform', 'bucket', 'fastrand')
-MODELS = {'GCN': GCNConv,  # not cached=True (see above)
-          'SAGE': lambda i, o: SAGEConv(i, o, aggr='mean')}
+MODELS = {
+    'GCN': GCNConv,  # not cached=True (see above)
+    'SAGE': lambda i, o: SAGEConv(i, o, aggr='mean'),
+}
 
 
 class Net(torch.nn.Module):
@@ -125,10 +128,12 @@ def ms_per_call(fn, sync, reps: int) -> float:
 def inference_calls(model, x, edge_index):
     """(S, sampling) -> one inference call of the trained model: exact, inside
     ``sampled_aggregation``, and on the graph of ``CapNeighbors`` (built here, once per S)."""
+
     def sampled(S, sampling):
         def run():
             with pyg_tc.sampled_aggregation(max_neighbors=S, sampling=sampling, seed=0):
                 return model(x, edge_index)
+
         return run
 
     calls = {('all', 'exact'): lambda: model(x, edge_index)}
@@ -141,9 +146,12 @@ def inference_calls(model, x, edge_index):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
-                   help='folder of the real Tolokers (DIR/heterophilous/tolokers, downloaded there if missing); '
-                        'default $PYG_TC_DATA, else synthetic data of the same shape')
+    p.add_argument(
+        '--root',
+        default=os.environ.get('PYG_TC_DATA'),
+        help='folder of the real Tolokers (DIR/heterophilous/tolokers, downloaded there if missing); '
+        'default $PYG_TC_DATA, else synthetic data of the same shape',
+    )
     p.add_argument('--small', action='store_true', help='one split, a few epochs (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     a = p.parse_args()
@@ -155,20 +163,28 @@ def main():
     x, ei, N, E = data.x, data.edge_index, data.num_nodes, data.edge_index.size(1)
     deg = torch.bincount(ei[1], minlength=N)
     kept = {S: float(deg.clamp(max=S).sum()) / E for S in CAPS}
-    print(f'{graph}: {N} nodes, {E} edges, in-degree mean {E / N:.0f}, max {int(deg.max())}; kept edges '
-          + ', '.join(f'S={S}: {100 * k:.1f}%' for S, k in kept.items()))
+    print(
+        f'{graph}: {N} nodes, {E} edges, in-degree mean {E / N:.0f}, max {int(deg.max())}; kept edges '
+        + ', '.join(f'S={S}: {100 * k:.1f}%' for S, k in kept.items())
+    )
 
     auc, ms = {}, {}  # (model, S, sampling) -> test ROC-AUC per split; ms per inference (split 0)
     for name, conv in MODELS.items():
         for split in range(splits):
             masks = [m[:, split] for m in (data.train_mask, data.val_mask, data.test_mask)]
             torch.manual_seed(split)
-            model = train(Net(conv, data.num_features, hidden, 2).to(a.device), data, masks, epochs, lr,
-                          desc=f'{name}, split {split}: training')
+            model = train(
+                Net(conv, data.num_features, hidden, 2).to(a.device),
+                data,
+                masks,
+                epochs,
+                lr,
+                desc=f'{name}, split {split}: training',
+            )
             with torch.no_grad():
                 exact = model(x, ei)
                 with pyg_tc.sampled_aggregation(max_neighbors=int(deg.max())):  # nothing capped:
-                    assert torch.equal(model(x, ei), exact)                      # exact, bitwise
+                    assert torch.equal(model(x, ei), exact)  # exact, bitwise
                 calls = inference_calls(model, x, ei)
                 for (S, s), run in tqdm(calls.items(), f'{name}, split {split}: inference', leave=False):
                     auc.setdefault((name, S, s), []).append(roc_auc(run(), data.y, masks[2]))
@@ -176,16 +192,20 @@ def main():
                         ms[name, S, s] = ms_per_call(run, sync, reps)
 
     backend = pyg_tc.info()['backend']
-    print(f'\n{graph}, 2-layer GCN / SAGE (hidden {hidden}, {epochs} epochs, {splits} split(s)), '
-          f'inference on {a.device} (CPU threads: {torch.get_num_threads()}, pyg_tc backend: {backend})\n')
+    print(
+        f'\n{graph}, 2-layer GCN / SAGE (hidden {hidden}, {epochs} epochs, {splits} split(s)), '
+        f'inference on {a.device} (CPU threads: {torch.get_num_threads()}, pyg_tc backend: {backend})\n'
+    )
     print('| model | S | sampling | kept edges | test ROC-AUC | loss vs exact (points) | ms / inference |')
     print('|---|---|---|---|---|---|---|')
     for (name, S, s), v in auc.items():
         ref = auc[name, 'all', 'exact']
         loss = statistics.mean(100 * (r - w) for r, w in zip(ref, v))
         k = 100 * kept.get(S, 1.0)
-        print(f'| {name} | {S} | {s} | {k:.1f}% | {100 * statistics.mean(v):.2f} | '
-              f'{"-" if s == "exact" else f"{loss:+.2f}"} | {ms[name, S, s]:.1f} |')
+        print(
+            f'| {name} | {S} | {s} | {k:.1f}% | {100 * statistics.mean(v):.2f} | '
+            f'{"-" if s == "exact" else f"{loss:+.2f}"} | {ms[name, S, s]:.1f} |'
+        )
 
 
 if __name__ == '__main__':

@@ -112,6 +112,7 @@ missing). Without a root the script runs on synthetic data of their shape
 Under ``torchrun`` the graph file the ranks memory-map is written to ``DIR`` (without a root, to
 the temporary folder).
 """
+
 import argparse
 import copy
 import json
@@ -158,8 +159,7 @@ class Net(torch.nn.Module):
     def forward(self, x, edge_index, num_sampled_nodes_per_hop=None, num_sampled_edges_per_hop=None):
         for i, conv in enumerate((self.conv1, self.conv2)):
             if num_sampled_nodes_per_hop is not None:
-                x, edge_index, _ = trim_to_layer(i, num_sampled_nodes_per_hop, num_sampled_edges_per_hop, x,
-                                                 edge_index)
+                x, edge_index, _ = trim_to_layer(i, num_sampled_nodes_per_hop, num_sampled_edges_per_hop, x, edge_index)
             x = conv(x, edge_index)
             x = x.relu() if i == 0 else x
         return x
@@ -180,10 +180,15 @@ def load(a) -> Data:
         data.num_classes = int(data.y.max()) + 1
     else:  # products-shaped R-MAT graph (pyg_tc's benchmark generator), random features and labels
         from pyg_tc.bench.graphs import load_graph
+
         bg = load_graph('products', 'cpu')
         n = bg.num_nodes
-        data = Data(x=torch.randn(n, 100, generator=g), y=torch.randint(0, 47, (n,), generator=g),
-                    edge_index=bg.edge_index, num_nodes=n)
+        data = Data(
+            x=torch.randn(n, 100, generator=g),
+            y=torch.randint(0, 47, (n,), generator=g),
+            edge_index=bg.edge_index,
+            num_nodes=n,
+        )
         r = torch.rand(n, generator=g)
         data.train_mask, data.test_mask = r < 0.08, r > 0.9  # ogbn-products: 8% training nodes
         data.num_classes = 47
@@ -215,16 +220,33 @@ def make_loader(data, seeds, a, seed: int, device, shuffle: bool = True):
     """This rank's loader over ``seeds``; with pyg_tc's, ``data`` is on ``device``, where it samples."""
     gen = torch.Generator().manual_seed(seed)
     if a.loader == 'pyg_tc':  # batches sampled and gathered on the device, the CSR on edge_index
-        return pyg_tc.loader.NeighborLoader(data, num_neighbors=a.fanout, input_nodes=seeds, batch_size=a.batch_size,
-                                            shuffle=shuffle, generator=gen, device=device, prefetch=a.prefetch)
+        return pyg_tc.loader.NeighborLoader(
+            data,
+            num_neighbors=a.fanout,
+            input_nodes=seeds,
+            batch_size=a.batch_size,
+            shuffle=shuffle,
+            generator=gen,
+            device=device,
+            prefetch=a.prefetch,
+        )
     if SAMPLED:
         from torch_geometric.loader import NeighborLoader
+
         # a spawned rank's default start method is spawn, which would pickle the shared graph to
         # every worker: on Linux fork them (they never touch CUDA)
         ctx = 'fork' if a.workers > 0 and sys.platform.startswith('linux') else None
-        return NeighborLoader(data, num_neighbors=a.fanout, input_nodes=seeds, batch_size=a.batch_size,
-                              shuffle=shuffle, generator=gen,  # its .generator: the shuffle draws from it per epoch
-                              num_workers=a.workers, persistent_workers=a.workers > 0, multiprocessing_context=ctx)
+        return NeighborLoader(
+            data,
+            num_neighbors=a.fanout,
+            input_nodes=seeds,
+            batch_size=a.batch_size,
+            shuffle=shuffle,
+            generator=gen,  # its .generator: the shuffle draws from it per epoch
+            num_workers=a.workers,
+            persistent_workers=a.workers > 0,
+            multiprocessing_context=ctx,
+        )
     return KHopLoader(data, seeds, len(a.fanout), a.batch_size, gen)
 
 
@@ -260,7 +282,7 @@ def pad_to_buckets(loader, a, device):
     t = torch.tensor([list(b.num_nodes) + list(b.num_edges) for b in buckets], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     H = len(buckets[0].num_edges)
-    loader.transform = pyg_tc.loader.PadHops([(r[:H + 1], r[H + 1:]) for r in t.tolist()], a.batch_size)
+    loader.transform = pyg_tc.loader.PadHops([(r[: H + 1], r[H + 1 :]) for r in t.tolist()], a.batch_size)
 
 
 def flat_params(model) -> torch.Tensor:
@@ -285,7 +307,7 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     # the same shuffled training nodes on every rank, cut into equal shares
     train = data.train_mask.nonzero().view(-1)
     train = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(0))]
-    share = train[:train.numel() // world * world].view(world, -1)[rank]
+    share = train[: train.numel() // world * world].view(world, -1)[rank]
     steps = share.numel() // a.batch_size + (share.numel() % a.batch_size > 0)
     if a.loader == 'pyg_tc':  # the GPU sampler's graph and features, on this rank's device
         data = copy.copy(data).to(device)  # (a copy: Data.to moves in place)
@@ -302,8 +324,9 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     return train_and_test(rank, world, a, data, layers, device, loader, info, captured)
 
 
-def train_and_test(rank: int, world: int, a, data: Data, layers: str, device, loader, info: dict,
-                   captured: bool) -> dict:
+def train_and_test(
+    rank: int, world: int, a, data: Data, layers: str, device, loader, info: dict, captured: bool
+) -> dict:
     """The model, its training epochs, the evaluation and (``--check``) the check."""
     cuda = device.type == 'cuda'
     torch.manual_seed(0)
@@ -327,6 +350,7 @@ def train_and_test(rank: int, world: int, a, data: Data, layers: str, device, lo
             opt.step()
         if a.check:
             record.append((copy.copy(batch).to('cpu'), float(loss.detach())))
+
     ddp.train()
     timed = epoch_times(loader, a, rank, device, train_step)
     # evaluation: every rank scores its share of the test nodes; counts summed over the ranks
@@ -336,8 +360,8 @@ def train_and_test(rank: int, world: int, a, data: Data, layers: str, device, lo
     with torch.no_grad():
         for b in make_loader(data, test, a, seed=0, device=device, shuffle=False):
             b = prepare(b, layers, device)
-            pred = model(b.x, b.edge_index)[:b.batch_size].argmax(1)  # the module: no DDP sync
-            counts[0] += (pred == b.y[:b.batch_size]).sum()
+            pred = model(b.x, b.edge_index)[: b.batch_size].argmax(1)  # the module: no DDP sync
+            counts[0] += (pred == b.y[: b.batch_size]).sum()
             counts[1] += b.batch_size
     dist.all_reduce(counts)
     out = dict(info, accuracy=float(counts[0]) / max(int(counts[1]), 1), **timed)
@@ -446,46 +470,71 @@ def print_table(rows) -> None:
         xp = f'{pyg[r["processes"]] / r["epoch_s"]:.2f}' if r['layers'] == 'pyg_tc' and r['processes'] in pyg else '-'
         acc = '-' if r['accuracy'] is None else f'{100 * r["accuracy"]:.1f}%'
         step = f', step {r["step"]}' if 'step' in r else ''
-        print(f'| {r["processes"]} | {r["layers"]} | {r["loader"]}{step} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} '
-              f'| {acc} |')
+        print(
+            f'| {r["processes"]} | {r["layers"]} | {r["loader"]}{step} | {r["steps"]} | {r["epoch_s"]:.3f} | {s1} | {xp} '
+            f'| {acc} |'
+        )
     for r in rows:
         if 'ranks_param_diff' in r:
             ok = r['ranks_param_diff'] == 0 and r['loss_diff_vs_single'] < 1e-5 and r['param_diff_vs_single'] < 1e-5
-            print(f'\ncheck ({r["processes"]} processes, {r["layers"]}): parameters on every rank identical '
-                  f'(max diff {r["ranks_param_diff"]:.1e}); against one process replaying every rank\'s batches: '
-                  f'losses max diff {r["loss_diff_vs_single"]:.1e}, parameters {r["param_diff_vs_single"]:.1e}: '
-                  f'{"OK" if ok else "FAILED"}')
+            print(
+                f'\ncheck ({r["processes"]} processes, {r["layers"]}): parameters on every rank identical '
+                f'(max diff {r["ranks_param_diff"]:.1e}); against one process replaying every rank\'s batches: '
+                f'losses max diff {r["loss_diff_vs_single"]:.1e}, parameters {r["param_diff_vs_single"]:.1e}: '
+                f'{"OK" if ok else "FAILED"}'
+            )
             if not ok:
                 raise SystemExit(1)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--root', default=os.environ.get('PYG_TC_DATA'),
-                   help='folder of the real datasets (DIR/planetoid/Cora, DIR/heterophilous/tolokers, downloaded '
-                        'there if missing); default $PYG_TC_DATA, else synthetic data of the same shape')
+    p.add_argument(
+        '--root',
+        default=os.environ.get('PYG_TC_DATA'),
+        help='folder of the real datasets (DIR/planetoid/Cora, DIR/heterophilous/tolokers, downloaded '
+        'there if missing); default $PYG_TC_DATA, else synthetic data of the same shape',
+    )
     p.add_argument('--small', action='store_true', help='Cora, 2 CPU processes, 1 epoch, with --check (CI)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--graph', choices=['cora', 'tolokers', 'products'], default='tolokers')
     p.add_argument('--model', choices=['sage', 'gat'], default='sage')
-    p.add_argument('--layers', help="comma-separated: PyG, pyg_tc, loader (sampling and transfer only: the "
-                   "epoch's floor); default PyG,pyg_tc (pyg_tc with --small)")
+    p.add_argument(
+        '--layers',
+        help="comma-separated: PyG, pyg_tc, loader (sampling and transfer only: the "
+        "epoch's floor); default PyG,pyg_tc (pyg_tc with --small)",
+    )
     p.add_argument('--scaling', help='process counts to run in turn (spawned), e.g. 1,2,4')
     p.add_argument('--epochs', type=int, default=4)
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--fanout', default='15,10')
     p.add_argument('--hidden', type=int, default=256)
-    p.add_argument('--loader', choices=['pyg_tc', 'pyg'], default='pyg_tc',
-                   help="each rank's loader: pyg_tc.loader.NeighborLoader (samples on the rank's device; the "
-                        "default) or PyG's NeighborLoader (samples on the CPU)")
-    p.add_argument('--workers', type=int,
-                   help="with --loader pyg: sampling worker processes per rank (num_workers; 0: the rank "
-                        "samples); default 4 on GPUs, 0 on CPUs")
+    p.add_argument(
+        '--loader',
+        choices=['pyg_tc', 'pyg'],
+        default='pyg_tc',
+        help="each rank's loader: pyg_tc.loader.NeighborLoader (samples on the rank's device; the "
+        "default) or PyG's NeighborLoader (samples on the CPU)",
+    )
+    p.add_argument(
+        '--workers',
+        type=int,
+        help="with --loader pyg: sampling worker processes per rank (num_workers; 0: the rank "
+        "samples); default 4 on GPUs, 0 on CPUs",
+    )
     p.add_argument('--json', help='also write the table rows (with every epoch time) to this file')
-    p.add_argument('--captured', action='store_true',
-                   help="pyg_tc's layers and loader: padded batches, the step captured (CapturedStep, see the module doc)")
-    p.add_argument('--prefetch', type=int, default=0, metavar='K',
-                   help="pyg_tc's loader: K batches made ahead on the loader's own thread (NeighborLoader(prefetch=K))")
+    p.add_argument(
+        '--captured',
+        action='store_true',
+        help="pyg_tc's layers and loader: padded batches, the step captured (CapturedStep, see the module doc)",
+    )
+    p.add_argument(
+        '--prefetch',
+        type=int,
+        default=0,
+        metavar='K',
+        help="pyg_tc's loader: K batches made ahead on the loader's own thread (NeighborLoader(prefetch=K))",
+    )
     p.add_argument('--check', action='store_true', help='compare against one process (see the module doc)')
     a = p.parse_args()
     a.layers = [s for s in (a.layers or ('pyg_tc' if a.small else 'PyG,pyg_tc')).split(',') if s]
@@ -494,8 +543,9 @@ def main():
         p.error(f'--layers: unknown {sorted(unknown)}')
     a.fanout = [int(f) for f in a.fanout.split(',')]
     if a.workers and a.loader == 'pyg_tc':
-        p.error("--workers: pyg_tc's loader samples in the rank's process, on its device; "
-                'the option is for --loader pyg')
+        p.error(
+            "--workers: pyg_tc's loader samples in the rank's process, on its device; the option is for --loader pyg"
+        )
     if a.prefetch and a.loader != 'pyg_tc':
         p.error("--prefetch: pyg_tc's loader only (--loader pyg_tc); PyG's loader has --workers")
     if a.captured and a.loader != 'pyg_tc':
@@ -507,12 +557,15 @@ def main():
         a.scaling = a.scaling or '2'
     if a.root is None and a.graph != 'products' and int(os.environ.get('RANK', 0)) == 0:
         name = {'cora': 'Cora', 'tolokers': 'Tolokers'}[a.graph]
-        print(f'No --root: synthetic data shaped like {name}; --root DIR runs on the real {name} '
-              '(downloaded there if missing).')
+        print(
+            f'No --root: synthetic data shaped like {name}; --root DIR runs on the real {name} '
+            '(downloaded there if missing).'
+        )
     if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:
         return under_torchrun(a)
-    counts = [int(c) for c in (a.scaling or str(max(torch.cuda.device_count(), 1) if a.device == 'cuda'
-                                               else 2)).split(',')]
+    counts = [
+        int(c) for c in (a.scaling or str(max(torch.cuda.device_count(), 1) if a.device == 'cuda' else 2)).split(',')
+    ]
     data = load(a)
     data.share_memory_()  # the spawned ranks get these tensors without a copy
     rows = []
@@ -520,14 +573,18 @@ def main():
         result = os.path.join(tmp, 'rows.jsonl')
         for world in counts:
             for layers in a.layers:
-                torch.multiprocessing.spawn(spawned, args=(world, a, data, layers, free_port(), result),
-                                            nprocs=world, join=True)
+                torch.multiprocessing.spawn(
+                    spawned, args=(world, a, data, layers, free_port(), result), nprocs=world, join=True
+                )
                 with open(result) as f:
                     rows = [json.loads(line) for line in f]
                 acc = rows[-1]['accuracy']
-                print(f'[{world} processes, {layers}] epoch {rows[-1]["epoch_s"]:.3f} s '
-                      f'(epochs: {", ".join(f"{t:.3f}" for t in rows[-1]["epoch_times"])})'
-                      + ('' if acc is None else f', test accuracy {100 * acc:.1f}%'), flush=True)
+                print(
+                    f'[{world} processes, {layers}] epoch {rows[-1]["epoch_s"]:.3f} s '
+                    f'(epochs: {", ".join(f"{t:.3f}" for t in rows[-1]["epoch_times"])})'
+                    + ('' if acc is None else f', test accuracy {100 * acc:.1f}%'),
+                    flush=True,
+                )
     print(f'(pyg_tc backend: {pyg_tc.info()["backend"]}; loader: {loader_name(a)})')
     print_table(rows)
     if a.json:

@@ -3,6 +3,7 @@
 their metrics (:func:`evaluate`: accuracy or ROC-AUC) and the full-batch training
 loop (:func:`fit`: Adam, the test metric at the first best-val epoch, the median
 epoch time)."""
+
 from __future__ import annotations
 
 import statistics
@@ -22,8 +23,7 @@ DATASETS: Dict[str, Tuple[str, str, str, Optional[str], str]] = {
     'cora': ('planetoid', 'Cora', 'Planetoid', 'Cora', 'accuracy'),
     'citeseer': ('planetoid', 'CiteSeer', 'Planetoid', 'CiteSeer', 'accuracy'),
     'tolokers': ('heterophilous', 'tolokers', 'HeterophilousGraphDataset', 'Tolokers', 'roc_auc'),
-    'minesweeper': ('heterophilous', 'minesweeper', 'HeterophilousGraphDataset', 'Minesweeper',
-                    'roc_auc'),
+    'minesweeper': ('heterophilous', 'minesweeper', 'HeterophilousGraphDataset', 'Minesweeper', 'roc_auc'),
     'actor': ('', 'actor', 'Actor', None, 'accuracy'),
 }
 WARMUP_EPOCHS = 5
@@ -48,9 +48,17 @@ def data_paths(a) -> None:
 def load_dataset(name: str, data_root: Path, cache_dir: Optional[Path] = None, normalize: bool = True):
     """The ``Data`` of ``name`` (Planetoid features row-normalized unless ``normalize=False``)."""
     import torch_geometric.transforms as T
+
     sub, folder, cls, pyg_name, _ = DATASETS[name]
-    return pyg_dataset(cls, sub, folder, pyg_name, data_root, cache_dir,
-                       T.NormalizeFeatures() if cls == 'Planetoid' and normalize else None)[0]
+    return pyg_dataset(
+        cls,
+        sub,
+        folder,
+        pyg_name,
+        data_root,
+        cache_dir,
+        T.NormalizeFeatures() if cls == 'Planetoid' and normalize else None,
+    )[0]
 
 
 def split_masks(data, seed: int) -> Tuple[Tensor, Tensor, Tensor, int]:
@@ -80,8 +88,16 @@ def evaluate(out: Tensor, y: Tensor, mask: Tensor, metric: str) -> Tensor:
     return roc_auc(out[mask].softmax(-1)[:, 1], y[mask])
 
 
-def fit(model, data, masks, metric: str, epochs: int, lr: float, weight_decay: float,
-        scaler: Optional['torch.amp.GradScaler'] = None) -> dict:
+def fit(
+    model,
+    data,
+    masks,
+    metric: str,
+    epochs: int,
+    lr: float,
+    weight_decay: float,
+    scaler: Optional['torch.amp.GradScaler'] = None,
+) -> dict:
     """Full-batch training with Adam, val / test metric after each epoch (eval
     mode, no grad): the metrics at the first best-val epoch, the last loss and
     the median epoch time (forward + backward + step) after the first 5.
@@ -109,11 +125,18 @@ def fit(model, data, masks, metric: str, epochs: int, lr: float, weight_decay: f
             vals.append(evaluate(out, y, val, metric))
             tests.append(evaluate(out, y, test, metric))
     times, best = sw.times_ms(), int(torch.stack(vals).argmax())
-    return dict(val=float(vals[best]), test=float(tests[best]), best_epoch=best, last_loss=float(loss.detach()),
-                epoch_ms=statistics.median(times[WARMUP_EPOCHS:] or times), run_s=time.perf_counter() - t0)
+    return dict(
+        val=float(vals[best]),
+        test=float(tests[best]),
+        best_epoch=best,
+        last_loss=float(loss.detach()),
+        epoch_ms=statistics.median(times[WARMUP_EPOCHS:] or times),
+        run_s=time.perf_counter() - t0,
+    )
 
 
 # -- the cuSPARSE baseline and the full-batch training step the suites time ----------
+
 
 def sparse_baseline(device) -> Tuple[str, str, str]:
     """``torch.sparse.mm`` named by what runs it on ``device``: (record key,
@@ -130,8 +153,17 @@ def sparse_csr(g, values):
     return torch.sparse_csr_tensor(g.rowptr, g.col, values, size=(g.num_rows, g.num_cols), check_invariants=False)
 
 
-def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.01, target: Optional[float] = None,
-                  max_total_s: float = 2.0):
+def time_training(
+    model,
+    x,
+    y,
+    edge_index,
+    steps: int,
+    rep: int,
+    lr: float = 0.01,
+    target: Optional[float] = None,
+    max_total_s: float = 2.0,
+):
     """Full-batch cross-entropy steps with Adam: the losses of the first
     ``steps`` (also the warm-up), then ``rep`` timed steps (more until the
     median is stable with ``target``: :func:`bench`), peak memory over all.
@@ -151,9 +183,20 @@ def time_training(model, x, y, edge_index, steps: int, rep: int, lr: float = 0.0
     return losses, t, mem
 
 
-def train_case(rec: dict, build: Callable[[], torch.nn.Module], x, y, edge_index, steps: int, rep: int,
-               prefix: str = 'step', after: Optional[Callable] = None, lr: float = 0.01,
-               target: Optional[float] = None, max_total_s: float = 2.0) -> dict:
+def train_case(
+    rec: dict,
+    build: Callable[[], torch.nn.Module],
+    x,
+    y,
+    edge_index,
+    steps: int,
+    rep: int,
+    prefix: str = 'step',
+    after: Optional[Callable] = None,
+    lr: float = 0.01,
+    target: Optional[float] = None,
+    max_total_s: float = 2.0,
+) -> dict:
     """:func:`time_training` of ``build()`` into ``rec``: ``status`` ('ok', 'oom'
     or 'error: ...'), ``<prefix>_ms`` / ``_min_ms`` / ``_max_ms`` / ``_reps``
     (with ``target`` also ``_ci`` / ``_noisy``: :func:`bench`), the losses and
@@ -163,9 +206,14 @@ def train_case(rec: dict, build: Callable[[], torch.nn.Module], x, y, edge_index
         model = build()
         ei = edge_index() if callable(edge_index) else edge_index
         losses, t, mem = time_training(model, x, y, ei, steps, rep, lr, target, max_total_s)
-        rec.update(status='ok', **{k.replace('step', prefix): v for k, v in t.as_dict('step').items()
-                                   if not k.endswith('spread')}, losses=losses, **mem,
-                   loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None)
+        rec.update(
+            status='ok',
+            **{k.replace('step', prefix): v for k, v in t.as_dict('step').items() if not k.endswith('spread')},
+            losses=losses,
+            **mem,
+            loss_first=losses[0] if losses else None,
+            loss_last=losses[-1] if losses else None,
+        )
         if after is not None:
             after(model)
     except Exception as e:  # OOM, a layer that is not available, ...
@@ -179,6 +227,7 @@ def read_records(paths) -> Tuple[list, dict]:
     """The records of JSON-lines files (a path or a list of them, in order) and the
     run block of the first ``env`` record: what a script's ``--render`` redraws."""
     import json
+
     records = []
     for path in [paths] if isinstance(paths, (str, Path)) else paths:
         records += [json.loads(line) for line in open(path) if line.strip()]

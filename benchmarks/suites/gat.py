@@ -56,6 +56,7 @@ reference: a code-path check, not a measurement). Memory:
 the part above what was allocated when the case started). An out-of-memory
 case is reported as OOM (then ``torch.cuda.empty_cache()``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,7 +80,7 @@ from pyg_tc.bench.timing import bench, free, is_cuda, kernel_time, short_error, 
 
 SECTIONS = ('layer', 'fused', 'train', 'table3', 'accuracy')
 BENCH = ('layer', 'fused', 'train', 'table3')
-MIB = 2.0 ** 20
+MIB = 2.0**20
 IMPLS = ('pyg', 'unfused', 'pyg_tc')  # every time / memory column in this order
 LAYER_GRAPHS = ['cora', 'citeseer', 'pubmed', 'tolokers', 'arxiv', 'reddit', 'products']
 TRAIN_GRAPHS = ['cora', 'citeseer', 'tolokers', 'arxiv', 'reddit', 'products']
@@ -92,11 +93,30 @@ FUSED_SHAPES = [(8, 8), (1, 64)]
 TABLE3_HIDDEN = [16, 64, 512]
 # graph -> (input features, classes) of the real dataset it is (shaped like)
 SHAPES: Dict[str, Tuple[int, int]] = {
-    'arxiv': (128, 40), 'reddit': (602, 41), 'products': (100, 47), 'cora': (1433, 7), 'citeseer': (3703, 6),
-    'pubmed': (500, 3), 'tolokers': (10, 2), 'proteins': (3, 2), 'tiny': (64, 8)}
+    'arxiv': (128, 40),
+    'reddit': (602, 41),
+    'products': (100, 47),
+    'cora': (1433, 7),
+    'citeseer': (3703, 6),
+    'pubmed': (500, 3),
+    'tolokers': (10, 2),
+    'proteins': (3, 2),
+    'tiny': (64, 8),
+}
 # run order: small graphs first, so a spent budget cuts the big ones
-SIZE_ORDER = ['tiny', 'cora', 'citeseer', 'pubmed', 'proteins', 'tolokers', 'arxiv', 'blogcatalog', 'cornell5',
-              'reddit', 'products']
+SIZE_ORDER = [
+    'tiny',
+    'cora',
+    'citeseer',
+    'pubmed',
+    'proteins',
+    'tolokers',
+    'arxiv',
+    'blogcatalog',
+    'cornell5',
+    'reddit',
+    'products',
+]
 BIG_EDGES = 5_000_000  # graphs above this get the --big-* repetitions
 FUSED_TARGET = 2.5
 ACC_TARGET = 0.5
@@ -105,11 +125,13 @@ GAT_LR, GAT_WD, GAT_DROPOUT, GAT_EPOCHS = 0.005, 5e-4, 0.6, 200
 
 # -- graphs ----------------------------------------------------------------------
 
+
 def pubmed_graph(device) -> BenchGraph:
     """PubMed's topology (19,717 nodes, 88,648 directed edges, as PyG's
     Planetoid) from the incomplete Planetoid files (``ind.pubmed.graph``;
     their features are incomplete, so benchmarks use random ones)."""
     from torch_geometric.utils import remove_self_loops, to_undirected
+
     p = data_dir() / 'planetoid_incomplete' / 'PubMed' / 'raw' / 'ind.pubmed.graph'
     if not p.is_file():
         raise FileNotFoundError(f'{p} not found (PubMed topology)')
@@ -119,8 +141,14 @@ def pubmed_graph(device) -> BenchGraph:
     dst = torch.tensor([v for vs in adj.values() for v in vs], dtype=torch.long)
     N = max(int(torch.maximum(src.max(), dst.max())) + 1, len(adj))
     ei = remove_self_loops(to_undirected(torch.stack([src, dst]), num_nodes=N))[0]
-    return BenchGraph('pubmed', ei.to(device).contiguous(), N, False, False,
-                      'Planetoid PubMed topology (ind.pubmed.graph, undirected, no self loops)')
+    return BenchGraph(
+        'pubmed',
+        ei.to(device).contiguous(),
+        N,
+        False,
+        False,
+        'Planetoid PubMed topology (ind.pubmed.graph, undirected, no self loops)',
+    )
 
 
 KNOWN = list(dict.fromkeys(ALL_NAMES + ['pubmed']))
@@ -160,6 +188,7 @@ class GraphCase:
             def build():
                 ei = add_self_loops(remove_self_loops(self.bg.edge_index)[0], num_nodes=self.N)[0]
                 return CSRGraph.from_coo(ei[0], ei[1], self.N, self.N)
+
             self.loops_build_ms, self._looped = wall(build, self.device)
         return self._looped
 
@@ -186,6 +215,7 @@ def graph_case(name: str, device) -> GraphCase:
 
 # -- the unfused composition ---------------------------------------------------------
 
+
 def _row_col(g):
     """(target, source) of every CSR edge as int64, cached on the graph (part of the format)."""
     return g.memo('bench_gat_row_col', lambda: (g.row().long(), g.col.long()))
@@ -194,8 +224,8 @@ def _row_col(g):
 def _per_head_spmm(g, h, alpha):
     """``out[i, k] = sum_e alpha[e, k] h[j, k]``: one pyg_tc SpMM per head."""
     from pyg_tc.ops import spmm_graph
-    return torch.stack([spmm_graph(g, h[:, k].contiguous(), alpha[:, k].contiguous())
-                        for k in range(h.size(1))], 1)
+
+    return torch.stack([spmm_graph(g, h[:, k].contiguous(), alpha[:, k].contiguous()) for k in range(h.size(1))], 1)
 
 
 class UnfusedGATConv(pyg_nn.GATConv):
@@ -205,6 +235,7 @@ class UnfusedGATConv(pyg_nn.GATConv):
     def forward(self, x, g, *args, **kwargs):
         """Unfused GAT on the looped CSR graph ``g``: ``[N, heads * out]``."""
         from pyg_tc.ops import edge_softmax
+
         H, C = self.heads, self.out_channels
         h = self.lin(x).view(-1, H, C)
         a_src, a_dst = (h * self.att_src).sum(-1), (h * self.att_dst).sum(-1)
@@ -223,6 +254,7 @@ class UnfusedGATv2Conv(pyg_nn.GATv2Conv):
     def forward(self, x, g, *args, **kwargs):
         """Unfused GATv2 on the looped CSR graph ``g``: ``[N, heads * out]``."""
         from pyg_tc.ops import edge_softmax
+
         H, C = self.heads, self.out_channels
         xl, xr = self.lin_l(x).view(-1, H, C), self.lin_r(x).view(-1, H, C)
         row, col = _row_col(g)
@@ -252,6 +284,7 @@ def layer_class(impl: str, cls: str):
 
 # -- timing helpers -------------------------------------------------------------------
 
+
 def wall(fn: Callable, device) -> Tuple[float, object]:
     """(ms, result) of one call, the device synchronised before and after."""
     sync = torch.cuda.synchronize if is_cuda(device) else (lambda: None)
@@ -280,8 +313,16 @@ def time_case(rec: dict, name: str, fn: Callable, device, warmup: int, rep: int,
     try:
         with track_memory(device) as mem:
             t = bench(fn, warmup=warmup, rep=rep, device=device, max_time_s=max_s or None)
-        rec.update({f'{name}_ms': t.median_ms, f'{name}_min_ms': t.min_ms, f'{name}_max_ms': t.max_ms,
-                    f'{name}_reps': t.reps, f'{name}_peak_mb': mem['peak_mb'], f'{name}_extra_mb': mem['extra_mb']})
+        rec.update(
+            {
+                f'{name}_ms': t.median_ms,
+                f'{name}_min_ms': t.min_ms,
+                f'{name}_max_ms': t.max_ms,
+                f'{name}_reps': t.reps,
+                f'{name}_peak_mb': mem['peak_mb'],
+                f'{name}_extra_mb': mem['extra_mb'],
+            }
+        )
         ok = True
     except Exception as e:  # OOM, a missing layer, ...
         _fail(rec, name, e)
@@ -310,10 +351,12 @@ def reps(a, case: GraphCase) -> Tuple[int, int]:
 
 # -- 1. layer forward + backward ------------------------------------------------------------
 
+
 def bench_layer(name: str, a) -> Iterator[dict]:
     """The graph's build record, then per layer config one record with PyG,
     unfused and pyg_tc: forward + backward, forward alone, memory, first call."""
     from pyg_tc.formats.carrier import get_graph
+
     dev = a.device
     case = graph_case(name, dev)
     N = case.N
@@ -333,8 +376,17 @@ def bench_layer(name: str, a) -> Iterator[dict]:
     x = torch.randn(N, LAYER_IN, generator=gen, device=dev).requires_grad_()
     for label, conv, H, C in LAYERS:
         cls = 'GATConv' if conv == 'gat' else 'GATv2Conv'
-        rec = dict(case.base(), kind='layer', layer=label, model=label, conv=conv, heads=H, channels=C,
-                   in_channels=LAYER_IN, edges_with_loops=case.looped().num_edges)
+        rec = dict(
+            case.base(),
+            kind='layer',
+            layer=label,
+            model=label,
+            conv=conv,
+            heads=H,
+            channels=C,
+            in_channels=LAYER_IN,
+            edges_with_loops=case.looped().num_edges,
+        )
         torch.manual_seed(0)
         state = getattr(pyg_nn, cls)(LAYER_IN, C, heads=H).to(dev).state_dict()
         dy = torch.randn(N, H * C, generator=gen, device=dev)
@@ -347,8 +399,7 @@ def bench_layer(name: str, a) -> Iterator[dict]:
                 _fail(rec, impl, e)
                 continue
             params = [x] + list(layer.parameters())
-            adj = case.looped() if impl == 'unfused' else case.fresh_edges() if impl == 'pyg_tc' \
-                else case.bg.edge_index
+            adj = case.looped() if impl == 'unfused' else case.fresh_edges() if impl == 'pyg_tc' else case.bg.edge_index
 
             def step(layer=layer, adj=adj, params=params):
                 for p in params:
@@ -358,6 +409,7 @@ def bench_layer(name: str, a) -> Iterator[dict]:
             def fwd(layer=layer, adj=adj):
                 with torch.no_grad():
                     return layer(x, adj)
+
             failed = False
             try:
                 if impl == 'pyg_tc':  # builds the format on the fresh edge_index: timed apart
@@ -403,18 +455,19 @@ def own_memory(rec: dict, x: Tensor, edge_index: Tensor, state: dict) -> None:
     rec['inputs_mb'] = (nbytes(x) + nbytes(edge_index) + sum(nbytes(t) for t in state.values())) / MIB
     for impl in IMPLS:
         if rec.get(f'{impl}_extra_mb') is not None:
-            rec[f'{impl}_own_mb'] = rec['inputs_mb'] + rec.get(f'{impl}_formats_mb', 0.0) \
-                + rec[f'{impl}_extra_mb']
+            rec[f'{impl}_own_mb'] = rec['inputs_mb'] + rec.get(f'{impl}_formats_mb', 0.0) + rec[f'{impl}_extra_mb']
     if rec.get('pyg_tc_own_mb') and rec.get('pyg_own_mb'):
         rec['pyg_tc_own_vs_pyg'] = rec['pyg_tc_own_mb'] / rec['pyg_own_mb']
 
 
 # -- 2. fused forward vs SpMM -----------------------------------------------------------------
 
+
 @torch.no_grad()
 def bench_fused(name: str, a) -> Iterator[dict]:
     """Per (op, H, C): the fused attention forward against the SpMM of width H*C."""
     from pyg_tc.ops import gat_attention, gatv2_attention, spmm_graph
+
     dev = a.device
     case = graph_case(name, dev)
     g = case.looped()
@@ -424,8 +477,16 @@ def bench_fused(name: str, a) -> Iterator[dict]:
     w = torch.rand(E, generator=gen, device=dev) + 0.5
     for op in ('gat', 'gatv2'):
         for H, C in a.fused_shapes:
-            rec = dict(case.base(), kind='fused', model=f'{op} {H}x{C}', op=op, heads=H, channels=C, F=H * C,
-                       edges_with_loops=E)
+            rec = dict(
+                case.base(),
+                kind='fused',
+                model=f'{op} {H}x{C}',
+                op=op,
+                heads=H,
+                channels=C,
+                F=H * C,
+                edges_with_loops=E,
+            )
             x = torch.randn(N, H, C, generator=gen, device=dev)
             if op == 'gat':
                 a_src = torch.randn(N, H, generator=gen, device=dev)
@@ -460,13 +521,13 @@ def bench_fused(name: str, a) -> Iterator[dict]:
 
 # -- 3. 2-layer GAT training step -----------------------------------------------------------------
 
+
 class GAT(torch.nn.Module):
     """PyG's ``examples/gat.py``: dropout, GATConv(in, hidden, heads), ELU,
     dropout, GATConv(hidden * heads, out, 1 head, concat=False); attention
     dropout in both layers."""
 
-    def __init__(self, impl: str, cin: int, cout: int, hidden: int = 8, heads: int = 8,
-                 dropout: float = GAT_DROPOUT):
+    def __init__(self, impl: str, cin: int, cout: int, hidden: int = 8, heads: int = 8, dropout: float = GAT_DROPOUT):
         super().__init__()
         cls = layer_class(impl, 'GATConv')
         self.dropout = dropout
@@ -498,8 +559,15 @@ def bench_train(name: str, a) -> Iterator[dict]:
     state = _gat_state(cin, cout, 0, dev)
     recs = {}
     for impl in IMPLS:
-        rec = dict(case.base(), kind='train', impl=impl, in_channels=cin, classes=cout, hidden='8x8',
-                   precision=torch.get_float32_matmul_precision())
+        rec = dict(
+            case.base(),
+            kind='train',
+            impl=impl,
+            in_channels=cin,
+            classes=cout,
+            hidden='8x8',
+            precision=torch.get_float32_matmul_precision(),
+        )
         adj = case.looped() if impl == 'unfused' else case.fresh_edges() if impl == 'pyg_tc' else case.bg.edge_index
 
         def build(impl=impl):
@@ -507,6 +575,7 @@ def bench_train(name: str, a) -> Iterator[dict]:
             m.load_state_dict(state)
             torch.manual_seed(0)
             return m
+
         train_step(rec, build, x, y, adj, max(warmup, 1), rep, dev)
         adj = None
         recs[impl] = rec
@@ -535,23 +604,36 @@ def train_step(rec: dict, build: Callable, x, y, adj, steps: int, rep: int, dev)
             loss.backward()
             opt.step()
             return loss
+
         model.train()
         with track_memory(dev) as mem:
             first, loss0 = wall(step, dev)
             for _ in range(steps - 1):
                 step()
             t = bench(step, warmup=0, rep=rep, device=dev)
-        rec.update(status='ok', step_ms=t.median_ms, step_min_ms=t.min_ms, step_max_ms=t.max_ms, step_reps=t.reps,
-                   first_step_ms=first, loss_first=float(loss0.detach()), **mem)
+        rec.update(
+            status='ok',
+            step_ms=t.median_ms,
+            step_min_ms=t.min_ms,
+            step_max_ms=t.max_ms,
+            step_reps=t.reps,
+            first_step_ms=first,
+            loss_first=float(loss0.detach()),
+            **mem,
+        )
     except Exception as e:
-        rec['status'] = 'oom' if isinstance(e, torch.OutOfMemoryError) else (
-            f'skipped: {e}' if isinstance(e, ImportError) else f'error: {short_error(e)}')
+        rec['status'] = (
+            'oom'
+            if isinstance(e, torch.OutOfMemoryError)
+            else (f'skipped: {e}' if isinstance(e, ImportError) else f'error: {short_error(e)}')
+        )
     model = opt = step = None
     free(dev)
     return rec
 
 
 # -- 4. fuseGNN Table 3 ---------------------------------------------------------------------------
+
 
 def bench_table3(name: str, a) -> Iterator[dict]:
     """Single GCN / GAT layer training step (forward + backward) per hidden width, PyG vs pyg_tc."""
@@ -571,8 +653,9 @@ def bench_table3(name: str, a) -> Iterator[dict]:
         cls = 'GCNConv' if model == 'gcn' else 'GATConv'
         kw = dict(cached=True) if model == 'gcn' else dict(heads=1)
         for hidden in a.table3_hidden:
-            rec = dict(case.base(), kind='table3', requested=name, model=model, hidden=hidden, F=hidden,
-                       in_channels=cin)
+            rec = dict(
+                case.base(), kind='table3', requested=name, model=model, hidden=hidden, F=hidden, in_channels=cin
+            )
             torch.manual_seed(0)
             state = getattr(pyg_nn, cls)(cin, hidden, **kw).to(dev).state_dict()
             dy = torch.randn(N, hidden, generator=gen, device=dev)
@@ -589,6 +672,7 @@ def bench_table3(name: str, a) -> Iterator[dict]:
                     for p in layer.parameters():
                         p.grad = None
                     layer(x, adj).backward(dy)
+
                 try:
                     if impl == 'pyg_tc':
                         rec['pyg_tc_first_ms'] = wall(step, dev)[0]
@@ -605,22 +689,36 @@ def bench_table3(name: str, a) -> Iterator[dict]:
 
 # -- 5. accuracy ----------------------------------------------------------------------------------
 
+
 def bench_accuracy(ds: str, a) -> Iterator[dict]:
     """Per seed, PyG then pyg_tc from the same initial weights: test metric at the best-val epoch, epoch ms."""
     from .common import DATASETS, fit, load_dataset, split_masks
+
     dev = a.device
     data = load_dataset(ds, a.data_root, a.cache_dir).to(dev)
     metric = DATASETS[ds][4]
     cin, cout = data.num_features, int(data.y.max()) + 1
     seeds = a.seeds if a.seeds is not None else ACC_DATASETS.get(ds, 5)
-    log(f'[gat] {ds}: {data.num_nodes} nodes, {data.num_edges} edges, {cin} features, {cout} classes, '
-        f'{metric}, {seeds} seeds x {a.epochs} epochs')
+    log(
+        f'[gat] {ds}: {data.num_nodes} nodes, {data.num_edges} edges, {cin} features, {cout} classes, '
+        f'{metric}, {seeds} seeds x {a.epochs} epochs'
+    )
     for seed in range(seeds):
         train, val, test, split = split_masks(data, seed)
         state = _gat_state(cin, cout, seed, dev)
         for impl in ('pyg', 'pyg_tc'):
-            rec = dict(kind='accuracy', dataset=ds, impl=impl, seed=seed, split=split, metric=metric,
-                       epochs=a.epochs, lr=GAT_LR, weight_decay=GAT_WD, dropout=GAT_DROPOUT)
+            rec = dict(
+                kind='accuracy',
+                dataset=ds,
+                impl=impl,
+                seed=seed,
+                split=split,
+                metric=metric,
+                epochs=a.epochs,
+                lr=GAT_LR,
+                weight_decay=GAT_WD,
+                dropout=GAT_DROPOUT,
+            )
             try:
                 m = GAT(impl, cin, cout).to(dev)
                 m.load_state_dict(state)
@@ -630,14 +728,18 @@ def bench_accuracy(ds: str, a) -> Iterator[dict]:
                 torch.manual_seed(seed)
                 rec.update(status='ok', **fit(m, d, (train, val, test), metric, a.epochs, GAT_LR, GAT_WD))
             except Exception as e:
-                rec['status'] = 'oom' if isinstance(e, torch.OutOfMemoryError) else (
-                    f'skipped: {e}' if isinstance(e, ImportError) else f'error: {short_error(e)}')
+                rec['status'] = (
+                    'oom'
+                    if isinstance(e, torch.OutOfMemoryError)
+                    else (f'skipped: {e}' if isinstance(e, ImportError) else f'error: {short_error(e)}')
+                )
             m = d = None
             free(dev)
             yield rec
 
 
 # -- report --------------------------------------------------------------------------------------
+
 
 def cell(r: dict, key: str, owners: Sequence[str] = (), spec: str = '.2f') -> str:
     """``r[key]``, else why it is missing: OOM / error / skipped from the
@@ -674,11 +776,21 @@ def _acc_rows(records: List[dict]) -> List[dict]:
         ok = [r for r in mine if r['status'] == 'ok']
         ref = [r for r in ac if (r['dataset'], r['impl']) == (ds, 'pyg') and r['status'] == 'ok']
         v = [100 * r['test'] for r in ok]
-        row = dict(dataset=ds, impl=impl, metric=mine[0]['metric'], runs=len(v), diff=None, within='-',
-                   acc=next((r['status'] for r in mine if r['status'] != 'ok'), '-'))
+        row = dict(
+            dataset=ds,
+            impl=impl,
+            metric=mine[0]['metric'],
+            runs=len(v),
+            diff=None,
+            within='-',
+            acc=next((r['status'] for r in mine if r['status'] != 'ok'), '-'),
+        )
         if v:
-            row.update(mean=statistics.mean(v), std=statistics.stdev(v) if len(v) > 1 else 0.0,
-                       epoch_ms=statistics.median(r['epoch_ms'] for r in ok))
+            row.update(
+                mean=statistics.mean(v),
+                std=statistics.stdev(v) if len(v) > 1 else 0.0,
+                epoch_ms=statistics.median(r['epoch_ms'] for r in ok),
+            )
             row['acc'] = f'{row["mean"]:.2f} ± {row["std"]:.2f}'
         if v and ref and impl != 'pyg':
             row['diff'] = row['mean'] - statistics.mean(100 * r['test'] for r in ref)
@@ -700,39 +812,50 @@ def _targets(records: List[dict]) -> List[str]:
     for op in dict.fromkeys(r['op'] for r in fu):
         rs = [r for r in fu if r['op'] == op]
         worst = max(rs, key=lambda r: r['fused_over_spmm'])
-        lines.append(f'- fused {op.upper()} forward within {FUSED_TARGET}x of the SpMM of width H*C: '
-                     f'**{sum(r["within_target"] for r in rs)} of {len(rs)}** cases; worst '
-                     f'x{worst["fused_over_spmm"]:.2f} ({worst["graph"]}, H={worst["heads"]} C={worst["channels"]}, '
-                     f'{worst["timing"]} time)')
+        lines.append(
+            f'- fused {op.upper()} forward within {FUSED_TARGET}x of the SpMM of width H*C: '
+            f'**{sum(r["within_target"] for r in rs)} of {len(rs)}** cases; worst '
+            f'x{worst["fused_over_spmm"]:.2f} ({worst["graph"]}, H={worst["heads"]} C={worst["channels"]}, '
+            f'{worst["timing"]} time)'
+        )
     tr = [r for r in kind('train') if r['graph'].partition('@')[0] == 'products']
     if tr:
         st = {r['impl']: _status(r) for r in tr}
-        lines.append(f'- products-shaped 2-layer GAT training in fp32: pyg_tc **{st.get("pyg_tc", "-")}**, '
-                     f'PyG {st.get("pyg", "-")}, unfused {st.get("unfused", "-")}')
+        lines.append(
+            f'- products-shaped 2-layer GAT training in fp32: pyg_tc **{st.get("pyg_tc", "-")}**, '
+            f'PyG {st.get("pyg", "-")}, unfused {st.get("unfused", "-")}'
+        )
     ly = kind('layer')
     for r in ly:
         if r['graph'].partition('@')[0] == 'reddit' and r.get('pyg_tc_own_vs_pyg'):
-            lines.append(f'- reddit {r["layer"]}: pyg_tc\'s own memory (inputs + formats + extra) '
-                         f'{r["pyg_tc_own_mb"]:,.0f} MiB = **{100 * r["pyg_tc_own_vs_pyg"]:.2f}%** of PyG\'s '
-                         f'{r["pyg_own_mb"]:,.0f} MiB (target <= 3%)')
+            lines.append(
+                f'- reddit {r["layer"]}: pyg_tc\'s own memory (inputs + formats + extra) '
+                f'{r["pyg_tc_own_mb"]:,.0f} MiB = **{100 * r["pyg_tc_own_vs_pyg"]:.2f}%** of PyG\'s '
+                f'{r["pyg_own_mb"]:,.0f} MiB (target <= 3%)'
+            )
     for key, what in (('pyg_tc_vs_pyg', 'PyG'), ('pyg_tc_vs_unfused', 'unfused')):
         rs = [r for r in ly if r.get(key)]
         if rs:
-            lines.append(f'- layer forward + backward, pyg_tc speedup vs {what}: {_range(rs, key)}'
-                         + (f'; PyG OOM in {sum(r.get("pyg_error") == "oom" for r in ly)} of {len(ly)}'
-                            if what == 'PyG' else ''))
+            lines.append(
+                f'- layer forward + backward, pyg_tc speedup vs {what}: {_range(rs, key)}'
+                + (f'; PyG OOM in {sum(r.get("pyg_error") == "oom" for r in ly)} of {len(ly)}' if what == 'PyG' else '')
+            )
     rs = [r for r in kind('train') if r.get('impl') == 'pyg_tc' and r.get('speedup_vs_pyg')]
     if rs:
         lines.append(f'- 2-layer GAT training step, pyg_tc speedup vs PyG: {_range(rs, "speedup_vs_pyg")}')
     rs = [r for r in kind('table3') if r.get('pyg_tc_vs_pyg')]
     if rs:
-        lines.append(f'- Table 3 single layer, pyg_tc speedup vs PyG: {_range(rs, "pyg_tc_vs_pyg")}; PyG OOM in '
-                     f'{sum(r.get("pyg_error") == "oom" for r in kind("table3"))} of {len(kind("table3"))}')
+        lines.append(
+            f'- Table 3 single layer, pyg_tc speedup vs PyG: {_range(rs, "pyg_tc_vs_pyg")}; PyG OOM in '
+            f'{sum(r.get("pyg_error") == "oom" for r in kind("table3"))} of {len(kind("table3"))}'
+        )
     for r in _acc_rows(records):
         if r['diff'] is not None:
-            lines.append(f'- accuracy {r["dataset"]} ({r["metric"]}, {r["runs"]} seeds): pyg_tc {r["acc"]}, '
-                         f'difference to PyG {r["diff"]:+.2f} points (target within {ACC_TARGET}): '
-                         f'**{"met" if r["within"] == "yes" else "NOT met"}**')
+            lines.append(
+                f'- accuracy {r["dataset"]} ({r["metric"]}, {r["runs"]} seeds): pyg_tc {r["acc"]}, '
+                f'difference to PyG {r["diff"]:+.2f} points (target within {ACC_TARGET}): '
+                f'**{"met" if r["within"] == "yes" else "NOT met"}**'
+            )
     return lines
 
 
@@ -741,17 +864,51 @@ def _panels(records: List[dict]) -> List[Panel]:
     fu = [r for r in records if r.get('kind') == 'fused']
     t3 = [dict(r, case=f'{r["model"].upper()} {r["hidden"]}') for r in records if r.get('kind') == 'table3']
     return [
-        Panel(lambda _: ly, 'graph', 'pyg_tc_vs_pyg', 'layer', hline=1.0, logy=2,
-              title='layer fwd+bwd: pyg_tc speedup vs PyG (n/a: PyG OOM)'),
-        Panel(lambda _: ly, 'graph', 'pyg_tc_vs_unfused', 'layer', hline=1.0, logy=2,
-              title='layer fwd+bwd: pyg_tc speedup vs unfused'),
-        Panel(lambda _: [dict(r, case=f'{r["op"]} {r["heads"]}x{r["channels"]}') for r in fu], 'graph',
-              'fused_over_spmm', 'case', hline=FUSED_TARGET, hline_label=f'target {FUSED_TARGET}x',
-              title='fused attention fwd / SpMM of width H*C'),
-        Panel('train', 'graph', 'speedup_vs_pyg', 'impl', hline=1.0, logy=2,
-              title='2-layer GAT training step: speedup vs PyG'),
-        Panel(lambda _: t3, 'graph', 'pyg_tc_vs_pyg', 'case', hline=1.0, logy=2,
-              title='Table 3: single layer fwd+bwd, pyg_tc vs PyG'),
+        Panel(
+            lambda _: ly,
+            'graph',
+            'pyg_tc_vs_pyg',
+            'layer',
+            hline=1.0,
+            logy=2,
+            title='layer fwd+bwd: pyg_tc speedup vs PyG (n/a: PyG OOM)',
+        ),
+        Panel(
+            lambda _: ly,
+            'graph',
+            'pyg_tc_vs_unfused',
+            'layer',
+            hline=1.0,
+            logy=2,
+            title='layer fwd+bwd: pyg_tc speedup vs unfused',
+        ),
+        Panel(
+            lambda _: [dict(r, case=f'{r["op"]} {r["heads"]}x{r["channels"]}') for r in fu],
+            'graph',
+            'fused_over_spmm',
+            'case',
+            hline=FUSED_TARGET,
+            hline_label=f'target {FUSED_TARGET}x',
+            title='fused attention fwd / SpMM of width H*C',
+        ),
+        Panel(
+            'train',
+            'graph',
+            'speedup_vs_pyg',
+            'impl',
+            hline=1.0,
+            logy=2,
+            title='2-layer GAT training step: speedup vs PyG',
+        ),
+        Panel(
+            lambda _: t3,
+            'graph',
+            'pyg_tc_vs_pyg',
+            'case',
+            hline=1.0,
+            logy=2,
+            title='Table 3: single layer fwd+bwd, pyg_tc vs PyG',
+        ),
         Panel(_acc_rows, 'dataset', 'mean', 'impl', yerr='std', title='test metric (%), mean ± std'),
     ]
 
@@ -762,122 +919,238 @@ def reporter(out: str, name: str, env: dict, epochs: int = GAT_EPOCHS) -> Report
     both = ('pyg', 'pyg_tc')
     sections = [
         Text('## Targets', _targets),
-        Table('## Graph formats (built once, outside the timed steps)', 'build', [
-            k('graph'), k('nodes', ',', 'N'), k('edges', ',', 'E'), k('edges_with_loops', ',', 'E + loops'),
-            k('csr_build_ms', '.2f', 'pyg_tc CSRGraph build ms'),
-            k('loops_build_ms', '.2f', 'unfused: loops + CSR build ms')],
+        Table(
+            '## Graph formats (built once, outside the timed steps)',
+            'build',
+            [
+                k('graph'),
+                k('nodes', ',', 'N'),
+                k('edges', ',', 'E'),
+                k('edges_with_loops', ',', 'E + loops'),
+                k('csr_build_ms', '.2f', 'pyg_tc CSRGraph build ms'),
+                k('loops_build_ms', '.2f', 'unfused: loops + CSR build ms'),
+            ],
             note="pyg_tc builds its format on a layer's first call (below: '1st call', forward + backward "
-                 'including the build); the unfused composition gets its looped CSR graph built beforehand.'),
-        Table('## 1. Layer forward + backward (fp32, in 256, x requires grad)', 'layer', [
-            k('graph'), k('layer'), k('edges_with_loops', ',', 'E + loops'),
-            Col('fwd+bwd ms PyG / unfused / pyg_tc', triple('', '_ms')),
-            k('pyg_tc_vs_pyg', '.2f', 'x PyG', True), k('pyg_tc_vs_unfused', '.2f', 'x unfused', True),
-            k('pyg_tc_first_ms', '.1f', 'pyg_tc 1st call ms'),
-            Col('fwd ms PyG / unfused / pyg_tc', triple('_fwd', '_ms')), k('pyg_tc_fwd_vs_pyg_fwd', '.2f', 'fwd x PyG'),
-            Col('peak MiB fwd+bwd PyG / unfused / pyg_tc', triple('', '_peak_mb', '.0f')),
-            Col('extra MiB', triple('', '_extra_mb', '.0f')),
-            Col('peak MiB fwd', triple('_fwd', '_peak_mb', '.0f')), k('pyg_tc_mem_vs_pyg', '.2f', 'mem / PyG'),
-            k('pyg_tc_formats_mb', '.0f', 'pyg_tc formats MiB'),
-            Col('own MiB PyG / unfused / pyg_tc', triple('', '_own_mb', '.0f')),
-            k('pyg_tc_own_vs_pyg', '.4f', 'own / PyG', True),
-            Col('rel err unfused / pyg_tc', lambda r: f'{fmt(r.get("unfused_err"), ".0e")} / '
-                f'{fmt(r.get("pyg_tc_err"), ".0e")} vs {r.get("err_ref", "-")}')],
+            'including the build); the unfused composition gets its looped CSR graph built beforehand.',
+        ),
+        Table(
+            '## 1. Layer forward + backward (fp32, in 256, x requires grad)',
+            'layer',
+            [
+                k('graph'),
+                k('layer'),
+                k('edges_with_loops', ',', 'E + loops'),
+                Col('fwd+bwd ms PyG / unfused / pyg_tc', triple('', '_ms')),
+                k('pyg_tc_vs_pyg', '.2f', 'x PyG', True),
+                k('pyg_tc_vs_unfused', '.2f', 'x unfused', True),
+                k('pyg_tc_first_ms', '.1f', 'pyg_tc 1st call ms'),
+                Col('fwd ms PyG / unfused / pyg_tc', triple('_fwd', '_ms')),
+                k('pyg_tc_fwd_vs_pyg_fwd', '.2f', 'fwd x PyG'),
+                Col('peak MiB fwd+bwd PyG / unfused / pyg_tc', triple('', '_peak_mb', '.0f')),
+                Col('extra MiB', triple('', '_extra_mb', '.0f')),
+                Col('peak MiB fwd', triple('_fwd', '_peak_mb', '.0f')),
+                k('pyg_tc_mem_vs_pyg', '.2f', 'mem / PyG'),
+                k('pyg_tc_formats_mb', '.0f', 'pyg_tc formats MiB'),
+                Col('own MiB PyG / unfused / pyg_tc', triple('', '_own_mb', '.0f')),
+                k('pyg_tc_own_vs_pyg', '.4f', 'own / PyG', True),
+                Col(
+                    'rel err unfused / pyg_tc',
+                    lambda r: (
+                        f'{fmt(r.get("unfused_err"), ".0e")} / '
+                        f'{fmt(r.get("pyg_tc_err"), ".0e")} vs {r.get("err_ref", "-")}'
+                    ),
+                ),
+            ],
             note='Median per-call times (CUDA events around eager calls; host overhead included). Peak MiB: '
-                 'torch.cuda.max_memory_allocated after a reset per case (absolute: inputs and graph formats '
-                 'included); extra: the part above what was allocated when the case started. Own: inputs (features, '
-                 'edge_index, parameters) + the formats the implementation caches on its adjacency + its extra '
-                 '(the unfused composition\'s looped graph is prebuilt and counted as its format). OOM: out of memory. '
-                 'Unfused: lin, a_src/a_dst, leaky_relu(a_src[col] + a_dst[row]) [E, H], pyg_tc.ops.edge_softmax, '
-                 'one pyg_tc.ops.spmm_graph per head.'),
-        Table('## 2. Fused attention forward vs pyg_tc SpMM of width H*C (fp32, self loops included)', 'fused', [
-            k('graph'), k('op'), k('heads', 'd', 'H'), k('channels', 'd', 'C'), k('edges_with_loops', ',', 'E'),
-            Col('fused ms', lambda r: cell(r, 'fused_kernel_ms', ('fused_kernel', 'fused'), '.4f')),
-            Col('SpMM ms', lambda r: cell(r, 'spmm_kernel_ms', ('spmm_kernel', 'spmm'), '.4f')),
-            Col('SpMM+w ms', lambda r: cell(r, 'spmm_w_kernel_ms', ('spmm_w_kernel', 'spmm_w'), '.4f')),
-            k('fused_over_spmm', '.2f', 'fused / SpMM', True), k('fused_over_spmm_w', '.2f', 'fused / SpMM+w'),
-            Col(f'within {FUSED_TARGET}x', lambda r: '-' if 'within_target' not in r else
-                'yes' if r['within_target'] else 'no'),
-            k('timing'), Col('per call ms fused / SpMM', lambda r: f'{cell(r, "fused_ms", ("fused",), ".4f")} / '
-                              f'{cell(r, "spmm_ms", ("spmm",), ".4f")}'),
-            Col('peak MiB fused / SpMM', triple('', '_peak_mb', '.0f', ('fused', 'spmm')))],
+            'torch.cuda.max_memory_allocated after a reset per case (absolute: inputs and graph formats '
+            'included); extra: the part above what was allocated when the case started. Own: inputs (features, '
+            'edge_index, parameters) + the formats the implementation caches on its adjacency + its extra '
+            '(the unfused composition\'s looped graph is prebuilt and counted as its format). OOM: out of memory. '
+            'Unfused: lin, a_src/a_dst, leaky_relu(a_src[col] + a_dst[row]) [E, H], pyg_tc.ops.edge_softmax, '
+            'one pyg_tc.ops.spmm_graph per head.',
+        ),
+        Table(
+            '## 2. Fused attention forward vs pyg_tc SpMM of width H*C (fp32, self loops included)',
+            'fused',
+            [
+                k('graph'),
+                k('op'),
+                k('heads', 'd', 'H'),
+                k('channels', 'd', 'C'),
+                k('edges_with_loops', ',', 'E'),
+                Col('fused ms', lambda r: cell(r, 'fused_kernel_ms', ('fused_kernel', 'fused'), '.4f')),
+                Col('SpMM ms', lambda r: cell(r, 'spmm_kernel_ms', ('spmm_kernel', 'spmm'), '.4f')),
+                Col('SpMM+w ms', lambda r: cell(r, 'spmm_w_kernel_ms', ('spmm_w_kernel', 'spmm_w'), '.4f')),
+                k('fused_over_spmm', '.2f', 'fused / SpMM', True),
+                k('fused_over_spmm_w', '.2f', 'fused / SpMM+w'),
+                Col(
+                    f'within {FUSED_TARGET}x',
+                    lambda r: '-' if 'within_target' not in r else 'yes' if r['within_target'] else 'no',
+                ),
+                k('timing'),
+                Col(
+                    'per call ms fused / SpMM',
+                    lambda r: f'{cell(r, "fused_ms", ("fused",), ".4f")} / {cell(r, "spmm_ms", ("spmm",), ".4f")}',
+                ),
+                Col('peak MiB fused / SpMM', triple('', '_peak_mb', '.0f', ('fused', 'spmm'))),
+            ],
             note='Kernel-only times (CUDA-graph replay) on a GPU, per-call times on the CPU. SpMM: '
-                 'spmm_graph(g, x.view(N, H*C)) (no edge values); SpMM+w: with one value per edge. The fused op '
-                 'computes the logits, the online softmax and the H-head aggregation in one pass.'),
-        Table('## 3. 2-layer GAT training step (forward + backward + Adam; examples/gat.py model, fp32)', 'train', [
-            k('graph'), k('nodes', ',', 'N'), k('edges', ',', 'E'), k('in_channels', 'd', 'in'),
-            k('classes', 'd', 'out'), k('impl'), Col('status', _status), k('step_ms', '.2f', 'step ms'),
-            k('speedup_vs_pyg', '.2f', 'x PyG', True), k('speedup_vs_unfused', '.2f', 'x unfused', True),
-            k('first_step_ms', '.1f', '1st step ms'), k('peak_mb', '.0f', 'peak MiB'),
-            k('extra_mb', '.0f', 'extra MiB'), k('memory_vs_pyg', '.2f', 'mem / PyG'),
-            k('loss_first', '.4f', 'loss[0]')],
+            'spmm_graph(g, x.view(N, H*C)) (no edge values); SpMM+w: with one value per edge. The fused op '
+            'computes the logits, the online softmax and the H-head aggregation in one pass.',
+        ),
+        Table(
+            '## 3. 2-layer GAT training step (forward + backward + Adam; examples/gat.py model, fp32)',
+            'train',
+            [
+                k('graph'),
+                k('nodes', ',', 'N'),
+                k('edges', ',', 'E'),
+                k('in_channels', 'd', 'in'),
+                k('classes', 'd', 'out'),
+                k('impl'),
+                Col('status', _status),
+                k('step_ms', '.2f', 'step ms'),
+                k('speedup_vs_pyg', '.2f', 'x PyG', True),
+                k('speedup_vs_unfused', '.2f', 'x unfused', True),
+                k('first_step_ms', '.1f', '1st step ms'),
+                k('peak_mb', '.0f', 'peak MiB'),
+                k('extra_mb', '.0f', 'extra MiB'),
+                k('memory_vs_pyg', '.2f', 'mem / PyG'),
+                k('loss_first', '.4f', 'loss[0]'),
+            ],
             note='Random features and labels of the dataset shape; dropout 0.6 on features and attention (each '
-                 "implementation draws its own masks); the first step (pyg_tc: format build) is not timed."),
-        Table('## 4. fuseGNN Table 3: single layer training step (forward + backward, fp32)', 'table3', [
-            k('graph'), k('requested'), k('model'), k('hidden', 'd'), k('in_channels', 'd', 'in'),
-            Col('ms PyG / pyg_tc', triple('', '_ms', '.3f', both)), k('pyg_tc_vs_pyg', '.2f', 'x PyG', True),
-            k('pyg_tc_first_ms', '.1f', 'pyg_tc 1st call ms'),
-            Col('peak MiB PyG / pyg_tc', triple('', '_peak_mb', '.0f', both)),
-            k('pyg_tc_mem_vs_pyg', '.2f', 'mem / PyG')],
+            "implementation draws its own masks); the first step (pyg_tc: format build) is not timed.",
+        ),
+        Table(
+            '## 4. fuseGNN Table 3: single layer training step (forward + backward, fp32)',
+            'table3',
+            [
+                k('graph'),
+                k('requested'),
+                k('model'),
+                k('hidden', 'd'),
+                k('in_channels', 'd', 'in'),
+                Col('ms PyG / pyg_tc', triple('', '_ms', '.3f', both)),
+                k('pyg_tc_vs_pyg', '.2f', 'x PyG', True),
+                k('pyg_tc_first_ms', '.1f', 'pyg_tc 1st call ms'),
+                Col('peak MiB PyG / pyg_tc', triple('', '_peak_mb', '.0f', both)),
+                k('pyg_tc_mem_vs_pyg', '.2f', 'mem / PyG'),
+            ],
             note='GCNConv(in, hidden, cached=True) and GATConv(in, hidden, heads=1), input features (random) of '
-                 'the real dataset width, no gradient for them; a fixed random output gradient.'),
-        Table(f'## 5. Accuracy: examples/gat.py ({epochs} epochs, test metric at the first best-val epoch)',
-              _acc_rows, [
-            k('dataset'), k('metric'), k('impl'), k('runs', 'd'), k('acc', h='test % mean ± std'),
-            k('diff', '+.2f', 'diff vs PyG (points)', True), k('within'), k('epoch_ms', '.2f', 'epoch ms'),
-            k('speedup', '.2f', 'epoch x PyG')],
+            'the real dataset width, no gradient for them; a fixed random output gradient.',
+        ),
+        Table(
+            f'## 5. Accuracy: examples/gat.py ({epochs} epochs, test metric at the first best-val epoch)',
+            _acc_rows,
+            [
+                k('dataset'),
+                k('metric'),
+                k('impl'),
+                k('runs', 'd'),
+                k('acc', h='test % mean ± std'),
+                k('diff', '+.2f', 'diff vs PyG (points)', True),
+                k('within'),
+                k('epoch_ms', '.2f', 'epoch ms'),
+                k('speedup', '.2f', 'epoch x PyG'),
+            ],
             note=f'Target: within {ACC_TARGET} points of PyG. GAT 8 heads x 8 hidden, dropout 0.6 (features and '
-                 f'attention), Adam lr {GAT_LR}, weight decay {GAT_WD}, same initial weights per seed; Planetoid: '
-                 'public split, NormalizeFeatures; Tolokers: ROC-AUC, split seed % 10. Epoch ms: median '
-                 'training step (forward + backward + Adam), evaluation excluded.'),
+            f'attention), Adam lr {GAT_LR}, weight decay {GAT_WD}, same initial weights per seed; Planetoid: '
+            'public split, NormalizeFeatures; Tolokers: ROC-AUC, split seed % 10. Epoch ms: median '
+            'training step (forward + backward + Adam), evaluation excluded.',
+        ),
     ]
 
     def header(env: dict, recs: List[dict]) -> List[str]:
         gpu = env.get('gpu') or 'no GPU: pyg_tc runs its PyTorch references, a code-path check only'
-        return [f'- device {env.get("device")} ({gpu}); torch {env.get("torch")}, PyG {env.get("torch_geometric")}, '
-                f'pyg_tc {env.get("pyg_tc_version")}; started {env.get("started")}',
-                f'- fp32 matmul precision {env.get("precision")}; impls: PyG = torch_geometric.nn, pyg_tc = '
-                'pyg_tc.nn (fused attention), unfused = pyg_tc ops composed (see section 1)']
-    return Reporter(out, f'{name}.jsonl', f'{name}.md', 'fuseGNN: fused graph attention (GAT / GATv2)', env, 'first',
-                    sections, [Figure(f'{name}.png', _panels, ncols=2, title='pyg_tc fused attention')], header,
-                    tag='gat')
+        return [
+            f'- device {env.get("device")} ({gpu}); torch {env.get("torch")}, PyG {env.get("torch_geometric")}, '
+            f'pyg_tc {env.get("pyg_tc_version")}; started {env.get("started")}',
+            f'- fp32 matmul precision {env.get("precision")}; impls: PyG = torch_geometric.nn, pyg_tc = '
+            'pyg_tc.nn (fused attention), unfused = pyg_tc ops composed (see section 1)',
+        ]
+
+    return Reporter(
+        out,
+        f'{name}.jsonl',
+        f'{name}.md',
+        'fuseGNN: fused graph attention (GAT / GATv2)',
+        env,
+        'first',
+        sections,
+        [Figure(f'{name}.png', _panels, ncols=2, title='pyg_tc fused attention')],
+        header,
+        tag='gat',
+    )
 
 
 # -- CLI -----------------------------------------------------------------------------------------
 
-_FULL = dict(warmup=2, rep=10, big_warmup=1, big_rep=3, epochs=GAT_EPOCHS, max_case_s=2.0, budget=360.0,
-             fused_shapes=','.join(f'{h}x{c}' for h, c in FUSED_SHAPES), table3_hidden='16,64,512',
-             datasets=','.join(ACC_DATASETS))
-_QUICK = dict(warmup=1, rep=2, big_warmup=1, big_rep=2, epochs=3, max_case_s=0.0, budget=120.0,
-              fused_shapes='8x8', table3_hidden='16,64', datasets='cora', seeds=1, graphs='tiny')
+_FULL = dict(
+    warmup=2,
+    rep=10,
+    big_warmup=1,
+    big_rep=3,
+    epochs=GAT_EPOCHS,
+    max_case_s=2.0,
+    budget=360.0,
+    fused_shapes=','.join(f'{h}x{c}' for h, c in FUSED_SHAPES),
+    table3_hidden='16,64,512',
+    datasets=','.join(ACC_DATASETS),
+)
+_QUICK = dict(
+    warmup=1,
+    rep=2,
+    big_warmup=1,
+    big_rep=2,
+    epochs=3,
+    max_case_s=0.0,
+    budget=120.0,
+    fused_shapes='8x8',
+    table3_hidden='16,64',
+    datasets='cora',
+    seeds=1,
+    graphs='tiny',
+)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     """The command line, with the --quick / full defaults filled in."""
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     p.add_argument('--out', default='gat_out')
-    p.add_argument('--part', default='bench',
-                   help=f'comma list of {", ".join(SECTIONS)}, or bench (= {",".join(BENCH)}) or all')
+    p.add_argument(
+        '--part', default='bench', help=f'comma list of {", ".join(SECTIONS)}, or bench (= {",".join(BENCH)}) or all'
+    )
     p.add_argument('--name', help='output file stem (default gat; gat_accuracy for --part accuracy)')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    p.add_argument('--quick', action='store_true',
-                   help="small settings on the 'tiny' graph (smoke test; the default on the CPU)")
+    p.add_argument(
+        '--quick', action='store_true', help="small settings on the 'tiny' graph (smoke test; the default on the CPU)"
+    )
     p.add_argument('--full', action='store_true', help='full settings even on the CPU')
     p.add_argument('--budget', type=float, help='seconds: start no item after that (default 360; quick 120)')
     p.add_argument('--graphs', help='graphs of every bench section (default: per section, see --*-graphs)')
     p.add_argument('--layer-graphs', help=f'sections 1 and 2 (default {",".join(LAYER_GRAPHS)})')
     p.add_argument('--train-graphs', help=f'section 3 (default {",".join(TRAIN_GRAPHS)})')
-    p.add_argument('--table3-graphs', help=f'section 4 (default {",".join(TABLE3_GRAPHS)}; pubmed -> citeseer '
-                                           'when its files are missing)')
+    p.add_argument(
+        '--table3-graphs',
+        help=f'section 4 (default {",".join(TABLE3_GRAPHS)}; pubmed -> citeseer when its files are missing)',
+    )
     p.add_argument('--fused-shapes', help='HxC list of section 2 (default 8x8,1x64)')
     p.add_argument('--table3-hidden', help='hidden widths of section 4 (default 16,64,512)')
     p.add_argument('--warmup', type=int)
     p.add_argument('--rep', type=int, help='timed repetitions per case')
     p.add_argument('--big-warmup', type=int, help=f'warm-up on graphs above {BIG_EDGES:,} edges')
     p.add_argument('--big-rep', type=int, help=f'repetitions on graphs above {BIG_EDGES:,} edges')
-    p.add_argument('--max-case-s', type=float,
-                   help='seconds: fewer repetitions (at least 3) when a case would take longer (0: no cap)')
-    p.add_argument('--precision', default='highest', choices=('highest', 'high', 'medium'),
-                   help='fp32 matmul precision (default highest: fp32)')
+    p.add_argument(
+        '--max-case-s',
+        type=float,
+        help='seconds: fewer repetitions (at least 3) when a case would take longer (0: no cap)',
+    )
+    p.add_argument(
+        '--precision',
+        default='highest',
+        choices=('highest', 'high', 'medium'),
+        help='fp32 matmul precision (default highest: fp32)',
+    )
     p.add_argument('--datasets', help='accuracy datasets (cora, citeseer, tolokers)')
     p.add_argument('--seeds', type=int, help='accuracy seeds per dataset (default cora/citeseer 10, tolokers 5)')
     p.add_argument('--epochs', type=int)
@@ -903,7 +1176,8 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
         a.section_graphs = {
             'layer': graph_names(a.layer_graphs or a.graphs, LAYER_GRAPHS),
             'train': graph_names(a.train_graphs or a.graphs, TRAIN_GRAPHS),
-            'table3': graph_names(a.table3_graphs or a.graphs, TABLE3_GRAPHS)}
+            'table3': graph_names(a.table3_graphs or a.graphs, TABLE3_GRAPHS),
+        }
     except ValueError as e:
         p.error(str(e))
     a.section_graphs['fused'] = a.section_graphs['layer']
@@ -913,6 +1187,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
         p.error(f'unknown accuracy dataset(s) {bad}')
     a.device = torch.device(a.device)
     from .common import data_paths
+
     data_paths(a)
     return a
 
@@ -926,8 +1201,12 @@ def items(a) -> List[tuple]:
     """(section, item, records()) in run order: graph by graph (small first), then the accuracy datasets."""
     gens = {'layer': bench_layer, 'fused': bench_fused, 'train': bench_train, 'table3': bench_table3}
     names = sorted({n for s in a.sections if s in BENCH for n in a.section_graphs[s]}, key=_order)
-    out = [(s, n, lambda s=s, n=n: gens[s](n, a)) for n in names for s in BENCH
-           if s in a.sections and n in a.section_graphs[s]]
+    out = [
+        (s, n, lambda s=s, n=n: gens[s](n, a))
+        for n in names
+        for s in BENCH
+        if s in a.sections and n in a.section_graphs[s]
+    ]
     if 'accuracy' in a.sections:
         out += [('accuracy', d, lambda d=d: bench_accuracy(d, a)) for d in a.datasets]
     return out
@@ -941,6 +1220,7 @@ def _with_precision(p: str, fn: Callable[[], Iterator[dict]]) -> Callable[[], It
             yield from fn()
         finally:
             torch.set_float32_matmul_precision(old)
+
     return run
 
 
@@ -948,12 +1228,14 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     """Command line: see the module docstring; returns the exit code."""
     a = parse_args(argv, prog)
     t0 = time.perf_counter()
-    env = environment(a.device, precision=a.precision, sections=a.sections,
-                      args={k: str(v) for k, v in vars(a).items()})
+    env = environment(
+        a.device, precision=a.precision, sections=a.sections, args={k: str(v) for k, v in vars(a).items()}
+    )
     rep = reporter(a.out, a.name, env, a.epochs)
     log(f'[gat] sections {",".join(a.sections)} on {a.device}; budget {a.budget:.0f} s; out {a.out}/{a.name}.*')
     try:
         import pyg_tc.nn as tnn
+
         missing = [c for c in ('GATConv', 'GATv2Conv') if not hasattr(tnn, c)]
     except ImportError:
         missing = ['pyg_tc.nn']

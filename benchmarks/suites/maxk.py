@@ -7,6 +7,7 @@ PyG's SAGEConv). ``python -m benchmarks.suites.maxk --out DIR [--graphs ...] [--
 ``maxk.jsonl``, ``maxk.md`` and ``maxk.png``; method and results of record:
 ``docs/maxk.md``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,7 @@ from .common import sparse_baseline, train_case
 KS = (2, 4, 8, 16, 32, 64, 96, 128, 192)
 WIDTH = 256
 GRAPHS = ['reddit', 'products', 'arxiv', 'tolokers', 'proteins', 'blogcatalog', 'cornell5']
-IMPL_NAMES = {'pyg': ' (PyG SAGEConv, edge_index)', 'pyg_adj_t': ' (PyG SAGEConv, sparse adj_t)',
-              'pyg_tc': ' (pyg_tc)'}
+IMPL_NAMES = {'pyg': ' (PyG SAGEConv, edge_index)', 'pyg_adj_t': ' (PyG SAGEConv, sparse adj_t)', 'pyg_tc': ' (pyg_tc)'}
 
 
 @torch.no_grad()
@@ -33,6 +33,7 @@ def bench_kernels(name: str, ks: Sequence[int], device=None, rep: int = 20, log=
     """One 'maxk_kernel' record per k on graph ``name``."""
     from pyg_tc.formats import CSRGraph
     from pyg_tc.ops import cbsr_spmm_graph, maxk, spmm_graph
+
     dev = torch.device(device) if device is not None else default_device()
     bg = load_graph(name, dev)
     N, E = bg.num_nodes, bg.num_edges
@@ -50,11 +51,19 @@ def bench_kernels(name: str, ks: Sequence[int], device=None, rep: int = 20, log=
     for k in ks:
         c = maxk(x, k)
         ib = c.indices.element_size()
-        rec = measure(dict(kind='maxk_kernel', graph=name, nodes=N, edges=E, F=WIDTH, k=k, **dense), {
-            'spgemm': lambda: cbsr_spmm_graph(g, c),
-            'sspmm': lambda: torch.ops.pyg_tc.cbsr_sspmm(g.rowptr, g.col, None, G, c.indices, s.units,
-                                                          s.heavy_rows, s.heavy_ptr, s.num_slots, None, 'sum'),
-            'select': lambda: maxk(x, k), 'topk': lambda: torch.topk(x, k, dim=1)}, dev, rep=rep)
+        rec = measure(
+            dict(kind='maxk_kernel', graph=name, nodes=N, edges=E, F=WIDTH, k=k, **dense),
+            {
+                'spgemm': lambda: cbsr_spmm_graph(g, c),
+                'sspmm': lambda: torch.ops.pyg_tc.cbsr_sspmm(
+                    g.rowptr, g.col, None, G, c.indices, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, None, 'sum'
+                ),
+                'select': lambda: maxk(x, k),
+                'topk': lambda: torch.topk(x, k, dim=1),
+            },
+            dev,
+            rep=rep,
+        )
         for op in ('spgemm', 'sspmm'):
             speedups(rec, op, (bkey, 'csr'))
         speedups(rec, 'select', ('topk',))
@@ -77,6 +86,7 @@ def bench_kernels(name: str, ks: Sequence[int], device=None, rep: int = 20, log=
 def _profile(model, x, y, edge_index, log) -> None:
     """Top kernels of one training step (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
+
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     cuda = x.is_cuda
     with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
@@ -85,13 +95,26 @@ def _profile(model, x, y, edge_index, log) -> None:
         opt.step()
         if cuda:
             torch.cuda.synchronize()
-    log(prof.key_averages().table(sort_by='cuda_time_total' if cuda else 'cpu_time_total', row_limit=18,
-                                  max_name_column_width=70))
+    log(
+        prof.key_averages().table(
+            sort_by='cuda_time_total' if cuda else 'cpu_time_total', row_limit=18, max_name_column_width=70
+        )
+    )
 
 
-def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers: int = 3, in_channels: int = 256,
-                   classes: int = 41, epochs: int = 10, log=log, profile: bool = False, tf32: bool = False,
-                   device=None) -> List[dict]:
+def bench_training(
+    name: str = 'reddit',
+    k: int = 16,
+    hidden: int = 256,
+    layers: int = 3,
+    in_channels: int = 256,
+    classes: int = 41,
+    epochs: int = 10,
+    log=log,
+    profile: bool = False,
+    tf32: bool = False,
+    device=None,
+) -> List[dict]:
     """Full-batch training epoch (forward + backward + Adam step, dropout 0.5)
     of MaxKGNN('sage') with MaxK(k), the same model with ReLU on pyg_tc's CSR
     kernels, and the ReLU model with PyG's own SAGEConv layers: on the
@@ -104,6 +127,7 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
     from torch_geometric.utils import to_torch_csr_tensor
 
     from pyg_tc.nn import MaxKGNN
+
     dev = torch.device(device) if device is not None else default_device()
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -128,11 +152,31 @@ def bench_training(name: str = 'reddit', k: int = 16, hidden: int = 256, layers:
                         a.load_state_dict(b.state_dict())
                     model.convs = torch.nn.ModuleList(convs)
                 return model
-            recs.append(train_case(dict(kind='maxk_train', graph=name, nodes=N, edges=bg.num_edges, impl=impl,
-                                        nonlinear=nl, k=k if nl == 'maxk' else None, hidden=hidden, layers=layers,
-                                        matmul='tf32' if tf32 else 'fp32'), build, x, y, ei, 3, epochs, 'epoch',
-                                   after=(lambda m, ei=ei: _profile(m, x, y, ei, log)) if profile and impl == 'pyg_tc'
-                                   else None))
+
+            recs.append(
+                train_case(
+                    dict(
+                        kind='maxk_train',
+                        graph=name,
+                        nodes=N,
+                        edges=bg.num_edges,
+                        impl=impl,
+                        nonlinear=nl,
+                        k=k if nl == 'maxk' else None,
+                        hidden=hidden,
+                        layers=layers,
+                        matmul='tf32' if tf32 else 'fp32',
+                    ),
+                    build,
+                    x,
+                    y,
+                    ei,
+                    3,
+                    epochs,
+                    'epoch',
+                    after=(lambda m, ei=ei: _profile(m, x, y, ei, log)) if profile and impl == 'pyg_tc' else None,
+                )
+            )
             ei = None
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
@@ -152,30 +196,77 @@ def reporter(out: str, env: dict) -> Reporter:
     """The suite's outputs: maxk.jsonl, maxk.md (kernels, training), maxk.png (Figure 8)."""
     bkey, blabel, _ = sparse_baseline(env['device'])
     k = lambda key, spec='.3f', h=None, bold=False: Col(h or key, key, spec, bold)  # noqa: E731
-    kernels = Table('## Kernels (Figure 8)', 'maxk_kernel', [
-        k('graph', ''), k('k', ''), k('spgemm_ms', h='SpGEMM ms'), k('sspmm_ms', h='SSpMM ms'),
-        k(f'{bkey}_ms', h=f'{blabel} F=256 ms'), k('csr_ms', h='pyg_tc CSR F=256 ms'),
-        k(f'spgemm_vs_{bkey}', '.2f', f'SpGEMM vs {blabel}'), k(f'sspmm_vs_{bkey}', '.2f', f'SSpMM vs {blabel}'),
-        k('spgemm_vs_csr', '.2f', 'SpGEMM vs CSR'), k('sspmm_vs_csr', '.2f', 'SSpMM vs CSR'),
-        k('spgemm_gbps', '.0f', 'SpGEMM GB/s'), k('sspmm_gbps', '.0f', 'SSpMM GB/s'), k('select_ms', h='select ms'),
-        k('topk_ms', h='topk ms'), k('select_share_of_spgemm', '.1%', 'select / SpGEMM'),
-        k('spgemm_rel_err', '.1e', 'SpGEMM rel err')])
-    train = Table('## Training epoch (3-layer SAGE, hidden 256, full batch, forward + backward + Adam)',
-                  'maxk_train', [
-                      k('graph', ''),
-                      Col('model', lambda r: (f'MaxK k={r["k"]}' if r['nonlinear'] == 'maxk' else 'ReLU')
-                          + IMPL_NAMES[r['impl']]),
-                      k('matmul', '', 'dense matmuls'), k('status', ''), k('epoch_ms', '.2f', 'epoch ms'),
-                      k('peak_mb', '.0f', 'peak MiB'), k('speedup_vs_relu_csr', '.2f', 'MaxK x ReLU pyg_tc'),
-                      k('speedup_vs_relu_pyg', '.2f', 'MaxK x ReLU PyG')])
-    panels = [Panel('maxk_kernel', 'k', f'{op}_vs_{bkey}', series='graph', style='line', hline=1.0, logx=2, logy=2,
-                    title=f'{title} vs {blabel} SpMM F=256', xlabel='k (of width 256)', ylabel='speedup (kernel-only)')
-              for op, title in (('spgemm', 'SpGEMM (forward)'), ('sspmm', 'SSpMM (backward)'))]
-    head = [f'- device {env["device"]} ({env.get("gpu") or "no GPU: CPU emulations, a code-path check only"}); '
-            f'torch {env["torch"]}; width {WIDTH}, fp32; {kernel_time_note(env["device"])}, all '
-            'implementations in the same run.']
-    return Reporter(out, 'maxk.jsonl', 'maxk.md', 'MaxK-GNN kernels (Figure 8) and training', env, None,
-                    [kernels, train], [Figure('maxk.png', panels, ncols=2)], lambda env, recs: head, tag='maxk')
+    kernels = Table(
+        '## Kernels (Figure 8)',
+        'maxk_kernel',
+        [
+            k('graph', ''),
+            k('k', ''),
+            k('spgemm_ms', h='SpGEMM ms'),
+            k('sspmm_ms', h='SSpMM ms'),
+            k(f'{bkey}_ms', h=f'{blabel} F=256 ms'),
+            k('csr_ms', h='pyg_tc CSR F=256 ms'),
+            k(f'spgemm_vs_{bkey}', '.2f', f'SpGEMM vs {blabel}'),
+            k(f'sspmm_vs_{bkey}', '.2f', f'SSpMM vs {blabel}'),
+            k('spgemm_vs_csr', '.2f', 'SpGEMM vs CSR'),
+            k('sspmm_vs_csr', '.2f', 'SSpMM vs CSR'),
+            k('spgemm_gbps', '.0f', 'SpGEMM GB/s'),
+            k('sspmm_gbps', '.0f', 'SSpMM GB/s'),
+            k('select_ms', h='select ms'),
+            k('topk_ms', h='topk ms'),
+            k('select_share_of_spgemm', '.1%', 'select / SpGEMM'),
+            k('spgemm_rel_err', '.1e', 'SpGEMM rel err'),
+        ],
+    )
+    train = Table(
+        '## Training epoch (3-layer SAGE, hidden 256, full batch, forward + backward + Adam)',
+        'maxk_train',
+        [
+            k('graph', ''),
+            Col(
+                'model', lambda r: (f'MaxK k={r["k"]}' if r['nonlinear'] == 'maxk' else 'ReLU') + IMPL_NAMES[r['impl']]
+            ),
+            k('matmul', '', 'dense matmuls'),
+            k('status', ''),
+            k('epoch_ms', '.2f', 'epoch ms'),
+            k('peak_mb', '.0f', 'peak MiB'),
+            k('speedup_vs_relu_csr', '.2f', 'MaxK x ReLU pyg_tc'),
+            k('speedup_vs_relu_pyg', '.2f', 'MaxK x ReLU PyG'),
+        ],
+    )
+    panels = [
+        Panel(
+            'maxk_kernel',
+            'k',
+            f'{op}_vs_{bkey}',
+            series='graph',
+            style='line',
+            hline=1.0,
+            logx=2,
+            logy=2,
+            title=f'{title} vs {blabel} SpMM F=256',
+            xlabel='k (of width 256)',
+            ylabel='speedup (kernel-only)',
+        )
+        for op, title in (('spgemm', 'SpGEMM (forward)'), ('sspmm', 'SSpMM (backward)'))
+    ]
+    head = [
+        f'- device {env["device"]} ({env.get("gpu") or "no GPU: CPU emulations, a code-path check only"}); '
+        f'torch {env["torch"]}; width {WIDTH}, fp32; {kernel_time_note(env["device"])}, all '
+        'implementations in the same run.'
+    ]
+    return Reporter(
+        out,
+        'maxk.jsonl',
+        'maxk.md',
+        'MaxK-GNN kernels (Figure 8) and training',
+        env,
+        None,
+        [kernels, train],
+        [Figure('maxk.png', panels, ncols=2)],
+        lambda env, recs: head,
+        tag='maxk',
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
@@ -198,10 +289,16 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     warm_up(dev)
     tg = a.train_graph or ('tiny' if cpu else 'reddit')
     ks = [int(v) for v in a.ks.split(',')]
-    items = [] if a.no_train else [('train', tg, lambda: bench_training(tg, profile=a.profile, device=dev))] + (
-        [('train tf32', tg, lambda: bench_training(tg, tf32=True, device=dev))] if a.tf32 else [])
-    items += [('kernels', n, lambda n=n: bench_kernels(n, ks, dev))
-              for n in resolve_names(a.graphs, ['tiny'] if cpu else GRAPHS)]
+    items = (
+        []
+        if a.no_train
+        else [('train', tg, lambda: bench_training(tg, profile=a.profile, device=dev))]
+        + ([('train tf32', tg, lambda: bench_training(tg, tf32=True, device=dev))] if a.tf32 else [])
+    )
+    items += [
+        ('kernels', n, lambda n=n: bench_kernels(n, ks, dev))
+        for n in resolve_names(a.graphs, ['tiny'] if cpu else GRAPHS)
+    ]
     paths = rep.run(items, dev)
     print(open(paths['markdown']).read())
     return 0

@@ -10,6 +10,7 @@ at the first best-val epoch (:func:`.common.fit`). Cora, CiteSeer: Planetoid pub
 split ``seed % 10``, ROC-AUC of P(class 1). Writes ``maxk_train.jsonl`` (one record
 per dataset x config x seed), ``maxk_train.md`` and ``maxk_train.png`` in ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,24 +32,37 @@ Key = Tuple[str, Optional[int]]  # (dataset, k); k None = ReLU
 def build_model(args: argparse.Namespace, in_ch: int, out_ch: int, k: Optional[int]):
     """MaxKGNN with the run's layout (``k=None``: the ReLU model)."""
     from pyg_tc.nn.models import MaxKGNN
-    return MaxKGNN(conv=args.conv, in_channels=in_ch, hidden_channels=args.hidden,
-                   out_channels=out_ch, num_layers=args.layers,
-                   k=args.hidden if k is None else k, dropout=args.dropout, norm=args.norm,
-                   nonlinear='relu' if k is None else 'maxk', backend=args.backend)
+
+    return MaxKGNN(
+        conv=args.conv,
+        in_channels=in_ch,
+        hidden_channels=args.hidden,
+        out_channels=out_ch,
+        num_layers=args.layers,
+        k=args.hidden if k is None else k,
+        dropout=args.dropout,
+        norm=args.norm,
+        nonlinear='relu' if k is None else 'maxk',
+        backend=args.backend,
+    )
 
 
-def train_one(args: argparse.Namespace, data, metric: str, k: Optional[int], seed: int,
-              weight_decay: float) -> dict:
+def train_one(args: argparse.Namespace, data, metric: str, k: Optional[int], seed: int, weight_decay: float) -> dict:
     """One run: val / test at the best-val epoch, median epoch ms, parameter count."""
     train, val, test, split = split_masks(data, seed)
     torch.manual_seed(seed)
     model = build_model(args, data.num_features, int(data.y.max()) + 1, k).to(data.x.device)
-    return dict(metric=metric, split=split, weight_decay=weight_decay,
-                params=sum(p.numel() for p in model.parameters()),
-                **fit(model, data, (train, val, test), metric, args.epochs, args.lr, weight_decay))
+    return dict(
+        metric=metric,
+        split=split,
+        weight_decay=weight_decay,
+        params=sum(p.numel() for p in model.parameters()),
+        **fit(model, data, (train, val, test), metric, args.epochs, args.lr, weight_decay),
+    )
 
 
 # -- report ------------------------------------------------------------------
+
 
 def _label(k: Optional[int]) -> str:
     return 'ReLU' if k is None else f'k={k}'
@@ -63,9 +77,13 @@ def summarize(records: Sequence[dict]) -> Dict[Key, dict]:
     out = {}
     for key, rs in groups.items():
         t = [100 * r['test'] for r in rs]
-        out[key] = dict(dataset=key[0], k=key[1], mean=statistics.fmean(t),
-                        std=statistics.stdev(t) if len(t) > 1 else 0.0,
-                        ms=statistics.median(r['epoch_ms'] for r in rs))
+        out[key] = dict(
+            dataset=key[0],
+            k=key[1],
+            mean=statistics.fmean(t),
+            std=statistics.stdev(t) if len(t) > 1 else 0.0,
+            ms=statistics.median(r['epoch_ms'] for r in rs),
+        )
     return out
 
 
@@ -78,8 +96,9 @@ def _by_dataset(records: List[dict]) -> List[dict]:
         for (dd, k), v in s.items():
             if dd == d:
                 row[f'acc {_label(k)}'] = f"{v['mean']:.2f} ± {v['std']:.2f}"
-                row[f'ms {_label(k)}'] = f"{v['ms']:.2f}" + (f" ({base / v['ms']:.2f}x)" if k is not None and base
-                                                             else '')
+                row[f'ms {_label(k)}'] = f"{v['ms']:.2f}" + (
+                    f" ({base / v['ms']:.2f}x)" if k is not None and base else ''
+                )
         rows.append(row)
     return rows
 
@@ -92,8 +111,10 @@ def _check(records: List[dict]) -> List[str]:
             lines.append(f'- {d}: not run (needs ReLU and k={CHECK_K})')
             continue
         a, b = s[d, CHECK_K]['mean'], s[d, None]['mean']
-        lines.append(f'- {d}: k={CHECK_K} {a:.2f} vs ReLU {b:.2f} ({a - b:+.2f} points): '
-                     + ('met' if a >= b - CHECK_POINTS else 'NOT met'))
+        lines.append(
+            f'- {d}: k={CHECK_K} {a:.2f} vs ReLU {b:.2f} ({a - b:+.2f} points): '
+            + ('met' if a >= b - CHECK_POINTS else 'NOT met')
+        )
     return lines
 
 
@@ -104,26 +125,55 @@ def _panels(records: List[dict]) -> List[Panel]:
     for d, m in metric.items():
         relu = s.get((d, None))
         ks = sorted(k for dd, k in s if dd == d and k is not None)
-        out.append(Panel(lambda _, d=d: [v for (dd, k), v in s.items() if dd == d and k is not None], 'k', 'mean',
-                         style='line', label='MaxK', yerr='std', logx=2, xticks=ks, title=d, xlabel='k',
-                         ylabel='test ' + {'roc_auc': 'ROC-AUC'}.get(m, m) + ' (%)',
-                         hline=relu and relu['mean'], hline_label=relu and 'ReLU',
-                         band=relu and (relu['mean'] - relu['std'], relu['mean'] + relu['std'])))
+        out.append(
+            Panel(
+                lambda _, d=d: [v for (dd, k), v in s.items() if dd == d and k is not None],
+                'k',
+                'mean',
+                style='line',
+                label='MaxK',
+                yerr='std',
+                logx=2,
+                xticks=ks,
+                title=d,
+                xlabel='k',
+                ylabel='test ' + {'roc_auc': 'ROC-AUC'}.get(m, m) + ' (%)',
+                hline=relu and relu['mean'],
+                hline_label=relu and 'ReLU',
+                band=relu and (relu['mean'] - relu['std'], relu['mean'] + relu['std']),
+            )
+        )
     return out
 
 
 def reporter(out: Path, setup: str, ks: Sequence[int]) -> Reporter:
     """The suite's outputs: maxk_train.jsonl, maxk_train.md (metric and time per k), maxk_train.png."""
-    cols = lambda what, *first: [Col(c, c) for c in ('dataset', *first)] + [  # noqa: E731
-        Col(_label(k), f'{what} {_label(k)}') for k in (None, *ks)]
-    return Reporter(str(out), 'maxk_train.jsonl', 'maxk_train.md', 'MaxK-GNN vs ReLU, full-batch training', sections=[
-        Table('## Test metric (%) at the best-val epoch, mean ± std over seeds', _by_dataset, cols('acc', 'metric')),
-        Table('## Median epoch time in ms (speedup over ReLU)', _by_dataset, cols('ms')),
-        Text(f'## Target: k={CHECK_K} at most {CHECK_POINTS:g} point below ReLU (means)', _check)],
-        figures=[Figure('maxk_train.png', _panels, ncols=4)], header=lambda env, recs: [setup], tag='maxk')
+    cols = lambda what, *first: (
+        [Col(c, c) for c in ('dataset', *first)]
+        + [  # noqa: E731
+            Col(_label(k), f'{what} {_label(k)}') for k in (None, *ks)
+        ]
+    )
+    return Reporter(
+        str(out),
+        'maxk_train.jsonl',
+        'maxk_train.md',
+        'MaxK-GNN vs ReLU, full-batch training',
+        sections=[
+            Table(
+                '## Test metric (%) at the best-val epoch, mean ± std over seeds', _by_dataset, cols('acc', 'metric')
+            ),
+            Table('## Median epoch time in ms (speedup over ReLU)', _by_dataset, cols('ms')),
+            Text(f'## Target: k={CHECK_K} at most {CHECK_POINTS:g} point below ReLU (means)', _check),
+        ],
+        figures=[Figure('maxk_train.png', _panels, ncols=4)],
+        header=lambda env, recs: [setup],
+        tag='maxk',
+    )
 
 
 # -- command line ------------------------------------------------------------
+
 
 def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     """The command line, with datasets, ks and seeds parsed."""
@@ -140,8 +190,12 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     a('--lr', type=float, default=0.01)
     a('--weight-decay', type=float, default=None, help='default: 5e-4 Planetoid, 0 otherwise')
     a('--no-norm', dest='norm', action='store_false', help='no LayerNorm after each conv')
-    a('--raw-features', dest='normalize', action='store_false',
-      help='Planetoid: no NormalizeFeatures (binary bag-of-words features)')
+    a(
+        '--raw-features',
+        dest='normalize',
+        action='store_false',
+        help='Planetoid: no NormalizeFeatures (binary bag-of-words features)',
+    )
     a('--backend', default='auto')
     a('--data-root', type=Path, default=None, help='folder with planetoid/ and heterophilous/ (default $PYG_TC_DATA)')
     a('--cache-dir', type=Path, default=None, help='keep dataset copies here (else a temp dir)')
@@ -152,8 +206,9 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     if any(d not in DATASETS for d in args.datasets):
         p.error(f'unknown dataset in {args.datasets}; known: {", ".join(DATASETS)}')
     args.ks = [int(t) for t in args.ks.split(',') if t.strip()]
-    args.seeds = ([int(t) for t in args.seeds.split(',') if t.strip()] if ',' in args.seeds
-                  else list(range(int(args.seeds))))
+    args.seeds = (
+        [int(t) for t in args.seeds.split(',') if t.strip()] if ',' in args.seeds else list(range(int(args.seeds)))
+    )
     if args.epochs < 1 or not args.seeds:
         p.error('need --epochs >= 1 and at least one seed')
     args.data_root = args.data_root or default_data_root()
@@ -166,11 +221,13 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     """Command line: see the module docstring; returns the exit code."""
     args = parse_args(argv, prog)
     dev = torch.device(args.device)
-    setup = (f'{args.conv}, {args.layers} layers, hidden {args.hidden}, dropout {args.dropout}, '
-             f'LayerNorm {args.norm}, lr {args.lr}, {args.epochs} epochs, seeds {args.seeds}, '
-             f"Planetoid features {'row-normalized' if args.normalize else 'raw'}, {dev}"
-             + (f' ({torch.cuda.get_device_name(dev)})' if dev.type == 'cuda' else '')
-             + f', torch {torch.__version__}')
+    setup = (
+        f'{args.conv}, {args.layers} layers, hidden {args.hidden}, dropout {args.dropout}, '
+        f'LayerNorm {args.norm}, lr {args.lr}, {args.epochs} epochs, seeds {args.seeds}, '
+        f"Planetoid features {'row-normalized' if args.normalize else 'raw'}, {dev}"
+        + (f' ({torch.cuda.get_device_name(dev)})' if dev.type == 'cuda' else '')
+        + f', torch {torch.__version__}'
+    )
     log(f'[maxk] {setup}; data from {args.data_root}')
     rep = reporter(args.out, setup, args.ks)
 
@@ -178,14 +235,27 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         _, _, cls, _, metric = DATASETS[name]
         data = common.load_dataset(name, args.data_root, args.cache_dir, args.normalize).to(dev)
         wd = args.weight_decay if args.weight_decay is not None else (5e-4 if cls == 'Planetoid' else 0.0)
-        log(f'[maxk] {name}: {data.num_nodes} nodes, {data.num_edges} edges, '
-            f'{data.num_features} features, metric {metric}, weight decay {wd:g}')
+        log(
+            f'[maxk] {name}: {data.num_nodes} nodes, {data.num_edges} edges, '
+            f'{data.num_features} features, metric {metric}, weight decay {wd:g}'
+        )
         for k in [None, *args.ks]:
             for seed in args.seeds:
-                rec = dict(dataset=name, config='relu' if k is None else 'maxk', k=k, seed=seed,
-                           conv=args.conv, hidden=args.hidden, layers=args.layers,
-                           epochs=args.epochs, lr=args.lr, dropout=args.dropout, norm=args.norm,
-                           normalize_features=args.normalize and cls == 'Planetoid', device=str(dev))
+                rec = dict(
+                    dataset=name,
+                    config='relu' if k is None else 'maxk',
+                    k=k,
+                    seed=seed,
+                    conv=args.conv,
+                    hidden=args.hidden,
+                    layers=args.layers,
+                    epochs=args.epochs,
+                    lr=args.lr,
+                    dropout=args.dropout,
+                    norm=args.norm,
+                    normalize_features=args.normalize and cls == 'Planetoid',
+                    device=str(dev),
+                )
                 rec.update(train_one(args, data, metric, k, seed, wd))
                 yield rec
 

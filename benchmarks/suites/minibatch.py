@@ -23,6 +23,7 @@ the same work done one phase after the other.
 ``minibatch.md``, ``minibatch.png``; needs a sampler backend (pyg-lib or
 torch_sparse) and, for the real graphs (tolokers), ``$PYG_TC_DATA``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,16 +54,21 @@ class Net(torch.nn.Module):
 
     def __init__(self, lib, kind: str, dims: Sequence[int], trim: bool = False):
         super().__init__()
-        make = {'sage': lambda i, o: lib.SAGEConv(i, o), 'gcn': lambda i, o: lib.GCNConv(i, o),
-                'gat': lambda i, o: lib.GATConv(i, o, heads=1)}[kind]
+        make = {
+            'sage': lambda i, o: lib.SAGEConv(i, o),
+            'gcn': lambda i, o: lib.GCNConv(i, o),
+            'gat': lambda i, o: lib.GATConv(i, o, heads=1),
+        }[kind]
         self.convs = torch.nn.ModuleList(make(i, o) for i, o in zip(dims[:-1], dims[1:]))
         self.trim = trim
 
-    def forward(self, x, edge_index, num_sampled_nodes: Optional[list] = None,
-                num_sampled_edges: Optional[list] = None):
+    def forward(
+        self, x, edge_index, num_sampled_nodes: Optional[list] = None, num_sampled_edges: Optional[list] = None
+    ):
         """Logits of every node of the batch (with ``trim``: of the seeds and
         the nodes the last layer keeps)."""
         from torch_geometric.utils import trim_to_layer
+
         trim = self.trim and num_sampled_nodes is not None
         for i, conv in enumerate(self.convs):
             if trim:
@@ -82,7 +88,7 @@ def hops(b) -> tuple:
 def train_step(model, opt, b) -> torch.Tensor:
     """One Adam step on a batch: cross-entropy over its seed nodes; the loss."""
     opt.zero_grad()
-    loss = Fn.cross_entropy(model(b.x, b.edge_index, *hops(b))[:b.batch_size], b.y[:b.batch_size])
+    loss = Fn.cross_entropy(model(b.x, b.edge_index, *hops(b))[: b.batch_size], b.y[: b.batch_size])
     loss.backward()
     opt.step()
     return loss
@@ -93,13 +99,19 @@ def sample(name: str, a) -> tuple:
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
     from pyg_tc.bench.graphs import load_graph
+
     bg = load_graph(name, 'cpu')
     g = torch.Generator().manual_seed(0)
     n = bg.num_nodes
-    data = Data(x=torch.randn(n, a.width, generator=g), y=torch.randint(0, a.classes, (n,), generator=g),
-                edge_index=bg.edge_index, num_nodes=n)
-    loader = NeighborLoader(data, num_neighbors=a.fanout, batch_size=a.batch_size, shuffle=True,
-                            generator=torch.Generator().manual_seed(0))
+    data = Data(
+        x=torch.randn(n, a.width, generator=g),
+        y=torch.randint(0, a.classes, (n,), generator=g),
+        edge_index=bg.edge_index,
+        num_nodes=n,
+    )
+    loader = NeighborLoader(
+        data, num_neighbors=a.fanout, batch_size=a.batch_size, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     batches = []  # fewer on a small graph (Tolokers: 12)
     seconds, n = loop_time(batches.append, itertools.islice(loader, a.batches), 'cpu')
     return bg, data, batches, 1e3 * seconds / n
@@ -110,6 +122,7 @@ def run_impl(impl: str, kind: str, batches: list, a) -> dict:
     import torch_geometric.nn as pyg_nn
     import pyg_tc
     from pyg_tc.transforms import DegreeBucketTransform
+
     dev = a.device
     torch.manual_seed(0)
     model = Net(pyg_tc.nn if impl == 'pyg_tc' else pyg_nn, kind, [a.width, a.hidden, a.hidden, a.classes]).to(dev)
@@ -133,8 +146,13 @@ def run_impl(impl: str, kind: str, batches: list, a) -> dict:
         profile_impl(f'{a.graph} {kind} {impl}', model, opt, build, batches[:5], a)
     mean = {'build_ms': 0.0, **pt.mean_ms()}
     total = sum(mean.values())
-    return dict(mean, total_ms=total, build_share=mean['build_ms'] / total, losses=losses,
-                peak_mib=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == 'cuda' else None)
+    return dict(
+        mean,
+        total_ms=total,
+        build_share=mean['build_ms'] / total,
+        losses=losses,
+        peak_mib=torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == 'cuda' else None,
+    )
 
 
 def run_epoch(impl: str, kind: str, data, a) -> dict:
@@ -149,15 +167,23 @@ def run_epoch(impl: str, kind: str, data, a) -> dict:
     from torch_geometric.loader import NeighborLoader, PrefetchLoader
     import pyg_tc
     from pyg_tc.transforms import DegreeBucketTransform
+
     dev = a.device
     cuda = dev.type == 'cuda'
     torch.manual_seed(0)
     model = Net(pyg_tc.nn if impl == 'pyg_tc' else pyg_nn, kind, [a.width, a.hidden, a.hidden, a.classes]).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     build = DegreeBucketTransform() if impl == 'pyg_tc' else None
-    loader = NeighborLoader(data, num_neighbors=a.fanout, batch_size=a.batch_size, shuffle=True,
-                            num_workers=a.workers, persistent_workers=a.workers > 0, pin_memory=cuda,
-                            generator=torch.Generator().manual_seed(0))
+    loader = NeighborLoader(
+        data,
+        num_neighbors=a.fanout,
+        batch_size=a.batch_size,
+        shuffle=True,
+        num_workers=a.workers,
+        persistent_workers=a.workers > 0,
+        pin_memory=cuda,
+        generator=torch.Generator().manual_seed(0),
+    )
     source = PrefetchLoader(loader, dev) if cuda else loader
     last = []
 
@@ -166,12 +192,18 @@ def run_epoch(impl: str, kind: str, data, a) -> dict:
         if build is not None:
             b = build(b)
         last[:] = [train_step(model, opt, b)]
+
     for _ in range(2):  # a warm-up pass, then the timed one
         dt, n = loop_time(one, itertools.islice(source, a.batches), dev)
     loss = last[0]
     del source, loader  # stops the workers
-    return dict(epoch_ms=1e3 * dt, epoch_batches=n, epoch_batch_ms=1e3 * dt / n, workers=a.workers,
-                final_loss=float(loss.detach()))
+    return dict(
+        epoch_ms=1e3 * dt,
+        epoch_batches=n,
+        epoch_batch_ms=1e3 * dt / n,
+        workers=a.workers,
+        final_loss=float(loss.detach()),
+    )
 
 
 def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
@@ -180,6 +212,7 @@ def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
     profiler's top operators by CPU and by device time."""
     import warnings
     from torch.profiler import ProfilerActivity, profile, record_function
+
     dev = a.device
 
     def step(b):
@@ -194,6 +227,7 @@ def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
 
     lines = [f'==== {title}']
     if dev.type == 'cuda':
+
         def syncs(phase: str, fn):
             """Runs ``fn`` with synchronisation warnings on; one line: where they came from."""
             torch.cuda.synchronize()
@@ -205,15 +239,19 @@ def profile_impl(title: str, model, opt, build, batches: list, a) -> None:
                 finally:
                     torch.cuda.set_sync_debug_mode(0)
             where = collections.Counter(f'{m.filename}:{m.lineno}' for m in w if 'synchroniz' in str(m.message))
-            lines.append(f'syncs in {phase}: {sum(where.values())} ' + ', '.join(
-                f'{k.split("site-packages/")[-1].split("pyg_tc/")[-1]} x{v}' for k, v in where.items()))
+            lines.append(
+                f'syncs in {phase}: {sum(where.values())} '
+                + ', '.join(f'{k.split("site-packages/")[-1].split("pyg_tc/")[-1]} x{v}' for k, v in where.items())
+            )
             return out
+
         b = syncs('transfer', lambda: batches[0].to(dev, non_blocking=True))
         b = syncs('build', lambda: build(b) if build is not None else b)
         syncs('compute', lambda: train_step(model, opt, b))
     import cProfile
     import io
     import pstats
+
     bs = [b.to(dev) for b in batches]
     bs = [build(b) if build is not None else b for b in bs]
     pr = cProfile.Profile()
@@ -256,8 +294,9 @@ def bench_graph(name: str, a) -> Iterator[dict]:
     a.graph = name
     nodes = statistics.mean(b.num_nodes for b in batches)
     edges = statistics.mean(b.edge_index.size(1) for b in batches)
-    base = dict(graph=name, nodes=bg.num_nodes, edges=bg.num_edges, batch_nodes=nodes, batch_edges=edges,
-                sample_ms=sample_ms)
+    base = dict(
+        graph=name, nodes=bg.num_nodes, edges=bg.num_edges, batch_nodes=nodes, batch_edges=edges, sample_ms=sample_ms
+    )
     for kind in a.models:
         if _past_budget(a):
             print(f'[minibatch] time budget of {a.budget:.0f} s spent: {name} {kind} and later skipped', flush=True)
@@ -270,12 +309,21 @@ def bench_graph(name: str, a) -> Iterator[dict]:
         ref = recs['pyg']['losses']
         for impl, r in recs.items():
             diff = max(abs(x - y) for x, y in zip(r['losses'], ref))
-            out = dict(base, kind='minibatch', model=kind, impl=impl, loss_first=r['losses'][0],
-                       loss_last=r['losses'][-1], loss_max_diff_vs_pyg=diff,
-                       **{k: v for k, v in r.items() if k != 'losses'})
+            out = dict(
+                base,
+                kind='minibatch',
+                model=kind,
+                impl=impl,
+                loss_first=r['losses'][0],
+                loss_last=r['losses'][-1],
+                loss_max_diff_vs_pyg=diff,
+                **{k: v for k, v in r.items() if k != 'losses'},
+            )
             if impl == 'pyg_tc':
-                out.update(compute_speedup=recs['pyg']['compute_ms'] / r['compute_ms'],
-                           total_speedup=recs['pyg']['total_ms'] / r['total_ms'])
+                out.update(
+                    compute_speedup=recs['pyg']['compute_ms'] / r['compute_ms'],
+                    total_speedup=recs['pyg']['total_ms'] / r['total_ms'],
+                )
             yield out
         if not a.epoch:
             continue
@@ -286,8 +334,15 @@ def bench_graph(name: str, a) -> Iterator[dict]:
         for impl, e in ep.items():
             # serial: the same work one phase after the other (the per-batch records)
             serial = sample_ms + recs[impl]['total_ms']
-            out = dict(base, kind='epoch', model=kind, impl=impl, serial_batch_ms=serial,
-                       overlap_speedup=serial / e['epoch_batch_ms'], **e)
+            out = dict(
+                base,
+                kind='epoch',
+                model=kind,
+                impl=impl,
+                serial_batch_ms=serial,
+                overlap_speedup=serial / e['epoch_batch_ms'],
+                **e,
+            )
             if impl == 'pyg_tc':
                 out['epoch_speedup'] = ep['pyg']['epoch_batch_ms'] / e['epoch_batch_ms']
             yield out
@@ -296,34 +351,77 @@ def bench_graph(name: str, a) -> Iterator[dict]:
 def reporter(out: str, env: dict) -> Reporter:
     """``minibatch.jsonl``, ``minibatch.md``, ``minibatch.png``."""
     k = lambda key, spec='', h=None, bold=False: Col(h or key, key, spec, bold)  # noqa: E731
-    table = Table('## NeighborLoader training, per batch (ms, means over the timed pass)', 'minibatch', [
-        k('graph'), k('model'), k('impl'), k('batch_nodes', ',.0f', 'batch nodes'),
-        k('batch_edges', ',.0f', 'batch edges'), k('sample_ms', '.1f', 'sampling (CPU)'),
-        k('transfer_ms', '.2f', 'transfer'), k('build_ms', '.2f', 'format build'), k('compute_ms', '.2f', 'compute'),
-        k('total_ms', '.2f', 'transfer + build + compute'), k('build_share', '.1%', 'build share'),
-        k('compute_speedup', '.2f', 'compute x PyG', True), k('total_speedup', '.2f', 'total x PyG', True),
-        k('peak_mib', ',.0f', 'peak MiB'), k('loss_last', '.4f', 'last loss'),
-        k('loss_max_diff_vs_pyg', '.1e', 'max loss diff vs PyG')],
+    table = Table(
+        '## NeighborLoader training, per batch (ms, means over the timed pass)',
+        'minibatch',
+        [
+            k('graph'),
+            k('model'),
+            k('impl'),
+            k('batch_nodes', ',.0f', 'batch nodes'),
+            k('batch_edges', ',.0f', 'batch edges'),
+            k('sample_ms', '.1f', 'sampling (CPU)'),
+            k('transfer_ms', '.2f', 'transfer'),
+            k('build_ms', '.2f', 'format build'),
+            k('compute_ms', '.2f', 'compute'),
+            k('total_ms', '.2f', 'transfer + build + compute'),
+            k('build_share', '.1%', 'build share'),
+            k('compute_speedup', '.2f', 'compute x PyG', True),
+            k('total_speedup', '.2f', 'total x PyG', True),
+            k('peak_mib', ',.0f', 'peak MiB'),
+            k('loss_last', '.4f', 'last loss'),
+            k('loss_max_diff_vs_pyg', '.1e', 'max loss diff vs PyG'),
+        ],
         note='The same sampled batches for both implementations; compute = forward + backward + Adam step. '
-             'Sampling is done once per graph (CPU, the loader\'s own sampler) and shown per batch.')
+        'Sampling is done once per graph (CPU, the loader\'s own sampler) and shown per batch.',
+    )
 
-    epoch = Table('## An epoch with sampling overlapped (ms per batch)', 'epoch', [
-        k('graph'), k('model'), k('impl'), k('workers', 'd', 'loader workers'), k('epoch_batches', 'd', 'batches'),
-        k('serial_batch_ms', '.2f', 'serial: sampling + transfer + build + compute'),
-        k('epoch_batch_ms', '.2f', 'overlapped epoch'), k('overlap_speedup', '.2f', 'overlap gain'),
-        k('epoch_speedup', '.2f', 'epoch x PyG', True), k('final_loss', '.4f', 'last loss')],
+    epoch = Table(
+        '## An epoch with sampling overlapped (ms per batch)',
+        'epoch',
+        [
+            k('graph'),
+            k('model'),
+            k('impl'),
+            k('workers', 'd', 'loader workers'),
+            k('epoch_batches', 'd', 'batches'),
+            k('serial_batch_ms', '.2f', 'serial: sampling + transfer + build + compute'),
+            k('epoch_batch_ms', '.2f', 'overlapped epoch'),
+            k('overlap_speedup', '.2f', 'overlap gain'),
+            k('epoch_speedup', '.2f', 'epoch x PyG', True),
+            k('final_loss', '.4f', 'last loss'),
+        ],
         note='NeighborLoader with worker processes, pinned memory and PrefetchLoader (the next batch copied to '
-             'the GPU on a side stream); freshly sampled batches, one warm-up pass then one timed pass. '
-             'serial = the per-batch table\'s phases one after the other.')
+        'the GPU on a side stream); freshly sampled batches, one warm-up pass then one timed pass. '
+        'serial = the per-batch table\'s phases one after the other.',
+    )
 
     def panels(records):
         rs = [r for r in records if r.get('kind') == 'minibatch']
-        return [Panel(lambda _, g=g: [dict(r, series=r['impl'], label=r['model']) for r in rs if r['graph'] == g],
-                      'label', 'compute_ms', 'series', style='bar', title=f'{g}: compute per batch',
-                      ylabel='ms') for g in dict.fromkeys(r['graph'] for r in rs)]
-    return Reporter(out, 'minibatch.jsonl', 'minibatch.md', 'Mini-batch training (NeighborLoader)', env, 'first',
-                    [table, epoch], [Figure('minibatch.png', panels, ncols=3, title='per-batch compute, PyG vs pyg_tc')],
-                    tag='minibatch')
+        return [
+            Panel(
+                lambda _, g=g: [dict(r, series=r['impl'], label=r['model']) for r in rs if r['graph'] == g],
+                'label',
+                'compute_ms',
+                'series',
+                style='bar',
+                title=f'{g}: compute per batch',
+                ylabel='ms',
+            )
+            for g in dict.fromkeys(r['graph'] for r in rs)
+        ]
+
+    return Reporter(
+        out,
+        'minibatch.jsonl',
+        'minibatch.md',
+        'Mini-batch training (NeighborLoader)',
+        env,
+        'first',
+        [table, epoch],
+        [Figure('minibatch.png', panels, ncols=3, title='per-batch compute, PyG vs pyg_tc')],
+        tag='minibatch',
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
@@ -340,8 +438,12 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     p.add_argument('--classes', type=int, default=41)
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--budget', type=float, help='seconds: start no graph, model or epoch part after that')
-    p.add_argument('--epoch', action=argparse.BooleanOptionalAction, default=True,
-                   help='also time an epoch with sampling overlapped (workers, pinned memory, prefetch)')
+    p.add_argument(
+        '--epoch',
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help='also time an epoch with sampling overlapped (workers, pinned memory, prefetch)',
+    )
     p.add_argument('--workers', type=int, default=8, help='loader worker processes of the overlapped epoch')
     p.add_argument('--profile', help='append a profile of 5 batches per (graph, model, impl) to this file')
     a = p.parse_args(argv)

@@ -10,6 +10,7 @@ writes ``DIR/tcgnn.jsonl`` (the first record the environment), ``tcgnn.md`` and
 ``tcgnn.png``. The method and the results of record are in ``docs/tcgnn.md``;
 on the CPU every op runs its reference implementation (code-path check only).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,19 @@ import torch.nn.functional as Fn
 
 from pyg_tc.bench.graphs import load_graph, resolve_names
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
-from pyg_tc.bench.timing import (Impl, Skip, bench, free, kernel_time_note, measure, precision, rel_errors,
-                                 short_error, speedups, warm_up)
+from pyg_tc.bench.timing import (
+    Impl,
+    Skip,
+    bench,
+    free,
+    kernel_time_note,
+    measure,
+    precision,
+    rel_errors,
+    short_error,
+    speedups,
+    warm_up,
+)
 
 from .common import sparse_baseline, sparse_csr, train_case
 
@@ -78,6 +90,7 @@ def _ref_sddmm(row, col, a, b):
 
 def _graph(ei, N: int):
     from pyg_tc.formats import CSRGraph
+
     return CSRGraph.from_coo(ei[0], ei[1], N, N)
 
 
@@ -87,6 +100,7 @@ def _relabel(ei, N: int, order: str):
         return ei
     if order == 'rcm':
         from pyg_tc.transforms.reorder import rcm_order
+
         perm = rcm_order(ei, N)
     else:
         perm = torch.randperm(N, generator=torch.Generator().manual_seed(0)).to(ei.device)
@@ -101,9 +115,11 @@ def _auto(rec: dict, tcu: Optional[float], csr: Optional[float]) -> None:
 
 # -- 1. kernels -----------------------------------------------------------------
 
+
 def bench_kernels(name: str, a, log=log) -> Iterator[dict]:
     """SGT statistics per node order, then SpMM / SDDMM records per order, width and dtype."""
     from pyg_tc.ops import sgt_of
+
     dev = a.device
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -112,9 +128,15 @@ def bench_kernels(name: str, a, log=log) -> Iterator[dict]:
         g = _graph(ei, N)
         ei = None
         st = sgt_of(g).stats(g)
-        st = {**st, 'kind': 'sgt_stats', 'graph': name, 'order': order, 'nodes': N,
-              'block_reduction': st['blocks_without_sgt'] / max(st['blocks'], 1),
-              'tile16_reduction': st['tiles16_without_sgt'] / max(st['tiles16'], 1)}
+        st = {
+            **st,
+            'kind': 'sgt_stats',
+            'graph': name,
+            'order': order,
+            'nodes': N,
+            'block_reduction': st['blocks_without_sgt'] / max(st['blocks'], 1),
+            'tile16_reduction': st['tiles16_without_sgt'] / max(st['tiles16'], 1),
+        }
         yield st
         if order != 'random':
             yield from _kernels_order(name, order, g, st, a, log)
@@ -129,6 +151,7 @@ def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
     from torch_geometric.utils import scatter
 
     from pyg_tc.ops import choose_backend, sddmm_graph, sgt_of, sgt_sddmm_cells, sgt_spmm_cells, spmm_graph
+
     dev, N, E = g.device, g.num_rows, g.num_edges
     bkey = sparse_baseline(dev)[0]
     s = sgt_of(g)
@@ -138,8 +161,9 @@ def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
     cells = s.cell_values(w)
     row, col = g.row(), g.col
     row_l = row.long() if E * min(a.widths) * 2 <= PYG_MAX_BYTES else None
-    base = dict(graph=name, order=order, nodes=N, edges=E, blocks=B, cells=C, nnz_per_block=st['nnz_per_block'],
-                device=dev.type)
+    base = dict(
+        graph=name, order=order, nodes=N, edges=E, blocks=B, cells=C, nnz_per_block=st['nnz_per_block'], device=dev.type
+    )
     for F in a.widths:
         x32 = torch.randn(N, F, generator=gen, device=dev)
         b32 = torch.randn(N, F, generator=gen, device=dev)
@@ -149,29 +173,41 @@ def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
             el = x.element_size()
             wd = w.to(dt)
             A = sparse_csr(g, wd)
-            no_pyg = None if row_l is not None and E * F * el <= PYG_MAX_BYTES else Skip(
-                f'PyG-style gather/scatter above {PYG_MAX_BYTES / 1e9:g} GB of gathered rows')
+            no_pyg = (
+                None
+                if row_l is not None and E * F * el <= PYG_MAX_BYTES
+                else Skip(f'PyG-style gather/scatter above {PYG_MAX_BYTES / 1e9:g} GB of gathered rows')
+            )
             tf32 = dt == torch.float32
-            spmm = {bkey: lambda: torch.sparse.mm(A, x), 'csr': lambda: spmm_graph(g, x, w),
-                    'tcu': lambda: sgt_spmm_cells(g, x, cells)}
-            sddmm = {'csr': lambda: sddmm_graph(g, x, b),
-                     'tcu': Impl(lambda: sgt_sddmm_cells(g, x, b), post=s.edge_values)}
+            spmm = {
+                bkey: lambda: torch.sparse.mm(A, x),
+                'csr': lambda: spmm_graph(g, x, w),
+                'tcu': lambda: sgt_spmm_cells(g, x, cells),
+            }
+            sddmm = {
+                'csr': lambda: sddmm_graph(g, x, b),
+                'tcu': Impl(lambda: sgt_sddmm_cells(g, x, b), post=s.edge_values),
+            }
             if tf32:
                 spmm['tcu_tf32'] = Impl(spmm['tcu'], precision='high')
                 sddmm['tcu_tf32'] = Impl(sddmm['tcu'].fn, post=s.edge_values, precision='high')
             spmm['pyg'] = no_pyg or (
-                lambda: scatter(x.index_select(0, col) * wd[:, None], row_l, 0, dim_size=N, reduce='sum'))
+                lambda: scatter(x.index_select(0, col) * wd[:, None], row_l, 0, dim_size=N, reduce='sum')
+            )
             sddmm['pyg'] = no_pyg or (lambda: (x.index_select(0, row_l) * b.index_select(0, col)).sum(-1))
-            for op, impls, ref in (('spmm', spmm, lambda: _ref_spmm(row, col, w, x, N)),
-                                   ('sddmm', sddmm, lambda: _ref_sddmm(row, col, x, b))):
+            for op, impls, ref in (
+                ('spmm', spmm, lambda: _ref_spmm(row, col, w, x, N)),
+                ('sddmm', sddmm, lambda: _ref_sddmm(row, col, x, b)),
+            ):
                 try:
                     r64 = ref()
                 except torch.OutOfMemoryError:
                     r64 = None
                     free(dev)
                 with precision('highest'):
-                    rec = measure(dict(base, kind=op, F=F, dtype=dname), impls, dev, rep=a.rep, ref=r64,
-                                  errors=_err, log=log)
+                    rec = measure(
+                        dict(base, kind=op, F=F, dtype=dname), impls, dev, rep=a.rep, ref=r64, errors=_err, log=log
+                    )
                 r64 = None
                 speedups(rec, 'tcu', (bkey, 'csr', 'pyg'))
                 speedups(rec, 'tcu_tf32', (bkey, 'csr'))
@@ -190,11 +226,13 @@ def _kernels_order(name, order, g, st, a, log) -> Iterator[dict]:
 
 # -- 2. warps and auto rules -------------------------------------------------------
 
+
 @torch.no_grad()
 def bench_auto(name: str, a, log=log) -> Iterator[dict]:
     """The CSR kernel and the TCU SpMM with 1-8 warps against the warps rule and backend='auto'."""
     from pyg_tc.ops import choose_backend, sgt_of, sgt_spmm_cells, spmm_graph
     from pyg_tc.ops.sgt import warps_for
+
     dev = a.device
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -211,8 +249,18 @@ def bench_auto(name: str, a, log=log) -> Iterator[dict]:
             dt = getattr(torch, dname)
             x = x32.to(dt)
             rule = warps_for(s, F, dt)
-            rec = dict(kind='auto', graph=name, nodes=N, edges=g.num_edges, F=F, dtype=dname, nnz_per_block=npb,
-                       rule_warps=rule, auto=choose_backend(g, F, dt, 'spmm'), auto_margin=_ops_attr('AUTO_MARGIN'))
+            rec = dict(
+                kind='auto',
+                graph=name,
+                nodes=N,
+                edges=g.num_edges,
+                F=F,
+                dtype=dname,
+                nnz_per_block=npb,
+                rule_warps=rule,
+                auto=choose_backend(g, F, dt, 'spmm'),
+                auto_margin=_ops_attr('AUTO_MARGIN'),
+            )
             impls = {'csr': lambda: spmm_graph(g, x, w)}
             impls.update({f'tcu_w{W}': lambda W=W: sgt_spmm_cells(g, x, cells, warps=W) for W in WARPS})
             measure(rec, impls, dev, rep=a.rep, log=log)
@@ -230,12 +278,14 @@ def bench_auto(name: str, a, log=log) -> Iterator[dict]:
 
 # -- 3. SGT build cost ---------------------------------------------------------------
 
+
 @torch.no_grad()
 def bench_build(name: str, a, log=log) -> Iterator[dict]:
     """CSRGraph and SGT build times against one F=32 SpMM."""
     from pyg_tc.formats import CSRGraph
     from pyg_tc.formats.sgt import SGT
     from pyg_tc.ops import sgt_spmm_cells, spmm_graph
+
     dev = a.device
     bg = load_graph(name, dev)
     N, E, ei = bg.num_nodes, bg.num_edges, bg.edge_index
@@ -248,8 +298,13 @@ def bench_build(name: str, a, log=log) -> Iterator[dict]:
     x = torch.randn(N, 32, device=dev)
     w = torch.rand(E, device=dev) + 0.5
     cells = g.sgt.cell_values(w)
-    measure(rec, {'tcu_spmm': lambda: sgt_spmm_cells(g, x, cells), 'csr_spmm': lambda: spmm_graph(g, x, w)}, dev,
-            rep=a.rep, log=log)
+    measure(
+        rec,
+        {'tcu_spmm': lambda: sgt_spmm_cells(g, x, cells), 'csr_spmm': lambda: spmm_graph(g, x, w)},
+        dev,
+        rep=a.rep,
+        log=log,
+    )
     for k in ('tcu_spmm', 'csr_spmm'):
         if rec.get(f'{k}_ms'):
             rec[f'build_over_{k}'] = rec['sgt_build_ms'] / rec[f'{k}_ms']
@@ -261,11 +316,13 @@ def bench_build(name: str, a, log=log) -> Iterator[dict]:
 
 # -- 4. Table 6 -------------------------------------------------------------------------
 
+
 @torch.no_grad()
 def bench_table6(a, log=log) -> Iterator[dict]:
     """n x n matrix, ``dbw`` dense 16 x 16 blocks in distinct random block
     columns of every 16-row window (seed 0), width 16, fp32, unit values."""
     from pyg_tc.ops import sgt_of, sgt_spmm_cells, spmm_graph
+
     dev, n, F = a.device, a.table6_n, 16
     bkey = sparse_baseline(dev)[0]
     nw = n // 16
@@ -281,11 +338,23 @@ def bench_table6(a, log=log) -> Iterator[dict]:
         ones = torch.ones(E, device=dev)
         x = torch.randn(n, F, generator=torch.Generator(device=dev).manual_seed(0), device=dev)
         A = sparse_csr(g, ones)
-        rec = dict(kind='table6', n=n, F=F, dbw=dbw, nnz=E, sparsity_pct=100 * (1 - E / n / n),
-                   blocks=s.fwd.num_blocks, nnz_per_block=s.stats()['nnz_per_block'], device=dev.type)
-        impls = {'tcu': lambda: sgt_spmm_cells(g, x, cells),
-                 'tcu_tf32': Impl(lambda: sgt_spmm_cells(g, x, cells), precision='high'),
-                 'csr': lambda: spmm_graph(g, x), bkey: lambda: torch.sparse.mm(A, x)}
+        rec = dict(
+            kind='table6',
+            n=n,
+            F=F,
+            dbw=dbw,
+            nnz=E,
+            sparsity_pct=100 * (1 - E / n / n),
+            blocks=s.fwd.num_blocks,
+            nnz_per_block=s.stats()['nnz_per_block'],
+            device=dev.type,
+        )
+        impls = {
+            'tcu': lambda: sgt_spmm_cells(g, x, cells),
+            'tcu_tf32': Impl(lambda: sgt_spmm_cells(g, x, cells), precision='high'),
+            'csr': lambda: spmm_graph(g, x),
+            bkey: lambda: torch.sparse.mm(A, x),
+        }
         with precision('highest'):
             measure(rec, impls, dev, rep=a.rep, ref=_ref_spmm(g.row(), g.col, ones, x, n), errors=_err, log=log)
         for i in impls:
@@ -297,6 +366,7 @@ def bench_table6(a, log=log) -> Iterator[dict]:
 
 
 # -- 5. training epoch and accuracy ---------------------------------------------------------
+
 
 class GCN(torch.nn.Module):
     """2 x GCNConv (cached), ReLU, dropout: PyG's examples/gcn.py."""
@@ -352,6 +422,7 @@ def bench_train(name: str, a, log=log) -> Iterator[dict]:
     """GCN and AGNN training epochs: PyG against the pyg_tc backends, same weights and dropout."""
     from pyg_tc.formats.carrier import get_graph
     from pyg_tc.ops import sgt_of
+
     dev, cin, cout = a.device, a.train_in, a.classes
     bg = load_graph(name, dev)
     N = bg.num_nodes
@@ -371,15 +442,32 @@ def bench_train(name: str, a, log=log) -> Iterator[dict]:
         m.load_state_dict(state)
         torch.manual_seed(0)  # the same dropout masks for every implementation
         return m
+
     for model in MODELS:
         state = _init_state(model, cin, cout, 0)
         ref: dict = {}
         for impl in TRAIN_IMPLS:
-            rec = train_case(dict(kind='train', graph=name, nodes=N, edges=bg.num_edges, model=model, impl=impl,
-                                  in_channels=cin, hidden=MODELS[model][1], classes=cout,
-                                  precision=torch.get_float32_matmul_precision()),
-                             lambda: build(model, impl, state), x, y, bg.edge_index if impl == 'pyg' else tc_edges,
-                             a.train_warmup, a.train_rep, 'epoch')
+            rec = train_case(
+                dict(
+                    kind='train',
+                    graph=name,
+                    nodes=N,
+                    edges=bg.num_edges,
+                    model=model,
+                    impl=impl,
+                    in_channels=cin,
+                    hidden=MODELS[model][1],
+                    classes=cout,
+                    precision=torch.get_float32_matmul_precision(),
+                ),
+                lambda: build(model, impl, state),
+                x,
+                y,
+                bg.edge_index if impl == 'pyg' else tc_edges,
+                a.train_warmup,
+                a.train_rep,
+                'epoch',
+            )
             if impl == 'pyg':
                 ref = rec
             elif rec['status'] == 'ok' and ref.get('status') == 'ok':
@@ -397,6 +485,7 @@ def bench_accuracy(ds: str, a, log=log) -> Iterator[dict]:
     from pyg_tc.formats.carrier import get_graph
     from pyg_tc.ops import sgt_of
     from .common import fit, load_dataset
+
     data = load_dataset(ds, a.data_root, a.cache_dir).to(a.device)
     cin, cout, N = data.num_features, int(data.y.max()) + 1, data.num_nodes
     sgt_of(get_graph(data.edge_index, size=(N, N))[0])  # attached up front, as SGTTransform does
@@ -404,14 +493,31 @@ def bench_accuracy(ds: str, a, log=log) -> Iterator[dict]:
         for seed in range(a.seeds):
             state = _init_state(model, cin, cout, seed)
             for impl in ACC_IMPLS:
-                rec = dict(kind='accuracy', dataset=ds, model=model, impl=impl, seed=seed, epochs=a.epochs,
-                           precision=torch.get_float32_matmul_precision())
+                rec = dict(
+                    kind='accuracy',
+                    dataset=ds,
+                    model=model,
+                    impl=impl,
+                    seed=seed,
+                    epochs=a.epochs,
+                    precision=torch.get_float32_matmul_precision(),
+                )
                 try:
                     m = make_model(model, impl, cin, cout).to(a.device)
                     m.load_state_dict(state)
                     torch.manual_seed(seed)
-                    rec.update(status='ok', **fit(m, data, (data.train_mask, data.val_mask, data.test_mask), 'accuracy',
-                                                   a.epochs, lr=0.01, weight_decay=5e-4))
+                    rec.update(
+                        status='ok',
+                        **fit(
+                            m,
+                            data,
+                            (data.train_mask, data.val_mask, data.test_mask),
+                            'accuracy',
+                            a.epochs,
+                            lr=0.01,
+                            weight_decay=5e-4,
+                        ),
+                    )
                 except Exception as e:
                     rec['status'] = 'oom' if isinstance(e, torch.OutOfMemoryError) else f'error: {short_error(e)}'
                 m = None
@@ -419,6 +525,7 @@ def bench_accuracy(ds: str, a, log=log) -> Iterator[dict]:
 
 
 # -- report ------------------------------------------------------------------------
+
 
 def _focus(rs: List[dict]):
     """The (F, dtype) of the summary plot / paragraph: F=32 fp32 when measured."""
@@ -433,12 +540,14 @@ def _lose_paragraph(sp: List[dict]) -> List[str]:
         return []
     lose = [r for r in both if r['tcu_ms'] > r['csr_ms']]
     win = [r for r in both if r['tcu_ms'] <= r['csr_ms']]
-    s = ['### Where tensor cores lose and why\n',
-         f'The TCU SpMM is slower than the CSR kernel in {len(lose)} of {len(both)} cases. A 16x8 '
-         'SGT block gathers 8 feature rows whatever its fill and multiplies all 128 cells, while the '
-         'CSR kernel gathers one row per edge: the TCU reads fewer feature bytes only when a block '
-         'holds more than 8 nonzeros (8 B/edge of CSR metadata vs 52 B/block + 4 B/cell), and below '
-         'that it moves more bytes and wastes MMA work on empty cells.\n']
+    s = [
+        '### Where tensor cores lose and why\n',
+        f'The TCU SpMM is slower than the CSR kernel in {len(lose)} of {len(both)} cases. A 16x8 '
+        'SGT block gathers 8 feature rows whatever its fill and multiplies all 128 cells, while the '
+        'CSR kernel gathers one row per edge: the TCU reads fewer feature bytes only when a block '
+        'holds more than 8 nonzeros (8 B/edge of CSR metadata vs 52 B/block + 4 B/cell), and below '
+        'that it moves more bytes and wastes MMA work on empty cells.\n',
+    ]
     F, dt = _focus(sp)
     for label, group in (('slower', lose), ('faster', win)):
         keys = list(dict.fromkeys((r['graph'], r['order']) for r in group))
@@ -448,14 +557,18 @@ def _lose_paragraph(sp: List[dict]) -> List[str]:
         for gname, order in keys:
             rs = [r for r in group if (r['graph'], r['order']) == (gname, order)]
             f = next((r for r in rs if r['F'] == F and r['dtype'] == dt), rs[0])
-            s.append(f'- {gname} ({order}): {f["nnz_per_block"]:.1f} nnz/block, TCU/CSR bytes '
-                     f'{f["tcu_bytes"] / f["csr_bytes"]:.2f} at F={f["F"]} {f["dtype"]}; TCU time '
-                     f'x{min(r["tcu_ms"] / r["csr_ms"] for r in rs):.2f}..'
-                     f'x{max(r["tcu_ms"] / r["csr_ms"] for r in rs):.2f} of CSR over {len(rs)} case(s)')
+            s.append(
+                f'- {gname} ({order}): {f["nnz_per_block"]:.1f} nnz/block, TCU/CSR bytes '
+                f'{f["tcu_bytes"] / f["csr_bytes"]:.2f} at F={f["F"]} {f["dtype"]}; TCU time '
+                f'x{min(r["tcu_ms"] / r["csr_ms"] for r in rs):.2f}..'
+                f'x{max(r["tcu_ms"] / r["csr_ms"] for r in rs):.2f} of CSR over {len(rs)} case(s)'
+            )
         s.append('')
     if lose and win:
-        s.append(f'Observed: TCU wins down to {min(r["nnz_per_block"] for r in win):.1f} nnz/block and '
-                 f'loses up to {max(r["nnz_per_block"] for r in lose):.1f} nnz/block.\n')
+        s.append(
+            f'Observed: TCU wins down to {min(r["nnz_per_block"] for r in win):.1f} nnz/block and '
+            f'loses up to {max(r["nnz_per_block"] for r in lose):.1f} nnz/block.\n'
+        )
     return s
 
 
@@ -464,31 +577,50 @@ def _acc_rows(records: List[dict]) -> List[dict]:
     ac = [r for r in records if r['kind'] == 'accuracy']
     out = []
     for key in dict.fromkeys((r['model'], r['dataset'], r['impl']) for r in ac):
-        runs = lambda k: [100 * r['test'] for r in ac  # noqa: E731
-                          if (r['model'], r['dataset'], r['impl']) == k and r['status'] == 'ok']
+        runs = lambda k: [
+            100 * r['test']
+            for r in ac  # noqa: E731
+            if (r['model'], r['dataset'], r['impl']) == k and r['status'] == 'ok'
+        ]
         v, ref = runs(key), runs((*key[:2], 'pyg'))
         d = statistics.mean(v) - statistics.mean(ref) if v and ref and key[2] != 'pyg' else None
-        out.append(dict(model=key[0], dataset=key[1], impl=key[2], runs=len(v), diff=d,
-                        acc=f'{statistics.mean(v):.2f} ± {statistics.stdev(v) if len(v) > 1 else 0:.2f}'
-                        if v else '-', within='-' if d is None else 'yes' if abs(d) <= 0.5 else 'no'))
+        out.append(
+            dict(
+                model=key[0],
+                dataset=key[1],
+                impl=key[2],
+                runs=len(v),
+                diff=d,
+                acc=f'{statistics.mean(v):.2f} ± {statistics.stdev(v) if len(v) > 1 else 0:.2f}' if v else '-',
+                within='-' if d is None else 'yes' if abs(d) <= 0.5 else 'no',
+            )
+        )
     return out
 
 
 def _auto_note(au: List[dict]) -> str:
     ok = [r for r in au if 'best_backend' in r]
-    return (f'auto = pyg_tc.ops.choose_backend (measured on first use per graph, width and dtype; sgt when its '
-            f'time < {au[0].get("auto_margin")} x CSR); it picked the faster backend of this run in '
-            f'**{sum(r["auto"] == r["best_backend"] for r in ok)} of {len(ok)}** cases'
-            + (f', worst auto/best **{max(r["auto_vs_best"] for r in ok):.2f}**.' if ok else '.'))
+    return (
+        f'auto = pyg_tc.ops.choose_backend (measured on first use per graph, width and dtype; sgt when its '
+        f'time < {au[0].get("auto_margin")} x CSR); it picked the faster backend of this run in '
+        f'**{sum(r["auto"] == r["best_backend"] for r in ok)} of {len(ok)}** cases'
+        + (f', worst auto/best **{max(r["auto_vs_best"] for r in ok):.2f}**.' if ok else '.')
+    )
 
 
 def _train_note(tr: List[dict]) -> str:
     by_pyg = {r['graph']: r['status'] for r in tr if r['impl'] == 'pyg'}
     head = [r for r in tr if r['graph'].partition('@')[0] == 'reddit' and r['model'] == 'agnn' and r['impl'] != 'pyg']
-    return head and 'AGNN on the reddit-shaped graph (target >= 3x PyG; reddit@f = the same nodes with a fraction ' \
-        'f of the edges, where PyG runs out of memory on the whole graph): ' + ', '.join(
-            f'{r["graph"]} {r["impl"]} ' + (f'**x{r["speedup_vs_pyg"]:.2f}**' if 'speedup_vs_pyg' in r
-                                             else 'PyG ' + by_pyg.get(r['graph'], '?')) for r in head)
+    return (
+        head
+        and 'AGNN on the reddit-shaped graph (target >= 3x PyG; reddit@f = the same nodes with a fraction '
+        'f of the edges, where PyG runs out of memory on the whole graph): '
+        + ', '.join(
+            f'{r["graph"]} {r["impl"]} '
+            + (f'**x{r["speedup_vs_pyg"]:.2f}**' if 'speedup_vs_pyg' in r else 'PyG ' + by_pyg.get(r['graph'], '?'))
+            for r in head
+        )
+    )
 
 
 def reporter(out: str, env: dict) -> Reporter:
@@ -497,48 +629,139 @@ def reporter(out: str, env: dict) -> Reporter:
     names = dict(NAMES, **{bkey: blabel})
     k = lambda key, spec='', bold=False, h=None: Col(h or key, key, spec, bold)  # noqa: E731
     ms = lambda i, h=None: ms_col(i, h or names.get(i, i))  # noqa: E731
-    errs = lambda *impls: Col('err ' + ' / '.join(names[i] for i in impls), lambda r: ' / '.join(  # noqa: E731
-        fmt(r.get(f'{i}_err'), '.0e') for i in impls))
+    errs = lambda *impls: Col(
+        'err ' + ' / '.join(names[i] for i in impls),
+        lambda r: ' / '.join(  # noqa: E731
+            fmt(r.get(f'{i}_err'), '.0e') for i in impls
+        ),
+    )
     g = [k('graph'), k('order'), k('F'), k('dtype'), k('nnz_per_block', '.1f', h='nnz/blk')]
     sections = [
-        Table('## SGT statistics (TC-GNN Figure 7) per node order', 'sgt_stats', [
-            k('graph'), k('order'), k('windows', ','), k('blocks', ','),
-            k('blocks_without_sgt', ',', h='blocks w/o SGT'),
-            k('block_reduction', '.2f', True, 'reduction'), k('nnz_per_block', '.2f', True, 'nnz/block'),
-            k('tiles16', ',', h='16x16 tiles'), k('tiles16_without_sgt', ',', h='tiles w/o SGT')]),
-        Table('## SpMM', 'spmm', g + [ms(i) for i in (bkey, 'csr', 'tcu', 'tcu_tf32', 'pyg')] + [
-            k(f'tcu_vs_{bkey}', '.2f', True, f'TCU vs {blabel}'), k('tcu_vs_csr', '.2f', True, 'TCU vs CSR'),
-            k(f'tcu_tf32_vs_{bkey}', '.2f', h=f'TF32 vs {blabel}'), k('auto'), k('auto_vs_best', '.2f', h='auto/best'),
-            Col('TCU/CSR bytes', lambda r: fmt(r['tcu_bytes'] / r['csr_bytes'], '.2f')),
-            errs('tcu', 'tcu_tf32', 'csr', bkey)], after=_lose_paragraph),
-        Table('## SDDMM', 'sddmm', g + [ms(i) for i in ('csr', 'tcu', 'tcu_tf32', 'pyg')] + [
-            k('tcu_vs_csr', '.2f', True, 'TCU vs CSR'), k('tcu_vs_pyg', '.2f', True, 'TCU vs PyG'), k('auto'),
-            errs('tcu', 'tcu_tf32', 'csr')]),
-        Table("## Warps per CTA and backend='auto'", 'auto', g[:1] + g[2:] + [ms('csr')] + [
-            ms(f'tcu_w{W}', f'TCU w={W}') for W in WARPS] + [
-            k('rule_warps', 'd', h='rule warps'), k('best_warps', 'd', h='best warps'),
-            k('rule_vs_best_warps', '.2f', True, 'rule/best'), k('auto'), k('best_backend', h='best'),
-            k('auto_vs_best', '.2f', True, 'auto/best')], note=_auto_note),
-        Table('## SGT build cost (SGT.build, median of 5 after a warm-up)', 'build', [
-            k('graph'), k('nodes', ',', h='N'), k('edges', ',', h='E'), k('csr_build_ms', '.2f', h='CSRGraph ms'),
-            k('sgt_build_ms', '.2f', h='SGT build ms'), ms('tcu_spmm', 'TCU SpMM F=32 ms'),
-            ms('csr_spmm', 'CSR SpMM ms'), k('build_over_tcu_spmm', '.0f', True, 'build / TCU SpMM'),
-            k('build_over_csr_spmm', '.0f', h='build / CSR SpMM'),
-            k('sgt_build_cpu_ms', '.1f', h='SGT build on CPU ms')]),
-        Table('## TC-GNN Table 6 (F=16, fp32): GFLOP/s', 'table6', [
-            k('n', ',', h='n'), k('dbw', 'd', h='DB/W'), k('nnz', ','), k('sparsity_pct', '.2f', h='sparsity %'),
-            k('nnz_per_block', '.1f', h='nnz/blk')] + [k(f'{i}_gflops', '.1f', h=names[i]) for i in (
-                'tcu', 'tcu_tf32', 'csr', bkey)] + [k(f'tcu_vs_{bkey}', '.2f', True, f'TCU vs {blabel}'),
-                                                   k(f'tcu_tf32_vs_{bkey}', '.2f', True, f'TF32 vs {blabel}'),
-                                                   k('tcu_err', '.0e', h='TCU err')]),
-        Table('## Training epoch (forward + backward + Adam, full batch; random features / labels)', 'train', [
-            k('graph'), k('model'), k('impl'), k('status'), k('epoch_ms', '.2f', h='epoch ms'),
-            k('speedup_vs_pyg', '.2f', True, 'x PyG'), k('peak_mb', '.0f', h='peak MiB'),
-            k('memory_vs_pyg', '.2f', h='memory / PyG'), k('loss_first', '.4f', h='loss[0]'),
-            k('loss_diff_vs_pyg', '.1e', h='|dloss[0]| vs PyG')], note=_train_note),
-        Table('## Test accuracy at the best validation epoch (public split)', _acc_rows, [
-            k('model'), k('dataset'), k('impl'), k('runs'), k('acc', h='test acc %'),
-            k('diff', '+.2f', True, 'diff vs PyG (points)'), k('within')], note='target: within 0.5 points of PyG')]
+        Table(
+            '## SGT statistics (TC-GNN Figure 7) per node order',
+            'sgt_stats',
+            [
+                k('graph'),
+                k('order'),
+                k('windows', ','),
+                k('blocks', ','),
+                k('blocks_without_sgt', ',', h='blocks w/o SGT'),
+                k('block_reduction', '.2f', True, 'reduction'),
+                k('nnz_per_block', '.2f', True, 'nnz/block'),
+                k('tiles16', ',', h='16x16 tiles'),
+                k('tiles16_without_sgt', ',', h='tiles w/o SGT'),
+            ],
+        ),
+        Table(
+            '## SpMM',
+            'spmm',
+            g
+            + [ms(i) for i in (bkey, 'csr', 'tcu', 'tcu_tf32', 'pyg')]
+            + [
+                k(f'tcu_vs_{bkey}', '.2f', True, f'TCU vs {blabel}'),
+                k('tcu_vs_csr', '.2f', True, 'TCU vs CSR'),
+                k(f'tcu_tf32_vs_{bkey}', '.2f', h=f'TF32 vs {blabel}'),
+                k('auto'),
+                k('auto_vs_best', '.2f', h='auto/best'),
+                Col('TCU/CSR bytes', lambda r: fmt(r['tcu_bytes'] / r['csr_bytes'], '.2f')),
+                errs('tcu', 'tcu_tf32', 'csr', bkey),
+            ],
+            after=_lose_paragraph,
+        ),
+        Table(
+            '## SDDMM',
+            'sddmm',
+            g
+            + [ms(i) for i in ('csr', 'tcu', 'tcu_tf32', 'pyg')]
+            + [
+                k('tcu_vs_csr', '.2f', True, 'TCU vs CSR'),
+                k('tcu_vs_pyg', '.2f', True, 'TCU vs PyG'),
+                k('auto'),
+                errs('tcu', 'tcu_tf32', 'csr'),
+            ],
+        ),
+        Table(
+            "## Warps per CTA and backend='auto'",
+            'auto',
+            g[:1]
+            + g[2:]
+            + [ms('csr')]
+            + [ms(f'tcu_w{W}', f'TCU w={W}') for W in WARPS]
+            + [
+                k('rule_warps', 'd', h='rule warps'),
+                k('best_warps', 'd', h='best warps'),
+                k('rule_vs_best_warps', '.2f', True, 'rule/best'),
+                k('auto'),
+                k('best_backend', h='best'),
+                k('auto_vs_best', '.2f', True, 'auto/best'),
+            ],
+            note=_auto_note,
+        ),
+        Table(
+            '## SGT build cost (SGT.build, median of 5 after a warm-up)',
+            'build',
+            [
+                k('graph'),
+                k('nodes', ',', h='N'),
+                k('edges', ',', h='E'),
+                k('csr_build_ms', '.2f', h='CSRGraph ms'),
+                k('sgt_build_ms', '.2f', h='SGT build ms'),
+                ms('tcu_spmm', 'TCU SpMM F=32 ms'),
+                ms('csr_spmm', 'CSR SpMM ms'),
+                k('build_over_tcu_spmm', '.0f', True, 'build / TCU SpMM'),
+                k('build_over_csr_spmm', '.0f', h='build / CSR SpMM'),
+                k('sgt_build_cpu_ms', '.1f', h='SGT build on CPU ms'),
+            ],
+        ),
+        Table(
+            '## TC-GNN Table 6 (F=16, fp32): GFLOP/s',
+            'table6',
+            [
+                k('n', ',', h='n'),
+                k('dbw', 'd', h='DB/W'),
+                k('nnz', ','),
+                k('sparsity_pct', '.2f', h='sparsity %'),
+                k('nnz_per_block', '.1f', h='nnz/blk'),
+            ]
+            + [k(f'{i}_gflops', '.1f', h=names[i]) for i in ('tcu', 'tcu_tf32', 'csr', bkey)]
+            + [
+                k(f'tcu_vs_{bkey}', '.2f', True, f'TCU vs {blabel}'),
+                k(f'tcu_tf32_vs_{bkey}', '.2f', True, f'TF32 vs {blabel}'),
+                k('tcu_err', '.0e', h='TCU err'),
+            ],
+        ),
+        Table(
+            '## Training epoch (forward + backward + Adam, full batch; random features / labels)',
+            'train',
+            [
+                k('graph'),
+                k('model'),
+                k('impl'),
+                k('status'),
+                k('epoch_ms', '.2f', h='epoch ms'),
+                k('speedup_vs_pyg', '.2f', True, 'x PyG'),
+                k('peak_mb', '.0f', h='peak MiB'),
+                k('memory_vs_pyg', '.2f', h='memory / PyG'),
+                k('loss_first', '.4f', h='loss[0]'),
+                k('loss_diff_vs_pyg', '.1e', h='|dloss[0]| vs PyG'),
+            ],
+            note=_train_note,
+        ),
+        Table(
+            '## Test accuracy at the best validation epoch (public split)',
+            _acc_rows,
+            [
+                k('model'),
+                k('dataset'),
+                k('impl'),
+                k('runs'),
+                k('acc', h='test acc %'),
+                k('diff', '+.2f', True, 'diff vs PyG (points)'),
+                k('within'),
+            ],
+            note='target: within 0.5 points of PyG',
+        ),
+    ]
 
     def panels(recs: List[dict]) -> List[Panel]:
         sp = [r for r in recs if r['kind'] == 'spmm']
@@ -546,31 +769,74 @@ def reporter(out: str, env: dict) -> Reporter:
             return []
         F, dt = _focus(sp)
         sp = [r for r in sp if r['F'] == F and r['dtype'] == dt]
-        return [Panel(lambda _: sp, 'graph', f'tcu_vs_{bkey}', 'order', hline=1.0, logy=2,
-                      title=f'TCU speedup vs {blabel} (F={F} {dt})'),
-                Panel(lambda _: sp, 'graph', 'tcu_vs_csr', 'order', hline=1.0, logy=2,
-                      title='TCU speedup vs pyg_tc CSR'),
-                Panel('sgt_stats', 'graph', 'nnz_per_block', 'order', hline=8.0, logy=2,
-                      title='nnz per 16x8 SGT block')]
+        return [
+            Panel(
+                lambda _: sp,
+                'graph',
+                f'tcu_vs_{bkey}',
+                'order',
+                hline=1.0,
+                logy=2,
+                title=f'TCU speedup vs {blabel} (F={F} {dt})',
+            ),
+            Panel(lambda _: sp, 'graph', 'tcu_vs_csr', 'order', hline=1.0, logy=2, title='TCU speedup vs pyg_tc CSR'),
+            Panel('sgt_stats', 'graph', 'nnz_per_block', 'order', hline=8.0, logy=2, title='nnz per 16x8 SGT block'),
+        ]
 
     def header(env: dict, recs: List[dict]) -> List[str]:
         gpu = env.get('gpu') or 'no GPU: reference implementations, code-path check only'
-        return [f'- device {env.get("device")} ({gpu}); torch {env.get("torch")}, PyG {env.get("torch_geometric")}',
-                f'- kernels: {kernel_time_note(env["device"])}, in ms; speedups = other time / TCU time (> 1: TCU '
-                'faster). TCU = 3xTF32 for fp32 (fp32-accurate), TCU-TF32 = plain TF32, values pre-translated to '
-                f'SGT cell order; {blabel} gets edge values in the feature dtype. Errors: max |out - ref| / max '
-                '|ref| vs float64.']
-    return Reporter(out, 'tcgnn.jsonl', 'tcgnn.md', 'TC-GNN benchmarks', env, 'first', sections,
-                    [Figure('tcgnn.png', panels)], header, tag='tcgnn')
+        return [
+            f'- device {env.get("device")} ({gpu}); torch {env.get("torch")}, PyG {env.get("torch_geometric")}',
+            f'- kernels: {kernel_time_note(env["device"])}, in ms; speedups = other time / TCU time (> 1: TCU '
+            'faster). TCU = 3xTF32 for fp32 (fp32-accurate), TCU-TF32 = plain TF32, values pre-translated to '
+            f'SGT cell order; {blabel} gets edge values in the feature dtype. Errors: max |out - ref| / max '
+            '|ref| vs float64.',
+        ]
+
+    return Reporter(
+        out,
+        'tcgnn.jsonl',
+        'tcgnn.md',
+        'TC-GNN benchmarks',
+        env,
+        'first',
+        sections,
+        [Figure('tcgnn.png', panels)],
+        header,
+        tag='tcgnn',
+    )
 
 
 # -- CLI ----------------------------------------------------------------------------
 
-_FULL = dict(graphs=','.join(GRAPHS), train_graphs=','.join(TRAIN_GRAPHS), datasets='cora,citeseer',
-             widths='16,32,64,128', dtypes='float32,float16', rep=20, train_warmup=3, train_rep=20,
-             seeds=5, epochs=200, table6_n=4096, dbw=','.join(map(str, DBW)))
-_QUICK = dict(graphs='tiny', train_graphs='tiny', datasets='cora', widths='16', dtypes='float32',
-              rep=2, train_warmup=1, train_rep=2, seeds=1, epochs=3, table6_n=256, dbw='1,4')
+_FULL = dict(
+    graphs=','.join(GRAPHS),
+    train_graphs=','.join(TRAIN_GRAPHS),
+    datasets='cora,citeseer',
+    widths='16,32,64,128',
+    dtypes='float32,float16',
+    rep=20,
+    train_warmup=3,
+    train_rep=20,
+    seeds=5,
+    epochs=200,
+    table6_n=4096,
+    dbw=','.join(map(str, DBW)),
+)
+_QUICK = dict(
+    graphs='tiny',
+    train_graphs='tiny',
+    datasets='cora',
+    widths='16',
+    dtypes='float32',
+    rep=2,
+    train_warmup=1,
+    train_rep=2,
+    seeds=1,
+    epochs=3,
+    table6_n=256,
+    dbw='1,4',
+)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
@@ -591,8 +857,12 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     p.add_argument('--classes', type=int, default=41)
     p.add_argument('--train-warmup', type=int)
     p.add_argument('--train-rep', type=int)
-    p.add_argument('--precision', default='highest', choices=('highest', 'high', 'medium'),
-                   help='fp32 matmul precision of the train / accuracy sections')
+    p.add_argument(
+        '--precision',
+        default='highest',
+        choices=('highest', 'high', 'medium'),
+        help='fp32 matmul precision of the train / accuracy sections',
+    )
     p.add_argument('--datasets', help='accuracy datasets (cora, citeseer)')
     p.add_argument('--seeds', type=int)
     p.add_argument('--epochs', type=int)
@@ -612,6 +882,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     a.device = torch.device(a.device)
     if a.data_root is None:
         from .common import default_data_root
+
         a.data_root = default_data_root()
     return a
 
@@ -626,13 +897,33 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
     a = parse_args(argv, prog)
     rep = reporter(a.out, environment(a.device, args={k: str(v) for k, v in vars(a).items()}))
     warm_up(a.device)
-    gens = {'kernels': bench_kernels, 'auto': bench_auto, 'build': bench_build,
-            'table6': lambda _, a: bench_table6(a), 'train': bench_train, 'accuracy': bench_accuracy}
-    items = {'table6': [f'n={a.table6_n}'], 'train': resolve_names(a.train_graphs, TRAIN_GRAPHS),
-             'accuracy': a.datasets.split(',')}
-    paths = rep.run([(sec, item, lambda sec=sec, item=item: _with_precision(
-        a.precision if sec in ('train', 'accuracy') else 'highest', gens[sec](item, a)))  # kernels: per impl
-        for sec in a.sections for item in items.get(sec, resolve_names(a.graphs, GRAPHS))], a.device)
+    gens = {
+        'kernels': bench_kernels,
+        'auto': bench_auto,
+        'build': bench_build,
+        'table6': lambda _, a: bench_table6(a),
+        'train': bench_train,
+        'accuracy': bench_accuracy,
+    }
+    items = {
+        'table6': [f'n={a.table6_n}'],
+        'train': resolve_names(a.train_graphs, TRAIN_GRAPHS),
+        'accuracy': a.datasets.split(','),
+    }
+    paths = rep.run(
+        [
+            (
+                sec,
+                item,
+                lambda sec=sec, item=item: _with_precision(
+                    a.precision if sec in ('train', 'accuracy') else 'highest', gens[sec](item, a)
+                ),
+            )  # kernels: per impl
+            for sec in a.sections
+            for item in items.get(sec, resolve_names(a.graphs, GRAPHS))
+        ],
+        a.device,
+    )
     print(open(paths['markdown']).read())
     return 0
 

@@ -14,31 +14,73 @@
 
 Measured results live in ``docs/`` (benchmarks.md, maxk.md, tcgnn.md, ...).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from .. import _lazy
 
-__all__ = ['BenchGraph', 'load_graph', 'rmat', 'data_dir', 'Timing', 'bench', 'copy_bandwidth', 'track_memory',
-           'kernel_time', 'measure', 'loop_time', 'loop_ms', 'PhaseTimer', 'kernel_profile', 'Reporter', 'SUITES',
-           'load_suite', 'run_suite']
+__all__ = [
+    'BenchGraph',
+    'load_graph',
+    'rmat',
+    'data_dir',
+    'Timing',
+    'bench',
+    'copy_bandwidth',
+    'track_memory',
+    'kernel_time',
+    'measure',
+    'loop_time',
+    'loop_ms',
+    'PhaseTimer',
+    'kernel_profile',
+    'Reporter',
+    'SUITES',
+    'load_suite',
+    'run_suite',
+]
 
 #: public name -> its module (imported on first access: the package itself
 #: loads no torch, so the command line can use :mod:`.cli_args`)
-_LAZY = {**dict.fromkeys(('BenchGraph', 'load_graph', 'rmat', 'data_dir'), 'graphs'),
-         'Reporter': 'report',
-         **dict.fromkeys(('SUITES', 'load_suite', 'run_suite'), 'registry'),
-         **dict.fromkeys(('Timing', 'bench', 'copy_bandwidth', 'kernel_time', 'measure', 'track_memory',
-                         'loop_time', 'loop_ms', 'PhaseTimer', 'kernel_profile'), 'timing')}
+_LAZY = {
+    **dict.fromkeys(('BenchGraph', 'load_graph', 'rmat', 'data_dir'), 'graphs'),
+    'Reporter': 'report',
+    **dict.fromkeys(('SUITES', 'load_suite', 'run_suite'), 'registry'),
+    **dict.fromkeys(
+        (
+            'Timing',
+            'bench',
+            'copy_bandwidth',
+            'kernel_time',
+            'measure',
+            'track_memory',
+            'loop_time',
+            'loop_ms',
+            'PhaseTimer',
+            'kernel_profile',
+        ),
+        'timing',
+    ),
+}
 
 if TYPE_CHECKING:
     from .graphs import BenchGraph, data_dir, load_graph, rmat
     from .registry import SUITES, load_suite, run_suite
     from .report import Reporter
-    from .timing import (PhaseTimer, Timing, bench, copy_bandwidth, kernel_profile, kernel_time, loop_ms, loop_time,
-                         measure, track_memory)
+    from .timing import (
+        PhaseTimer,
+        Timing,
+        bench,
+        copy_bandwidth,
+        kernel_profile,
+        kernel_time,
+        loop_ms,
+        loop_time,
+        measure,
+        track_memory,
+    )
 
 
-__getattr__, __dir__ = _lazy.attach(__name__, {name: (f'.{module}', name) for name, module in _LAZY.items()},
-                                    __all__)
+__getattr__, __dir__ = _lazy.attach(__name__, {name: (f'.{module}', name) for name, module in _LAZY.items()}, __all__)

@@ -2,6 +2,7 @@
 graphs' sources, the default suites, and the resolution of a ``--graphs``
 list. Plain data without torch, so the command line checks the names
 without importing it; :mod:`.graphs` builds and loads them."""
+
 from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple, Union
@@ -19,16 +20,31 @@ SYNTHETIC: Dict[str, Tuple[int, int, bool]] = {
 REAL: Dict[str, Tuple[tuple, bool, str]] = {
     'cora': (('Planetoid', 'planetoid', 'Cora', 'Cora'), False, 'Planetoid Cora'),
     'citeseer': (('Planetoid', 'planetoid', 'CiteSeer', 'CiteSeer'), False, 'Planetoid CiteSeer'),
-    'tolokers': (('HeterophilousGraphDataset', 'heterophilous', 'tolokers', 'Tolokers'), True,
-                 'HeterophilousGraphDataset Tolokers'),
-    'proteins': (('TUDataset', 'tu', 'PROTEINS_full', 'PROTEINS_full'), False,
-                 'TUDataset PROTEINS_full, all graphs as one batch'),
+    'tolokers': (
+        ('HeterophilousGraphDataset', 'heterophilous', 'tolokers', 'Tolokers'),
+        True,
+        'HeterophilousGraphDataset Tolokers',
+    ),
+    'proteins': (
+        ('TUDataset', 'tu', 'PROTEINS_full', 'PROTEINS_full'),
+        False,
+        'TUDataset PROTEINS_full, all graphs as one batch',
+    ),
     'blogcatalog': (('misc/blogcatalog.mat', 'network'), True, 'BlogCatalog (deepwalk .mat, symmetric)'),
     'cornell5': (('misc/facebook100/Cornell5.mat', 'A'), True, 'Facebook100 Cornell5 (.mat, symmetric)'),
 }
 
-GPU_SUITE: List[str] = ['reddit', 'products', 'arxiv', 'cora', 'citeseer', 'tolokers', 'proteins',
-                        'blogcatalog', 'cornell5']
+GPU_SUITE: List[str] = [
+    'reddit',
+    'products',
+    'arxiv',
+    'cora',
+    'citeseer',
+    'tolokers',
+    'proteins',
+    'blogcatalog',
+    'cornell5',
+]
 QUICK_GPU_SUITE: List[str] = ['arxiv', 'cora', 'tolokers', 'cornell5']
 CPU_SUITE: List[str] = ['tiny']
 ALL_NAMES: List[str] = list(SYNTHETIC) + list(REAL)
@@ -37,9 +53,12 @@ ALL_NAMES: List[str] = list(SYNTHETIC) + list(REAL)
 def groups() -> Dict[str, List[str]]:
     """The group names ``--graphs`` accepts: ``all`` (every graph except
     tiny), ``large`` (the speed targets), ``synthetic``, ``real``."""
-    return {'all': [n for n in ALL_NAMES if n != 'tiny'],
-            'large': [n for n in ALL_NAMES if n in SYNTHETIC and SYNTHETIC[n][2] or n in REAL and REAL[n][1]],
-            'synthetic': [n for n in SYNTHETIC if n != 'tiny'], 'real': list(REAL)}
+    return {
+        'all': [n for n in ALL_NAMES if n != 'tiny'],
+        'large': [n for n in ALL_NAMES if n in SYNTHETIC and SYNTHETIC[n][2] or n in REAL and REAL[n][1]],
+        'synthetic': [n for n in SYNTHETIC if n != 'tiny'],
+        'real': list(REAL),
+    }
 
 
 def check_name(name: str) -> str:
@@ -56,8 +75,7 @@ def check_name(name: str) -> str:
             raise ValueError(f'edge fraction must be in (0, 1], got {name!r}')
         return name
     if name not in SYNTHETIC and name not in REAL:
-        raise ValueError(f'unknown graph {name!r}; known: {", ".join(ALL_NAMES)} '
-                         f'or groups {", ".join(groups())}')
+        raise ValueError(f'unknown graph {name!r}; known: {", ".join(ALL_NAMES)} or groups {", ".join(groups())}')
     return name
 
 

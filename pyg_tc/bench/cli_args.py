@@ -3,6 +3,7 @@ torch_geometric), so ``pyg-tc --help`` and ``pyg-tc bench --help`` answer at
 once and a bad value is refused at once, with argparse's usage and one
 error line (exit code 2); the ``spmm`` suite (``benchmarks/suites/spmm.py``)
 turns the options into its Config."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,10 +47,12 @@ class CommaList:
 
 def choice(options: Sequence[str], what: str) -> Callable[[str], str]:
     """An item check: one of ``options`` (case-insensitive)."""
+
     def check(s: str) -> str:
         if s.lower() not in options:
             raise ValueError(f'unknown {what} {s!r}; choose from {", ".join(options)}')
         return s.lower()
+
     return check
 
 
@@ -98,24 +101,54 @@ ENVIRONMENT: Dict[str, tuple] = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``pyg-tc bench`` options (also those of ``pyg-tc bench spmm``, the same suite)."""
-    p.add_argument('--graphs', type=graph_list, metavar='LIST',
-                   help='comma list of graphs or groups (all, large, synthetic, real); '
-                   f'known: {", ".join(ALL_NAMES)}; env PYG_TC_BENCH_GRAPHS')
-    p.add_argument('--widths', type=ENVIRONMENT['widths'][1], metavar='LIST',
-                   help='comma list of feature widths (default 32,64,128,256); env PYG_TC_BENCH_WIDTHS')
-    p.add_argument('--dtypes', type=ENVIRONMENT['dtypes'][1], metavar='LIST',
-                   help=f'comma list of {",".join(DTYPE_NAMES)} (default all); env PYG_TC_BENCH_DTYPES')
+    p.add_argument(
+        '--graphs',
+        type=graph_list,
+        metavar='LIST',
+        help='comma list of graphs or groups (all, large, synthetic, real); '
+        f'known: {", ".join(ALL_NAMES)}; env PYG_TC_BENCH_GRAPHS',
+    )
+    p.add_argument(
+        '--widths',
+        type=ENVIRONMENT['widths'][1],
+        metavar='LIST',
+        help='comma list of feature widths (default 32,64,128,256); env PYG_TC_BENCH_WIDTHS',
+    )
+    p.add_argument(
+        '--dtypes',
+        type=ENVIRONMENT['dtypes'][1],
+        metavar='LIST',
+        help=f'comma list of {",".join(DTYPE_NAMES)} (default all); env PYG_TC_BENCH_DTYPES',
+    )
     p.add_argument('--out', default='bench_out', help='output directory (default ./bench_out)')
-    p.add_argument('--training', action=argparse.BooleanOptionalAction, default=True,
-                   help='also run the end-to-end training step benchmark (default on)')
-    p.add_argument('--train-graphs', type=graph_list, metavar='LIST',
-                   help='graphs for the training benchmark (default reddit on a '
-                   'GPU, tiny on the CPU; arxiv with --quick); env PYG_TC_BENCH_TRAIN_GRAPHS')
-    p.add_argument('--train-models', type=CommaList(choice(MODELS, 'model'), 'models'), default=['gcn'],
-                   metavar='LIST', help=f'comma list of {",".join(MODELS)} (default gcn)')
+    p.add_argument(
+        '--training',
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help='also run the end-to-end training step benchmark (default on)',
+    )
+    p.add_argument(
+        '--train-graphs',
+        type=graph_list,
+        metavar='LIST',
+        help='graphs for the training benchmark (default reddit on a '
+        'GPU, tiny on the CPU; arxiv with --quick); env PYG_TC_BENCH_TRAIN_GRAPHS',
+    )
+    p.add_argument(
+        '--train-models',
+        type=CommaList(choice(MODELS, 'model'), 'models'),
+        default=['gcn'],
+        metavar='LIST',
+        help=f'comma list of {",".join(MODELS)} (default gcn)',
+    )
     p.add_argument('--quick', action='store_true', help='a small subset with fewer repetitions')
-    p.add_argument('--budget', type=positive_float, default=None, metavar='SECONDS',
-                   help='start no new graph after this many seconds (outputs stay complete)')
+    p.add_argument(
+        '--budget',
+        type=positive_float,
+        default=None,
+        metavar='SECONDS',
+        help='start no new graph after this many seconds (outputs stay complete)',
+    )
 
 
 def read_environment(args: argparse.Namespace, parser: argparse.ArgumentParser) -> argparse.Namespace:

@@ -3,6 +3,7 @@ Reddit, ogbn-products and ogbn-arxiv, and real graphs read offline from the
 datasets folder named by ``$PYG_TC_DATA`` (or a suite's ``--data-root``),
 laid out as PyG roots them (``planetoid/Cora``, ``tu/PROTEINS_full``,
 ``heterophilous/tolokers``, ``misc/blogcatalog.mat``, ...)."""
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,16 @@ def default_device() -> torch.device:
     return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
-def rmat(num_nodes: int, num_edges: int, a: float = 0.57, b: float = 0.19, c: float = 0.19,
-         seed: int = 0, device=None, chunk: int = 1 << 24) -> Tensor:
+def rmat(
+    num_nodes: int,
+    num_edges: int,
+    a: float = 0.57,
+    b: float = 0.19,
+    c: float = 0.19,
+    seed: int = 0,
+    device=None,
+    chunk: int = 1 << 24,
+) -> Tensor:
     """R-MAT graph: ``edge_index [2, E]`` int64, edges ``src -> dst``, directed,
     duplicates allowed, deterministic for a seed on one device type. Each edge
     descends ``scale = ceil(log2 N)`` levels; per level one uniform draw picks
@@ -46,14 +55,14 @@ def rmat(num_nodes: int, num_edges: int, a: float = 0.57, b: float = 0.19, c: fl
     ab, abc = a + b, a + b + c
     for s in range(0, num_edges, chunk):
         n = min(chunk, num_edges - s)
-        src, dst = out[0, s:s + n], out[1, s:s + n]
+        src, dst = out[0, s : s + n], out[1, s : s + n]
         src.zero_()
         dst.zero_()
         r = torch.empty(n, device=device)
         for _ in range(scale):
             r.uniform_(generator=gen)
-            src.mul_(2).add_((r >= ab).long())                            # quadrants c, d
-            dst.mul_(2).add_(((r >= a) & (r < ab) | (r >= abc)).long())   # quadrants b, d
+            src.mul_(2).add_((r >= ab).long())  # quadrants c, d
+            dst.mul_(2).add_(((r >= a) & (r < ab) | (r >= abc)).long())  # quadrants b, d
         del r
         src.copy_(perm[src] % num_nodes)
         dst.copy_(perm[dst] % num_nodes)
@@ -77,6 +86,7 @@ class BenchGraph:
     def csr(self):
         """The graph as a ``CSRGraph`` (rows = targets)."""
         from ..formats import CSRGraph
+
         return CSRGraph.from_coo(self.edge_index[0], self.edge_index[1], self.num_nodes, self.num_nodes)
 
 
@@ -98,18 +108,21 @@ def data_dir() -> Path:
         raise FileNotFoundError(f'real datasets: set {DATA_ENV} (or pass --data-root) to their folder')
     path = Path(env).expanduser()
     if not path.is_dir():
-        raise FileNotFoundError(f'{DATA_ENV}={env} is not a folder (set it, or pass --data-root, to the '
-                                'real datasets\' folder)')
+        raise FileNotFoundError(
+            f'{DATA_ENV}={env} is not a folder (set it, or pass --data-root, to the real datasets\' folder)'
+        )
     return path
 
 
-def pyg_dataset(cls_name: str, sub: str, folder: str, name: str, data_root=None, cache_dir=None,
-                transform=None) -> list:
+def pyg_dataset(
+    cls_name: str, sub: str, folder: str, name: str, data_root=None, cache_dir=None, transform=None
+) -> list:
     """The graphs of a PyG dataset, loaded from a writable copy of
     ``<data_root>/<sub>/<folder>`` (default: :func:`data_dir`; PyG writes
     ``processed/`` next to ``raw/`` and the data folder may be read-only),
     kept in ``cache_dir/<sub>`` or in a temporary folder."""
     import torch_geometric.datasets as D
+
     src = Path(data_root if data_root is not None else data_dir()) / sub / folder
     if not (src / 'raw').is_dir():
         raise FileNotFoundError(f'{src}/raw not found (pass --data-root or set {DATA_ENV} to the datasets folder)')
@@ -142,6 +155,7 @@ def _mat(rel: str, key: str) -> Tuple[Tensor, int]:
 
 def _from_data(graphs: list) -> Tuple[Tensor, int]:
     from torch_geometric.data import Batch
+
     d = graphs[0] if len(graphs) == 1 else Batch.from_data_list(graphs)
     return d.edge_index, int(d.num_nodes)
 
@@ -165,12 +179,16 @@ def load_graph(name: str, device=None, seed: int = 0) -> BenchGraph:
     base, frac = _split_frac(name)
     if base in SYNTHETIC:
         n, e, large = SYNTHETIC[base]
-        return BenchGraph(name, rmat(n, int(e * frac), seed=seed, device=device), n, large, True,
-                          f'R-MAT a=0.57 b=0.19 c=0.19, random ids, seed {seed}'
-                          + (f', {frac:g} of the edges' if frac != 1 else ''))
+        return BenchGraph(
+            name,
+            rmat(n, int(e * frac), seed=seed, device=device),
+            n,
+            large,
+            True,
+            f'R-MAT a=0.57 b=0.19 c=0.19, random ids, seed {seed}' + (f', {frac:g} of the edges' if frac != 1 else ''),
+        )
     if name in REAL:
         src, large, desc = REAL[name]
         ei, n = _mat(*src) if len(src) == 2 else _from_data(pyg_dataset(*src))
-        return BenchGraph(name, ei.to(device=device, dtype=torch.long).contiguous(), n, large,
-                          False, desc)
+        return BenchGraph(name, ei.to(device=device, dtype=torch.long).contiguous(), n, large, False, desc)
     raise ValueError(f'unknown graph {name!r}; known: {", ".join(ALL_NAMES)}')

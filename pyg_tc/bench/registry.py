@@ -4,6 +4,7 @@ The suites live in ``benchmarks/`` of the source checkout, beside the package
 (a clone installed with ``pip install -e .``), not in the wheel. This module
 is plain data and imports a suite only when asked (no torch), so the command
 line lists the suites at once."""
+
 from __future__ import annotations
 
 import importlib
@@ -40,10 +41,13 @@ def checkout() -> Path:
         SuitesNotFound: When there is no ``benchmarks/`` beside the package.
     """
     import pyg_tc
+
     root = Path(pyg_tc.__file__).resolve().parents[1]
     if not (root / 'benchmarks' / 'suites' / '__init__.py').is_file():
-        raise SuitesNotFound('the benchmark suites ship with the source checkout: clone pyg_tc, '
-                             f'pip install -e . and run from there (no benchmarks/ next to {root})')
+        raise SuitesNotFound(
+            'the benchmark suites ship with the source checkout: clone pyg_tc, '
+            f'pip install -e . and run from there (no benchmarks/ next to {root})'
+        )
     return root
 
 

@@ -9,6 +9,7 @@ a run cut short still leaves a complete report. A failing item becomes a
 ``kind: 'skipped'`` record with its reason. Panels without data are left out,
 a figure without panels is not written, and without matplotlib no PNG is.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -68,16 +69,27 @@ def environment(device=None, **extra) -> dict:
     import torch_geometric
 
     import pyg_tc
+
     dev = torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
-    return dict(device=dev.type, gpu=torch.cuda.get_device_name(dev) if dev.type == 'cuda' else None,
-                driver=_driver() if dev.type == 'cuda' else None, torch=torch.__version__,
-                torch_cuda=torch.version.cuda, torch_geometric=torch_geometric.__version__,
-                pyg_tc_version=pyg_tc.__version__, commit=_commit(), python=platform.python_version(),
-                host=platform.node(), started=now(), **extra)
+    return dict(
+        device=dev.type,
+        gpu=torch.cuda.get_device_name(dev) if dev.type == 'cuda' else None,
+        driver=_driver() if dev.type == 'cuda' else None,
+        torch=torch.__version__,
+        torch_cuda=torch.version.cuda,
+        torch_geometric=torch_geometric.__version__,
+        pyg_tc_version=pyg_tc.__version__,
+        commit=_commit(),
+        python=platform.python_version(),
+        host=platform.node(),
+        started=now(),
+        **extra,
+    )
 
 
 def _run(cmd: List[str], cwd: Optional[str] = None) -> Optional[str]:
     import subprocess
+
     try:
         out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -113,13 +125,23 @@ def _date(started: Optional[str]) -> str:
 
 def run_block(env: dict) -> List[str]:
     """The table that opens a results page: where and when it was measured."""
+
     def v(key):
         return env.get(key) or 'not recorded'
+
     gpu = env.get('gpu') or ('CPU (no GPU)' if env.get('device') == 'cpu' else None)
     cuda = f"{env['torch_cuda']} (torch's build)" if env.get('torch_cuda') else 'none'
-    return ['| run | |', '|---|---|', f'| GPU | {gpu or "not recorded"} |', f"| driver | {v('driver')} |",
-            f"| torch | {v('torch')} |", f'| CUDA | {cuda} |', f'| date | {_date(env.get("started"))} |',
-            f"| commit | {v('commit')} |", '']
+    return [
+        '| run | |',
+        '|---|---|',
+        f'| GPU | {gpu or "not recorded"} |',
+        f"| driver | {v('driver')} |",
+        f"| torch | {v('torch')} |",
+        f'| CUDA | {cuda} |',
+        f'| date | {_date(env.get("started"))} |',
+        f"| commit | {v('commit')} |",
+        '',
+    ]
 
 
 def jsonable(v):
@@ -145,16 +167,23 @@ def record_line(tag: str, r: dict) -> str:
     speedups, errors."""
     ids = ' '.join(f'{k}={r[k]}' for k in IDS if r.get(k) is not None)
     num = lambda v: isinstance(v, float) and math.isfinite(v)  # noqa: E731
-    ms = [f'{k[:-3]} {v:.4f}' + ' (noisy)' * bool(r.get(f'{k[:-3]}_noisy')) for k, v in r.items()
-          if k.endswith('_ms') and not k.endswith(('_min_ms', '_max_ms')) and num(v)]
+    ms = [
+        f'{k[:-3]} {v:.4f}' + ' (noisy)' * bool(r.get(f'{k[:-3]}_noisy'))
+        for k, v in r.items()
+        if k.endswith('_ms') and not k.endswith(('_min_ms', '_max_ms')) and num(v)
+    ]
     ms += [f'{k.rsplit("_", 1)[0]} [{status(r, k.rsplit("_", 1)[0])}]' for k in r if k.endswith(('_skipped', '_error'))]
     err = lambda k: k.endswith('_err') or 'diff' in k  # noqa: E731
     more = [f'{k} {v:.2f}' for k, v in r.items() if ('_vs_' in k or k.startswith('speedup')) and not err(k) and num(v)]
     more += [f'{k} {v:.1e}' for k, v in r.items() if err(k) and num(v)]
-    more += [f'{k} {fmt(r[k], ".4f" if k in ("val", "test") else ".2f")}' for k in ('nnz_per_block', 'auto', 'val',
-                                                                                     'test') if k in r]
-    return f'[{tag}] {r.get("kind", "")} {ids}: '.replace('  ', ' ') + '; '.join(p for p in (' | '.join(ms) + ' ms' * bool(ms),
-                                                                      ', '.join(more)) if p)
+    more += [
+        f'{k} {fmt(r[k], ".4f" if k in ("val", "test") else ".2f")}'
+        for k in ('nnz_per_block', 'auto', 'val', 'test')
+        if k in r
+    ]
+    return f'[{tag}] {r.get("kind", "")} {ids}: '.replace('  ', ' ') + '; '.join(
+        p for p in (' | '.join(ms) + ' ms' * bool(ms), ', '.join(more)) if p
+    )
 
 
 # -- declarations ----------------------------------------------------------------
@@ -169,6 +198,7 @@ def _rows(spec: Rows, records: List[dict]) -> List[dict]:
 @dataclass
 class Col:
     """A table column: ``get`` is a record key or a function of the record."""
+
     header: str
     get: Union[str, Callable[[dict], Any]]
     spec: str = ''
@@ -207,6 +237,7 @@ class Table:
     """A markdown table of ``rows`` (left out when empty); ``cols`` may be a
     function of the rows. ``note`` (text, or rows -> text) goes under the title,
     ``after`` (rows -> lines) under the table; columns without any value are dropped."""
+
     title: str
     rows: Rows
     cols: Union[Sequence[Col], Callable[[List[dict]], Sequence[Col]]]
@@ -222,14 +253,18 @@ class Table:
         cells = [[c.cell(r) for c in cols] for r in rows]
         keep = [j for j in range(len(cols)) if any(row[j] not in ('-', 'skipped') for row in cells)]
         note = self.note(rows) if callable(self.note) else self.note
-        return ([self.title + '\n'] + ([note + '\n'] if note else []) + table(
-            [cols[j].header for j in keep], [[row[j] for j in keep] for row in cells])
-            + (self.after(rows) if self.after else []))
+        return (
+            [self.title + '\n']
+            + ([note + '\n'] if note else [])
+            + table([cols[j].header for j in keep], [[row[j] for j in keep] for row in cells])
+            + (self.after(rows) if self.after else [])
+        )
 
 
 @dataclass
 class Text:
     """Free text: ``lines(records)``; nothing when it returns no lines."""
+
     title: str
     lines: Callable[[List[dict]], List[str]]
 
@@ -241,8 +276,11 @@ class Text:
 
 def table(header: List[str], rows: List[List[str]]) -> List[str]:
     """A markdown table."""
-    return ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)] + [
-        '| ' + ' | '.join(r) + ' |' for r in rows] + ['']
+    return (
+        ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+        + ['| ' + ' | '.join(r) + ' |' for r in rows]
+        + ['']
+    )
 
 
 @dataclass
@@ -252,6 +290,7 @@ class Panel:
     error bars (both styles); ``flag`` a row key whose true rows are drawn
     hatched (bars) or hollow (points) and counted in the legend;
     ``hline`` a dashed reference line, ``band`` a shaded (low, high) range."""
+
     rows: Rows
     x: str
     y: str
@@ -276,6 +315,7 @@ class Figure:
     """A PNG of panels (a list, or records -> list), ``ncols`` per row (at
     most 3, or 2 with more than 4 bar categories, so that text stays legible
     at page width)."""
+
     file: str
     panels: Union[Sequence[Panel], Callable[[List[dict]], Sequence[Panel]]]
     ncols: int = 1
@@ -290,14 +330,23 @@ def _finite(v) -> bool:
 #: pixels), so the font sizes below stay legible there
 FIG_WIDTH = 10.0
 #: matplotlib settings of every figure
-STYLE = {'font.size': 13, 'axes.titlesize': 13, 'axes.labelsize': 13, 'xtick.labelsize': 12,
-         'ytick.labelsize': 12, 'legend.fontsize': 11, 'figure.titlesize': 14, 'hatch.linewidth': 1.0}
+STYLE = {
+    'font.size': 13,
+    'axes.titlesize': 13,
+    'axes.labelsize': 13,
+    'xtick.labelsize': 12,
+    'ytick.labelsize': 12,
+    'legend.fontsize': 11,
+    'figure.titlesize': 14,
+    'hatch.linewidth': 1.0,
+}
 DPI = 120
 
 
 def _wrap(text: str, width_in: float, size: float) -> str:
     """``text`` broken into lines that fit ``width_in`` inches at ``size`` points."""
     import textwrap
+
     return textwrap.fill(text, max(20, int(width_in * 72 / (0.55 * size)))) if text else text
 
 
@@ -311,8 +360,10 @@ def plot(fig: Figure, records: List[dict], path: str) -> Optional[str]:
     if not data:
         return None
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     with plt.rc_context(STYLE):
         return _draw(plt, fig, data, path)
 
@@ -329,8 +380,7 @@ def _draw(plt, fig: Figure, data: List[Tuple[Panel, List[dict]]], path: str) -> 
     shared_x = nc == 1 and bool(cats)  # only the bottom panel has the category labels
     label_h = 0.5 * longest if slant else 0.0
     height = (2.8 if nc == 1 else 3.4) * nr + label_h * (1 if shared_x else nr) + 0.9
-    f, axes = plt.subplots(nr, nc, squeeze=False, sharex=shared_x, figsize=(FIG_WIDTH, height),
-                           layout='constrained')
+    f, axes = plt.subplots(nr, nc, squeeze=False, sharex=shared_x, figsize=(FIG_WIDTH, height), layout='constrained')
     legends = []
     for ax, (p, rs) in zip(axes.flat, data):
         _panel(ax, p, rs, cats, slant, 0.85 * width)
@@ -340,12 +390,18 @@ def _draw(plt, fig: Figure, data: List[Tuple[Panel, List[dict]]], path: str) -> 
     for ax, (handles, lab) in zip(axes.flat, legends):
         if lab and not shared:
             ax.legend(framealpha=0.85)
-    for ax in list(axes.flat)[len(data):]:
+    for ax in list(axes.flat)[len(data) :]:
         ax.set_visible(False)
     title = _wrap(fig.title, FIG_WIDTH, STYLE['figure.titlesize'])
     if shared:  # on top, under the figure's title (a suptitle would overlap it)
-        f.legend(*legends[0], loc='outside upper center', ncols=min(len(labels[0]), 6), frameon=False,
-                 title=title or None, title_fontsize=STYLE['figure.titlesize'])
+        f.legend(
+            *legends[0],
+            loc='outside upper center',
+            ncols=min(len(labels[0]), 6),
+            frameon=False,
+            title=title or None,
+            title_fontsize=STYLE['figure.titlesize'],
+        )
     elif title:
         f.suptitle(title)
     f.savefig(path, dpi=DPI)
@@ -365,8 +421,7 @@ def _panel(ax, p: Panel, rs: List[dict], cats: list, slant: bool, width: float) 
             w, by = 0.8 / len(series), {r[p.x]: r for r in sr}
             xs = [j + (i - (len(series) - 1) / 2) * w for j in range(len(cats))]
             ys = [by[c].get(p.y) if c in by and _finite(by[c].get(p.y)) else math.nan for c in cats]
-            err = [by[c].get(p.yerr) if c in by and _finite(by[c].get(p.yerr)) else 0 for c in cats] if p.yerr \
-                else None
+            err = [by[c].get(p.yerr) if c in by and _finite(by[c].get(p.yerr)) else 0 for c in cats] if p.yerr else None
             bars = ax.bar(xs, ys, w, yerr=err, capsize=3 if err else 0)
             if lab is not None and bars.patches:  # the legend entry: plain, even when the first bar is hatched
                 ax.bar([0], [math.nan], 0, color=bars.patches[0].get_facecolor(), label=lab)
@@ -380,19 +435,34 @@ def _panel(ax, p: Panel, rs: List[dict], cats: list, slant: bool, width: float) 
                     missing[c].append(xv)
         else:
             sr = [r for r in sr if _finite(r.get(p.y))]
-            line = ax.errorbar([r[p.x] for r in sr], [r[p.y] for r in sr], marker='o', capsize=3, label=lab,
-                               yerr=[r.get(p.yerr) or 0 for r in sr] if p.yerr else None)
+            line = ax.errorbar(
+                [r[p.x] for r in sr],
+                [r[p.y] for r in sr],
+                marker='o',
+                capsize=3,
+                label=lab,
+                yerr=[r.get(p.yerr) or 0 for r in sr] if p.yerr else None,
+            )
             hollow = [r for r in sr if p.flag and r.get(p.flag)]
             if hollow:
                 flagged = True
-                ax.plot([r[p.x] for r in hollow], [r[p.y] for r in hollow], 'o', mfc='white',
-                        mec=line[0].get_color(), ms=8)
+                ax.plot(
+                    [r[p.x] for r in hollow], [r[p.y] for r in hollow], 'o', mfc='white', mec=line[0].get_color(), ms=8
+                )
     room = len(cats) and 0.8 / len(series) * width / len(cats) > 0.15  # inches for a label in a bar's place
     for j, c in enumerate(cats):  # a category without any bar: one label, not one per series
         whole = len(missing[c]) == len(series)
         for xv in [j] if whole else missing[c] if room else []:
-            ax.text(xv, 0.02, 'n/a', ha='center', va='bottom', fontsize=10, rotation=0 if whole else 90,
-                    transform=ax.get_xaxis_transform())
+            ax.text(
+                xv,
+                0.02,
+                'n/a',
+                ha='center',
+                va='bottom',
+                fontsize=10,
+                rotation=0 if whole else 90,
+                transform=ax.get_xaxis_transform(),
+            )
     if flagged and p.style == 'bar':  # a legend entry for the hatched bars / hollow points
         ax.bar([0], [math.nan], 0, color='white', edgecolor='k', hatch='//', label=p.flag.replace('_', ' '))
     elif flagged:
@@ -407,8 +477,13 @@ def _panel(ax, p: Panel, rs: List[dict], cats: list, slant: bool, width: float) 
         ax.set_yscale('log', base=p.logy)
     if p.style == 'bar':
         ax.set_xlim(-0.5, len(cats) - 0.5)
-        ax.set_xticks(range(len(cats)), [str(c) for c in cats], rotation=30 if slant else 0,
-                      ha='right' if slant else 'center', rotation_mode='anchor')
+        ax.set_xticks(
+            range(len(cats)),
+            [str(c) for c in cats],
+            rotation=30 if slant else 0,
+            ha='right' if slant else 'center',
+            rotation_mode='anchor',
+        )
     elif p.xticks:
         ax.set_xticks(list(p.xticks), [str(k) for k in p.xticks])
     elif p.logx:  # a narrow log axis would drop some of a few measured x values
@@ -424,6 +499,7 @@ def _panel(ax, p: Panel, rs: List[dict], cats: list, slant: bool, width: float) 
 
 # -- the reporter -------------------------------------------------------------------
 
+
 @dataclass
 class Reporter:
     """Records in; ``jsonl`` + ``markdown`` + the figures' PNGs out, in ``out_dir``.
@@ -432,6 +508,7 @@ class Reporter:
     'first' (one ``kind: 'env'`` record first) or None (records only).
     ``header(env, records)``: markdown lines under the title; ``summary(records)``:
     stored as a last ``kind: 'summary'`` line."""
+
     out_dir: str
     jsonl: str
     markdown: str
@@ -474,8 +551,13 @@ class Reporter:
         """The markdown report of the records so far."""
         skipped = dict.fromkeys((k[:-8], v) for r in self.records for k, v in r.items() if k.endswith('_skipped'))
         env = next((r for r in self.records if r.get('kind') == 'env'), None) or self.env
-        s = [f'# {self.title}\n'] + run_block(env) + (self.header(self.env, self.records) if self.header else []) + [
-            f'- {n}' for n in self.notes] + [f'- skipped: {i} ({why})' for i, why in skipped]
+        s = (
+            [f'# {self.title}\n']
+            + run_block(env)
+            + (self.header(self.env, self.records) if self.header else [])
+            + [f'- {n}' for n in self.notes]
+            + [f'- skipped: {i} ({why})' for i, why in skipped]
+        )
         s[-1] += '\n'
         for sec in self.sections:
             s += sec.render(self.records)
@@ -501,8 +583,13 @@ class Reporter:
                 log(f'[warn] {fig.file} not written: {short_error(e)}')
         return paths
 
-    def run(self, items: Iterable[Tuple[str, Any, Callable[[], Iterable[dict]]]], device=None,
-            budget_s: Optional[float] = None, t0: Optional[float] = None) -> Dict[str, str]:
+    def run(
+        self,
+        items: Iterable[Tuple[str, Any, Callable[[], Iterable[dict]]]],
+        device=None,
+        budget_s: Optional[float] = None,
+        t0: Optional[float] = None,
+    ) -> Dict[str, str]:
         """Runs ``(section, item, records())`` items in order with a progress
         line each (and a progress bar on a terminal: ``progress_bar``); a
         failure becomes a 'skipped' record (a traceback for unexpected errors).
@@ -517,8 +604,10 @@ class Reporter:
             for i, (section, item, fn) in enumerate(items):
                 elapsed = time.perf_counter() - t0
                 if budget_s is not None and elapsed > budget_s:
-                    self.note(f'time budget of {budget_s:.0f} s spent: skipped '
-                              + ', '.join(f'{s} {it}' for s, it, _ in items[i:]))
+                    self.note(
+                        f'time budget of {budget_s:.0f} s spent: skipped '
+                        + ', '.join(f'{s} {it}' for s, it, _ in items[i:])
+                    )
                     break
                 log(f'[{self.tag}] ({i + 1}/{len(items)}, {elapsed:.0f} s) {section} {item}')
                 if bar is not None:

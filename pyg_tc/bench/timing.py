@@ -9,6 +9,7 @@ epochs, samplers): :func:`loop_time` / :func:`loop_ms` (back to back,
 synchronised at the ends),
 :class:`PhaseTimer` (each phase synchronised) and :func:`kernel_profile`
 (GPU time per item from the profiler, its matrix products' share)."""
+
 from __future__ import annotations
 
 import gc
@@ -64,8 +65,10 @@ def precision(p: Optional[str]):
 def kernel_time_note(device) -> str:
     """How :func:`kernel_time` timed on ``device``, for report headers."""
     if is_cuda(device):
-        return (f'kernel-only times (CUDA-graph replay; calls under {KERNEL_BATCH_MS} ms captured '
-                f'{KERNEL_CALLS}x back to back), median')
+        return (
+            f'kernel-only times (CUDA-graph replay; calls under {KERNEL_BATCH_MS} ms captured '
+            f'{KERNEL_CALLS}x back to back), median'
+        )
     return 'per-call times (time.perf_counter; no CUDA graphs on the CPU), median'
 
 
@@ -110,11 +113,20 @@ class Timing:
     def as_dict(self, prefix: str) -> Dict[str, float]:
         """``<prefix>_ms`` (median), ``_min_ms``, ``_max_ms``, ``_spread``, ``_reps``;
         with a stability target also ``_ci`` and ``_noisy``."""
-        d = {f'{prefix}_ms': self.median_ms, f'{prefix}_min_ms': self.min_ms, f'{prefix}_max_ms': self.max_ms,
-             f'{prefix}_spread': round(self.spread, 4), f'{prefix}_reps': self.reps}
+        d = {
+            f'{prefix}_ms': self.median_ms,
+            f'{prefix}_min_ms': self.min_ms,
+            f'{prefix}_max_ms': self.max_ms,
+            f'{prefix}_spread': round(self.spread, 4),
+            f'{prefix}_reps': self.reps,
+        }
         if self.ci is not None:
-            d.update({f'{prefix}_ci': round(self.ci, 4) if math.isfinite(self.ci) else self.ci,
-                      f'{prefix}_noisy': bool(self.noisy)})
+            d.update(
+                {
+                    f'{prefix}_ci': round(self.ci, 4) if math.isfinite(self.ci) else self.ci,
+                    f'{prefix}_noisy': bool(self.noisy),
+                }
+            )
         return d
 
     @classmethod
@@ -122,8 +134,9 @@ class Timing:
         """The Timing of a list of times in ms; with ``target``, its
         ``median_ci`` and whether that is above ``target``."""
         ci = median_ci(times) if target is not None else None
-        return cls(statistics.median(times), min(times), max(times), len(times), ci,
-                   None if ci is None else ci > target)
+        return cls(
+            statistics.median(times), min(times), max(times), len(times), ci, None if ci is None else ci > target
+        )
 
 
 class Stopwatch:
@@ -155,9 +168,16 @@ class Stopwatch:
         return [s.elapsed_time(e) for s, e in self._done] if self.cuda else list(self._done)
 
 
-def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None,
-          max_time_s: Optional[float] = None, wall: bool = False, target: Optional[float] = None,
-          max_total_s: float = 2.0) -> Timing:
+def bench(
+    fn: Callable[[], object],
+    warmup: int = 10,
+    rep: int = 50,
+    device=None,
+    max_time_s: Optional[float] = None,
+    wall: bool = False,
+    target: Optional[float] = None,
+    max_total_s: float = 2.0,
+) -> Timing:
     """Median / min / max ms of ``fn()`` over ``rep`` repetitions after
     ``warmup`` calls. ``max_time_s`` lowers ``rep`` (to no fewer than 3) when the
     warm-up shows the repetitions would take longer; ``wall``: host wall time
@@ -179,8 +199,12 @@ def bench(fn: Callable[[], object], warmup: int = 10, rep: int = 50, device=None
     if target is not None:
         rep = max(rep, 10)
     times = _timed(fn, rep, device, wall, sync)
-    while (target is not None and median_ci(times) > target and len(times) < MAX_REPS
-           and time.perf_counter() - t0 < max_total_s):
+    while (
+        target is not None
+        and median_ci(times) > target
+        and len(times) < MAX_REPS
+        and time.perf_counter() - t0 < max_total_s
+    ):
         per_call_s = max(time.perf_counter() - t0, 1e-9) / (warmup + len(times))
         left = int((max_total_s - (time.perf_counter() - t0)) / per_call_s)
         times += _timed(fn, max(1, min(len(times), left, MAX_REPS - len(times))), device, wall, sync)
@@ -193,8 +217,9 @@ def synchronize(device=None) -> None:
         torch.cuda.synchronize()
 
 
-def loop_time(fn: Callable[[object], object], items: Iterable[object], device=None,
-              warmup: int = 0) -> Tuple[float, int]:
+def loop_time(
+    fn: Callable[[object], object], items: Iterable[object], device=None, warmup: int = 0
+) -> Tuple[float, int]:
     """``(seconds, items timed)`` of ``fn(item)`` back to back over ``items`` (the first ``warmup``
     untimed), synchronised only before and after: what a loop or an epoch sees, host work included."""
     it = iter(items)
@@ -250,13 +275,15 @@ def is_matrix_product(kernel: str) -> bool:
     return 'gemm' in n or 'gemv' in n or 'splitk' in n or 'xmma' in n
 
 
-def kernel_profile(fn: Callable[[object], object], items: Iterable[object], device=None,
-                   top: int = 0) -> Dict[str, object]:
+def kernel_profile(
+    fn: Callable[[object], object], items: Iterable[object], device=None, top: int = 0
+) -> Dict[str, object]:
     """Per item of ``fn(item)`` (``torch.profiler``): ``gpu_ms`` (kernel times summed), ``dense_ms`` (of
     ``is_matrix_product`` kernels), ``launches`` and the ``top`` ``kernels`` (name, launches, ms). NaN on the CPU."""
     if not is_cuda(device):
         return dict(gpu_ms=float('nan'), dense_ms=float('nan'), launches=float('nan'), kernels=[])
     from torch.profiler import ProfilerActivity, profile
+
     items = list(items)
     synchronize(device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -266,10 +293,12 @@ def kernel_profile(fn: Callable[[object], object], items: Iterable[object], devi
     n = max(len(items), 1)
     ev = [e for e in prof.key_averages() if e.self_device_time_total > 0]
     ev.sort(key=lambda e: -e.self_device_time_total)
-    return dict(gpu_ms=sum(e.self_device_time_total for e in ev) / 1e3 / n,
-                dense_ms=sum(e.self_device_time_total for e in ev if is_matrix_product(e.key)) / 1e3 / n,
-                launches=sum(e.count for e in ev) / n,
-                kernels=[(e.key[:90], e.count // n, e.self_device_time_total / 1e3 / n) for e in ev[:top]])
+    return dict(
+        gpu_ms=sum(e.self_device_time_total for e in ev) / 1e3 / n,
+        dense_ms=sum(e.self_device_time_total for e in ev if is_matrix_product(e.key)) / 1e3 / n,
+        launches=sum(e.count for e in ev) / n,
+        kernels=[(e.key[:90], e.count // n, e.self_device_time_total / 1e3 / n) for e in ev[:top]],
+    )
 
 
 def _timed(fn: Callable[[], object], rep: int, device, wall: bool, sync: Callable[[], None]) -> List[float]:
@@ -289,8 +318,13 @@ def _replay(fns: Sequence[Callable[[], object]], warmup: int, rep: int, device) 
     return Timing(t.median_ms / len(fns), t.min_ms / len(fns), t.max_ms / len(fns), t.reps)
 
 
-def kernel_time(fns: Union[Callable[[], object], Sequence[Callable[[], object]]], device=None,
-                rep: int = 20, warmup: int = 2, fallback: bool = True) -> Timing:
+def kernel_time(
+    fns: Union[Callable[[], object], Sequence[Callable[[], object]]],
+    device=None,
+    rep: int = 20,
+    warmup: int = 2,
+    fallback: bool = True,
+) -> Timing:
     """Kernel-only time per call of ``fns`` (a callable, or a list such as one
     op on rotating inputs), repeated to at least ``KERNEL_CALLS`` calls per graph
     when a call takes under ``KERNEL_BATCH_MS``. A call that cannot be captured
@@ -319,6 +353,7 @@ def _rotating(fns: Sequence[Callable[[], object]]) -> Callable[[], object]:
     def call():
         state[0] = (state[0] + 1) % len(fns)
         return fns[state[0]]()
+
     return call
 
 
@@ -366,6 +401,7 @@ def copy_bandwidth(device=None, nbytes: Optional[int] = None) -> Dict[str, float
 
 # -- one case: implementations, baselines, errors ----------------------------------
 
+
 class Skip(str):
     """An implementation that cannot run here; the string is the one-line reason."""
 
@@ -374,6 +410,7 @@ class Skip(str):
 class Impl:
     """An implementation with options: ``post`` maps its output to what is
     compared with the reference, ``precision`` is the fp32 matmul precision."""
+
     fn: Callable
     post: Optional[Callable] = None
     precision: Optional[str] = None
@@ -386,18 +423,32 @@ def rel_errors(out, ref) -> Dict[str, float]:
         return {'rel_err': 0.0, 'rel_err_fro': 0.0}
     if not bool(torch.isfinite(d).all()):
         return {'rel_err': math.inf, 'rel_err_fro': math.inf}
-    return {'rel_err': float(d.abs().max() / ref.abs().max().clamp(min=1e-30)),
-            'rel_err_fro': float(d.norm() / ref.norm().clamp(min=1e-30))}
+    return {
+        'rel_err': float(d.abs().max() / ref.abs().max().clamp(min=1e-30)),
+        'rel_err_fro': float(d.norm() / ref.norm().clamp(min=1e-30)),
+    }
 
 
 _SKIPS_LOGGED: set = set()
 
 
-def measure(rec: dict, impls: Mapping[str, Union[Callable, Impl, Skip]], device, *, rep: int = 20,
-            warmup: int = 10, per_call: bool = False, kernel_rep: Optional[int] = None, ref=None,
-            errors: Callable = rel_errors, inputs: Optional[Sequence] = None,
-            max_time_s: Optional[float] = None, log: Callable[[str], None] = print,
-            target: Optional[float] = None, max_total_s: float = 2.0) -> dict:
+def measure(
+    rec: dict,
+    impls: Mapping[str, Union[Callable, Impl, Skip]],
+    device,
+    *,
+    rep: int = 20,
+    warmup: int = 10,
+    per_call: bool = False,
+    kernel_rep: Optional[int] = None,
+    ref=None,
+    errors: Callable = rel_errors,
+    inputs: Optional[Sequence] = None,
+    max_time_s: Optional[float] = None,
+    log: Callable[[str], None] = print,
+    target: Optional[float] = None,
+    max_total_s: float = 2.0,
+) -> dict:
     """Times each implementation of one case into ``rec``, in order, on the
     same inputs (with ``inputs``, functions take one and the calls rotate over
     them so repeated calls do not just hit L2; else no argument).
@@ -418,14 +469,16 @@ def measure(rec: dict, impls: Mapping[str, Union[Callable, Impl, Skip]], device,
             with precision(impl.precision):
                 if ref is not None:
                     out = fns[0]()
-                    rec.update({f'{name}_{k}': v for k, v in errors(impl.post(out) if impl.post else out,
-                                                                    ref).items()})
+                    rec.update({f'{name}_{k}': v for k, v in errors(impl.post(out) if impl.post else out, ref).items()})
                     del out
                 if not per_call:
                     rec[f'{name}_ms'] = kernel_time(fns, device, rep).median_ms
                     continue
-                rec.update(bench(_rotating(fns), warmup, rep, device, max_time_s, target=target,
-                                 max_total_s=max_total_s).as_dict(name))
+                rec.update(
+                    bench(
+                        _rotating(fns), warmup, rep, device, max_time_s, target=target, max_total_s=max_total_s
+                    ).as_dict(name)
+                )
                 if is_cuda(device):
                     try:
                         rec[f'{name}_graph_ms'] = kernel_time(fns, device, kernel_rep or rep, fallback=False).median_ms
@@ -448,8 +501,7 @@ def _skip(rec: dict, name: str, reason: str, log) -> None:
         log(f'[skip] {name}: {reason}')
 
 
-def speedups(rec: dict, fast: str, others: Sequence[str], key: str = '{fast}_vs_{other}',
-             suffix: str = '_ms') -> dict:
+def speedups(rec: dict, fast: str, others: Sequence[str], key: str = '{fast}_vs_{other}', suffix: str = '_ms') -> dict:
     """``rec[key]`` = other time / ``fast`` time for each other measured."""
     for o in others:
         a, b = rec.get(f'{fast}{suffix}'), rec.get(f'{o}{suffix}')

@@ -34,6 +34,7 @@ is aggregated over the old edges. After such a write call
 GCNConv also keeps its normalised graph until ``conv._cached_edge_index =
 None`` (or ``reset_parameters()``), exactly like PyG's.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Tuple
@@ -96,8 +97,14 @@ def _mark_prefix(src: Any, out: EdgeIndex) -> None:
     if root._version != version:
         return
     a, b = plain_tensor(root), plain_tensor(out)
-    if (b.dim() != 2 or b.size(0) != 2 or b.size(1) > a.size(1) or b.device != a.device
-            or b.data_ptr() != a.data_ptr() or b.stride() != a.stride()):
+    if (
+        b.dim() != 2
+        or b.size(0) != 2
+        or b.size(1) > a.size(1)
+        or b.device != a.device
+        or b.data_ptr() != a.data_ptr()
+        or b.stride() != a.stride()
+    ):
         return
     out.__class__ = TCEdgeIndex
     setattr(out, _PREFIX, (root, version, b.size(1), out._version))
@@ -113,8 +120,14 @@ def _trimmed_graph(adj: Any, num_src: int, num_dst: int) -> Optional[CSRGraph]:
         return None
     root, version, k, own = rec
     entry = getattr(root, _ATTR, None)
-    if (entry is None or root._version != version or entry[0][0] != version or adj._version != own
-            or adj.size(1) != k or entry[0][3] != adj.device):
+    if (
+        entry is None
+        or root._version != version
+        or entry[0][0] != version
+        or adj._version != own
+        or adj.size(1) != k
+        or entry[0][3] != adj.device
+    ):
         return None
     return entry[1].trimmed(k, num_dst, num_src)
 
@@ -170,12 +183,14 @@ def clear_graph(adj: Any) -> None:
 def has_graph(adj: Any, flow: str = 'source_to_target') -> bool:
     """Whether ``adj`` is a :class:`CSRGraph` or carries one for ``flow``
     (from a transform or an earlier call), without building anything."""
-    return isinstance(adj, CSRGraph) or getattr(adj, _attr(flow), None) is not None or (
-        isinstance(adj, Tensor) and adj.layout != torch.strided and hasattr(adj, _ATTR))
+    return (
+        isinstance(adj, CSRGraph)
+        or getattr(adj, _attr(flow), None) is not None
+        or (isinstance(adj, Tensor) and adj.layout != torch.strided and hasattr(adj, _ATTR))
+    )
 
 
-def derived(adj: Tensor, num_src: int, num_dst: int, flow: str, name: Any,
-            build: Optional[Any] = None) -> Any:
+def derived(adj: Tensor, num_src: int, num_dst: int, flow: str, name: Any, build: Optional[Any] = None) -> Any:
     """A format derived straight from a plain ``edge_index``'s edges (e.g.
     GAT's graph with one self loop per node), cached on the tensor under
     ``name`` with the staleness key of :func:`get_graph` (version, node
@@ -242,8 +257,13 @@ def has_derived(adj: Any) -> bool:
     return getattr(adj, _DERIVED, None) is not None
 
 
-def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[CSRGraph] = None,
-           chunk: Optional[int] = DEFAULT_CHUNK, sort_order: Optional[str] = None) -> TCEdgeIndex:
+def attach(
+    edge_index: Tensor,
+    num_nodes: Optional[int] = None,
+    graph: Optional[CSRGraph] = None,
+    chunk: Optional[int] = DEFAULT_CHUNK,
+    sort_order: Optional[str] = None,
+) -> TCEdgeIndex:
     """Wrap ``edge_index`` (edge order unchanged) as a :class:`TCEdgeIndex`
     carrying its graph; builds the graph on ``edge_index``'s device if needed.
     ``sort_order`` (``'row'`` / ``'col'``) declares an order the edges are
@@ -261,9 +281,12 @@ def attach(edge_index: Tensor, num_nodes: Optional[int] = None, graph: Optional[
     return ei
 
 
-def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = None,
-              flow: str = 'source_to_target', chunk: Optional[int] = DEFAULT_CHUNK,
-              ) -> Tuple[CSRGraph, Optional[Tensor]]:
+def get_graph(
+    adj: Any,
+    size: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    flow: str = 'source_to_target',
+    chunk: Optional[int] = DEFAULT_CHUNK,
+) -> Tuple[CSRGraph, Optional[Tensor]]:
     """The :class:`CSRGraph` of any PyG adjacency, and its edge values in CSR
     order (sparse inputs with values) or None.
 
@@ -292,8 +315,11 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
             _store(adj, key, g)
         return g, value
 
-    if isinstance(adj, Tensor) and adj.is_sparse or (isinstance(adj, Tensor) and adj.layout in (
-            torch.sparse_csr, torch.sparse_csc)):
+    if (
+        isinstance(adj, Tensor)
+        and adj.is_sparse
+        or (isinstance(adj, Tensor) and adj.layout in (torch.sparse_csr, torch.sparse_csc))
+    ):
         R, C = adj.size(0), adj.size(1)
         key = _key(adj, C, R, flow)
         entry = getattr(adj, _ATTR, None)
@@ -318,7 +344,8 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
         raise ValueError(
             'pyg_tc: adjacency must be an edge_index [2, E] tensor, EdgeIndex, torch.sparse '
             f'tensor, SparseTensor or CSRGraph; got {type(adj).__name__}'
-            + (f' of shape {tuple(adj.shape)}' if isinstance(adj, Tensor) else ''))
+            + (f' of shape {tuple(adj.shape)}' if isinstance(adj, Tensor) else '')
+        )
     if adj.dtype not in (torch.int32, torch.int64):
         raise TypeError(f'pyg_tc: edge_index must be int32 or int64, got {adj.dtype}')
     if isinstance(adj, EdgeIndex):
@@ -334,17 +361,23 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
     key = _key(adj, num_src, num_dst, flow)
     g = _cached(adj, key)
     if g is None and torch.compiler.is_compiling():
-        raise RuntimeError('pyg_tc: under torch.compile the graph format must exist before '
-                           'tracing: run the model once eagerly or apply DegreeBucketTransform')
+        raise RuntimeError(
+            'pyg_tc: under torch.compile the graph format must exist before '
+            'tracing: run the model once eagerly or apply DegreeBucketTransform'
+        )
     if g is None:
         entry = getattr(adj, _ATTR, None)
         if isinstance(adj, TCEdgeIndex) and entry is not None and flow == 'source_to_target':
             built = entry[0]
-            raise stale_error('graph', {'source nodes': (built[1], num_src),
-                                        'target nodes': (built[2], num_dst),
-                                        'device': (built[3], adj.device)},
-                              'the format attached to this edge_index is for another graph: '
-                              're-apply the transform')
+            raise stale_error(
+                'graph',
+                {
+                    'source nodes': (built[1], num_src),
+                    'target nodes': (built[2], num_dst),
+                    'device': (built[3], adj.device),
+                },
+                'the format attached to this edge_index is for another graph: re-apply the transform',
+            )
         trim = flow == 'source_to_target' and chunk == DEFAULT_CHUNK
         g = _trimmed_graph(adj, num_src, num_dst) if trim else None
         if g is None:
@@ -355,7 +388,6 @@ def get_graph(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = No
     return g, None
 
 
-
 def csr_order(v: Optional[Tensor], g: CSRGraph) -> Optional[Tensor]:
     """Per-edge values ``v`` (``[E]`` or ``[E, 1]``, in the order of the
     adjacency's edges) in ``g``'s CSR order."""
@@ -364,14 +396,18 @@ def csr_order(v: Optional[Tensor], g: CSRGraph) -> Optional[Tensor]:
     if v.dim() == 2 and v.size(1) == 1:
         v = v.view(-1)
     if v.dim() != 1 or v.numel() != g.num_edges:
-        raise ValueError(f'pyg_tc: edge_weight must have one entry per edge ({g.num_edges}), '
-                         f'got shape {tuple(v.shape)}')
+        raise ValueError(
+            f'pyg_tc: edge_weight must have one entry per edge ({g.num_edges}), got shape {tuple(v.shape)}'
+        )
     return v.index_select(0, g.perm)
 
 
-def resolve(adj: Any, size: Optional[Tuple[Optional[int], Optional[int]]] = None,
-            flow: str = 'source_to_target', edge_weight: Optional[Tensor] = None,
-            ) -> Tuple[CSRGraph, Optional[Tensor]]:
+def resolve(
+    adj: Any,
+    size: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    flow: str = 'source_to_target',
+    edge_weight: Optional[Tensor] = None,
+) -> Tuple[CSRGraph, Optional[Tensor]]:
     """The one helper between an adjacency and the ops: the
     :class:`CSRGraph` of ``adj`` (:func:`get_graph`) and its edge values in
     CSR order: a sparse adjacency's own values, or ``edge_weight`` (given in

@@ -19,6 +19,7 @@ format serves the dense and the CBSR kernels (see
 The CBSR ops and their references live in :mod:`pyg_tc.ops.cbsr`, the CPU
 emulations of their kernels in :mod:`pyg_tc.testing`.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -57,12 +58,13 @@ class CBSR:
         if not isinstance(values, Tensor) or not isinstance(indices, Tensor):
             raise TypeError('pyg_tc: CBSR values and indices must be tensors')
         if values.dim() != 2 or indices.shape != values.shape:
-            raise ValueError(f'pyg_tc: CBSR values and indices must both be [N, k]; got '
-                             f'{tuple(values.shape)} and {tuple(indices.shape)}')
+            raise ValueError(
+                f'pyg_tc: CBSR values and indices must both be [N, k]; got '
+                f'{tuple(values.shape)} and {tuple(indices.shape)}'
+            )
         width = int(width)
         if indices.dtype != index_dtype(width):
-            raise TypeError(f'pyg_tc: CBSR indices for width {width} must be '
-                            f'{index_dtype(width)}, got {indices.dtype}')
+            raise TypeError(f'pyg_tc: CBSR indices for width {width} must be {index_dtype(width)}, got {indices.dtype}')
         if values.size(1) > width:
             raise ValueError(f'pyg_tc: CBSR has k={values.size(1)} entries per row but width {width}')
         if indices.device != values.device:
@@ -129,5 +131,7 @@ class CBSR:
         return self
 
     def __repr__(self) -> str:
-        return (f'CBSR(shape={tuple(self.shape)}, k={self.k}, dtype={self.dtype}, '
-                f'index_dtype={self.indices.dtype}, device={self.device})')
+        return (
+            f'CBSR(shape={tuple(self.shape)}, k={self.k}, dtype={self.dtype}, '
+            f'index_dtype={self.indices.dtype}, device={self.device})'
+        )

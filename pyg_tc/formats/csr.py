@@ -26,6 +26,7 @@ Units are sorted by length, longest first, so the L-lane groups that share a
 warp walk units of similar length (many light rows per warp, one group per
 medium row, heavy rows spread over many warps).
 """
+
 from __future__ import annotations
 
 from itertools import accumulate
@@ -51,8 +52,7 @@ class Schedule(NamedTuple):
 
     def to(self, device) -> 'Schedule':
         """This schedule on ``device``."""
-        return Schedule(self.units.to(device), self.heavy_rows.to(device),
-                        self.heavy_ptr.to(device), self.num_slots)
+        return Schedule(self.units.to(device), self.heavy_rows.to(device), self.heavy_ptr.to(device), self.num_slots)
 
 
 class SampledHops(NamedTuple):
@@ -61,6 +61,7 @@ class SampledHops(NamedTuple):
     turn (hop ``j``'s edges point to hop ``j - 1``'s nodes), as PyG's
     ``num_sampled_nodes`` / ``num_sampled_edges``; ``max_degree`` bounds the
     in-degrees (the largest fan-out), or None."""
+
     num_nodes: Tuple[int, ...]
     num_edges: Tuple[int, ...]
     max_degree: Optional[int]
@@ -129,8 +130,15 @@ def _light_schedule(rowptr: Tensor) -> Schedule:
     slots. What :func:`_schedule_finish` gives for it, in a few launches."""
     rp = rowptr.to(torch.int32)
     R = rp.numel() - 1
-    units = torch.stack([torch.arange(R, dtype=torch.int32, device=rp.device), rp[:-1], rp[1:],
-                         torch.full((R,), -1, dtype=torch.int32, device=rp.device)], 1)
+    units = torch.stack(
+        [
+            torch.arange(R, dtype=torch.int32, device=rp.device),
+            rp[:-1],
+            rp[1:],
+            torch.full((R,), -1, dtype=torch.int32, device=rp.device),
+        ],
+        1,
+    )
     order = torch.sort(units[:, 2] - units[:, 1], descending=True, stable=True)[1]
     return Schedule(units[order], units.new_zeros(0), units.new_zeros(1), 0)
 
@@ -150,8 +158,14 @@ def padded_schedules(rowptrs: Sequence[Tensor], chunk: int, num_edges: int) -> L
     return [padded_schedule(rp, chunk, num_edges) for rp in rowptrs]
 
 
-def pad_hops_layout(rowptr: Tensor, col: Tensor, num_nodes: Sequence[int], num_edges: Sequence[int],
-                    pad_nodes: Sequence[int], pad_edges: Sequence[int]) -> List[Tensor]:
+def pad_hops_layout(
+    rowptr: Tensor,
+    col: Tensor,
+    num_nodes: Sequence[int],
+    num_edges: Sequence[int],
+    pad_nodes: Sequence[int],
+    pad_edges: Sequence[int],
+) -> List[Tensor]:
     """The per-hop padded layout of a sampled batch's CSR
     (:meth:`CSRGraph.pad_hops`): ``[rowptr, col, rows, node_index,
     edge_index, node_mask]``, the padded CSR (int32; ``rows`` the target of
@@ -159,16 +173,16 @@ def pad_hops_layout(rowptr: Tensor, col: Tensor, num_nodes: Sequence[int], num_e
     are real (bool). On CUDA with the kernels loaded the ``csr_pad_hops`` op
     (one launch, no synchronisation), else :func:`pad_hops_reference`
     (about 40 small ops)."""
-    args = (list(map(int, num_nodes)), list(map(int, num_edges)), list(map(int, pad_nodes)),
-            list(map(int, pad_edges)))
+    args = (list(map(int, num_nodes)), list(map(int, num_edges)), list(map(int, pad_nodes)), list(map(int, pad_edges)))
     i32 = torch.int32
     if rowptr.is_cuda and _library._use_kernel(rowptr):
         return csr_pad_hops(rowptr.to(i32), col.to(i32), *args)
     return pad_hops_reference(rowptr, col, *args)
 
 
-def pad_hops_reference(rowptr: Tensor, col: Tensor, num_nodes: List[int], num_edges: List[int],
-                       pad_nodes: List[int], pad_edges: List[int]) -> List[Tensor]:
+def pad_hops_reference(
+    rowptr: Tensor, col: Tensor, num_nodes: List[int], num_edges: List[int], pad_nodes: List[int], pad_edges: List[int]
+) -> List[Tensor]:
     """The reference of the ``csr_pad_hops`` op (see ``pad_hops_layout``).
     Node block ``h`` (``num_nodes[h]`` real rows) moves to rows ``O_h ..
     O_h + pad_nodes[h]`` (``O_h`` the padded blocks before it); edge block
@@ -182,31 +196,40 @@ def pad_hops_reference(rowptr: Tensor, col: Tensor, num_nodes: List[int], num_ed
     if len(n) != L + 1 or len(N) != L + 1 or len(P) != L:
         raise ValueError('pyg_tc: csr_pad_hops: one more node count than edge counts, padded and real alike')
     if any(a <= b or b < 0 for a, b in zip(N, n)) or any(a < b or b < 0 for a, b in zip(P, e)):
-        raise ValueError('pyg_tc: csr_pad_hops: every node block needs a padded row (pad_nodes > num_nodes) and '
-                         'pad_edges must be at least num_edges')
+        raise ValueError(
+            'pyg_tc: csr_pad_hops: every node block needs a padded row (pad_nodes > num_nodes) and '
+            'pad_edges must be at least num_edges'
+        )
     if rowptr.numel() != sum(n) + 1 or col.numel() != sum(e):
-        raise ValueError('pyg_tc: csr_pad_hops: rowptr must have one entry more than the real nodes, col one per '
-                         'real edge')
+        raise ValueError(
+            'pyg_tc: csr_pad_hops: rowptr must have one entry more than the real nodes, col one per real edge'
+        )
     O, off = [0, *accumulate(N)], [0, *accumulate(n)]  # node block starts: padded, real
     Q, base = [0, *accumulate(P)], [0, *accumulate(e)]  # edge block starts
     R, E = O[-1], Q[-1]
     dev, i32, i64 = rowptr.device, torch.int32, torch.int64
     node_index = torch.cat([torch.arange(O[h], O[h] + n[h], dtype=i64, device=dev) for h in range(L + 1)])
-    edge_index = torch.cat([torch.arange(Q[h], Q[h] + e[h], dtype=i64, device=dev) for h in range(L)]
-                           + [torch.zeros(0, dtype=i64, device=dev)])
+    edge_index = torch.cat(
+        [torch.arange(Q[h], Q[h] + e[h], dtype=i64, device=dev) for h in range(L)]
+        + [torch.zeros(0, dtype=i64, device=dev)]
+    )
     new_id = node_index.to(i32)  # every real node's new id
     real_col = new_id.index_select(0, col.long())
     real_rows = new_id.index_select(0, csr_rows(rowptr, col.numel()).long())
     ptr, out_col, out_rows = [], [], []
     for h in range(L + 1):
         nxt = e[h] if h < L else 0
-        ptr.append(rowptr[off[h]:off[h] + n[h]].to(i32) + (Q[h] - base[h]))
+        ptr.append(rowptr[off[h] : off[h] + n[h]].to(i32) + (Q[h] - base[h]))
         ptr.append(torch.full((N[h] - n[h],), Q[h] + nxt, dtype=i32, device=dev))
         if h < L:
-            out_col += [real_col[base[h]:base[h + 1]],
-                        torch.full((P[h] - e[h],), O[h + 2] - 1, dtype=i32, device=dev)]
-            out_rows += [real_rows[base[h]:base[h + 1]],
-                         torch.full((P[h] - e[h],), O[h + 1] - 1, dtype=i32, device=dev)]
+            out_col += [
+                real_col[base[h] : base[h + 1]],
+                torch.full((P[h] - e[h],), O[h + 2] - 1, dtype=i32, device=dev),
+            ]
+            out_rows += [
+                real_rows[base[h] : base[h + 1]],
+                torch.full((P[h] - e[h],), O[h + 1] - 1, dtype=i32, device=dev),
+            ]
     out_ptr = torch.cat(ptr + [torch.full((1,), E, dtype=i32, device=dev)])
     empty = [torch.zeros(0, dtype=i32, device=dev)]
     node_mask = torch.zeros(R, dtype=torch.bool, device=dev).index_fill_(0, node_index, True)
@@ -249,14 +272,16 @@ def padded_schedule(rowptr: Tensor, chunk: int, num_edges: int) -> Schedule:
     # heavy rows in row order (i-th heavy row to entry i, the others to a dropped entry H)
     dest = torch.where(heavy, torch.cumsum(heavy, 0) - 1, torch.full_like(n, H))
     heavy_rows = torch.full((H + 1,), R - 1, dtype=torch.long, device=dev).scatter_(
-        0, dest, torch.arange(R, device=dev))[:H]
+        0, dest, torch.arange(R, device=dev)
+    )[:H]
     counts = torch.zeros(H + 1, dtype=torch.long, device=dev).scatter_(0, dest, n)[:H]
     heavy_ptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
     return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), S)
 
 
-def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
-                    max_degrees: Optional[Sequence[Optional[int]]] = None) -> List[Schedule]:
+def build_schedules(
+    rowptrs: Sequence[Tensor], chunk: int, max_degrees: Optional[Sequence[Optional[int]]] = None
+) -> List[Schedule]:
     """:func:`build_schedule` of several ``rowptr``: on CUDA with the kernels
     loaded, the ``csr_schedules`` op (one synchronisation in all, ~15
     launches); otherwise :func:`build_schedules_torch`."""
@@ -271,8 +296,9 @@ def build_schedules(rowptrs: Sequence[Tensor], chunk: int,
     return build_schedules_torch(rowptrs, chunk, max_degrees)
 
 
-def build_schedules_torch(rowptrs: Sequence[Tensor], chunk: int,
-                          max_degrees: Optional[Sequence[Optional[int]]] = None) -> List[Schedule]:
+def build_schedules_torch(
+    rowptrs: Sequence[Tensor], chunk: int, max_degrees: Optional[Sequence[Optional[int]]] = None
+) -> List[Schedule]:
     """:func:`build_schedule` of several ``rowptr`` in PyTorch ops, with one
     device synchronisation in all when no row is heavy (the largest degrees
     are read together), two otherwise (then the sizes of the schedules with
@@ -284,8 +310,12 @@ def build_schedules_torch(rowptrs: Sequence[Tensor], chunk: int,
     known = list(max_degrees) if max_degrees is not None else [None] * len(rowptrs)
     unknown = [i for i, m in enumerate(known) if m is None]
     if unknown:
-        read = torch.stack([(rowptrs[i][1:] - rowptrs[i][:-1]).max() if rowptrs[i].numel() > 1
-                            else rowptrs[i].new_zeros(()) for i in unknown]).tolist()
+        read = torch.stack(
+            [
+                (rowptrs[i][1:] - rowptrs[i][:-1]).max() if rowptrs[i].numel() > 1 else rowptrs[i].new_zeros(())
+                for i in unknown
+            ]
+        ).tolist()
         for i, m in zip(unknown, read):
             known[i] = m
     top = known
@@ -294,12 +324,11 @@ def build_schedules_torch(rowptrs: Sequence[Tensor], chunk: int,
     counts = [_schedule_counts(rowptrs[i], chunk) for i in heavy]
     sizes = torch.cat([c[1] for c in counts]).tolist() if counts else []
     for k, (i, (parts, _)) in enumerate(zip(heavy, counts)):
-        out[i] = _schedule_finish(parts, chunk, *sizes[3 * k:3 * k + 3])
+        out[i] = _schedule_finish(parts, chunk, *sizes[3 * k : 3 * k + 3])
     return out
 
 
-def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK,
-                   num_edges: Optional[int] = None) -> Schedule:
+def build_schedule(rowptr: Tensor, chunk: Optional[int] = DEFAULT_CHUNK, num_edges: Optional[int] = None) -> Schedule:
     """Degree-bucket schedule of a CSR ``rowptr`` (runs on rowptr's device;
     one synchronisation, two without ``chunk`` and ``num_edges``)."""
     if chunk is None:
@@ -312,8 +341,9 @@ def stale_error(fmt: str, changes: dict, fix: str) -> ValueError:
     what changed: ``changes`` maps a property (e.g. 'source nodes') to its
     (value at build time, value now); only differing ones are listed."""
     diff = [f'{name} {built} -> {now}' for name, (built, now) in changes.items() if built != now]
-    return ValueError(f'pyg_tc: stale {fmt} metadata: built for another graph ('
-                      f'{", ".join(diff) or "unknown change"}); {fix}')
+    return ValueError(
+        f'pyg_tc: stale {fmt} metadata: built for another graph ({", ".join(diff) or "unknown change"}); {fix}'
+    )
 
 
 def inverse_perm(p: Tensor) -> Tensor:
@@ -396,10 +426,20 @@ _DEFERRED = frozenset(('t_rowptr', 't_col', 't_perm', 'sched', 't_sched'))
 class CSRGraph:
     """Both directions of a graph with their schedules; see the module doc."""
 
-    def __init__(self, rowptr: Tensor, col: Tensor, perm: Optional[Tensor],
-                 t_rowptr: Tensor, t_col: Tensor, t_perm: Tensor,
-                 sched: Schedule, t_sched: Schedule, num_rows: int, num_cols: int,
-                 chunk: Optional[int] = DEFAULT_CHUNK):
+    def __init__(
+        self,
+        rowptr: Tensor,
+        col: Tensor,
+        perm: Optional[Tensor],
+        t_rowptr: Tensor,
+        t_col: Tensor,
+        t_perm: Tensor,
+        sched: Schedule,
+        t_sched: Schedule,
+        num_rows: int,
+        num_cols: int,
+        chunk: Optional[int] = DEFAULT_CHUNK,
+    ):
         if chunk is None:
             chunk = auto_chunk(col.numel(), rowptr.numel() - 1)
         self.rowptr, self.col, self.perm = rowptr, col, perm
@@ -509,8 +549,7 @@ class CSRGraph:
         per graph)."""
         return self.memo('row_order', lambda: torch.sort(self.degree(), descending=True, stable=True)[1].int())
 
-    def capped(self, max_neighbors: int, sampling: str, seed: int,
-               build: Optional[Callable[[], Any]] = None) -> Any:
+    def capped(self, max_neighbors: int, sampling: str, seed: int, build: Optional[Callable[[], Any]] = None) -> Any:
         """ES-SpMM's capped graph of this graph for ``(max_neighbors,
         sampling, seed)``: what ``build()`` returns
         (:func:`pyg_tc.ops.sample.capped_graph`: the capped graph, its edges'
@@ -569,13 +608,13 @@ class CSRGraph:
         row), else ``padded_schedule`` (array sizes fixed by ``(R, k)``;
         fillers the kernels skip). No synchronisation."""
         chunk = auto_chunk(k, R)
-        rowptr = self.rowptr[:R + 1].clamp(max=k)
+        rowptr = self.rowptr[: R + 1].clamp(max=k)
         keep = self.t_perm < k
         csum = torch.cumsum(keep, 0)
         dest = torch.where(keep, csum - 1, torch.full_like(csum, k))  # dropped entries to a spare slot k
         t_col = self.t_col.new_empty(k + 1).scatter_(0, dest, self.t_col)[:k]
         t_perm = self.t_perm.new_empty(k + 1).scatter_(0, dest, self.t_perm)[:k]
-        t_rowptr = torch.cat([csum.new_zeros(1), csum]).index_select(0, self.t_rowptr[:C + 1].long())
+        t_rowptr = torch.cat([csum.new_zeros(1), csum]).index_select(0, self.t_rowptr[: C + 1].long())
         t_rowptr = t_rowptr.to(torch.int32)
         bound = self.sampled_hops.max_degree if self.sampled_hops.max_degree is not None else self.known_max_degree()
         light = k <= chunk or (bound is not None and bound <= chunk)
@@ -590,8 +629,9 @@ class CSRGraph:
 
     # -- construction -------------------------------------------------------
     @classmethod
-    def from_coo(cls, src: Tensor, dst: Tensor, num_src: int, num_dst: int,
-                 chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
+    def from_coo(
+        cls, src: Tensor, dst: Tensor, num_src: int, num_dst: int, chunk: Optional[int] = DEFAULT_CHUNK
+    ) -> 'CSRGraph':
         """Edges ``src[e] -> dst[e]``; runs on the device of the indices."""
         if src.dim() != 1 or dst.dim() != 1 or src.numel() != dst.numel():
             raise ValueError('pyg_tc: src and dst must be 1-D of equal length')
@@ -611,7 +651,8 @@ class CSRGraph:
             if mn < 0 or mx_s >= num_src or mx_d >= num_dst:
                 raise IndexError(
                     f'pyg_tc: edge index out of range: sources must lie in [0, {num_src}) and '
-                    f'targets in [0, {num_dst}); found min {mn}, max source {mx_s}, max target {mx_d}')
+                    f'targets in [0, {num_dst}); found min {mn}, max source {mx_s}, max target {mx_d}'
+                )
             is_sorted = not uns
         if is_sorted:  # the edge order is the CSR order: no sort, perm None
             rows = dst.to(torch.int32)
@@ -629,8 +670,7 @@ class CSRGraph:
         return cls._finish(rowptr, col, perm, num_dst, num_src, chunk, keep)
 
     @classmethod
-    def from_csr(cls, rowptr: Tensor, col: Tensor, num_cols: int,
-                 chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
+    def from_csr(cls, rowptr: Tensor, col: Tensor, num_cols: int, chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
         """An adjacency already in CSR (rows = targets); ``perm`` is None."""
         R = rowptr.numel() - 1
         E = col.numel()
@@ -641,10 +681,18 @@ class CSRGraph:
         return cls._finish(rowptr, col, None, R, num_cols, chunk)
 
     @classmethod
-    def from_sampled(cls, rowptr: Tensor, col: Tensor, rows: Tensor, num_nodes: int,
-                     max_degree: Optional[int] = None, chunk: Optional[int] = DEFAULT_CHUNK,
-                     num_sampled_nodes: Optional[Sequence[int]] = None,
-                     num_sampled_edges: Optional[Sequence[int]] = None, defer: bool = False) -> 'CSRGraph':
+    def from_sampled(
+        cls,
+        rowptr: Tensor,
+        col: Tensor,
+        rows: Tensor,
+        num_nodes: int,
+        max_degree: Optional[int] = None,
+        chunk: Optional[int] = DEFAULT_CHUNK,
+        num_sampled_nodes: Optional[Sequence[int]] = None,
+        num_sampled_edges: Optional[Sequence[int]] = None,
+        defer: bool = False,
+    ) -> 'CSRGraph':
         """The graph of a sampled mini-batch (:mod:`pyg_tc.loader`): its edges
         come sorted by target with every index in range, so ``rowptr``,
         ``col`` and ``rows`` (int32, the target of every edge) are taken as
@@ -660,9 +708,11 @@ class CSRGraph:
             nodes = tuple(int(n) for n in num_sampled_nodes or ())
             edges = tuple(int(e) for e in num_sampled_edges or ())
             if len(nodes) != len(edges) + 1 or sum(nodes) != num_nodes or sum(edges) != col.numel():
-                raise ValueError(f'pyg_tc: {len(nodes)} hop node counts (sum {sum(nodes)}) and {len(edges)} hop edge '
-                                 f'counts (sum {sum(edges)}) do not describe a batch of {num_nodes} nodes and '
-                                 f'{col.numel()} edges (one more node count than edge counts)')
+                raise ValueError(
+                    f'pyg_tc: {len(nodes)} hop node counts (sum {sum(nodes)}) and {len(edges)} hop edge '
+                    f'counts (sum {sum(edges)}) do not describe a batch of {num_nodes} nodes and '
+                    f'{col.numel()} edges (one more node count than edge counts)'
+                )
             hops = SampledHops(nodes, edges, max_degree)
         if defer:
             chunk = auto_chunk(col.numel(), num_nodes) if chunk is None else chunk
@@ -687,8 +737,7 @@ class CSRGraph:
         pending = self.__dict__.pop('_deferred', None)
         if pending is not None:
             rows, max_degree = pending
-            done = self._finish(self.rowptr, self.col, None, self.num_rows, self.num_cols, self.chunk, rows,
-                                max_degree)
+            done = self._finish(self.rowptr, self.col, None, self.num_rows, self.num_cols, self.chunk, rows, max_degree)
             for name in _DEFERRED:
                 setattr(self, name, getattr(done, name))
         return self
@@ -740,9 +789,19 @@ class CSRGraph:
 
     def transpose(self) -> 'CSRGraph':
         """The reversed graph (sources become rows), sharing all tensors."""
-        g = CSRGraph(self.t_rowptr, self.t_col, None, self.rowptr, self.col,
-                     inverse_perm(self.t_perm),
-                     self.t_sched, self.sched, self.num_cols, self.num_rows, self.chunk)
+        g = CSRGraph(
+            self.t_rowptr,
+            self.t_col,
+            None,
+            self.rowptr,
+            self.col,
+            inverse_perm(self.t_perm),
+            self.t_sched,
+            self.sched,
+            self.num_cols,
+            self.num_rows,
+            self.chunk,
+        )
         g.padded, g.real_size, g._fillers = self.padded, self.real_size, self._fillers
         g.static_shapes = self.static_shapes
         return g
@@ -774,8 +833,10 @@ class CSRGraph:
         if self.num_cols != R:
             raise ValueError(f'pyg_tc: only square graphs (sampled batches) are padded, got {R} x {self.num_cols}')
         if num_rows < R or num_edges < E or (num_rows == R and (R == 0 or num_edges == E)):
-            raise ValueError(f'pyg_tc: cannot pad a graph of {R} rows and {E} edges to {num_rows} rows and '
-                             f'{num_edges} edges (no fewer rows or edges, and something to pad)')
+            raise ValueError(
+                f'pyg_tc: cannot pad a graph of {R} rows and {E} edges to {num_rows} rows and '
+                f'{num_edges} edges (no fewer rows or edges, and something to pad)'
+            )
         if num_rows > _INT32_MAX or num_edges > _INT32_MAX:
             raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
         dev, P, Q = self.device, num_rows - R, num_edges - E
@@ -790,9 +851,18 @@ class CSRGraph:
         perm = None if self.perm is None else torch.cat([self.perm.to(torch.int32), tail])
         rowptr, t_rowptr = ptr(self.rowptr), ptr(self.t_rowptr)
         chunk = auto_chunk(num_edges, num_rows)
-        g = CSRGraph(rowptr, idx(self.col), perm, t_rowptr, idx(self.t_col),
-                     torch.cat([self.t_perm.to(torch.int32), tail]),
-                     *padded_schedules([rowptr, t_rowptr], chunk, num_edges), num_rows, num_rows, chunk)
+        g = CSRGraph(
+            rowptr,
+            idx(self.col),
+            perm,
+            t_rowptr,
+            idx(self.t_col),
+            torch.cat([self.t_perm.to(torch.int32), tail]),
+            *padded_schedules([rowptr, t_rowptr], chunk, num_edges),
+            num_rows,
+            num_rows,
+            chunk,
+        )
         g.padded, g.real_size, g._fillers, g.static_shapes = True, (R, E), True, True
         g.sampling = self.sampling
         if self.known_max_degree() is not None:
@@ -834,25 +904,29 @@ class CSRGraph:
         """
         hops = self.sampled_hops
         if hops is None or self.padded or self.perm is not None or self.num_rows != self.num_cols:
-            raise ValueError('pyg_tc: pad_hops pads a sampled mini-batch graph (hop structure, CSR order, '
-                             'not padded)')
+            raise ValueError('pyg_tc: pad_hops pads a sampled mini-batch graph (hop structure, CSR order, not padded)')
         N, P = [int(v) for v in num_nodes], [int(v) for v in num_edges]
         n, e = list(hops.num_nodes), list(hops.num_edges)
         L = len(e)
         if len(N) != L + 1 or len(P) != L:
-            raise ValueError(f'pyg_tc: a batch of {L} hops pads to {L + 1} node counts and {L} edge counts, '
-                             f'got {len(N)} and {len(P)}')
+            raise ValueError(
+                f'pyg_tc: a batch of {L} hops pads to {L + 1} node counts and {L} edge counts, '
+                f'got {len(N)} and {len(P)}'
+            )
         if any(a <= b for a, b in zip(N, n)) or any(a < b for a, b in zip(P, e)):
-            raise ValueError(f'pyg_tc: cannot pad hops of {n} nodes and {e} edges to {N} nodes (one padded '
-                             f'row at least per hop) and {P} edges')
+            raise ValueError(
+                f'pyg_tc: cannot pad hops of {n} nodes and {e} edges to {N} nodes (one padded '
+                f'row at least per hop) and {P} edges'
+            )
         R, E = sum(N), sum(P)
         if R > _INT32_MAX or E > _INT32_MAX:
             raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
         rowptr, col, rows, node_index, edge_index, node_mask = pad_hops_layout(self.rowptr, self.col, n, e, N, P)
         t_rowptr, t_col, t_perm = transpose(col, rows, R)
         chunk = auto_chunk(E, R)
-        g = CSRGraph(rowptr, col, None, t_rowptr, t_col, t_perm, *padded_schedules([rowptr, t_rowptr], chunk, E),
-                     R, R, chunk)
+        g = CSRGraph(
+            rowptr, col, None, t_rowptr, t_col, t_perm, *padded_schedules([rowptr, t_rowptr], chunk, E), R, R, chunk
+        )
         g._fillers, g.static_shapes, g.sampling = True, True, self.sampling
         # no degree bound: the sink rows' degrees change from batch to batch (a bound would let
         # trimmed() pick schedules whose kind depends on the batch)
@@ -861,11 +935,23 @@ class CSRGraph:
 
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':
         """This graph (both directions, schedules, attached SGT) on ``device``."""
+
         def mv(t):
             return None if t is None else t.to(device, non_blocking=non_blocking)
-        g = CSRGraph(mv(self.rowptr), mv(self.col), mv(self.perm), mv(self.t_rowptr),
-                     mv(self.t_col), mv(self.t_perm), self.sched.to(device),
-                     self.t_sched.to(device), self.num_rows, self.num_cols, self.chunk)
+
+        g = CSRGraph(
+            mv(self.rowptr),
+            mv(self.col),
+            mv(self.perm),
+            mv(self.t_rowptr),
+            mv(self.t_col),
+            mv(self.t_perm),
+            self.sched.to(device),
+            self.t_sched.to(device),
+            self.num_rows,
+            self.num_cols,
+            self.chunk,
+        )
         if self.sgt is not None:
             g.sgt = self.sgt.to(device, non_blocking=non_blocking)
         g.sampling = self.sampling
@@ -875,15 +961,20 @@ class CSRGraph:
 
     def __repr__(self) -> str:
         pad = f', padded from {self.real_size}' if self.padded else ''
-        return (f'CSRGraph(rows={self.num_rows}, cols={self.num_cols}, edges={self.num_edges}, '
-                f'units={self.sched.units.size(0)}, heavy_rows={self.sched.heavy_rows.numel()}, '
-                f'chunk={self.chunk}, device={self.device}{pad})')
+        return (
+            f'CSRGraph(rows={self.num_rows}, cols={self.num_cols}, edges={self.num_edges}, '
+            f'units={self.sched.units.size(0)}, heavy_rows={self.sched.heavy_rows.numel()}, '
+            f'chunk={self.chunk}, device={self.device}{pad})'
+        )
 
     def stats(self) -> dict:
         """Shape and schedule statistics (rows, edges, degrees, units, heavy rows)."""
         return {
-            'rows': self.num_rows, 'cols': self.num_cols, 'edges': self.num_edges,
-            'units': int(self.sched.units.size(0)), 'heavy_rows': int(self.sched.heavy_rows.numel()),
+            'rows': self.num_rows,
+            'cols': self.num_cols,
+            'edges': self.num_edges,
+            'units': int(self.sched.units.size(0)),
+            'heavy_rows': int(self.sched.heavy_rows.numel()),
             'slots': self.sched.num_slots,
             'max_degree': self.max_degree(),
         }
@@ -893,12 +984,15 @@ class CSRGraph:
         """Stale-metadata check: x must live on this graph's device and have one
         row per source node."""
         if x.device != self.device:
-            raise ValueError(f'pyg_tc: {what} is on {x.device} but the graph metadata is on '
-                             f'{self.device}; move both to one device')
+            raise ValueError(
+                f'pyg_tc: {what} is on {x.device} but the graph metadata is on {self.device}; move both to one device'
+            )
         if x.size(0) != self.num_cols:
-            raise stale_error('graph', {f'source nodes ({what} rows)': (self.num_cols, x.size(0))},
-                              'this CSRGraph belongs to another graph: rebuild the format for '
-                              'this one (or re-apply the transform)')
+            raise stale_error(
+                'graph',
+                {f'source nodes ({what} rows)': (self.num_cols, x.size(0))},
+                'this CSRGraph belongs to another graph: rebuild the format for this one (or re-apply the transform)',
+            )
 
     def validate(self) -> 'CSRGraph':
         """Check every invariant of both directions; raises ValueError."""
@@ -909,8 +1003,9 @@ class CSRGraph:
         _validate_csr(self.rowptr, self.col, self.num_rows, self.num_cols, 'forward', real)
         _validate_csr(self.t_rowptr, self.t_col, self.num_cols, self.num_rows, 'transpose', real)
         for name, p in (('perm', self.perm), ('t_perm', self.t_perm)):
-            if p is not None and (p.numel() != E or not torch.equal(
-                    torch.sort(p.long())[0], torch.arange(E, device=p.device))):
+            if p is not None and (
+                p.numel() != E or not torch.equal(torch.sort(p.long())[0], torch.arange(E, device=p.device))
+            ):
                 raise ValueError(f'pyg_tc: {name} is not a permutation of the edges')
         # transpose edge k is forward edge t_perm[k]: same (row, col) swapped
         rows = self.row()
@@ -921,8 +1016,9 @@ class CSRGraph:
         if real < E and not torch.equal(self.t_perm[real:].long(), torch.arange(real, E, device=tp.device)):
             raise ValueError('pyg_tc: padding edge slots must map to themselves')
         _validate_schedule(_without_fillers(self.sched) if self._fillers else self.sched, self.rowptr, 'forward')
-        _validate_schedule(_without_fillers(self.t_sched) if self._fillers else self.t_sched, self.t_rowptr,
-                           'transpose')
+        _validate_schedule(
+            _without_fillers(self.t_sched) if self._fillers else self.t_sched, self.t_rowptr, 'transpose'
+        )
         for name, s in (('forward', self.sched), ('transpose', self.t_sched)):
             u = s.units
             if u.numel() and int((u[:, 2] - u[:, 1]).max()) > self.chunk:
@@ -945,7 +1041,7 @@ def _without_fillers(s: Schedule) -> Schedule:
     fill = u[~real]
     if fill.numel() and bool((fill[:, 1] != fill[:, 2]).any()):
         raise ValueError('pyg_tc: padded schedule: a filler unit has edges')
-    return Schedule(u[real], s.heavy_rows[:H], s.heavy_ptr[:H + 1], S)
+    return Schedule(u[real], s.heavy_rows[:H], s.heavy_ptr[: H + 1], S)
 
 
 def _validate_csr(rowptr, col, R, C, name, num_edges):
@@ -969,8 +1065,12 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
     if bool(((row < 0) | (row >= R)).any()):
         raise ValueError(f'pyg_tc: {name} schedule has a unit with a row out of range')
     hp = s.heavy_ptr.long()
-    if (hp.numel() != s.heavy_rows.numel() + 1 or int(hp[0]) != 0 or int(hp[-1]) != s.num_slots
-            or bool((hp[1:] < hp[:-1]).any())):
+    if (
+        hp.numel() != s.heavy_rows.numel() + 1
+        or int(hp[0]) != 0
+        or int(hp[-1]) != s.num_slots
+        or bool((hp[1:] < hp[:-1]).any())
+    ):
         raise ValueError(f'pyg_tc: {name} schedule heavy_ptr does not span the {s.num_slots} slots')
     if bool(((start < rp[row]) | (end > rp[row + 1]) | (start > end)).any()):
         raise ValueError(f'pyg_tc: {name} schedule has a unit outside its row')
@@ -989,8 +1089,9 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
     if R and not bool((written == 1).all()):
         raise ValueError(f'pyg_tc: {name} schedule does not write every row exactly once')
     ps = slot[~direct]
-    if ps.numel() != s.num_slots or (ps.numel() and not torch.equal(
-            torch.sort(ps)[0], torch.arange(s.num_slots, device=rp.device))):
+    if ps.numel() != s.num_slots or (
+        ps.numel() and not torch.equal(torch.sort(ps)[0], torch.arange(s.num_slots, device=rp.device))
+    ):
         raise ValueError(f'pyg_tc: {name} schedule slots are not unique')
     owner = torch.repeat_interleave(hr, hp[1:] - hp[:-1], output_size=s.num_slots)
     slot_row = torch.empty(s.num_slots, dtype=torch.long, device=rp.device)
@@ -1004,6 +1105,7 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
 # builders above), so ``formats`` needs nothing from the op packages above it;
 # :mod:`pyg_tc.ops.sort` and :mod:`pyg_tc.ops.build` name them among the op
 # families. Kernels: ``kernels/sort/`` and ``kernels/csr/csr_build.cu``.
+
 
 def sort_reference(keys: Tensor):
     """``torch.sort`` (stable), permutation as int32."""
@@ -1041,7 +1143,8 @@ def _schedules_fake(a):
 sort_int32_op = Op(
     'sort_int32(Tensor keys, int end_bit) -> (Tensor values, Tensor perm)',
     reference=sort_reference,
-    fake=lambda a: (a.keys.new_empty(a.keys.shape), a.keys.new_empty(a.keys.shape)))
+    fake=lambda a: (a.keys.new_empty(a.keys.shape), a.keys.new_empty(a.keys.shape)),
+)
 
 #: ``csr_transpose(col, rows, num_cols) -> (t_rowptr, t_col, t_perm)``: the
 #: transpose of a CSR given the source (``col``) and target (``rows``) of every
@@ -1049,13 +1152,15 @@ sort_int32_op = Op(
 csr_transpose = Op(
     'csr_transpose(Tensor col, Tensor rows, int num_cols) -> (Tensor t_rowptr, Tensor t_col, Tensor t_perm)',
     reference=transpose_reference,
-    fake=lambda a: (a.col.new_empty(a.num_cols + 1), a.col.new_empty(a.col.shape), a.col.new_empty(a.col.shape)))
+    fake=lambda a: (a.col.new_empty(a.num_cols + 1), a.col.new_empty(a.col.shape), a.col.new_empty(a.col.shape)),
+)
 
 #: ``csr_schedules(rowptrs, chunk) -> [units, heavy_rows, heavy_ptr] * n +
 #: [slots]``: the degree-bucket schedule of each ``rowptr``, with one
 #: synchronisation in all; called by :func:`build_schedules`
-csr_schedules = Op('csr_schedules(Tensor[] rowptrs, int chunk) -> Tensor[]',
-                   reference=schedules_reference, fake=_schedules_fake)
+csr_schedules = Op(
+    'csr_schedules(Tensor[] rowptrs, int chunk) -> Tensor[]', reference=schedules_reference, fake=_schedules_fake
+)
 
 
 def padded_schedules_reference(rowptrs: List[Tensor], chunk: int, num_edges: int) -> List[Tensor]:
@@ -1079,21 +1184,33 @@ def _padded_schedules_fake(a):
 #: heavy_ptr] * n``: :func:`padded_schedule` of each ``rowptr`` (array sizes
 #: fixed by the rows, ``num_edges`` and ``chunk``; no synchronisation);
 #: called by :func:`padded_schedules`
-csr_padded_schedules = Op('csr_padded_schedules(Tensor[] rowptrs, int chunk, int num_edges) -> Tensor[]',
-                          reference=padded_schedules_reference, fake=_padded_schedules_fake)
+csr_padded_schedules = Op(
+    'csr_padded_schedules(Tensor[] rowptrs, int chunk, int num_edges) -> Tensor[]',
+    reference=padded_schedules_reference,
+    fake=_padded_schedules_fake,
+)
 
 
 def _pad_hops_fake(a):
     R, E = sum(a.pad_nodes), sum(a.pad_edges)
     rp = a.rowptr
-    return [rp.new_empty(R + 1), rp.new_empty(E), rp.new_empty(E), rp.new_empty(sum(a.num_nodes), dtype=torch.int64),
-            rp.new_empty(sum(a.num_edges), dtype=torch.int64), rp.new_empty(R, dtype=torch.bool)]
+    return [
+        rp.new_empty(R + 1),
+        rp.new_empty(E),
+        rp.new_empty(E),
+        rp.new_empty(sum(a.num_nodes), dtype=torch.int64),
+        rp.new_empty(sum(a.num_edges), dtype=torch.int64),
+        rp.new_empty(R, dtype=torch.bool),
+    ]
 
 
 #: ``csr_pad_hops(rowptr, col, num_nodes, num_edges, pad_nodes,
 #: pad_edges) -> [rowptr, col, rows, node_index, edge_index, node_mask]``:
 #: the per-hop padded layout of a sampled batch's CSR (one launch, no
 #: synchronisation); called by :func:`pad_hops_layout`
-csr_pad_hops = Op('csr_pad_hops(Tensor rowptr, Tensor col, int[] num_nodes, int[] num_edges, '
-                  'int[] pad_nodes, int[] pad_edges) -> Tensor[]',
-                  reference=pad_hops_reference, fake=_pad_hops_fake)
+csr_pad_hops = Op(
+    'csr_pad_hops(Tensor rowptr, Tensor col, int[] num_nodes, int[] num_edges, '
+    'int[] pad_nodes, int[] pad_edges) -> Tensor[]',
+    reference=pad_hops_reference,
+    fake=_pad_hops_fake,
+)

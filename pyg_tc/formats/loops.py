@@ -24,6 +24,7 @@ scores) are gathered.
 Every accessor takes ``build=False`` to look up without building, which is
 what a layer does under ``torch.compile`` (the shapes are data-dependent).
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple
@@ -43,6 +44,7 @@ class LoopGraph(NamedTuple):
     ``ids [E']`` maps each CSR position of ``graph`` to an id in
     ``cat(original edges, loops)``: ``e < E`` is the original edge ``e`` (in
     the order of the adjacency's edges), ``E + i`` the loop of node ``i``."""
+
     graph: CSRGraph
     ids: Tensor
 
@@ -59,8 +61,9 @@ def _index_dtype(n: int) -> torch.dtype:
     return torch.int32 if n <= _INT32_MAX else torch.int64
 
 
-def _append_loops(src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loops: int,
-                  chunk: Optional[int]) -> LoopGraph:
+def _append_loops(
+    src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loops: int, chunk: Optional[int]
+) -> LoopGraph:
     """PyG's ``remove_self_loops`` + ``add_self_loops`` of the edges
     ``src[e] -> dst[e]`` (in the adjacency's order): the kept edges keep their
     order and one loop per node ``i < num_loops`` follows. Only ``ids`` is
@@ -74,23 +77,31 @@ def _append_loops(src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loop
         # one synchronisation: loops present, target order (NeighborLoader's
         # batches), and the range check the merge below needs
         flags = torch.stack([keep.all(), (dst[1:] >= dst[:-1]).all()]).to(src.dtype)
-        no_loops, in_order, mn, mx_s, mx_d = torch.cat([flags, torch.minimum(src.min(), dst.min()).view(1),
-                                                         src.max().view(1), dst.max().view(1)]).tolist()
+        no_loops, in_order, mn, mx_s, mx_d = torch.cat(
+            [flags, torch.minimum(src.min(), dst.min()).view(1), src.max().view(1), dst.max().view(1)]
+        ).tolist()
         if mn >= 0 and mx_s < num_src and mx_d < num_dst and no_loops and in_order:
             return _merge_loops(src, dst, num_src, num_dst, num_loops, chunk)
         no_loops = bool(no_loops)
     else:
         no_loops = bool(keep.all())
     if no_loops:
-        graph = CSRGraph.from_coo(torch.cat([src, loops]), torch.cat([dst, loops]),
-                                  num_src, num_dst, chunk)
-        ids = graph.perm if graph.perm is not None else torch.arange(
-            E + num_loops, device=src.device, dtype=_index_dtype(E + num_loops))
+        graph = CSRGraph.from_coo(torch.cat([src, loops]), torch.cat([dst, loops]), num_src, num_dst, chunk)
+        ids = (
+            graph.perm
+            if graph.perm is not None
+            else torch.arange(E + num_loops, device=src.device, dtype=_index_dtype(E + num_loops))
+        )
     else:
         oid = keep.nonzero().flatten()
         del keep
-        graph = CSRGraph.from_coo(torch.cat([src.index_select(0, oid), loops]),
-                                  torch.cat([dst.index_select(0, oid), loops]), num_src, num_dst, chunk)
+        graph = CSRGraph.from_coo(
+            torch.cat([src.index_select(0, oid), loops]),
+            torch.cat([dst.index_select(0, oid), loops]),
+            num_src,
+            num_dst,
+            chunk,
+        )
         ids = torch.cat([oid, loops.long() + E])
         if graph.perm is not None:
             ids = ids.index_select(0, graph.perm.long())
@@ -99,16 +110,18 @@ def _append_loops(src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loop
     return LoopGraph(graph, ids)
 
 
-def _merge_loops(src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loops: int,
-                 chunk: Optional[int]) -> LoopGraph:
+def _merge_loops(
+    src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loops: int, chunk: Optional[int]
+) -> LoopGraph:
     """:func:`_append_loops` of edges without self loops already in target
     order: the stable sort by target would put node ``i``'s loop right after
     its row's edges, so the CSR is written directly (no sort, no
     synchronisation): edge ``e`` of row ``r`` moves ``min(r, num_loops)``
     places on, the loop of row ``i`` ends its row."""
     dev, E = src.device, src.numel()
-    rp = torch.searchsorted(dst.to(torch.int32), torch.arange(num_dst + 1, dtype=torch.int32, device=dev),
-                            out_int32=True).long()
+    rp = torch.searchsorted(
+        dst.to(torch.int32), torch.arange(num_dst + 1, dtype=torch.int32, device=dev), out_int32=True
+    ).long()
     before = torch.arange(num_dst + 1, device=dev).clamp_(max=num_loops)  # loops of the rows above
     M = E + num_loops
     idt = _index_dtype(M)
@@ -117,7 +130,7 @@ def _merge_loops(src: Tensor, dst: Tensor, num_src: int, num_dst: int, num_loops
     pos = torch.arange(E, device=dev) + dst.long().clamp(max=num_loops)
     col[pos] = src.to(torch.int32)
     ids[pos] = torch.arange(E, device=dev, dtype=idt)
-    lpos = rp[1:num_loops + 1] + torch.arange(num_loops, device=dev)
+    lpos = rp[1 : num_loops + 1] + torch.arange(num_loops, device=dev)
     col[lpos] = torch.arange(num_loops, device=dev, dtype=torch.int32)
     ids[lpos] = torch.arange(E, M, device=dev, dtype=idt)
     graph = CSRGraph._finish((rp + before).to(torch.int32), col, None, num_dst, num_src, chunk)
@@ -187,6 +200,7 @@ def loop_graph(g: CSRGraph, num_loops: int, mode: str = 'append', build: bool = 
         torch.cumsum(torch.bincount(r, minlength=g.num_rows), 0, out=rowptr[1:])
         graph = CSRGraph.from_csr(rowptr, c, g.num_cols, g.chunk)
         return LoopGraph(graph, ids.to(_index_dtype(E + num_loops)))
+
     return g.memo(key, make)
 
 
@@ -203,8 +217,9 @@ def format_ready(adj: Any, flow: str) -> bool:
     return has_graph(adj, flow) or has_derived(adj)
 
 
-def loops_from_edges(adj: Tensor, num_src: int, num_dst: int, flow: str, num_loops: int,
-                     build: bool = True) -> Optional[LoopGraph]:
+def loops_from_edges(
+    adj: Tensor, num_src: int, num_dst: int, flow: str, num_loops: int, build: bool = True
+) -> Optional[LoopGraph]:
     """The self-loop graph (``'append'`` mode) of a plain ``edge_index``,
     built straight from its edges and cached on the tensor
     (:func:`pyg_tc.formats.carrier.derived`): the plain CSR graph is never
@@ -217,12 +232,13 @@ def loops_from_edges(adj: Tensor, num_src: int, num_dst: int, flow: str, num_loo
     def make() -> LoopGraph:
         src, dst = _flow_edges(adj, flow)
         return _append_loops(src, dst, num_src, num_dst, num_loops, DEFAULT_CHUNK)
-    return derived(adj, num_src, num_dst, flow, _loop_key('append', num_loops),
-                   make if build else None)
+
+    return derived(adj, num_src, num_dst, flow, _loop_key('append', num_loops), make if build else None)
 
 
-def _fill_index(src: Tensor, dst: Tensor, num_loops: int, by_source: bool,
-                live: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+def _fill_index(
+    src: Tensor, dst: Tensor, num_loops: int, by_source: bool, live: Optional[Tensor] = None
+) -> Tuple[Tensor, Tensor]:
     """(edge ids, node) of the edges a string ``fill_value`` reduces; with
     ``live`` (a padded graph's real edges; static shapes, no
     synchronisation): every edge, the others with node ``num_loops``
@@ -230,8 +246,10 @@ def _fill_index(src: Tensor, dst: Tensor, num_loops: int, by_source: bool,
     node = src if by_source else dst
     take = (src != dst) & (node < num_loops)
     if live is not None:
-        return (torch.arange(src.numel(), device=src.device),
-                torch.where(take & live, node.long(), torch.full_like(node, num_loops, dtype=torch.long)))
+        return (
+            torch.arange(src.numel(), device=src.device),
+            torch.where(take & live, node.long(), torch.full_like(node, num_loops, dtype=torch.long)),
+        )
     pos = take.nonzero().flatten()
     return pos, node.index_select(0, pos).long()
 
@@ -245,8 +263,9 @@ def pad_loop_graph(g: CSRGraph) -> LoopGraph:
     of the batch; without it a layer derives the same graph inside the
     step, also without synchronisation."""
     if not g.static_shapes:
-        raise ValueError('pyg_tc: pad_loop_graph takes a graph of static shapes (CSRGraph.pad, pad_hops, or '
-                         'their trimmed graphs)')
+        raise ValueError(
+            'pyg_tc: pad_loop_graph takes a graph of static shapes (CSRGraph.pad, pad_hops, or their trimmed graphs)'
+        )
     return loop_graph(g, g.num_rows, 'append')
 
 
@@ -294,12 +313,12 @@ def static_loop_graph(g: CSRGraph) -> LoopGraph:
     t_pos = torch.where(t_keep, t_new, torch.full_like(t_new, cap))
     t_lpos = t_nl[:-1] + lr + (t_less[1:] - t_less[:-1])
     t_col = scatter(torch.full((cap + 1,), N - 1, dtype=i32, device=dev), t_pos, t_tgt, t_lpos, lr)
-    t_perm = scatter(torch.arange(cap + 1, dtype=i32, device=dev), t_pos, new_pos.index_select(0, tp), t_lpos,
-                     lpos)
+    t_perm = scatter(torch.arange(cap + 1, dtype=i32, device=dev), t_pos, new_pos.index_select(0, tp), t_lpos, lpos)
     rowptr, t_rowptr = (nl + ar).to(i32), (t_nl + ar).to(i32)
     chunk = auto_chunk(cap, N)
-    graph = CSRGraph(rowptr, new_col, None, t_rowptr, t_col, t_perm,
-                     *padded_schedules([rowptr, t_rowptr], chunk, cap), N, N, chunk)
+    graph = CSRGraph(
+        rowptr, new_col, None, t_rowptr, t_col, t_perm, *padded_schedules([rowptr, t_rowptr], chunk, cap), N, N, chunk
+    )
     graph.padded, graph.real_size, graph._fillers, graph.static_shapes = True, (N, None), True, True
     graph.sampling = g.sampling
     if g.known_max_degree() is not None:
@@ -307,8 +326,9 @@ def static_loop_graph(g: CSRGraph) -> LoopGraph:
     return LoopGraph(graph, ids)
 
 
-def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False,
-                    build: bool = True) -> Optional[Tuple[Tensor, Tensor]]:
+def loop_fill_index(
+    g: CSRGraph, num_loops: int, by_source: bool = False, build: bool = True
+) -> Optional[Tuple[Tensor, Tensor]]:
     """(original edge ids, node) of the edges of ``g`` that are not self
     loops and whose ``edge_index[1]`` (the target; the source with
     ``by_source``, for ``flow='target_to_source'``) is below ``num_loops``,
@@ -328,11 +348,13 @@ def loop_fill_index(g: CSRGraph, num_loops: int, by_source: bool = False,
             if g.perm is not None:
                 live = live.index_select(0, g.csr_positions().long())
         return _fill_index(*_edges_of(g), num_loops, by_source, live)
+
     return g.memo(key, make)
 
 
-def fill_index_from_edges(lg: LoopGraph, adj: Tensor, flow: str, num_loops: int, by_source: bool = False,
-                          build: bool = True) -> Optional[Tuple[Tensor, Tensor]]:
+def fill_index_from_edges(
+    lg: LoopGraph, adj: Tensor, flow: str, num_loops: int, by_source: bool = False, build: bool = True
+) -> Optional[Tuple[Tensor, Tensor]]:
     """:func:`loop_fill_index` of a plain ``edge_index`` ``adj`` (``flow``
     as the layer's), from its edges, memoised on its self-loop graph ``lg``
     (:func:`loops_from_edges`). ``build=False``: None when not memoised yet."""

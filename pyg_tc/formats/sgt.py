@@ -40,6 +40,7 @@ device of the graph: on the CPU for datasets, on the GPU per mini-batch; the
 output is identical. The tensor-core ops and their references live in
 :mod:`pyg_tc.ops.sgt`, the CPU emulation of their kernels in :mod:`pyg_tc.testing`.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -85,8 +86,15 @@ class SGTDir(NamedTuple):
 
     def to(self, device) -> 'SGTDir':
         """This direction on ``device``."""
-        return SGTDir(self.block_ptr.to(device), self.cols.to(device), self.mask.to(device),
-                      self.cell_ptr.to(device), self.sched.to(device), self.num_rows, self.num_cols)
+        return SGTDir(
+            self.block_ptr.to(device),
+            self.cols.to(device),
+            self.mask.to(device),
+            self.cell_ptr.to(device),
+            self.sched.to(device),
+            self.num_rows,
+            self.num_cols,
+        )
 
 
 def _to_int32_bits(w: Tensor) -> Tensor:
@@ -140,8 +148,15 @@ def _build_dir(rowptr: Tensor, col: Tensor, num_rows: int, num_cols: int, unit_b
     if B:
         torch.cumsum(torch.bincount(cell_block, minlength=B), 0, out=cell_ptr[1:])
     sched = build_schedule(block_ptr.to(torch.int32), unit_blocks or DEFAULT_UNIT_BLOCKS)
-    d = SGTDir(block_ptr.to(torch.int32), cols, _to_int32_bits(words).view(B, 4),
-               cell_ptr.to(torch.int32), sched, int(num_rows), int(num_cols))
+    d = SGTDir(
+        block_ptr.to(torch.int32),
+        cols,
+        _to_int32_bits(words).view(B, 4),
+        cell_ptr.to(torch.int32),
+        sched,
+        int(num_rows),
+        int(num_cols),
+    )
     return d, order, cpos, cell_id
 
 
@@ -163,8 +178,16 @@ class _CellSum(torch.autograd.Function):
 class SGT:
     """SGT metadata of a :class:`~pyg_tc.formats.CSRGraph`, both directions (module doc)."""
 
-    def __init__(self, fwd: SGTDir, bwd: SGTDir, edge_order: Tensor, dup_ptr: Optional[Tensor],
-                 edge_cell: Tensor, t_cell: Tensor, num_edges: int):
+    def __init__(
+        self,
+        fwd: SGTDir,
+        bwd: SGTDir,
+        edge_order: Tensor,
+        dup_ptr: Optional[Tensor],
+        edge_cell: Tensor,
+        t_cell: Tensor,
+        num_edges: int,
+    ):
         self.fwd, self.bwd = fwd, bwd
         self.edge_order, self.dup_ptr, self.edge_cell, self.t_cell = edge_order, dup_ptr, edge_cell, t_cell
         self.num_edges = int(num_edges)
@@ -198,10 +221,19 @@ class SGT:
 
     def to(self, device, non_blocking: bool = False) -> 'SGT':
         """This SGT (both directions) on ``device``."""
+
         def mv(t):
             return None if t is None else t.to(device, non_blocking=non_blocking)
-        return SGT(self.fwd.to(device), self.bwd.to(device), mv(self.edge_order), mv(self.dup_ptr),
-                   mv(self.edge_cell), mv(self.t_cell), self.num_edges)
+
+        return SGT(
+            self.fwd.to(device),
+            self.bwd.to(device),
+            mv(self.edge_order),
+            mv(self.dup_ptr),
+            mv(self.edge_cell),
+            mv(self.t_cell),
+            self.num_edges,
+        )
 
     # -- edge values <-> cell values -------------------------------------------
     def cell_values(self, value: Optional[Tensor]) -> Tensor:
@@ -229,15 +261,21 @@ class SGT:
         d = self.fwd
         B = d.num_blocks
         W = d.block_ptr.numel() - 1
-        out = {'windows': W, 'blocks': B, 'cells': self.num_cells, 'edges': self.num_edges,
-               'nnz_per_block': self.num_cells / B if B else 0.0,
-               'blocks_per_window': B / W if W else 0.0,
-               'edges_per_window': self.num_edges / W if W else 0.0}
+        out = {
+            'windows': W,
+            'blocks': B,
+            'cells': self.num_cells,
+            'edges': self.num_edges,
+            'nnz_per_block': self.num_cells / B if B else 0.0,
+            'blocks_per_window': B / W if W else 0.0,
+            'edges_per_window': self.num_edges / W if W else 0.0,
+        }
         if g is not None:
             ucount = (d.cols.view(-1, BLOCK_W) >= 0).sum(1)
             per_win = torch.zeros(W, dtype=torch.long, device=d.cols.device)
-            blk_win = torch.repeat_interleave(torch.arange(W, device=d.cols.device),
-                                              (d.block_ptr[1:] - d.block_ptr[:-1]).long(), output_size=B)
+            blk_win = torch.repeat_interleave(
+                torch.arange(W, device=d.cols.device), (d.block_ptr[1:] - d.block_ptr[:-1]).long(), output_size=B
+            )
             per_win.index_add_(0, blk_win, ucount)
             row = csr_rows(g.rowptr).long() // WINDOW
             c = g.col.long()
@@ -270,23 +308,28 @@ class SGT:
             raise ValueError('pyg_tc: SGT has a cell without an edge')
         eo = self.edge_order.long()
         if not torch.equal(torch.sort(eo)[0], torch.arange(E, device=eo.device)) or (
-                E and bool((ec[eo][1:] < ec[eo][:-1]).any())):
+            E and bool((ec[eo][1:] < ec[eo][:-1]).any())
+        ):
             raise ValueError('pyg_tc: SGT edge_order is not the cell order of the edges')
         if (self.dup_ptr is None) != (C == E):
             raise ValueError('pyg_tc: SGT dup_ptr does not match the duplicate edges')
-        if self.dup_ptr is not None and not torch.equal(
-                (self.dup_ptr[1:] - self.dup_ptr[:-1]).long(), hits):
+        if self.dup_ptr is not None and not torch.equal((self.dup_ptr[1:] - self.dup_ptr[:-1]).long(), hits):
             raise ValueError('pyg_tc: SGT dup_ptr does not delimit the cells')
         t = self.t_cell.long()
-        if not (torch.equal(torch.sort(t)[0], torch.arange(C, device=t.device))
-                and torch.equal(fr[t], tc) and torch.equal(fc[t], tr)):
+        if not (
+            torch.equal(torch.sort(t)[0], torch.arange(C, device=t.device))
+            and torch.equal(fr[t], tc)
+            and torch.equal(fc[t], tr)
+        ):
             raise ValueError('pyg_tc: SGT transpose cells do not match the forward cells')
         return self
 
     def __repr__(self) -> str:
         s = self.stats()
-        return (f"SGT(windows={s['windows']}, blocks={s['blocks']}, cells={s['cells']}, "
-                f"nnz_per_block={s['nnz_per_block']:.2f}, device={self.device})")
+        return (
+            f"SGT(windows={s['windows']}, blocks={s['blocks']}, cells={s['cells']}, "
+            f"nnz_per_block={s['nnz_per_block']:.2f}, device={self.device})"
+        )
 
 
 def _mask_bits(mask: Tensor) -> Tensor:

@@ -16,14 +16,44 @@
   :class:`CapturedForward`: the training step and the inference forward
   captured in a CUDA graph, on a full graph or per bucket of padded batches.
 """
+
 from .loader import LinkNeighborLoader, NeighborLoader
-from .pad import (Bucket, HopBucket, PadHops, PadToBuckets, buckets_from_batches, buckets_from_fanouts, masked_loss,
-                  seed_loss, trimmed_forward)
+from .pad import (
+    Bucket,
+    HopBucket,
+    PadHops,
+    PadToBuckets,
+    buckets_from_batches,
+    buckets_from_fanouts,
+    masked_loss,
+    seed_loss,
+    trimmed_forward,
+)
 from .pad_graphs import GraphBucket, GraphLoader, PadGraphs, graph_buckets, graph_loss, padding, padding_aware
 from .sampler import NeighborSampler
 from .step import CapturedForward, CapturedStep, step_loss
 
-__all__ = ['NeighborSampler', 'NeighborLoader', 'LinkNeighborLoader', 'PadToBuckets', 'Bucket',
-           'buckets_from_batches', 'buckets_from_fanouts', 'seed_loss', 'masked_loss', 'step_loss', 'CapturedStep',
-           'CapturedForward', 'PadHops', 'HopBucket', 'trimmed_forward', 'PadGraphs', 'GraphBucket', 'graph_buckets',
-           'graph_loss', 'GraphLoader', 'padding', 'padding_aware']
+__all__ = [
+    'NeighborSampler',
+    'NeighborLoader',
+    'LinkNeighborLoader',
+    'PadToBuckets',
+    'Bucket',
+    'buckets_from_batches',
+    'buckets_from_fanouts',
+    'seed_loss',
+    'masked_loss',
+    'step_loss',
+    'CapturedStep',
+    'CapturedForward',
+    'PadHops',
+    'HopBucket',
+    'trimmed_forward',
+    'PadGraphs',
+    'GraphBucket',
+    'graph_buckets',
+    'graph_loss',
+    'GraphLoader',
+    'padding',
+    'padding_aware',
+]

@@ -19,6 +19,7 @@ row per graph). Attributes that PyG increments when batching (indices into
 nodes, other than ``edge_index``) and non-tensor attributes are refused
 (leave them out with ``exclude_keys``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Sequence, Tuple
@@ -70,12 +71,16 @@ class DeviceGraphs:
             if key in ('edge_index', 'batch', 'ptr', 'num_nodes'):
                 continue
             if not isinstance(value, Tensor):
-                raise TypeError(f'pyg_tc: GraphLoader(device=...) stores tensors; attribute {key!r} is a '
-                                f'{type(value).__name__} (leave it out: exclude_keys=[{key!r}])')
+                raise TypeError(
+                    f'pyg_tc: GraphLoader(device=...) stores tensors; attribute {key!r} is a '
+                    f'{type(value).__name__} (leave it out: exclude_keys=[{key!r}])'
+                )
             inc = big._inc_dict.get(key)
             if inc is not None and bool(torch.as_tensor(inc).ne(0).any()):
-                raise ValueError(f'pyg_tc: GraphLoader(device=...) cannot batch attribute {key!r}: PyG increments it '
-                                 f'when batching (an index into nodes); only edge_index is shifted')
+                raise ValueError(
+                    f'pyg_tc: GraphLoader(device=...) cannot batch attribute {key!r}: PyG increments it '
+                    f'when batching (an index into nodes); only edge_index is shifted'
+                )
             dim = big.__cat_dim__(key, value, store)
             dim = dim % value.dim() if value.dim() else 0
             if store.is_node_attr(key):
@@ -85,8 +90,10 @@ class DeviceGraphs:
             elif dim == 0 and value.dim() >= 1 and value.size(0) == self.num_graphs:
                 kind = 'graph'
             else:
-                raise ValueError(f'pyg_tc: GraphLoader(device=...) cannot tell whether attribute {key!r} (shape '
-                                 f'{tuple(value.shape)}) belongs to nodes, edges or graphs')
+                raise ValueError(
+                    f'pyg_tc: GraphLoader(device=...) cannot tell whether attribute {key!r} (shape '
+                    f'{tuple(value.shape)}) belongs to nodes, edges or graphs'
+                )
             shape = list(value.shape)
             shape[dim] = 1
             self.attrs[key] = (kind, dim, torch.cat([value, value.new_zeros(shape)], dim).to(self.device))
@@ -121,19 +128,19 @@ class DeviceGraphs:
         b32 = torch.empty(2 * (N + 1) + 3 * P, dtype=torch.int32, pin_memory=pin)
         a64, a32 = b64.numpy(), b32.numpy()
         cuts64 = np.cumsum([0, N, P, S, N, S + 1, P, P])  # x index, edge index, graph index, batch, ptr, ei[0], ei[1]
-        part = [a64[cuts64[i]:cuts64[i + 1]] for i in range(7)]
+        part = [a64[cuts64[i] : cuts64[i + 1]] for i in range(7)]
         _fill(part[0], node_src, self.num_nodes)  # padded rows read the zero slot
         _fill(part[1], edge_src, self.num_edges)
         _fill(part[2], ids, self.num_graphs)
         _fill(part[3], np.repeat(np.arange(G), nn), S - 1)  # padded rows: the padding slot
         part[4][0] = 0
-        part[4][1:G + 1] = ends_n
-        part[4][G + 1:] = n
+        part[4][1 : G + 1] = ends_n
+        part[4][G + 1 :] = n
         part[4][-1] = N
         _fill(part[5], self.col[edge_src] - dn_of_edge, N - 1)  # sources; padding slots: loops of the last row
         _fill(part[6], self.rows[edge_src] - dn_of_edge, N - 1)
         cuts32 = np.cumsum([0, N + 1, N + 1, P, P, P])  # rowptr, t_rowptr, col, t_col, t_perm
-        rowptr, t_rowptr, col, t_col, t_perm = [a32[cuts32[i]:cuts32[i + 1]] for i in range(5)]
+        rowptr, t_rowptr, col, t_col, t_perm = [a32[cuts32[i] : cuts32[i + 1]] for i in range(5)]
         _fill(rowptr, self.rowptr[node_src] - de_of_node, E)  # padded rows repeat E
         _fill(t_rowptr, self.t_rowptr[node_src] - de_of_node, E)
         col[:] = part[5]
@@ -142,8 +149,8 @@ class DeviceGraphs:
         t_perm[E:] = np.arange(E, P)
 
         d64, d32 = b64.to(self.device, non_blocking=True), b32.to(self.device, non_blocking=True)
-        v64 = [d64[cuts64[i]:cuts64[i + 1]] for i in range(7)]
-        v32 = [d32[cuts32[i]:cuts32[i + 1]] for i in range(5)]
+        v64 = [d64[cuts64[i] : cuts64[i + 1]] for i in range(7)]
+        v32 = [d32[cuts32[i] : cuts32[i + 1]] for i in range(5)]
         out = Batch()
         index = {'node': v64[0], 'edge': v64[1], 'graph': v64[2]}
         for key, (kind, dim, value) in self.attrs.items():
@@ -157,7 +164,7 @@ class DeviceGraphs:
         g = CSRGraph(v32[0], v32[2], None, v32[1], v32[3], v32[4], sched[0], sched[1], N, N, chunk)
         if bucket is not None:
             g.padded, g.real_size, g._fillers, g.static_shapes = True, (n, E), True, True
-        out.edge_index = attach(d64[cuts64[5]:cuts64[7]].view(2, P), N, g, sort_order='col')
+        out.edge_index = attach(d64[cuts64[5] : cuts64[7]].view(2, P), N, g, sort_order='col')
         out.batch, out.ptr = v64[3], v64[4]
         out._num_graphs = S
         if pad is not None:
@@ -172,5 +179,5 @@ class DeviceGraphs:
 
 def _fill(dst: np.ndarray, values: np.ndarray, rest: int) -> None:
     """``dst`` = ``values`` followed by ``rest`` up to its length."""
-    dst[:values.size] = values
-    dst[values.size:] = rest
+    dst[: values.size] = values
+    dst[values.size :] = rest

@@ -24,6 +24,7 @@ whose batches are the GPU's bit for bit (``cpu_sampler='reference'`` picks it);
 on the CPU the transpose and schedules of a batch's CSR are built by the
 first layer that needs them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -127,8 +128,13 @@ def _sampled_graph(out: SamplerOutput) -> Tuple[Tensor, Optional[CSRGraph], Opti
 
 
 def _same_view(a: Tensor, b: Tensor) -> bool:
-    return (isinstance(a, Tensor) and a.data_ptr() == b.data_ptr() and a.shape == b.shape
-            and a.stride() == b.stride() and a._version == b._version)
+    return (
+        isinstance(a, Tensor)
+        and a.data_ptr() == b.data_ptr()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a._version == b._version
+    )
 
 
 def _complete(batch: Any) -> Any:
@@ -143,8 +149,9 @@ def _complete(batch: Any) -> Any:
     return batch
 
 
-def _produce(loader: Any, stream: Optional[torch.cuda.Stream], requests: queue.SimpleQueue,
-             results: queue.SimpleQueue) -> None:
+def _produce(
+    loader: Any, stream: Optional[torch.cuda.Stream], requests: queue.SimpleQueue, results: queue.SimpleQueue
+) -> None:
     """The body of a :class:`_Prefetch` thread: makes the requested batches
     in order (on a GPU on ``stream``, each with an event recorded after it)."""
     if stream is not None:
@@ -201,8 +208,12 @@ class _Prefetch:
         self.requests, self.results = queue.SimpleQueue(), queue.SimpleQueue()
         self.pending = 0
         # the thread holds the loader, not this iterator: dropping the iterator stops it
-        threading.Thread(target=_produce, args=(loader, self.stream, self.requests, self.results),
-                         name='pyg_tc-prefetch', daemon=True).start()
+        threading.Thread(
+            target=_produce,
+            args=(loader, self.stream, self.requests, self.results),
+            name='pyg_tc-prefetch',
+            daemon=True,
+        ).start()
         for _ in range(depth):
             self._request()
 
@@ -254,14 +265,17 @@ class _GPULoader:
     """What the two loaders share: the workers check, the gather sources, the
     batch's node and edge attributes and ``edge_index`` from a
     ``SamplerOutput``, and the side-stream iterator."""
+
     _sampler: NeighborSampler
 
     @staticmethod
     def _loader_kwargs(kwargs: Dict[str, Any], device: torch.device) -> Dict[str, Any]:
         workers = kwargs.get('num_workers', 0)
         if workers:
-            warnings.warn(f'pyg_tc.loader: sampling runs in this process (on {device}); num_workers={workers} '
-                          'is ignored', stacklevel=3)
+            warnings.warn(
+                f'pyg_tc.loader: sampling runs in this process (on {device}); num_workers={workers} is ignored',
+                stacklevel=3,
+            )
         if kwargs.get('pin_memory') and device.type == 'cuda':
             warnings.warn('pyg_tc.loader: batches are made on the GPU; pin_memory=True is ignored', stacklevel=3)
             kwargs['pin_memory'] = False
@@ -288,8 +302,10 @@ class _GPULoader:
         if isinstance(value, np.ndarray):  # as PyG: gathered on the host, then a tensor (on the batch's device)
             return torch.from_numpy(np.take(value, index.cpu().numpy(), axis=dim)).to(index.device)
         if not isinstance(value, Tensor):
-            raise TypeError(f'pyg_tc.loader: attribute {key!r} is a {type(value).__name__} of one entry per '
-                            'node or edge; the loader gathers tensors and NumPy arrays only (as PyG\'s)')
+            raise TypeError(
+                f'pyg_tc.loader: attribute {key!r} is a {type(value).__name__} of one entry per '
+                'node or edge; the loader gathers tensors and NumPy arrays only (as PyG\'s)'
+            )
         src = self._source(key, value)
         if dim == 0 and (src.device == index.device or src.is_pinned()):
             return ops.gather_rows(src.contiguous(), index)
@@ -328,8 +344,9 @@ class _GPULoader:
         batch.num_sampled_edges = out.num_sampled_edges
         return batch
 
-    def _use_sampler(self, sampler: Optional[NeighborSampler], data: Any, num_neighbors: List[int],
-                     **kwargs: Any) -> NeighborSampler:
+    def _use_sampler(
+        self, sampler: Optional[NeighborSampler], data: Any, num_neighbors: List[int], **kwargs: Any
+    ) -> NeighborSampler:
         """The given sampler, or a :class:`NeighborSampler` of ``data`` built
         with the loader's sampling arguments."""
         if sampler is None:
@@ -400,33 +417,69 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
             :class:`NeighborSampler` built beforehand.
     """
 
-    def __init__(self, data: Data, num_neighbors: List[int], input_nodes: Any = None,
-                 input_time: Optional[Tensor] = None, replace: bool = False, subgraph_type: str = 'directional',
-                 disjoint: bool = False, temporal_strategy: str = 'uniform', time_attr: Optional[str] = None,
-                 weight_attr: Optional[str] = None, transform: Any = None, transform_sampler_output: Any = None,
-                 is_sorted: bool = False, filter_per_worker: Optional[bool] = None,
-                 neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True,
-                 device: Optional[Any] = None, graph_memory: str = 'auto', prefetch: int = 0,
-                 cpu_sampler: str = 'auto', **kwargs):
+    def __init__(
+        self,
+        data: Data,
+        num_neighbors: List[int],
+        input_nodes: Any = None,
+        input_time: Optional[Tensor] = None,
+        replace: bool = False,
+        subgraph_type: str = 'directional',
+        disjoint: bool = False,
+        temporal_strategy: str = 'uniform',
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Any = None,
+        transform_sampler_output: Any = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[NeighborSampler] = None,
+        directed: bool = True,
+        device: Optional[Any] = None,
+        graph_memory: str = 'auto',
+        prefetch: int = 0,
+        cpu_sampler: str = 'auto',
+        **kwargs,
+    ):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f'pyg_tc.loader.NeighborLoader: prefetch must be an int >= 0, got {prefetch!r}')
         self.prefetch = prefetch
         if prefetch and cpu_sampler == 'pyg':
-            raise ValueError("pyg_tc.loader.NeighborLoader: prefetch needs pyg_tc's sampler (the loop's thread "
-                             "hands each batch its draw); PyG's draws on the prefetch thread itself. Pass "
-                             "prefetch=0 or cpu_sampler='reference'")
+            raise ValueError(
+                "pyg_tc.loader.NeighborLoader: prefetch needs pyg_tc's sampler (the loop's thread "
+                "hands each batch its draw); PyG's draws on the prefetch thread itself. Pass "
+                "prefetch=0 or cpu_sampler='reference'"
+            )
         if prefetch and cpu_sampler == 'auto':
             cpu_sampler = 'reference'  # (on a GPU the kernel, the reference's twin, either way)
-        neighbor_sampler = self._use_sampler(neighbor_sampler, data, num_neighbors, subgraph_type=subgraph_type,
-                                             replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
-                                             time_attr=time_attr, weight_attr=weight_attr, is_sorted=is_sorted,
-                                             directed=directed, device=device, graph_memory=graph_memory,
-                                             cpu_sampler=cpu_sampler)
+        neighbor_sampler = self._use_sampler(
+            neighbor_sampler,
+            data,
+            num_neighbors,
+            subgraph_type=subgraph_type,
+            replace=replace,
+            disjoint=disjoint,
+            temporal_strategy=temporal_strategy,
+            time_attr=time_attr,
+            weight_attr=weight_attr,
+            is_sorted=is_sorted,
+            directed=directed,
+            device=device,
+            graph_memory=graph_memory,
+            cpu_sampler=cpu_sampler,
+        )
         _check_input(input_nodes)
-        super().__init__(data, num_neighbors, input_nodes=input_nodes, input_time=input_time,
-                         transform=transform, transform_sampler_output=transform_sampler_output,
-                         filter_per_worker=False, neighbor_sampler=neighbor_sampler,
-                         **self._loader_kwargs(kwargs, neighbor_sampler.device))
+        super().__init__(
+            data,
+            num_neighbors,
+            input_nodes=input_nodes,
+            input_time=input_time,
+            transform=transform,
+            transform_sampler_output=transform_sampler_output,
+            filter_per_worker=False,
+            neighbor_sampler=neighbor_sampler,
+            **self._loader_kwargs(kwargs, neighbor_sampler.device),
+        )
 
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
@@ -459,27 +512,65 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
         **kwargs: every other argument of PyG's ``LinkNeighborLoader``.
     """
 
-    def __init__(self, data: Data, num_neighbors: List[int], edge_label_index: Any = None,
-                 edge_label: Optional[Tensor] = None, edge_label_time: Optional[Tensor] = None,
-                 replace: bool = False, subgraph_type: str = 'directional', disjoint: bool = False,
-                 temporal_strategy: str = 'uniform', neg_sampling: Any = None, neg_sampling_ratio: Any = None,
-                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None, transform: Any = None,
-                 transform_sampler_output: Any = None, is_sorted: bool = False,
-                 filter_per_worker: Optional[bool] = None, neighbor_sampler: Optional[NeighborSampler] = None,
-                 directed: bool = True, device: Optional[Any] = None, graph_memory: str = 'auto',
-                 cpu_sampler: str = 'auto', **kwargs):
-        neighbor_sampler = self._use_sampler(neighbor_sampler, data, num_neighbors, subgraph_type=subgraph_type,
-                                             replace=replace, disjoint=disjoint, temporal_strategy=temporal_strategy,
-                                             time_attr=time_attr, weight_attr=weight_attr, is_sorted=is_sorted,
-                                             directed=directed, device=device, graph_memory=graph_memory,
-                                             cpu_sampler=cpu_sampler)
+    def __init__(
+        self,
+        data: Data,
+        num_neighbors: List[int],
+        edge_label_index: Any = None,
+        edge_label: Optional[Tensor] = None,
+        edge_label_time: Optional[Tensor] = None,
+        replace: bool = False,
+        subgraph_type: str = 'directional',
+        disjoint: bool = False,
+        temporal_strategy: str = 'uniform',
+        neg_sampling: Any = None,
+        neg_sampling_ratio: Any = None,
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Any = None,
+        transform_sampler_output: Any = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[NeighborSampler] = None,
+        directed: bool = True,
+        device: Optional[Any] = None,
+        graph_memory: str = 'auto',
+        cpu_sampler: str = 'auto',
+        **kwargs,
+    ):
+        neighbor_sampler = self._use_sampler(
+            neighbor_sampler,
+            data,
+            num_neighbors,
+            subgraph_type=subgraph_type,
+            replace=replace,
+            disjoint=disjoint,
+            temporal_strategy=temporal_strategy,
+            time_attr=time_attr,
+            weight_attr=weight_attr,
+            is_sorted=is_sorted,
+            directed=directed,
+            device=device,
+            graph_memory=graph_memory,
+            cpu_sampler=cpu_sampler,
+        )
         if isinstance(edge_label_index, Tensor):
             _check_input(edge_label_index, 'edge_label_index', dim=1)
-        super().__init__(data, num_neighbors, edge_label_index=edge_label_index, edge_label=edge_label,
-                         edge_label_time=edge_label_time, neg_sampling=neg_sampling,
-                         neg_sampling_ratio=neg_sampling_ratio, time_attr=time_attr, transform=transform,
-                         transform_sampler_output=transform_sampler_output, filter_per_worker=False,
-                         neighbor_sampler=neighbor_sampler, **self._loader_kwargs(kwargs, neighbor_sampler.device))
+        super().__init__(
+            data,
+            num_neighbors,
+            edge_label_index=edge_label_index,
+            edge_label=edge_label,
+            edge_label_time=edge_label_time,
+            neg_sampling=neg_sampling,
+            neg_sampling_ratio=neg_sampling_ratio,
+            time_attr=time_attr,
+            transform=transform,
+            transform_sampler_output=transform_sampler_output,
+            filter_per_worker=False,
+            neighbor_sampler=neighbor_sampler,
+            **self._loader_kwargs(kwargs, neighbor_sampler.device),
+        )
 
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's

@@ -40,6 +40,7 @@ the mean plus ``sigma`` standard deviations of ``num_batches`` batches, as
 NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
 (:func:`~pyg_tc.loader.buckets_from_fanouts`: never exceeded, but large).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,6 +63,7 @@ class Bucket(NamedTuple):
             nodes: one padded row at least).
         num_edges (int): edge slots of every padded batch.
     """
+
     num_nodes: int
     num_edges: int
 
@@ -79,9 +81,15 @@ def _sizes(batch: Data) -> tuple:
     return int(batch.num_nodes), int(batch.edge_index.size(1))
 
 
-def buckets_from_batches(batches: Iterable[Data], num_batches: int = 20, sigma: float = 5.0,
-                         levels: int = 1, node_multiple: int = 256, edge_multiple: int = 1024,
-                         per_hop: bool = False) -> Union[List[Bucket], List['HopBucket']]:
+def buckets_from_batches(
+    batches: Iterable[Data],
+    num_batches: int = 20,
+    sigma: float = 5.0,
+    levels: int = 1,
+    node_multiple: int = 256,
+    edge_multiple: int = 1024,
+    per_hop: bool = False,
+) -> Union[List[Bucket], List['HopBucket']]:
     """Buckets from measured batches: their node and edge counts' mean plus
     ``sigma`` standard deviations (then one more row), rounded up.
 
@@ -126,13 +134,18 @@ def buckets_from_batches(batches: Iterable[Data], num_batches: int = 20, sigma: 
     out = []
     for k in range(1, levels + 1):
         f = k / levels
-        out.append(Bucket(_round_up(low[0].item() + 1 + f * (top_n - low[0].item() - 1), node_multiple),
-                          _round_up(low[1].item() + f * (top_e - low[1].item()), edge_multiple)))
+        out.append(
+            Bucket(
+                _round_up(low[0].item() + 1 + f * (top_n - low[0].item() - 1), node_multiple),
+                _round_up(low[1].item() + f * (top_e - low[1].item()), edge_multiple),
+            )
+        )
     return sorted(set(out))
 
 
-def buckets_from_fanouts(batch_size: int, num_neighbors: Sequence[int], num_nodes: int,
-                         node_multiple: int = 256, edge_multiple: int = 1024) -> List[Bucket]:
+def buckets_from_fanouts(
+    batch_size: int, num_neighbors: Sequence[int], num_nodes: int, node_multiple: int = 256, edge_multiple: int = 1024
+) -> List[Bucket]:
     """The one bucket no batch exceeds (large: every node and hop at its
     full fan-out).
 
@@ -165,8 +178,12 @@ def _pad_rows(t: Tensor, rows: int, dim: int = 0) -> Tensor:
     return torch.cat([t, t.new_zeros(shape)], dim)
 
 
-def _pad_attributes(batch: Data, pad_nodes: Callable[[Tensor, int], Tensor],
-                    pad_edges: Callable[[Tensor, int], Tensor], seed_capacity: int) -> None:
+def _pad_attributes(
+    batch: Data,
+    pad_nodes: Callable[[Tensor, int], Tensor],
+    pad_edges: Callable[[Tensor, int], Tensor],
+    seed_capacity: int,
+) -> None:
     """Pads ``batch``'s tensor attributes in place: node attributes with
     ``pad_nodes(value, cat_dim)``, edge attributes with ``pad_edges``, and
     the per-seed ``input_id`` / ``seed_time`` to ``seed_capacity`` entries."""
@@ -239,8 +256,9 @@ class PadToBuckets(BaseTransform):
         N, P = bucket
         g, _ = resolve(batch.edge_index, size=(n, n))
         if g.perm is not None:
-            raise ValueError('pyg_tc: PadToBuckets needs batches whose edges are in CSR order '
-                             "(pyg_tc.loader.NeighborLoader's)")
+            raise ValueError(
+                'pyg_tc: PadToBuckets needs batches whose edges are in CSR order (pyg_tc.loader.NeighborLoader\'s)'
+            )
         pg = g.pad(N, P)
         if self.self_loops:
             pad_loop_graph(pg)
@@ -266,6 +284,7 @@ class HopBucket(NamedTuple):
             hop's block; each keeps one padded row at least.
         num_edges (Tuple[int, ...]): edge slots per hop, ``P_1 .. P_L``.
     """
+
     num_nodes: Tuple[int, ...]
     num_edges: Tuple[int, ...]
 
@@ -284,21 +303,25 @@ class HopBucket(NamedTuple):
         ``num_sampled_nodes`` / ``num_sampled_edges``) pads to this bucket:
         as many hops, fewer nodes than rows in every hop (a padded row at
         least), no more edges than slots."""
-        return (len(num_nodes) == len(self.num_nodes) and len(num_edges) == len(self.num_edges)
-                and all(n < N for n, N in zip(num_nodes, self.num_nodes))
-                and all(e <= P for e, P in zip(num_edges, self.num_edges)))
+        return (
+            len(num_nodes) == len(self.num_nodes)
+            and len(num_edges) == len(self.num_edges)
+            and all(n < N for n, N in zip(num_nodes, self.num_nodes))
+            and all(e <= P for e, P in zip(num_edges, self.num_edges))
+        )
 
 
 def _hop_sizes(batch: Data) -> tuple:
     ns, es = batch.get('num_sampled_nodes'), batch.get('num_sampled_edges')
     if ns is None or es is None:
-        raise ValueError('pyg_tc: per-hop padding needs batches with num_sampled_nodes and num_sampled_edges '
-                         "(pyg_tc.loader.NeighborLoader's)")
+        raise ValueError(
+            'pyg_tc: per-hop padding needs batches with num_sampled_nodes and num_sampled_edges '
+            "(pyg_tc.loader.NeighborLoader's)"
+        )
     return tuple(int(v) for v in ns), tuple(int(v) for v in es)
 
 
-def _hop_buckets(sizes: list, sigma: float, levels: int, node_multiple: int,
-                 edge_multiple: int) -> List[HopBucket]:
+def _hop_buckets(sizes: list, sigma: float, levels: int, node_multiple: int, edge_multiple: int) -> List[HopBucket]:
     """:func:`buckets_from_batches`'s per-hop buckets from measured
     ``(num_sampled_nodes, num_sampled_edges)``."""
     if len({(len(n), len(e)) for n, e in sizes}) != 1:
@@ -313,8 +336,12 @@ def _hop_buckets(sizes: list, sigma: float, levels: int, node_multiple: int,
         def at(i: int, extra: int, multiple: int) -> int:
             hi = _round_up(top[i] + extra, multiple)
             return _round_up(low[i] + extra + f * (hi - low[i] - extra), multiple)
-        return HopBucket((seeds, *(at(i, 1, node_multiple) for i in range(1, H))),
-                         tuple(at(i, 0, edge_multiple) for i in range(H, t.size(1))))
+
+        return HopBucket(
+            (seeds, *(at(i, 1, node_multiple) for i in range(1, H))),
+            tuple(at(i, 0, edge_multiple) for i in range(H, t.size(1))),
+        )
+
     out = {bucket(k / levels) for k in range(1, levels + 1)}
     return sorted(out, key=lambda b: (b.total_edges, b.total_nodes, b))
 
@@ -387,8 +414,10 @@ class PadHops(BaseTransform):
             if len(b.num_nodes) != len(b.num_edges) + 1:
                 raise ValueError(f'pyg_tc: a per-hop bucket has one more node count than edge counts, got {b}')
             if b.num_nodes[0] <= seed_capacity:
-                raise ValueError(f'pyg_tc: bucket {b} has no more seed rows ({b.num_nodes[0]}) than the '
-                                 f'{seed_capacity} seeds (one padded row at least)')
+                raise ValueError(
+                    f'pyg_tc: bucket {b} has no more seed rows ({b.num_nodes[0]}) than the '
+                    f'{seed_capacity} seeds (one padded row at least)'
+                )
             bs.append(b)
         if not bs:
             raise ValueError('pyg_tc: PadHops needs at least one bucket')
@@ -410,8 +439,9 @@ class PadHops(BaseTransform):
         ns, es = _hop_sizes(batch)
         n, E = _sizes(batch)
         if sum(ns) != n or sum(es) != E:
-            raise ValueError(f'pyg_tc: the hop counts {list(ns)} / {list(es)} do not add up to the batch\'s '
-                             f'{n} nodes and {E} edges')
+            raise ValueError(
+                f'pyg_tc: the hop counts {list(ns)} / {list(es)} do not add up to the batch\'s {n} nodes and {E} edges'
+            )
         B = int(batch.batch_size) if 'batch_size' in batch else ns[0]
         if B > self.seed_capacity:
             raise ValueError(f'pyg_tc: the batch has {B} seeds but seed_capacity is {self.seed_capacity}')
@@ -425,16 +455,21 @@ class PadHops(BaseTransform):
         N, P = bucket
         g, _ = resolve(batch.edge_index, size=(n, n))
         if g.sampled_hops is None or (g.sampled_hops.num_nodes, g.sampled_hops.num_edges) != (ns, es):
-            raise ValueError("pyg_tc: PadHops needs batches whose CSR carries their hop structure "
-                             "(pyg_tc.loader.NeighborLoader's)")
+            raise ValueError(
+                "pyg_tc: PadHops needs batches whose CSR carries their hop structure (pyg_tc.loader.NeighborLoader's)"
+            )
         # the padded CSR, and where each real node and edge went (one index_copy per attribute)
         pg, node_index, edge_index, node_mask, rows = g.pad_hops(N, P, return_index=True)
         if self.self_loops:
             _trimmed_loop_graphs(pg, N, P)
         ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
         dev = ei.device
-        _pad_attributes(batch, lambda v, d: _pad_blocks(v, node_index.to(v.device), sum(N), d),
-                        lambda v, d: _pad_blocks(v, edge_index.to(v.device), sum(P), d), self.seed_capacity)
+        _pad_attributes(
+            batch,
+            lambda v, d: _pad_blocks(v, node_index.to(v.device), sum(N), d),
+            lambda v, d: _pad_blocks(v, edge_index.to(v.device), sum(P), d),
+            self.seed_capacity,
+        )
         R = bucket.total_nodes
         batch.edge_index = attach(torch.stack([pg.col, rows]).to(ei.dtype), R, pg, sort_order='col')
         batch.num_nodes = R
@@ -457,8 +492,8 @@ def _trimmed_loop_graphs(pg, N: Sequence[int], P: Sequence[int]) -> None:
     H = len(P)
     pad_loop_graph(pg)
     for i in range(1, H):
-        C = sum(N[:H + 1 - i])
-        t = pg.trimmed(sum(P[:H - i]), C, C)
+        C = sum(N[: H + 1 - i])
+        t = pg.trimmed(sum(P[: H - i]), C, C)
         if t is not None:
             pad_loop_graph(t)
 
@@ -481,12 +516,21 @@ def trimmed_forward(model: torch.nn.Module, batch: Data) -> Tensor:
           its last layer keeps (the seed block and the first hop's), seeds
           first
     """
-    return model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                 num_sampled_edges_per_hop=batch.num_sampled_edges)
+    return model(
+        batch.x,
+        batch.edge_index,
+        num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+        num_sampled_edges_per_hop=batch.num_sampled_edges,
+    )
 
 
-def masked_loss(out: Tensor, data: Data, mask: str = 'train_mask',
-                loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy, target: str = 'y') -> Tensor:
+def masked_loss(
+    out: Tensor,
+    data: Data,
+    mask: str = 'train_mask',
+    loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy,
+    target: str = 'y',
+) -> Tensor:
     r"""PyG's full-graph loss ``loss(out[data[mask]], data[target][data[mask]])``
     with static shapes (no boolean indexing, no synchronisation): the mean of
     ``loss(..., reduction='none')`` over every node, weighted by the mask
@@ -516,8 +560,9 @@ def masked_loss(out: Tensor, data: Data, mask: str = 'train_mask',
     return (per * m).sum() / m.sum().clamp(min=1)
 
 
-def seed_loss(out: Tensor, batch: Data, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy,
-              target: str = 'y') -> Tensor:
+def seed_loss(
+    out: Tensor, batch: Data, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy, target: str = 'y'
+) -> Tensor:
     r"""The mean of ``loss(out[i], batch[target][i])`` over the real seeds of a
     padded batch, with static shapes (no boolean indexing, no
     synchronisation): the first ``seed_capacity`` rows, weighted by

@@ -42,6 +42,7 @@ padded batches give the unpadded batch's results on the real graphs
 (tested: GIN with PyG's ``MLP`` and batch norm, GCN, GAT; add, mean and max
 readouts; outputs, losses, gradients and running statistics).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -71,6 +72,7 @@ class GraphBucket(NamedTuple):
             least).
         num_edges (int): edge slots.
     """
+
     num_graphs: int
     num_nodes: int
     num_edges: int
@@ -84,8 +86,14 @@ def _counts(batch: Batch) -> tuple:
     return int(batch.num_graphs), int(batch.num_nodes), int(batch.edge_index.size(1))
 
 
-def graph_buckets(batches: Iterable[Batch], num_batches: int = 20, sigma: float = 5.0, levels: int = 1,
-                  node_multiple: int = 64, edge_multiple: int = 256) -> List[GraphBucket]:
+def graph_buckets(
+    batches: Iterable[Batch],
+    num_batches: int = 20,
+    sigma: float = 5.0,
+    levels: int = 1,
+    node_multiple: int = 64,
+    edge_multiple: int = 256,
+) -> List[GraphBucket]:
     """Buckets from measured batches of graphs: their node and edge counts'
     mean plus ``sigma`` standard deviations (then one more row), rounded up;
     graph slots: the most graphs a batch had, plus the padding slot.
@@ -105,8 +113,9 @@ def graph_buckets(batches: Iterable[Batch], num_batches: int = 20, sigma: float 
     Returns the buckets, smallest first.
     """
     if num_batches < 2 or levels < 1:
-        raise ValueError(f'pyg_tc: graph_buckets needs num_batches >= 2 and levels >= 1, '
-                         f'got {num_batches} and {levels}')
+        raise ValueError(
+            f'pyg_tc: graph_buckets needs num_batches >= 2 and levels >= 1, got {num_batches} and {levels}'
+        )
     sizes = []
     for i, b in enumerate(batches):
         if i == num_batches:
@@ -174,8 +183,10 @@ class PadGraphs(BaseTransform):
     def forward(self, batch: Batch) -> Batch:
         """``batch`` padded to its bucket (in place; see the module doc)."""
         if not isinstance(batch, Batch) or 'batch' not in batch:
-            raise TypeError(f'pyg_tc: PadGraphs pads DataLoader batches of graphs (torch_geometric.data.Batch '
-                            f'with a batch vector), got {type(batch).__name__}')
+            raise TypeError(
+                f'pyg_tc: PadGraphs pads DataLoader batches of graphs (torch_geometric.data.Batch '
+                f'with a batch vector), got {type(batch).__name__}'
+            )
         G, n, E = _counts(batch)
         g = _csr_order(batch)
         bucket = self.bucket_for(G, n, E)
@@ -186,15 +197,21 @@ class PadGraphs(BaseTransform):
             return batch
         S, N, P = bucket
         store = batch._store
-        graph_keys = [k for k in store.keys() if k not in ('ptr', 'batch') and isinstance(store[k], Tensor)
-                      and not store.is_node_attr(k) and not store.is_edge_attr(k)
-                      and store[k].dim() >= 1 and store[k].size(0) == G]
+        graph_keys = [
+            k
+            for k in store.keys()
+            if k not in ('ptr', 'batch')
+            and isinstance(store[k], Tensor)
+            and not store.is_node_attr(k)
+            and not store.is_edge_attr(k)
+            and store[k].dim() >= 1
+            and store[k].size(0) == G
+        ]
         _pad_attributes(batch, lambda v, d: _pad_rows(v, N, d), lambda v, d: _pad_rows(v, P, d), 0)
         for key in graph_keys:
             batch[key] = _pad_rows(store[key], S)
         dev = batch.batch.device
-        batch.batch = torch.cat([batch.batch[:n], torch.full((N - n,), S - 1, dtype=batch.batch.dtype,
-                                                             device=dev)])
+        batch.batch = torch.cat([batch.batch[:n], torch.full((N - n,), S - 1, dtype=batch.batch.dtype, device=dev)])
         ptr = batch.ptr
         batch.ptr = torch.cat([ptr, ptr.new_full((S - 1 - G,), n), ptr.new_full((1,), N)])
         ei = batch.edge_index
@@ -210,8 +227,9 @@ class PadGraphs(BaseTransform):
         return f'{type(self).__name__}({[tuple(b) for b in self.buckets]})'
 
 
-def graph_loss(out: Tensor, batch: Batch, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy,
-               target: str = 'y') -> Tensor:
+def graph_loss(
+    out: Tensor, batch: Batch, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy, target: str = 'y'
+) -> Tensor:
     r"""The mean of ``loss(out[i], batch[target][i])`` over the real graphs of
     a padded batch, with static shapes (weighted by ``graph_mask``); on an
     unpadded batch PyG's ``loss(out, batch[target])``.
@@ -273,11 +291,19 @@ class GraphLoader(DataLoader):
             ``follow_batch`` nor ``num_workers``).
     """
 
-    def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False,
-                 pad: Optional[PadGraphs] = None, device: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        pad: Optional[PadGraphs] = None,
+        device: Any = None,
+        **kwargs: Any,
+    ):
         if device is not None and (kwargs.get('num_workers') or kwargs.get('follow_batch')):
-            raise ValueError('pyg_tc: GraphLoader(device=...) assembles batches on the device: no num_workers '
-                             'and no follow_batch')
+            raise ValueError(
+                'pyg_tc: GraphLoader(device=...) assembles batches on the device: no num_workers and no follow_batch'
+            )
         super().__init__(dataset, batch_size, shuffle, **kwargs)
         self.pad = pad
         self.collate_fn = _PaddedCollate(self.collate_fn, pad)

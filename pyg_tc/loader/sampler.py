@@ -9,6 +9,7 @@ also gathers the batch's features on the GPU and attaches the format to its
 :data:`pyg_tc.ops.neighbor.neighbor_sample` (its module doc is the
 specification).
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Union
@@ -16,15 +17,14 @@ from typing import Any, List, Optional, Union
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, NegativeSampling, NodeSamplerInput,
-                                     SamplerOutput)
+from torch_geometric.sampler import BaseSampler, EdgeSamplerInput, NegativeSampling, NodeSamplerInput, SamplerOutput
 from torch_geometric.sampler.base import SubgraphType
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
 from ..formats.csr import CSRGraph, sort_int32
 from ..ops import neighbor as ops
 
-_INT32_MAX = 2 ** 31 - 1
+_INT32_MAX = 2**31 - 1
 GRAPH_MEMORY = ('auto', 'device', 'pinned')
 CPU_SAMPLERS = ('auto', 'pyg', 'reference')
 
@@ -34,6 +34,7 @@ def pyg_sampler_installed(semantics: bool = False) -> bool:
     ``semantics``, whether it is pyg-lib's (torch_sparse's gives no hop
     counts and does not draw uniformly)."""
     import torch_geometric.typing as t
+
     return bool(t.WITH_PYG_LIB or not semantics and t.WITH_TORCH_SPARSE)
 
 
@@ -60,15 +61,16 @@ def _check_range(index: Tensor, n: int, what: str) -> None:
         return
     flat = index.reshape(-1) if index.dim() < 2 else index.t().reshape(-1)  # edge_index: edge by edge
     first = int(((flat < 0) | (flat >= n)).nonzero()[0])
-    where = f'edge {first // 2} ({"source" if first % 2 == 0 else "target"})' if index.dim() == 2 else \
-        f'position {first}'
+    where = (
+        f'edge {first // 2} ({"source" if first % 2 == 0 else "target"})' if index.dim() == 2 else f'position {first}'
+    )
     raise IndexError(f'pyg_tc.loader: {what} must lie in [0, {n}); {where} is {int(flat[first])}')
 
 
 def draw_seed() -> int:
     """A batch's draw from ``torch``'s default generator (the key of the
     kernel's counter-based generator)."""
-    return int(torch.randint(0, 2 ** 62, ()))
+    return int(torch.randint(0, 2**62, ()))
 
 
 class NeighborSampler(BaseSampler):
@@ -123,56 +125,80 @@ class NeighborSampler(BaseSampler):
     accepted; temporal and weighted sampling raise ``NotImplementedError``.
     """
 
-    def __init__(self, data: Data, num_neighbors: List[int], subgraph_type: Union[SubgraphType, str] = 'directional',
-                 replace: bool = False, disjoint: bool = False, temporal_strategy: str = 'uniform',
-                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None, is_sorted: bool = False,
-                 share_memory: bool = False, directed: bool = True, device: Optional[Any] = None,
-                 graph_memory: str = 'auto', cpu_sampler: str = 'auto'):
+    def __init__(
+        self,
+        data: Data,
+        num_neighbors: List[int],
+        subgraph_type: Union[SubgraphType, str] = 'directional',
+        replace: bool = False,
+        disjoint: bool = False,
+        temporal_strategy: str = 'uniform',
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        is_sorted: bool = False,
+        share_memory: bool = False,
+        directed: bool = True,
+        device: Optional[Any] = None,
+        graph_memory: str = 'auto',
+        cpu_sampler: str = 'auto',
+    ):
         if not isinstance(data, Data):
             raise NotImplementedError(
                 f'pyg_tc.loader.NeighborSampler samples homogeneous Data objects, got {type(data).__name__}: '
                 'use torch_geometric.sampler.NeighborSampler (PyG\'s loaders without neighbor_sampler=) '
-                'for heterogeneous graphs and remote stores')
+                'for heterogeneous graphs and remote stores'
+            )
         if not directed:
             subgraph_type = SubgraphType.induced
         self.subgraph_type = SubgraphType(subgraph_type)
-        unsupported = {'disjoint=True': disjoint, f'time_attr={time_attr!r}': time_attr is not None,
-                       f'weight_attr={weight_attr!r}': weight_attr is not None,
-                       "subgraph_type='induced'": self.subgraph_type == SubgraphType.induced}
+        unsupported = {
+            'disjoint=True': disjoint,
+            f'time_attr={time_attr!r}': time_attr is not None,
+            f'weight_attr={weight_attr!r}': weight_attr is not None,
+            "subgraph_type='induced'": self.subgraph_type == SubgraphType.induced,
+        }
         for what, bad in unsupported.items():
             if bad:
-                raise NotImplementedError(f'pyg_tc.loader.NeighborSampler: {what} is not supported; '
-                                          "use PyG's own sampler (drop neighbor_sampler=, or use "
-                                          'torch_geometric.loader.NeighborLoader)')
+                raise NotImplementedError(
+                    f'pyg_tc.loader.NeighborSampler: {what} is not supported; '
+                    "use PyG's own sampler (drop neighbor_sampler=, or use "
+                    'torch_geometric.loader.NeighborLoader)'
+                )
         if graph_memory not in GRAPH_MEMORY:
             raise ValueError(f'pyg_tc: graph_memory must be one of {GRAPH_MEMORY}, got {graph_memory!r}')
         if cpu_sampler not in CPU_SAMPLERS:
-            raise ValueError(f'pyg_tc.loader.NeighborSampler: cpu_sampler must be one of {CPU_SAMPLERS}, '
-                             f'got {cpu_sampler!r}')
+            raise ValueError(
+                f'pyg_tc.loader.NeighborSampler: cpu_sampler must be one of {CPU_SAMPLERS}, got {cpu_sampler!r}'
+            )
         if 'edge_index' not in data or data.edge_index is None:
-            raise NotImplementedError('pyg_tc.loader.NeighborSampler needs data.edge_index (adj_t / '
-                                      "SparseTensor graphs: use PyG's sampler)")
+            raise NotImplementedError(
+                'pyg_tc.loader.NeighborSampler needs data.edge_index (adj_t / SparseTensor graphs: use PyG\'s sampler)'
+            )
         self.num_neighbors = ops.check_fanouts(num_neighbors)
         self.replace = bool(replace)
         self.disjoint = False
         self.temporal_strategy = temporal_strategy
         self.node_time = None  # (PyG's edge_sample reads it)
-        dev = torch.device(device) if device is not None else torch.device(
-            'cuda' if torch.cuda.is_available() else 'cpu')
+        dev = (
+            torch.device(device) if device is not None else torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+        )
         if dev.type == 'cuda' and dev.index is None:
             dev = torch.device('cuda', torch.cuda.current_device())
         self.device = dev
         if dev.type == 'cuda' and cpu_sampler == 'pyg':
-            raise ValueError(f"pyg_tc.loader.NeighborSampler: cpu_sampler='pyg' samples on the CPU (PyG has no GPU "
-                             f"sampler); on {dev} the kernel samples, or pass device='cpu'")
+            raise ValueError(
+                f"pyg_tc.loader.NeighborSampler: cpu_sampler='pyg' samples on the CPU (PyG has no GPU "
+                f"sampler); on {dev} the kernel samples, or pass device='cpu'"
+            )
         if cpu_sampler == 'pyg' and not pyg_sampler_installed():
             raise ImportError("pyg_tc.loader.NeighborSampler: cpu_sampler='pyg' needs pyg-lib or torch_sparse")
         ei = data.edge_index
         N = int(data.num_nodes)
         E = ei.size(1)
         if N >= _INT32_MAX or E >= _INT32_MAX:
-            raise ValueError('pyg_tc.loader.NeighborSampler: graphs of 2^31 - 1 nodes or edges and more are '
-                             'not supported')
+            raise ValueError(
+                'pyg_tc.loader.NeighborSampler: graphs of 2^31 - 1 nodes or edges and more are not supported'
+            )
         self.num_nodes = N
         self.data = data
         #: the next batch's draw, made ahead by a prefetching loader (see ``draw_seed``)
@@ -186,13 +212,20 @@ class NeighborSampler(BaseSampler):
             raise ValueError(f'pyg_tc.loader.NeighborSampler: edge_index must be [2, E], got {tuple(src.shape)}')
         _check_range(src, N, 'edge_index')
         self._pyg = None
-        if dev.type == 'cpu' and (cpu_sampler == 'pyg' or cpu_sampler == 'auto'
-                                  and pyg_sampler_installed(semantics=True)):
+        if dev.type == 'cpu' and (
+            cpu_sampler == 'pyg' or cpu_sampler == 'auto' and pyg_sampler_installed(semantics=True)
+        ):
             from torch_geometric.sampler import NeighborSampler as PyGNeighborSampler
+
             self.sampler = 'pyg'  # PyG's sampler keeps its own CSC
-            self._pyg = PyGNeighborSampler(Data(edge_index=src.cpu(), num_nodes=N), self.num_neighbors,
-                                           subgraph_type=self.subgraph_type, replace=self.replace,
-                                           is_sorted=is_sorted, share_memory=share_memory)
+            self._pyg = PyGNeighborSampler(
+                Data(edge_index=src.cpu(), num_nodes=N),
+                self.num_neighbors,
+                subgraph_type=self.subgraph_type,
+                replace=self.replace,
+                is_sorted=is_sorted,
+                share_memory=share_memory,
+            )
             self.colptr = self.row = self.perm = None
             self.graph_memory = 'cpu'
             self._node_map = self._first = torch.zeros(0, dtype=torch.int32)
@@ -231,9 +264,11 @@ class NeighborSampler(BaseSampler):
     def _check_graph(self) -> None:
         now = self._graph_stamp(self.data)
         if now != self._stamp:
-            raise RuntimeError('pyg_tc.loader.NeighborSampler: the graph changed after the sampler was built '
-                               f'(edge_index or num_nodes: {self._stamp[1:]} -> {now[1:]}); build a new sampler '
-                               '(or loader) for the new graph')
+            raise RuntimeError(
+                'pyg_tc.loader.NeighborSampler: the graph changed after the sampler was built '
+                f'(edge_index or num_nodes: {self._stamp[1:]} -> {now[1:]}); build a new sampler '
+                '(or loader) for the new graph'
+            )
 
     @property
     def edge_permutation(self) -> None:
@@ -251,8 +286,9 @@ class NeighborSampler(BaseSampler):
             return self._from_pyg(self._pyg.sample_from_nodes(inputs))
         return self._finish(node_sample(inputs, self._sample))
 
-    def sample_from_edges(self, inputs: EdgeSamplerInput,
-                          neg_sampling: Optional[NegativeSampling] = None) -> SamplerOutput:
+    def sample_from_edges(
+        self, inputs: EdgeSamplerInput, neg_sampling: Optional[NegativeSampling] = None
+    ) -> SamplerOutput:
         """PyG's ``sample_from_edges`` (link prediction; binary and triplet
         negative sampling are PyG's own, the batch is grown from the link
         endpoints as PyG does)."""
@@ -261,8 +297,9 @@ class NeighborSampler(BaseSampler):
             for ends in (inputs.row, inputs.col):
                 _check_range(ends, self.num_nodes, 'edge_label_index')
             return self._from_pyg(self._pyg.sample_from_edges(inputs, neg_sampling))
-        return self._finish(edge_sample(inputs, self._sample, self.num_nodes, self.disjoint, self.node_time,
-                                        neg_sampling))
+        return self._finish(
+            edge_sample(inputs, self._sample, self.num_nodes, self.disjoint, self.node_time, neg_sampling)
+        )
 
     def _from_pyg(self, out: SamplerOutput) -> SamplerOutput:
         """PyG's sampler output with the graph's edge ids in ``out.edge`` (as
@@ -298,18 +335,28 @@ class NeighborSampler(BaseSampler):
         one_way = self.subgraph_type != SubgraphType.bidirectional
         known = None if not one_way or min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
         hops = one_way and out.num_sampled_nodes is not None and out.num_sampled_edges is not None
-        out.pyg_tc_graph = (edge_index, CSRGraph.from_sampled(
-            rowptr, out.row.to(torch.int32), rows, n, max_degree=known,
-            num_sampled_nodes=out.num_sampled_nodes if hops else None,
-            num_sampled_edges=out.num_sampled_edges if hops else None, defer=True))
+        out.pyg_tc_graph = (
+            edge_index,
+            CSRGraph.from_sampled(
+                rowptr,
+                out.row.to(torch.int32),
+                rows,
+                n,
+                max_degree=known,
+                num_sampled_nodes=out.num_sampled_nodes if hops else None,
+                num_sampled_edges=out.num_sampled_edges if hops else None,
+                defer=True,
+            ),
+        )
         return out
 
     def _seeds(self, seed: Tensor) -> Tensor:
         if not isinstance(seed, Tensor):
             raise NotImplementedError('pyg_tc.loader.NeighborSampler samples homogeneous graphs only')
         if seed.dim() != 1 or seed.dtype.is_floating_point or seed.dtype == torch.bool:
-            raise TypeError(f'pyg_tc: seed nodes must be a 1-D integer tensor, got {seed.dtype} of shape '
-                            f'{tuple(seed.shape)}')
+            raise TypeError(
+                f'pyg_tc: seed nodes must be a 1-D integer tensor, got {seed.dtype} of shape {tuple(seed.shape)}'
+            )
         if seed.is_cuda and seed.device != self.device:
             raise ValueError(f'pyg_tc: seed nodes are on {seed.device} but the sampler runs on {self.device}')
         # (PyG's loaders hand seeds over on the CPU: a CUDA tensor costs a synchronisation)
@@ -324,18 +371,37 @@ class NeighborSampler(BaseSampler):
         rng, self._given_seed = self._given_seed, None
         rng = draw_seed() if rng is None else rng
         nodes, edge_index, rowptr, col, eid, counts = ops.neighbor_sample(
-            self.colptr, self.row, seeds, self.num_neighbors, self.replace, rng, self._node_map, self._first)
+            self.colptr, self.row, seeds, self.num_neighbors, self.replace, rng, self._node_map, self._first
+        )
         H = len(self.num_neighbors)
         c = counts.tolist()
         edge = eid if self.perm is None else ops.gather_rows(self.perm, eid).to(torch.int64)
-        out = SamplerOutput(node=nodes, row=edge_index[0], col=edge_index[1], edge=edge,
-                            num_sampled_nodes=c[:H + 1], num_sampled_edges=c[H + 1:])
+        out = SamplerOutput(
+            node=nodes,
+            row=edge_index[0],
+            col=edge_index[1],
+            edge=edge,
+            num_sampled_nodes=c[: H + 1],
+            num_sampled_edges=c[H + 1 :],
+        )
         known = None if min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
-        out.pyg_tc_graph = (edge_index, CSRGraph.from_sampled(
-            rowptr, col, edge_index[1].to(torch.int32), nodes.numel(), max_degree=known,
-            num_sampled_nodes=c[:H + 1], num_sampled_edges=c[H + 1:], defer=True))
+        out.pyg_tc_graph = (
+            edge_index,
+            CSRGraph.from_sampled(
+                rowptr,
+                col,
+                edge_index[1].to(torch.int32),
+                nodes.numel(),
+                max_degree=known,
+                num_sampled_nodes=c[: H + 1],
+                num_sampled_edges=c[H + 1 :],
+                defer=True,
+            ),
+        )
         return out
 
     def __repr__(self) -> str:
-        return (f'{type(self).__name__}(num_nodes={self.num_nodes}, num_neighbors={self.num_neighbors}, '
-                f'replace={self.replace}, device={self.device}, graph={self.graph_memory}, sampler={self.sampler})')
+        return (
+            f'{type(self).__name__}(num_nodes={self.num_nodes}, num_neighbors={self.num_neighbors}, '
+            f'replace={self.replace}, device={self.device}, graph={self.graph_memory}, sampler={self.sampler})'
+        )

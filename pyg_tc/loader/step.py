@@ -57,6 +57,7 @@ capturable (Adam / AdamW with ``capturable=True``; SGD as is). State the
 optimizer creates on its first step is restored to zeros (Adam's, AdamW's,
 RMSprop's and SGD's without dampening start so).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -104,8 +105,10 @@ def check_capturable(optimizer: torch.optim.Optimizer) -> None:
     without ``capturable=True`` keep their step count on the host)."""
     for group in optimizer.param_groups:
         if group.get('capturable') is False:
-            raise ValueError(f'pyg_tc: CapturedStep needs a capturable optimizer: build '
-                             f'{type(optimizer).__name__} with capturable=True')
+            raise ValueError(
+                f'pyg_tc: CapturedStep needs a capturable optimizer: build '
+                f'{type(optimizer).__name__} with capturable=True'
+            )
 
 
 def _forward(model: torch.nn.Module, batch: Data) -> Tensor:
@@ -143,8 +146,14 @@ def _flat(batch: Data) -> List[Tensor]:
 class _Captured:
     """One bucket's buffers and graph."""
 
-    def __init__(self, static: Data, graph: torch.cuda.CUDAGraph, out: Tensor, buffers: List[Tensor],
-                 grads: List[Optional[Tensor]]):
+    def __init__(
+        self,
+        static: Data,
+        graph: torch.cuda.CUDAGraph,
+        out: Tensor,
+        buffers: List[Tensor],
+        grads: List[Optional[Tensor]],
+    ):
         self.static, self.graph, self.out, self.buffers = static, graph, out, buffers
         #: the gradients the graph's backward writes (what an eager step after a replay reads)
         self.grads = grads
@@ -201,7 +210,8 @@ def _reraise_capture_error(e: RuntimeError, what: str) -> None:
             f'pyg_tc: {what} could not be captured in a CUDA graph: something inside it synchronises with '
             f'the host or is not capturable (.item(), .cpu(), printing a CUDA tensor, boolean-mask indexing '
             f'such as out[data.train_mask], torch.nonzero). Use static-shape code (e.g. pyg_tc.loader.masked_loss '
-            f'instead of indexing by a mask) or call the model eagerly. CUDA said: {msg.splitlines()[0]}') from e
+            f'instead of indexing by a mask) or call the model eagerly. CUDA said: {msg.splitlines()[0]}'
+        ) from e
 
 
 class _Replayer:
@@ -213,9 +223,15 @@ class _Replayer:
     #: full-graph identities remembered (a full graph is captured the second time it comes)
     SEEN = 8
 
-    def __init__(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer],
-                 forward: Callable[[torch.nn.Module, Data], Any], autocast: Optional[torch.dtype], warmup: int,
-                 stream: Optional[torch.cuda.Stream]):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: Optional[torch.optim.Optimizer],
+        forward: Callable[[torch.nn.Module, Data], Any],
+        autocast: Optional[torch.dtype],
+        warmup: int,
+        stream: Optional[torch.cuda.Stream],
+    ):
         self.model, self.optimizer, self.forward = model, optimizer, forward
         self.autocast, self.warmup, self.stream = autocast, max(int(warmup), 1), stream
         self.graphs: Dict[Any, _Captured] = {}
@@ -265,8 +281,9 @@ class _Replayer:
         if cap is None:
             cap = self.graphs[key] = self._capture(batch, own=False)
         src = _flat(batch)
-        if len(src) != len(cap.buffers) or any(a.shape != b.shape or a.dtype != b.dtype
-                                               for a, b in zip(src, cap.buffers)):
+        if len(src) != len(cap.buffers) or any(
+            a.shape != b.shape or a.dtype != b.dtype for a, b in zip(src, cap.buffers)
+        ):
             return None  # another structure (e.g. built by other layers): eager
         cap.copy_in(src)
         return cap
@@ -284,8 +301,9 @@ class _Replayer:
 
     # -- capture ---------------------------------------------------------------
     def _snapshot(self) -> tuple:
-        model = {k: v.detach().clone() for k, v in self.model.state_dict(keep_vars=True).items()
-                 if isinstance(v, Tensor)}
+        model = {
+            k: v.detach().clone() for k, v in self.model.state_dict(keep_vars=True).items() if isinstance(v, Tensor)
+        }
         states = self.optimizer.state.values() if self.optimizer is not None else ()
         opt = {id(t): t.detach().clone() for st in states for t in st.values() if isinstance(t, Tensor)}
         return model, opt
@@ -296,7 +314,7 @@ class _Replayer:
             for k, v in self.model.state_dict(keep_vars=True).items():
                 if k in model:
                     v.copy_(model[k])
-            for st in (self.optimizer.state.values() if self.optimizer is not None else ()):
+            for st in self.optimizer.state.values() if self.optimizer is not None else ():
                 for t in st.values():
                     if isinstance(t, Tensor):
                         if id(t) in opt:
@@ -406,21 +424,29 @@ class CapturedStep(_Replayer):
             its first call (see the module doc).
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 loss_fn: Callable[[Tensor, Data], Tensor] = step_loss,
-                 forward: Callable[[torch.nn.Module, Data], Tensor] = _forward,
-                 autocast: Optional[torch.dtype] = None, scaler: Optional[Any] = None, warmup: int = 3,
-                 stream: Optional[torch.cuda.Stream] = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: Callable[[Tensor, Data], Tensor] = step_loss,
+        forward: Callable[[torch.nn.Module, Data], Tensor] = _forward,
+        autocast: Optional[torch.dtype] = None,
+        scaler: Optional[Any] = None,
+        warmup: int = 3,
+        stream: Optional[torch.cuda.Stream] = None,
+    ):
         cuda = any(p.is_cuda for p in model.parameters())
         if cuda:
             check_capturable(optimizer)
         if cuda and _is_ddp(model) and stream is None:
             cur = torch.cuda.current_stream()
             if cur.cuda_stream == torch.cuda.default_stream().cuda_stream:
-                raise ValueError('pyg_tc: CapturedStep with DistributedDataParallel: build DDP, the CapturedStep '
-                                 'and run the loop under one side stream (s = torch.cuda.Stream(); with '
-                                 'torch.cuda.stream(s): model = DDP(...); step = CapturedStep(model, opt); ...), '
-                                 "so DDP's gradient accumulators live on the stream the step is captured on")
+                raise ValueError(
+                    'pyg_tc: CapturedStep with DistributedDataParallel: build DDP, the CapturedStep '
+                    'and run the loop under one side stream (s = torch.cuda.Stream(); with '
+                    'torch.cuda.stream(s): model = DDP(...); step = CapturedStep(model, opt); ...), '
+                    "so DDP's gradient accumulators live on the stream the step is captured on"
+                )
             stream = cur
         super().__init__(model, optimizer, forward, autocast, warmup, stream)
         self.loss_fn, self.scaler = loss_fn, scaler
@@ -512,8 +538,13 @@ class CapturedForward(_Replayer):
         - **output:** the model's output (a new tensor)
     """
 
-    def __init__(self, model: torch.nn.Module, forward: Callable[[torch.nn.Module, Data], Tensor] = _forward,
-                 autocast: Optional[torch.dtype] = None, warmup: int = 2):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        forward: Callable[[torch.nn.Module, Data], Tensor] = _forward,
+        autocast: Optional[torch.dtype] = None,
+        warmup: int = 2,
+    ):
         super().__init__(model, None, forward, autocast, warmup, None)
 
     def _body(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
@@ -538,6 +569,7 @@ def _graphs(batch: Data) -> list:
     """Every CSRGraph reachable from a batch (its adjacency's, and those
     memoised on it: GAT's padded self-loop graph)."""
     from ..formats.csr import CSRGraph
+
     out, seen, todo = [], set(), [batch.edge_index]
     while todo:
         obj = todo.pop()

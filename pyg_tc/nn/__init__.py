@@ -1,4 +1,5 @@
 """Drop-in PyG convolution layers backed by pyg_tc kernels, MaxK and models."""
+
 from .agnn import AGNNConv
 from .conv import GCNConv, GINConv, SAGEConv, gcn_norm_csr
 from .gat import GATConv, GATv2Conv
@@ -6,4 +7,15 @@ from .maxk import MaxK
 from . import models
 from .models import MaxKGNN
 
-__all__ = ['AGNNConv', 'GATConv', 'GATv2Conv', 'GCNConv', 'SAGEConv', 'GINConv', 'gcn_norm_csr', 'MaxK', 'MaxKGNN', 'models']
+__all__ = [
+    'AGNNConv',
+    'GATConv',
+    'GATv2Conv',
+    'GCNConv',
+    'SAGEConv',
+    'GINConv',
+    'gcn_norm_csr',
+    'MaxK',
+    'MaxKGNN',
+    'models',
+]

@@ -57,6 +57,7 @@ Features of any rank work on the kernel path: the node dimension
 (``node_dim``, -2 by default: static graphs ``[B, N, F]``) is moved to the
 front and the rest flattened, so one SpMM serves every batch element.
 """
+
 from __future__ import annotations
 
 import copy
@@ -79,9 +80,11 @@ from ..ops import dispatch, ensure, sample
 #: a layer's ``backend``: the ops' vocabulary plus PyG's own message passing
 BACKENDS = dispatch.BACKENDS + ('pyg',)
 KERNEL_REDUCE = dispatch.REDUCE
-_HOOKS = tuple(f'_{what}_forward{pre}_hooks' for what in (
-    'propagate', 'message', 'aggregate', 'message_and_aggregate', 'edge_update')
-    for pre in ('_pre', ''))
+_HOOKS = tuple(
+    f'_{what}_forward{pre}_hooks'
+    for what in ('propagate', 'message', 'aggregate', 'message_and_aggregate', 'edge_update')
+    for pre in ('_pre', '')
+)
 _MODULE_HOOKS = ('_forward_hooks', '_forward_pre_hooks', '_backward_hooks', '_backward_pre_hooks')
 
 
@@ -132,7 +135,8 @@ def warn_fp16_sum(g: CSRGraph, layer: str) -> None:
             f'{FP16_MAX:.0f} gives inf (exactly where the fp32 sum does not fit float16). To avoid it use '
             'torch.bfloat16 (fp32 range), or a normalised aggregation (aggr="mean", GCN normalisation), '
             "which is scaled before it is rounded (HalfGNN's GIN variant: GINConv(nn, aggr='mean')).",
-            stacklevel=4)
+            stacklevel=4,
+        )
 
 
 def autocast_input(x: Any) -> Any:
@@ -258,6 +262,7 @@ class TCLayer:
     ``if torch.jit.is_scripting(): return self._pyg_forward(...)`` followed by
     ``return self._tc_forward(...)``.
     """
+
     #: aggregations the kernel path computes for this layer
     _TC_AGGRS: Tuple[str, ...] = tuple(KERNEL_REDUCE)
     #: submodules PyG's forward calls and the kernel path does not: a hook
@@ -296,8 +301,9 @@ class TCLayer:
             return f'aggr={self.aggr!r}'
         if torch.compiler.is_compiling() and not self._format_ready(adj):
             return 'torch.compile without a prebuilt format'
-        return dispatch.prefers_pyg(self.backend, adj, self._PYG_ON_CPU, self._pyg_below(),
-                                    lambda: self._format_ready(adj))
+        return dispatch.prefers_pyg(
+            self.backend, adj, self._PYG_ON_CPU, self._pyg_below(), lambda: self._format_ready(adj)
+        )
 
     #: ``backend='auto'`` on the CPU runs PyG's path (its reference is not faster)
     _PYG_ON_CPU = False
@@ -319,8 +325,15 @@ class TCLayer:
                 return self._pyg_forward(*dense(args))
         return self._pyg_forward(*args)
 
-    def _aggregate(self, g: CSRGraph, x: Any, value: Optional[Tensor], reduce: str,
-                   diag: Any = None, t_value: Optional[Tensor] = None) -> Tensor:
+    def _aggregate(
+        self,
+        g: CSRGraph,
+        x: Any,
+        value: Optional[Tensor],
+        reduce: str,
+        diag: Any = None,
+        t_value: Optional[Tensor] = None,
+    ) -> Tensor:
         """``reduce_{j -> i} value * x_j (+ diag_i * x_i)`` along ``node_dim``
         (CBSR features: the SpGEMM), on the layer's ``backend``
         (:func:`pyg_tc.ops.dispatch.aggregate`; a backend without the
@@ -337,8 +350,9 @@ class TCLayer:
             if spec is None and x.dtype == torch.float16 and value is None and reduce == 'sum':
                 warn_fp16_sum(g, type(self).__name__)
             x, restore = node_major(x, self.node_dim)
-        return restore(dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False,
-                                          sampling=spec))
+        return restore(
+            dispatch.aggregate(g, x, value, reduce, diag, t_value, self.backend, strict=False, sampling=spec)
+        )
 
     def _prepare(self, x: Any, adj: Any, size: Optional[Tuple[int, int]]):
         """(message source features, root features, graph, edge values in CSR
@@ -385,14 +399,15 @@ class TCLayer:
         ``importer.load_pickle``."""
         cls = type(self)
         if not any(pattern.matches(cls.__module__) for pattern in exporter.patterns):
-            warnings.warn(f'pyg_tc: torch.package has no action for {cls.__module__}, so the '
-                          f'package holds PyG\'s {self._pyg_class.__name__} (same parameters and '
-                          f"results); extern or intern 'pyg_tc.**' to package pyg_tc's layer")
+            warnings.warn(
+                f'pyg_tc: torch.package has no action for {cls.__module__}, so the '
+                f'package holds PyG\'s {self._pyg_class.__name__} (same parameters and '
+                f"results); extern or intern 'pyg_tc.**' to package pyg_tc's layer"
+            )
             cls = self._pyg_class
         # Classes go by name (a class object with this hook would be taken for
         # an instance); their module is declared, so the exporter checks it.
         exporter.add_dependency(cls.__module__)
         resource = f'{cls.__name__}_{id(self)}.pkl'
-        exporter.save_pickle('pyg_tc_layers', resource,
-                             _Reconstruct(_ByName(cls), self._package_state(cls)))
+        exporter.save_pickle('pyg_tc_layers', resource, _Reconstruct(_ByName(cls), self._package_state(cls)))
         return operator.methodcaller('load_pickle', 'pyg_tc_layers', resource), ()

@@ -1,6 +1,7 @@
 """Drop-in PyG ``AGNNConv``: cosine scores by the SDDMM, then fuseGNN's fused
 softmax-aggregate (``pyg_tc.ops.gat_attention`` with the scores given); with
 ``backend='sgt'`` TC-GNN's tensor-core SDDMM, the edge softmax and SpMM."""
+
 from typing import Optional, Tuple
 
 import torch
@@ -19,6 +20,7 @@ from .conv import _loop_info, pyg_layer
 
 def _without_loops(g: CSRGraph) -> CSRGraph:
     """``g`` minus its self loops (``g`` itself when it has none), once per graph."""
+
     def build():
         pos, lrow = _loop_info(g)
         if g.static_shapes:  # every position listed, loops by their row: keep the real non-loop edges
@@ -30,6 +32,7 @@ def _without_loops(g: CSRGraph) -> CSRGraph:
             keep = torch.ones(g.num_edges, dtype=torch.bool, device=g.device)
             keep[pos] = False
         return CSRGraph.from_coo(g.col[keep], g.row()[keep], g.num_cols, g.num_rows, g.chunk)
+
     return g.memo('without_loops', build)
 
 
@@ -43,8 +46,7 @@ def edge_softmax(g: CSRGraph, score: Tensor, loop: Optional[Tensor] = None) -> T
     if loop is None:
         return attn.edge_softmax(g, s), None
     # the loop as one more entry per row: max and sum over edges + loop
-    m = torch.segment_reduce(s.detach(), 'max', offsets=g.rowptr.long(), axis=0, unsafe=True,
-                             initial=float('-inf'))
+    m = torch.segment_reduce(s.detach(), 'max', offsets=g.rowptr.long(), axis=0, unsafe=True, initial=float('-inf'))
     m = torch.maximum(m, loop.detach().to(acc))
     m = m.masked_fill(torch.isinf(m), 0.0)
     e = torch.exp(s - g.per_edge(m))
@@ -59,7 +61,7 @@ def _unit_rows(x: Tensor) -> Tensor:
     in fp32 and the result stays half (cosines lie in [-1, 1]): no fp32 copy
     of the features, also under autocast (which would run the norm on one)."""
     if x.dtype not in (torch.float16, torch.bfloat16):
-        return F.normalize(x, p=2., dim=-1)
+        return F.normalize(x, p=2.0, dim=-1)
     with torch.autocast(x.device.type, enabled=False):
         n = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
     return x / n.clamp_min(1e-12).to(x.dtype)
@@ -82,13 +84,13 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
     included); ``aggr='max'`` and features of more than two dimensions run
     PyG's message passing.
     """
+
     propagate_type = {'x': 'Tensor', 'x_norm': 'Tensor'}
     _TC_AGGRS = ('add', 'sum', 'mean')
     _pyg_forward = pyg_method(pyg_nn.AGNNConv.forward, '_pyg_forward')
     _PYG_ON_CPU = True
 
-    def __init__(self, requires_grad: bool = True, add_self_loops: bool = True,
-                 backend: str = 'auto', **kwargs):
+    def __init__(self, requires_grad: bool = True, add_self_loops: bool = True, backend: str = 'auto', **kwargs):
         super().__init__(requires_grad, add_self_loops, **kwargs)
         self._tc_init(backend)
 
@@ -136,19 +138,32 @@ class AGNNConv(TCLayer, pyg_nn.AGNNConv):
 # unfused path never builds an E x F tensor), except with 'sgt' (tensor cores have
 # no fused attention); else the unfused one.
 
-def _check_agnn(g: None, layer: AGNNConv, x: Tensor, edge_index: Adj, xn: Tensor, beta: Tensor,
-                dtype: torch.dtype) -> dict:
+
+def _check_agnn(
+    g: None, layer: AGNNConv, x: Tensor, edge_index: Adj, xn: Tensor, beta: Tensor, dtype: torch.dtype
+) -> dict:
     return dict(layer=layer, x=x, heads=x.unsqueeze(1), edge_index=edge_index, xn=xn, beta=beta, dtype=dtype)
 
 
 _BOTH = ('fused', 'unfused')
-dispatch.family('agnn', _check_agnn, features='heads',
-                routes={'auto': _BOTH, 'csr': _BOTH, 'reference': _BOTH, 'sgt': ('unfused',)})
+dispatch.family(
+    'agnn', _check_agnn, features='heads', routes={'auto': _BOTH, 'csr': _BOTH, 'reference': _BOTH, 'sgt': ('unfused',)}
+)
 
 
 @dispatch.register('agnn', 'fused', reduces=('sum', 'mean'), fits=attn._fits, needs_kernel=False)
-def _fused(g: None, layer: AGNNConv, x: Tensor, heads: Tensor, edge_index: Adj, xn: Tensor, beta: Tensor,
-           dtype: torch.dtype, backend: str, strict: bool) -> Tensor:
+def _fused(
+    g: None,
+    layer: AGNNConv,
+    x: Tensor,
+    heads: Tensor,
+    edge_index: Adj,
+    xn: Tensor,
+    beta: Tensor,
+    dtype: torch.dtype,
+    backend: str,
+    strict: bool,
+) -> Tensor:
     """Cosine scores on the graph with one loop per node, then softmax and
     aggregation in one pass (no E x F tensor)."""
     acc = beta.dtype
@@ -164,8 +179,18 @@ def _fused(g: None, layer: AGNNConv, x: Tensor, heads: Tensor, edge_index: Adj, 
 
 
 @dispatch.register('agnn', 'unfused', reduces=('sum', 'mean'), needs_kernel=False)
-def _unfused(g: None, layer: AGNNConv, x: Tensor, heads: Tensor, edge_index: Adj, xn: Tensor, beta: Tensor,
-             dtype: torch.dtype, backend: str, strict: bool) -> Tensor:
+def _unfused(
+    g: None,
+    layer: AGNNConv,
+    x: Tensor,
+    heads: Tensor,
+    edge_index: Adj,
+    xn: Tensor,
+    beta: Tensor,
+    dtype: torch.dtype,
+    backend: str,
+    strict: bool,
+) -> Tensor:
     """SDDMM, edge softmax, SpMM (tensor cores, or rows too wide for the
     fused kernel), existing loops dropped and every node's loop a fused
     diagonal term."""

@@ -11,6 +11,7 @@ it (:mod:`pyg_tc.nn._base`). All three also take :class:`~pyg_tc.formats.CBSR`
 node features (the output of :class:`pyg_tc.nn.MaxK`) and aggregate them with
 the SpGEMM kernel.
 """
+
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -24,8 +25,17 @@ from ..formats.carrier import SparseTensor, csr_order, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
 from ..ops import sddmm_graph, spmm_graph
-from ._base import (KERNEL_REDUCE, TCLayer, add_bias, add_bias_as, autocast_input, dense, has_hooks,
-                    pyg_dtype, pyg_method)
+from ._base import (
+    KERNEL_REDUCE,
+    TCLayer,
+    add_bias,
+    add_bias_as,
+    autocast_input,
+    dense,
+    has_hooks,
+    pyg_dtype,
+    pyg_method,
+)
 
 BACKEND_DOC = """\
         backend (str, optional): pyg_tc's implementation of the sparse
@@ -51,21 +61,23 @@ def pyg_layer(pyg_cls: type):
     utilities read the same layer documentation; it takes ``pyg_cls``'s
     attribute annotations (TorchScript reads the class's own, e.g. the type
     of GCNConv's cache attributes)."""
+
     def deco(cls: type) -> type:
         cls._pyg_class = pyg_cls
-        cls.__annotations__ = {**pyg_cls.__dict__.get('__annotations__', {}),
-                               **cls.__dict__.get('__annotations__', {})}
+        cls.__annotations__ = {**pyg_cls.__dict__.get('__annotations__', {}), **cls.__dict__.get('__annotations__', {})}
         doc = pyg_cls.__doc__ or ''
         marker = '        **kwargs (optional)'
         doc = doc.replace(marker, BACKEND_DOC + marker, 1) if marker in doc else doc + BACKEND_DOC
         cls.__doc__ = f'{cls.__doc__.rstrip()}\n\n    PyG documentation of the layer:\n\n    {doc.lstrip()}'
         return cls
+
     return deco
 
 
 def _is_sparse(adj: Any) -> bool:
     return (SparseTensor is not None and isinstance(adj, SparseTensor)) or (
-        isinstance(adj, Tensor) and adj.layout != torch.strided)
+        isinstance(adj, Tensor) and adj.layout != torch.strided
+    )
 
 
 def _sparse_value_dtype(adj: Any) -> Optional[torch.dtype]:
@@ -100,7 +112,8 @@ def _count(idx: Tensor, n: int, dtype: torch.dtype) -> Tensor:
     ``index_add`` (exact: integer sums), unlike ``bincount`` no device
     synchronisation."""
     return torch.zeros(n, dtype=dtype, device=idx.device).index_add_(
-        0, idx, torch.ones(idx.numel(), dtype=dtype, device=idx.device))
+        0, idx, torch.ones(idx.numel(), dtype=dtype, device=idx.device)
+    )
 
 
 def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
@@ -110,15 +123,19 @@ def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
     position, and its row where it is a loop, else ``num_rows`` (a row
     past the end, dropped by the callers), so the padding slots count as
     no loop."""
+
     def find():
         row = g.row()
         if g.static_shapes:
             live = torch.arange(row.numel(), device=row.device) < g.rowptr[-1]
             is_loop = (g.col == row) & live
-            return (torch.arange(row.numel(), device=row.device),
-                    torch.where(is_loop, row.long(), torch.full_like(row, g.num_rows, dtype=torch.long)))
+            return (
+                torch.arange(row.numel(), device=row.device),
+                torch.where(is_loop, row.long(), torch.full_like(row, g.num_rows, dtype=torch.long)),
+            )
         pos = (g.col == row).nonzero().flatten()
         return pos, row[pos].long()
+
     return g.memo('self_loops', find)
 
 
@@ -128,9 +145,13 @@ def _loop_count(lrow: Tensor, n: int, dtype: torch.dtype) -> Tensor:
     return _count(lrow, n + 1, dtype)[:n]
 
 
-def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = False,
-                 add_self_loops: bool = True, dtype: torch.dtype = torch.float32,
-                 ) -> Tuple[Tensor, Optional[Tensor]]:
+def gcn_norm_csr(
+    g: CSRGraph,
+    edge_weight: Optional[Tensor],
+    improved: bool = False,
+    add_self_loops: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> Tuple[Tensor, Optional[Tensor]]:
     """PyG's ``gcn_norm`` (``add_remaining_self_loops`` semantics) on a
     square CSRGraph, without building a new edge list: self loops already in
     the graph get value 0 and every node's loop (the last existing loop's
@@ -178,14 +199,14 @@ def gcn_norm_csr(g: CSRGraph, edge_weight: Optional[Tensor], improved: bool = Fa
                 # PyG keeps the weight of the last loop edge (in edge order) per node.
                 # (Padded graphs: every position, non-loops in row N, so shapes stay static.)
                 ids = g.perm[pos].long() if g.perm is not None else pos
-                last = torch.full((N + 1,), -1, device=g.device, dtype=torch.long).scatter_reduce(
-                    0, lrow, ids, 'amax')
+                last = torch.full((N + 1,), -1, device=g.device, dtype=torch.long).scatter_reduce(0, lrow, ids, 'amax')
                 sel = (ids == last[lrow]) & (lrow < N)
                 if not g.static_shapes:
                     diag_w = diag_w.index_put((lrow[sel],), w[pos[sel]])
                 else:
                     diag_w = torch.cat([diag_w, diag_w.new_zeros(1)]).index_put(
-                        (torch.where(sel, lrow, N),), torch.where(sel, w, 0))[:N]
+                        (torch.where(sel, lrow, N),), torch.where(sel, w, 0)
+                    )[:N]
                 keep = torch.ones(g.num_edges, device=g.device, dtype=dtype)
                 keep[pos] = (lrow == N).to(dtype)
                 w = w * keep  # loops live in diag only
@@ -223,6 +244,7 @@ class GCNNorm(NamedTuple):
     order (and in transpose order, for the backward), the fused self-loop
     term and the kernel reduction. Held in ``_cached_edge_index`` /
     ``_cached_adj_t`` with ``cached=True``."""
+
     graph: CSRGraph
     value: Optional[Tensor]
     t_value: Optional[Tensor]
@@ -233,8 +255,11 @@ class GCNNorm(NamedTuple):
         """The cache entry: values detached, their transpose order precomputed
         (``self`` when it already is one: the structure-only normalisation
         memoised on the graph is shared, not copied)."""
-        if self.value is None or (not self.value.requires_grad and self.t_value is not None and
-                                  (self.diag is None or not self.diag.requires_grad)):
+        if self.value is None or (
+            not self.value.requires_grad
+            and self.t_value is not None
+            and (self.diag is None or not self.diag.requires_grad)
+        ):
             return self
         v = self.value.detach()
         tv = v.index_select(0, self.graph.t_perm)
@@ -267,6 +292,7 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
     the call that fills the cache passes gradients to ``edge_weight``, later
     calls reuse detached values. ``aggr='max'`` runs PyG's message passing.
     """
+
     propagate_type = {'x': 'Tensor', 'edge_weight': 'OptTensor'}
     _TC_AGGRS = ('add', 'sum', 'mean')
     _pyg_forward = pyg_method(pyg_nn.GCNConv.forward, '_pyg_forward')
@@ -275,11 +301,19 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
     def _pyg_below(self) -> int:  # (uncached, PyG normalises on every call; pyg_tc once per graph)
         return super()._pyg_below() if self.cached else 0
 
-    def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
-                 cached: bool = False, add_self_loops: Optional[bool] = None,
-                 normalize: bool = True, bias: bool = True, backend: str = 'auto', **kwargs):
-        super().__init__(in_channels, out_channels, improved, cached, add_self_loops, normalize,
-                         bias, **kwargs)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        improved: bool = False,
+        cached: bool = False,
+        add_self_loops: Optional[bool] = None,
+        normalize: bool = True,
+        bias: bool = True,
+        backend: str = 'auto',
+        **kwargs,
+    ):
+        super().__init__(in_channels, out_channels, improved, cached, add_self_loops, normalize, bias, **kwargs)
         self._tc_init(backend)
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
@@ -325,11 +359,9 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
             out = self._aggregate(g, self.lin(x), value, reduce, diag, t_value)
         # PyG's dtype: its messages are the Linear's output times the edge
         # weights (fp32 under autocast), plus the bias; ours are half
-        return add_bias_as(out, self.bias, pyg_dtype(out.dtype, self._weight_dtype(
-            _dtype(x), edge_index, edge_weight)))
+        return add_bias_as(out, self.bias, pyg_dtype(out.dtype, self._weight_dtype(_dtype(x), edge_index, edge_weight)))
 
-    def _weight_dtype(self, x_dtype: torch.dtype, adj: Any,
-                      edge_weight: Optional[Tensor]) -> Optional[torch.dtype]:
+    def _weight_dtype(self, x_dtype: torch.dtype, adj: Any, edge_weight: Optional[Tensor]) -> Optional[torch.dtype]:
         """The dtype of PyG's edge weights for this call (None: unweighted
         messages): ``gcn_norm`` computes them in the input's dtype unless
         edge weights or a sparse adjacency's values bring their own."""
@@ -340,10 +372,8 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
             return edge_weight.dtype
         return x_dtype if self.normalize else None
 
-    def _normalized(self, adj: Any, edge_weight: Optional[Tensor], N: int,
-                    dtype: torch.dtype) -> GCNNorm:
-        slot = '_cached_adj_t' if SparseTensor is not None and isinstance(adj, SparseTensor) \
-            else '_cached_edge_index'
+    def _normalized(self, adj: Any, edge_weight: Optional[Tensor], N: int, dtype: torch.dtype) -> GCNNorm:
+        slot = '_cached_adj_t' if SparseTensor is not None and isinstance(adj, SparseTensor) else '_cached_edge_index'
         if self.cached:
             entry = getattr(self, slot)
             if isinstance(entry, GCNNorm):
@@ -357,8 +387,7 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
         reduce = KERNEL_REDUCE[self.aggr]
         if _is_sparse(adj):  # PyG's sparse gcn_norm: the loops become explicit entries
             if self.normalize:
-                adj = gcn_norm(adj, edge_weight, N, self.improved, self.add_self_loops, self.flow,
-                               dtype)
+                adj = gcn_norm(adj, edge_weight, N, self.improved, self.add_self_loops, self.flow, dtype)
                 adj = adj[0] if isinstance(adj, tuple) else adj
             g, value = resolve(adj)
             return GCNNorm(g, value, None, None, reduce)
@@ -372,13 +401,13 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
                 value, diag = _mean_with_loops(g, value, diag)
                 return GCNNorm(g, value, None, diag, 'sum')
             return GCNNorm(g, value, None, diag, reduce)
+
         if edge_weight is None:
             # Structure only: computed once per graph and shared by every GCN
             # layer on it (cached or not), with its transpose order.
             key = ('gcn_norm', self.improved, self.add_self_loops, reduce, dtype)
             return g.memo(key, lambda: norm(None).detached())
         return norm(edge_weight)
-
 
 
 class _PairLayer(TCLayer):
@@ -400,20 +429,27 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
     is applied before the aggregation (linear maps commute with sums), so the
     SpMM moves ``out_channels`` instead of ``in_channels`` features per edge.
     """
+
     propagate_type = {'x': 'OptPairTensor'}
     _pyg_forward = pyg_method(pyg_nn.SAGEConv.forward, '_pyg_forward')
 
-    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
-                 aggr: Optional[Union[str, Any]] = 'mean', normalize: bool = False,
-                 root_weight: bool = True, project: bool = False, bias: bool = True,
-                 backend: str = 'auto', **kwargs):
-        super().__init__(in_channels, out_channels, aggr, normalize, root_weight, project, bias,
-                         **kwargs)
+    def __init__(
+        self,
+        in_channels: Union[int, Tuple[int, int]],
+        out_channels: int,
+        aggr: Optional[Union[str, Any]] = 'mean',
+        normalize: bool = False,
+        root_weight: bool = True,
+        project: bool = False,
+        bias: bool = True,
+        backend: str = 'auto',
+        **kwargs,
+    ):
+        super().__init__(in_channels, out_channels, aggr, normalize, root_weight, project, bias, **kwargs)
         self._tc_init(backend)
 
     @torch.jit.unused
-    def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
-                    size: Size = None) -> Tensor:
+    def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj, size: Size = None) -> Tensor:
         if self._pyg_reason(edge_index):
             return self._run_pyg(x, edge_index, size)
         x = autocast_input(x)  # lin_l and lin_r read one half copy
@@ -432,8 +468,9 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
                 return self._finish(_sage_root(t, lin_l.bias, x_r, lin_r.weight))
             out = add_bias(t, lin_l.bias)
         elif fold:
-            return self._finish(_sage_dense(self._aggregate(g, src, value, reduce), lin_l.weight, lin_l.bias,
-                                                 x_r, lin_r.weight))
+            return self._finish(
+                _sage_dense(self._aggregate(g, src, value, reduce), lin_l.weight, lin_l.bias, x_r, lin_r.weight)
+            )
         else:
             out = lin_l(self._aggregate(g, src, value, reduce))
         if lin_r is not None:
@@ -442,7 +479,7 @@ class SAGEConv(_PairLayer, pyg_nn.SAGEConv):
 
     def _finish(self, out: Tensor) -> Tensor:
         if self.normalize:
-            out = F.normalize(out, p=2., dim=-1)
+            out = F.normalize(out, p=2.0, dim=-1)
         return out
 
 
@@ -459,8 +496,12 @@ def _folds(src: Any, x_r: Any, lin_l: torch.nn.Module, lin_r: torch.nn.Module) -
     if torch.is_autocast_enabled(x_r.device.type):
         return False
     dt = x_r.dtype
-    return src.dtype == dt and lin_l.weight.dtype == dt and lin_r.weight.dtype == dt and (
-        lin_l.bias is None or lin_l.bias.dtype == dt)
+    return (
+        src.dtype == dt
+        and lin_l.weight.dtype == dt
+        and lin_r.weight.dtype == dt
+        and (lin_l.bias is None or lin_l.bias.dtype == dt)
+    )
 
 
 def _sage_dense(agg: Tensor, w_l: Tensor, b: Optional[Tensor], x_r: Tensor, w_r: Tensor) -> Tensor:
@@ -484,18 +525,17 @@ def _sage_root(t: Tensor, b: Optional[Tensor], x_r: Tensor, w_r: Tensor) -> Tens
 class GINConv(_PairLayer, pyg_nn.GINConv):
     """Drop-in ``torch_geometric.nn.GINConv`` on pyg_tc kernels; the
     ``(1 + eps) * x`` root term is fused into the SpMM as its diagonal."""
+
     propagate_type = {'x': 'OptPairTensor'}
     _pyg_forward = pyg_method(pyg_nn.GINConv.forward, '_pyg_forward')
     _PYG_ON_CPU = True
 
-    def __init__(self, nn: torch.nn.Module, eps: float = 0., train_eps: bool = False,
-                 backend: str = 'auto', **kwargs):
+    def __init__(self, nn: torch.nn.Module, eps: float = 0.0, train_eps: bool = False, backend: str = 'auto', **kwargs):
         super().__init__(nn, eps, train_eps, **kwargs)
         self._tc_init(backend)
 
     @torch.jit.unused
-    def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
-                    size: Size = None) -> Tensor:
+    def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj, size: Size = None) -> Tensor:
         if self._pyg_reason(edge_index) or not _floating(x):
             return self._run_pyg(x, edge_index, size)  # (integer features: PyG promotes them)
         src, x_r, g, value, reduce = self._prepare(x, edge_index, size)
@@ -505,8 +545,9 @@ class GINConv(_PairLayer, pyg_nn.GINConv):
         # of a lower precision than eps (half x, fp32 model) before nn. Under
         # autocast the half aggregation is kept for nn (whose first Linear
         # casts to half anyway).
-        promotes = torch.promote_types(_dtype(src), self.eps.dtype) != _dtype(src) and not \
-            torch.is_autocast_enabled(g.device.type)
+        promotes = torch.promote_types(_dtype(src), self.eps.dtype) != _dtype(src) and not torch.is_autocast_enabled(
+            g.device.type
+        )
         if x_r is src and reduce != 'max' and not (cbsr and reduce == 'mean') and not promotes:
             out = agg(g, src, value, reduce, diag=1 + self.eps)
         else:

@@ -10,6 +10,7 @@ adjacency's own CSR graph is never built), whose map from CSR positions to
 "original edge or loop" gathers edge features (and GAT's folded per-edge
 scores).
 """
+
 from typing import Any, List, Optional, Tuple, Union
 
 import torch
@@ -26,9 +27,19 @@ from torch_geometric.utils.sparse import set_sparse_value
 
 from ..formats.carrier import SparseTensor, resolve
 from ..formats.csr import CSRGraph
+
 # (the self-loop graph's names, importable from here as before)
-from ..formats.loops import (LoopGraph, fill_index_from_edges, format_ready, loop_fill_index,  # noqa: F401
-                             loop_graph, loops_from_edges, pad_loop_graph, plain_edge_index, pyg_order)
+from ..formats.loops import (
+    LoopGraph,
+    fill_index_from_edges,
+    format_ready,
+    loop_fill_index,  # noqa: F401
+    loop_graph,
+    loops_from_edges,
+    pad_loop_graph,
+    plain_edge_index,
+    pyg_order,
+)
 from ..ops import dispatch
 from ..ops.attn import attention_weights, gat_logits, new_rng
 from ..ops.csr import acc_dtype
@@ -68,10 +79,13 @@ def att_logits(x: Tensor, *atts: Tensor) -> List[Tensor]:
         - **output:** one :math:`(N, H)` tensor per att
     """
     N, H, C = x.shape
-    fast = (x.dtype in (torch.float32, torch.float64) and all(a.dtype == x.dtype for a in atts)
-            and not torch.compiler.is_compiling()  # (Inductor fuses PyG's expression itself)
-            and not torch.is_autocast_enabled(x.device.type)
-            and (x.dtype == torch.float64 or torch.get_float32_matmul_precision() == 'highest'))
+    fast = (
+        x.dtype in (torch.float32, torch.float64)
+        and all(a.dtype == x.dtype for a in atts)
+        and not torch.compiler.is_compiling()  # (Inductor fuses PyG's expression itself)
+        and not torch.is_autocast_enabled(x.device.type)
+        and (x.dtype == torch.float64 or torch.get_float32_matmul_precision() == 'highest')
+    )
     if not fast:
         return [(x * a).sum(dim=-1) for a in atts]
     k = len(atts)
@@ -82,7 +96,7 @@ def att_logits(x: Tensor, *atts: Tensor) -> List[Tensor]:
         eye = torch.eye(H, dtype=a.dtype, device=a.device)
         w = (a.unsqueeze(-1) * eye.view(1, H, 1, H)).permute(1, 2, 0, 3).reshape(H * C, k * H)
     out = _ReduceAccurately.apply(x.reshape(N, H * C), w)
-    return [out[:, j * H:(j + 1) * H] for j in range(k)]
+    return [out[:, j * H : (j + 1) * H] for j in range(k)]
 
 
 _CHUNK = 64  # rows a matrix product sums before the chunks' partial products are added as a reduction
@@ -121,22 +135,28 @@ class _GATBase(TCLayer):
     """What GATConv and GATv2Conv share: the checks that send a call to
     PyG's path, self loops and their edge features, the epilogue and the
     returned attention weights."""
+
     _TC_AGGRS = ('add', 'sum')
     # GATConv folds lin_edge into one score per edge; GATv2Conv applies it to
     # the edge features in CSR order, not PyG's
     _BYPASSED = ('aggr_module', 'lin_edge')
     _PYG_ON_CPU = True
 
-    def _gat_reason(self, x: Any, adj: Any, edge_attr: Optional[Tensor],
-                    return_attention_weights: Optional[bool]) -> Optional[str]:
+    def _gat_reason(
+        self, x: Any, adj: Any, edge_attr: Optional[Tensor], return_attention_weights: Optional[bool]
+    ) -> Optional[str]:
         """Why this call runs PyG's forward (None: the fused kernels)."""
         reason = self._pyg_reason(adj)
         if reason:
             return reason
         pair = not isinstance(x, Tensor)
         if pair:
-            if not isinstance(x, (tuple, list)) or len(x) != 2 or not isinstance(x[0], Tensor) \
-                    or not (x[1] is None or isinstance(x[1], Tensor)):
+            if (
+                not isinstance(x, (tuple, list))
+                or len(x) != 2
+                or not isinstance(x[0], Tensor)
+                or not (x[1] is None or isinstance(x[1], Tensor))
+            ):
                 return 'features that are not a tensor or pair of tensors'
             xs = [t for t in x if t is not None]
         else:
@@ -167,18 +187,26 @@ class _GATBase(TCLayer):
         than ``edge_dim``, and for features of more than two dimensions."""
         if self.lin_edge is None and not self.add_self_loops:
             return None  # PyG ignores edge_attr
-        num_edges = adj.num_edges if isinstance(adj, CSRGraph) else (
-            adj.size(1) if isinstance(adj, Tensor) and adj.dim() == 2 else None)
+        num_edges = (
+            adj.num_edges
+            if isinstance(adj, CSRGraph)
+            else (adj.size(1) if isinstance(adj, Tensor) and adj.dim() == 2 else None)
+        )
         if edge_attr.dim() == 0 or (num_edges is not None and edge_attr.size(0) != num_edges):
-            raise ValueError(f'pyg_tc: {type(self).__name__} got edge_attr with '
-                             f'{edge_attr.size(0) if edge_attr.dim() else 0} rows (shape '
-                             f'{tuple(edge_attr.shape)}) for {num_edges} edges: it needs one row '
-                             'per edge')
+            raise ValueError(
+                f'pyg_tc: {type(self).__name__} got edge_attr with '
+                f'{edge_attr.size(0) if edge_attr.dim() else 0} rows (shape '
+                f'{tuple(edge_attr.shape)}) for {num_edges} edges: it needs one row '
+                'per edge'
+            )
         if edge_attr.dim() > 2:
             return 'edge features of more than two dimensions'
         lin = self.lin_edge
-        if lin is not None and not isinstance(lin.weight, UninitializedParameter) and \
-                (edge_attr.size(1) if edge_attr.dim() == 2 else 1) != lin.weight.size(1):
+        if (
+            lin is not None
+            and not isinstance(lin.weight, UninitializedParameter)
+            and (edge_attr.size(1) if edge_attr.dim() == 2 else 1) != lin.weight.size(1)
+        ):
             return 'edge features whose width is not edge_dim (PyG raises)'
         return None
 
@@ -199,8 +227,9 @@ class _GATBase(TCLayer):
     def _format_ready(self, adj: Any) -> bool:
         return format_ready(adj, self.flow)
 
-    def _graphs(self, adj: Any, size: Tuple[int, int], num_loops: int,
-                edge_attr: Optional[Tensor]) -> Tuple[Optional[CSRGraph], Optional[LoopGraph], bool]:
+    def _graphs(
+        self, adj: Any, size: Tuple[int, int], num_loops: int, edge_attr: Optional[Tensor]
+    ) -> Tuple[Optional[CSRGraph], Optional[LoopGraph], bool]:
         """(graph of the adjacency or None, self-loop graph or None, ready).
         Under ``torch.compile`` a missing structure (self-loop graph,
         loop-fill index) cannot be built (data-dependent shapes): ready is
@@ -209,21 +238,28 @@ class _GATBase(TCLayer):
         fill = edge_attr is not None and isinstance(self.fill_value, str)
         if self.add_self_loops and plain_edge_index(adj):
             lg = loops_from_edges(adj, size[0], size[1], self.flow, num_loops, build=not compiling)
-            ready = lg is not None and (not compiling or not fill or fill_index_from_edges(
-                lg, adj, self.flow, num_loops, self._fill_by_source(adj), build=False) is not None)
+            ready = lg is not None and (
+                not compiling
+                or not fill
+                or fill_index_from_edges(lg, adj, self.flow, num_loops, self._fill_by_source(adj), build=False)
+                is not None
+            )
             return None, lg, ready
         g, _ = resolve(adj, size=size, flow=self.flow)
         mode = self._loop_mode(adj, g, num_loops)
         if mode is None:
             return g, None, True
         lg = loop_graph(g, mode[1], mode[0], build=not compiling)
-        if lg is None or compiling and fill and loop_fill_index(
-                g, mode[1], self._fill_by_source(adj), build=False) is None:
+        if (
+            lg is None
+            or compiling
+            and fill
+            and loop_fill_index(g, mode[1], self._fill_by_source(adj), build=False) is None
+        ):
             return g, None, False
         return g, lg, True
 
-    def _with_loop_rows(self, adj: Any, g: Optional[CSRGraph], lg: LoopGraph, attr: Tensor,
-                        num_loops: int) -> Tensor:
+    def _with_loop_rows(self, adj: Any, g: Optional[CSRGraph], lg: LoopGraph, attr: Tensor, num_loops: int) -> Tensor:
         """Edge features ``attr`` (one row per original edge) followed by
         those of the loops: PyG's ``compute_loop_attr`` (``fill_value``, or
         for a string the reduction over the node's other edges); indexed by
@@ -251,8 +287,9 @@ class _GATBase(TCLayer):
             raise AttributeError("No valid 'fill_value' provided")
         return torch.cat([attr, loop])
 
-    def _edge_rows(self, adj: Any, g: Optional[CSRGraph], lg: Optional[LoopGraph], attr: Tensor,
-                   num_loops: int) -> Tensor:
+    def _edge_rows(
+        self, adj: Any, g: Optional[CSRGraph], lg: Optional[LoopGraph], attr: Tensor, num_loops: int
+    ) -> Tensor:
         """Edge features for every edge of the graph used, in its CSR order
         (loops included)."""
         if lg is None:
@@ -285,14 +322,14 @@ class _GATBase(TCLayer):
         fp32). Under autocast with fp32 parameters: float32."""
         return pyg_dtype(x.dtype, softmax_dtype(x), *(t.dtype for t in terms if t is not None))
 
-    def _weights(self, adj: Any, g: CSRGraph, lg: Optional[LoopGraph], alpha: Tensor,
-                 num_loops: int) -> Any:
+    def _weights(self, adj: Any, g: CSRGraph, lg: Optional[LoopGraph], alpha: Tensor, num_loops: int) -> Any:
         """PyG's second return value for ``return_attention_weights`` from
         ``alpha`` in the CSR order of the graph used."""
         used = g if lg is None else lg.graph
         if _is_sparse_tensor(adj):
             if self.add_self_loops:
                 import torch_sparse
+
                 adj = torch_sparse.set_diag(adj)
             _check_count(adj.nnz(), alpha)
             return adj.set_value(alpha, layout='coo')
@@ -318,8 +355,7 @@ class _GATBase(TCLayer):
 
 def _check_count(nnz: int, alpha: Tensor) -> None:
     if nnz != alpha.size(0):  # pragma: no cover - a sparse tensor unlike PyG's own
-        raise RuntimeError(f'pyg_tc: {alpha.size(0)} attention weights for a sparse '
-                           f'adjacency with {nnz} entries')
+        raise RuntimeError(f'pyg_tc: {alpha.size(0)} attention weights for a sparse adjacency with {nnz} entries')
 
 
 @pyg_layer(pyg_nn.GATConv)
@@ -361,34 +397,66 @@ class GATConv(_GATBase, pyg_nn.GATConv):
     with torch 2.13: its overloads type ``return_attention_weights`` as
     ``Optional[Tensor]``).
     """
+
     propagate_type = {'x': 'OptPairTensor', 'alpha': 'Tensor'}
     edge_updater_type = {'alpha': 'OptPairTensor', 'edge_attr': 'OptTensor'}
     _pyg_forward = pyg_method(pyg_nn.GATConv.forward, '_pyg_forward')
 
-    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
-                 heads: int = 1, concat: bool = True, negative_slope: float = 0.2,
-                 dropout: float = 0.0, add_self_loops: bool = True,
-                 edge_dim: Optional[int] = None, fill_value: Union[float, Tensor, str] = 'mean',
-                 bias: bool = True, residual: bool = False, backend: str = 'auto', **kwargs):
+    def __init__(
+        self,
+        in_channels: Union[int, Tuple[int, int]],
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        edge_dim: Optional[int] = None,
+        fill_value: Union[float, Tensor, str] = 'mean',
+        bias: bool = True,
+        residual: bool = False,
+        backend: str = 'auto',
+        **kwargs,
+    ):
         # PyG's __init__ sets node_dim=0: no static graphs (features are [N, F])
-        super().__init__(in_channels, out_channels, heads, concat, negative_slope, dropout,
-                         add_self_loops, edge_dim, fill_value, bias, residual, **kwargs)
+        super().__init__(
+            in_channels,
+            out_channels,
+            heads,
+            concat,
+            negative_slope,
+            dropout,
+            add_self_loops,
+            edge_dim,
+            fill_value,
+            bias,
+            residual,
+            **kwargs,
+        )
         self._tc_init(backend)
 
-    def forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
-                edge_attr: OptTensor = None, size: Size = None,
-                return_attention_weights: Optional[bool] = None,
-                ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]],
-                           Tuple[Tensor, PyGSparseTensor]]:
+    def forward(
+        self,
+        x: Union[Tensor, OptPairTensor],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        size: Size = None,
+        return_attention_weights: Optional[bool] = None,
+    ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]], Tuple[Tensor, PyGSparseTensor]]:
         """As PyG's ``GATConv.forward`` (see the class doc)."""
         if torch.jit.is_scripting():
             return self._pyg_forward(x, edge_index, edge_attr, size, return_attention_weights)
         return self._tc_forward(x, edge_index, edge_attr, size, return_attention_weights)
 
     @torch.jit.unused
-    def _tc_forward(self, x: Union[Tensor, OptPairTensor], edge_index: Adj,
-                    edge_attr: OptTensor = None, size: Size = None,
-                    return_attention_weights: Optional[bool] = None) -> Any:
+    def _tc_forward(
+        self,
+        x: Union[Tensor, OptPairTensor],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        size: Size = None,
+        return_attention_weights: Optional[bool] = None,
+    ) -> Any:
         if self._gat_reason(x, edge_index, edge_attr, return_attention_weights):
             return self._run_pyg(x, edge_index, edge_attr, size, return_attention_weights)
         x = autocast_input(x)  # the residual and the Linears read one half copy
@@ -422,8 +490,10 @@ class GATConv(_GATBase, pyg_nn.GATConv):
         n_dst = n_src if x_dst is None else x_dst.size(0)
         num_loops = min(size) if size is not None else min(n_src, n_dst)
         uses_attr = edge_attr is not None and self.lin_edge is not None
-        sizes = (n_src if size is None or size[0] is None else size[0],
-                 n_dst if size is None or size[1] is None else size[1])
+        sizes = (
+            n_src if size is None or size[0] is None else size[0],
+            n_dst if size is None or size[1] is None else size[1],
+        )
         g, lg, ready = self._graphs(edge_index, sizes, num_loops, edge_attr if uses_attr else None)
         if not ready:
             return self._run_pyg(x, edge_index, edge_attr, size, return_attention_weights)
@@ -441,14 +511,27 @@ class GATConv(_GATBase, pyg_nn.GATConv):
 
         p, rng = self._dropout(x_src.device)
         # (strict=False: 'sgt', which has no tensor-core attention, runs the CSR kernels)
-        out, lse = dispatch.run('attention', used, x_src, a_src, a_dst, score, self.negative_slope, p, rng,
-                                backend=self.backend, strict=False)
-        dtype = self._pyg_dtype(x_src, self.att_src, self.att_dst if x_dst is not None else None,
-                                self.att_edge if uses_attr else None)
+        out, lse = dispatch.run(
+            'attention',
+            used,
+            x_src,
+            a_src,
+            a_dst,
+            score,
+            self.negative_slope,
+            p,
+            rng,
+            backend=self.backend,
+            strict=False,
+        )
+        dtype = self._pyg_dtype(
+            x_src, self.att_src, self.att_dst if x_dst is not None else None, self.att_edge if uses_attr else None
+        )
         out = self._epilogue(out, res, dtype)
         if return_attention_weights:
-            logits = gat_logits(used.rowptr, used.col, a_src, a_dst, score, self.negative_slope,
-                                H, acc_dtype(x_src.dtype))
+            logits = gat_logits(
+                used.rowptr, used.col, a_src, a_dst, score, self.negative_slope, H, acc_dtype(x_src.dtype)
+            )
             alpha = attention_weights(used, logits, lse, p, rng).to(dtype)
             return out, self._weights(edge_index, g, lg, alpha, num_loops)
         return out
@@ -483,35 +566,66 @@ class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
     edge features without ``edge_dim`` or a feature pair with no target
     features (PyG asserts).
     """
+
     propagate_type = {'x': 'PairTensor', 'alpha': 'Tensor'}
     edge_updater_type = {'x': 'PairTensor', 'edge_attr': 'OptTensor'}
     _pyg_forward = pyg_method(pyg_nn.GATv2Conv.forward, '_pyg_forward')
 
-    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int,
-                 heads: int = 1, concat: bool = True, negative_slope: float = 0.2,
-                 dropout: float = 0.0, add_self_loops: bool = True,
-                 edge_dim: Optional[int] = None, fill_value: Union[float, Tensor, str] = 'mean',
-                 bias: bool = True, share_weights: bool = False, residual: bool = False,
-                 backend: str = 'auto', **kwargs):
+    def __init__(
+        self,
+        in_channels: Union[int, Tuple[int, int]],
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        edge_dim: Optional[int] = None,
+        fill_value: Union[float, Tensor, str] = 'mean',
+        bias: bool = True,
+        share_weights: bool = False,
+        residual: bool = False,
+        backend: str = 'auto',
+        **kwargs,
+    ):
         # PyG's __init__ sets node_dim=0: no static graphs (features are [N, F])
-        super().__init__(in_channels, out_channels, heads, concat, negative_slope, dropout,
-                         add_self_loops, edge_dim, fill_value, bias, share_weights, residual,
-                         **kwargs)
+        super().__init__(
+            in_channels,
+            out_channels,
+            heads,
+            concat,
+            negative_slope,
+            dropout,
+            add_self_loops,
+            edge_dim,
+            fill_value,
+            bias,
+            share_weights,
+            residual,
+            **kwargs,
+        )
         self._tc_init(backend)
 
-    def forward(self, x: Union[Tensor, PairTensor], edge_index: Adj,
-                edge_attr: OptTensor = None, return_attention_weights: Optional[bool] = None,
-                ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]],
-                           Tuple[Tensor, PyGSparseTensor]]:
+    def forward(
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        return_attention_weights: Optional[bool] = None,
+    ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]], Tuple[Tensor, PyGSparseTensor]]:
         """As PyG's ``GATv2Conv.forward`` (see the class doc)."""
         if torch.jit.is_scripting():
             return self._pyg_forward(x, edge_index, edge_attr, return_attention_weights)
         return self._tc_forward(x, edge_index, edge_attr, return_attention_weights)
 
     @torch.jit.unused
-    def _tc_forward(self, x: Union[Tensor, PairTensor], edge_index: Adj,
-                    edge_attr: OptTensor = None,
-                    return_attention_weights: Optional[bool] = None) -> Any:
+    def _tc_forward(
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        return_attention_weights: Optional[bool] = None,
+    ) -> Any:
         reason = self._gat_reason(x, edge_index, edge_attr, return_attention_weights)
         if reason is None and edge_attr is not None and self.lin_edge is None:
             reason = 'edge features without edge_dim'
@@ -547,8 +661,9 @@ class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
 
         att = self.att.view(H, C)
         p, rng = self._dropout(x_l.device)
-        out, lse = dispatch.run('attention_v2', used, x_l, x_r, att, edge, self.negative_slope, p, rng,
-                                backend=self.backend, strict=False)
+        out, lse = dispatch.run(
+            'attention_v2', used, x_l, x_r, att, edge, self.negative_slope, p, rng, backend=self.backend, strict=False
+        )
         dtype = self._pyg_dtype(x_l, x_r, att, edge)
         out = self._epilogue(out, res, dtype)
         if return_attention_weights:
@@ -558,8 +673,9 @@ class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
         return out
 
 
-def _gatv2_logits(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Tensor],
-                  negative_slope: float) -> Tensor:
+def _gatv2_logits(
+    g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Tensor], negative_slope: float
+) -> Tensor:
     """GATv2's logits ``[E, H]`` (CSR order, accumulation dtype), in chunks
     of edges so at most ``_V2_LOGIT_CHUNK`` pre-activations exist at once."""
     acc = acc_dtype(x.dtype)
@@ -571,8 +687,8 @@ def _gatv2_logits(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor, edge: Option
     step = max(1, _V2_LOGIT_CHUNK // max(1, H * C))
     parts = []
     for s in range(0, E, step):
-        z = x.to(acc).index_select(0, col[s:s + step]) + x_r.to(acc).index_select(0, row[s:s + step])
+        z = x.to(acc).index_select(0, col[s : s + step]) + x_r.to(acc).index_select(0, row[s : s + step])
         if edge is not None:
-            z = z + edge[s:s + step].to(acc)
+            z = z + edge[s : s + step].to(acc)
         parts.append((F.leaky_relu(z, negative_slope) * att).sum(-1))
     return torch.cat(parts) if len(parts) > 1 else parts[0]

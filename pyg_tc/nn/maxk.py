@@ -1,4 +1,5 @@
 """The MaxK nonlinearity of MaxK-GNN."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Models built from pyg_tc layers."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,9 +43,19 @@ class MaxKGNN(torch.nn.Module):
         - **output:** :math:`(|\mathcal{V}|, F_{out})`
     """
 
-    def __init__(self, conv: str, in_channels: int, hidden_channels: int, out_channels: int,
-                 num_layers: int, k: int, dropout: float = 0.5, norm: bool = True,
-                 nonlinear: str = 'maxk', backend: str = 'auto'):
+    def __init__(
+        self,
+        conv: str,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int,
+        k: int,
+        dropout: float = 0.5,
+        norm: bool = True,
+        nonlinear: str = 'maxk',
+        backend: str = 'auto',
+    ):
         super().__init__()
         if conv not in _CONVS:
             raise ValueError(f'MaxKGNN: conv must be one of {_CONVS}, got {conv!r}')
@@ -61,7 +72,8 @@ class MaxKGNN(torch.nn.Module):
         self.act = MaxK(k) if nonlinear == 'maxk' else torch.nn.ReLU()
         self.convs = torch.nn.ModuleList(self._conv(conv, h, backend) for _ in range(num_layers))
         self.norms = torch.nn.ModuleList(
-            torch.nn.LayerNorm(h) if norm else torch.nn.Identity() for _ in range(num_layers))
+            torch.nn.LayerNorm(h) if norm else torch.nn.Identity() for _ in range(num_layers)
+        )
         self.lin_out = torch.nn.Linear(h, out_channels)
 
     @staticmethod
@@ -91,5 +103,7 @@ class MaxKGNN(torch.nn.Module):
         return self.lin_out(x)
 
     def __repr__(self) -> str:
-        return (f'{self.__class__.__name__}(conv={self.conv_kind}, layers={len(self.convs)}, '
-                f'nonlinear={self.nonlinear}, k={self.k})')
+        return (
+            f'{self.__class__.__name__}(conv={self.conv_kind}, layers={len(self.convs)}, '
+            f'nonlinear={self.nonlinear}, k={self.k})'
+        )

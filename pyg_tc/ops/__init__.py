@@ -21,22 +21,64 @@ autograd (an op of the private ``pyg_tc._library``). CUDA kernels run fp32 / fp1
 on a GPU with the kernels built; otherwise, and for float64, the
 pure-PyTorch reference runs through the same registered op.
 """
+
 from .._library import ensure
 from . import attn, build, cbsr, csr, dispatch, neighbor, sample, sgt, sort  # noqa: F401 (define the ops)
 from .csr import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference  # noqa: F401
-from .attn import (attention_weights, edge_softmax, gat_attention,  # noqa: F401
-                   gatv2_attention)
+from .attn import (
+    attention_weights,
+    edge_softmax,
+    gat_attention,  # noqa: F401
+    gatv2_attention,
+)
 from .dispatch import BACKENDS, aggregate, choose_backend, edge_scores, sddmm, spmm
 from .sample import sampled_aggregation, sampled_spmm_reference  # noqa: F401
-from .cbsr import (CBSR_KERNEL_WIDTH, MAXK_KERNEL_WIDTH, cbsr_spmm_graph,  # noqa: F401
-                   cbsr_spmm_reference, cbsr_sspmm_reference, check_k, maxk,
-                   maxk_reference)
-from .sgt import (sgt_of, sgt_sddmm_cells, sgt_sddmm_graph, sgt_spmm_cells,  # noqa: F401
-                  sgt_spmm_graph, warps_for)
+from .cbsr import (
+    CBSR_KERNEL_WIDTH,
+    MAXK_KERNEL_WIDTH,
+    cbsr_spmm_graph,  # noqa: F401
+    cbsr_spmm_reference,
+    cbsr_sspmm_reference,
+    check_k,
+    maxk,
+    maxk_reference,
+)
+from .sgt import (
+    sgt_of,
+    sgt_sddmm_cells,
+    sgt_sddmm_graph,
+    sgt_spmm_cells,  # noqa: F401
+    sgt_spmm_graph,
+    warps_for,
+)
 
-__all__ = ['spmm', 'sddmm', 'aggregate', 'edge_scores', 'spmm_graph', 'sddmm_graph', 'maxk',
-           'cbsr_spmm_graph', 'sgt_spmm_graph', 'sgt_sddmm_graph', 'sgt_spmm_cells',
-           'sgt_sddmm_cells', 'sgt_of', 'choose_backend', 'check_k', 'ensure', 'BACKENDS',
-           'spmm_reference', 'sddmm_reference', 'maxk_reference', 'cbsr_spmm_reference',
-           'cbsr_sspmm_reference', 'gat_attention', 'gatv2_attention', 'edge_softmax',
-           'attention_weights', 'sampled_aggregation', 'sampled_spmm_reference']
+__all__ = [
+    'spmm',
+    'sddmm',
+    'aggregate',
+    'edge_scores',
+    'spmm_graph',
+    'sddmm_graph',
+    'maxk',
+    'cbsr_spmm_graph',
+    'sgt_spmm_graph',
+    'sgt_sddmm_graph',
+    'sgt_spmm_cells',
+    'sgt_sddmm_cells',
+    'sgt_of',
+    'choose_backend',
+    'check_k',
+    'ensure',
+    'BACKENDS',
+    'spmm_reference',
+    'sddmm_reference',
+    'maxk_reference',
+    'cbsr_spmm_reference',
+    'cbsr_sspmm_reference',
+    'gat_attention',
+    'gatv2_attention',
+    'edge_softmax',
+    'attention_weights',
+    'sampled_aggregation',
+    'sampled_spmm_reference',
+]

@@ -30,6 +30,7 @@ the Philox generator shared by kernels and references
 (:func:`philox_uniform`, :func:`dropout_keep`) and :func:`~pyg_tc.ops.attention_weights`
 (PyG's ``alpha`` for ``return_attention_weights``).
 """
+
 from __future__ import annotations
 
 import math
@@ -52,13 +53,20 @@ ATTN_MAX_HEAD_BYTES = 2048
 # ---------------------------------------------------------------------------
 # dropout on Philox 4x32-10 (pyg_tc._philox), the same generator as kernels/common/philox.cuh
 
+
 def philox_uniform(rng: Tensor, idx: Tensor) -> Tensor:
     """Uniform floats in [0, 1) (24-bit) for counters ``idx`` (int64) under
     ``rng = [seed, offset]`` (int64): the first word of Philox 4x32-10 with
     counter (idx_lo, idx_hi, offset_lo, offset_hi) and key (seed_lo, seed_hi)."""
     r = rng.to(device=idx.device, dtype=torch.int64)
-    c0, _, _, _ = philox4x32(idx & _U32, (idx >> 32) & _U32, (r[1] & _U32).expand_as(idx),
-                             ((r[1] >> 32) & _U32).expand_as(idx), r[0] & _U32, (r[0] >> 32) & _U32)
+    c0, _, _, _ = philox4x32(
+        idx & _U32,
+        (idx >> 32) & _U32,
+        (r[1] & _U32).expand_as(idx),
+        ((r[1] >> 32) & _U32).expand_as(idx),
+        r[0] & _U32,
+        (r[0] >> 32) & _U32,
+    )
     return (c0 >> 8).to(torch.float32) * (1.0 / 16777216.0)
 
 
@@ -75,11 +83,12 @@ def new_rng(device: Any) -> Tensor:
     """A fresh ``[seed, offset]`` (int64, on ``device``) drawn from torch's
     generator of that device: dropout is reproducible under
     ``torch.manual_seed`` and never synchronises the host."""
-    return torch.randint(-2**62, 2**62, (2,), device=device, dtype=torch.int64)
+    return torch.randint(-(2**62), 2**62, (2,), device=device, dtype=torch.int64)
 
 
 # ---------------------------------------------------------------------------
 # References (CPU implementation and test oracle; E x H x C memory)
+
 
 def _leaky(z: Tensor, slope: float) -> Tensor:
     return F.leaky_relu(z, slope) if slope != 1.0 else z
@@ -105,8 +114,16 @@ def _lse(m: Tensor, l: Tensor) -> Tensor:
     return torch.where(l > 0, m + ll, torch.full_like(ll, float('-inf')))
 
 
-def gat_logits(rowptr: Tensor, col: Tensor, a_src: Optional[Tensor], a_dst: Optional[Tensor],
-               score: Optional[Tensor], negative_slope: float, heads: int, acc: torch.dtype) -> Tensor:
+def gat_logits(
+    rowptr: Tensor,
+    col: Tensor,
+    a_src: Optional[Tensor],
+    a_dst: Optional[Tensor],
+    score: Optional[Tensor],
+    negative_slope: float,
+    heads: int,
+    acc: torch.dtype,
+) -> Tensor:
     """GAT's per-edge logits ``[E, H]`` (CSR order), in ``acc``."""
     E = col.numel()
     z = torch.zeros(E, heads, dtype=acc, device=col.device)
@@ -119,8 +136,16 @@ def gat_logits(rowptr: Tensor, col: Tensor, a_src: Optional[Tensor], a_dst: Opti
     return _leaky(z, negative_slope)
 
 
-def gatv2_logits(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor, att: Tensor,
-                 edge: Optional[Tensor], negative_slope: float, acc: torch.dtype) -> Tensor:
+def gatv2_logits(
+    rowptr: Tensor,
+    col: Tensor,
+    x: Tensor,
+    x_r: Tensor,
+    att: Tensor,
+    edge: Optional[Tensor],
+    negative_slope: float,
+    acc: torch.dtype,
+) -> Tensor:
     """GATv2's per-edge logits ``[E, H]`` (CSR order), in ``acc`` (E x H x C memory)."""
     E = col.numel()
     z = x.to(acc).index_select(0, col.long()) + x_r.to(acc).index_select(0, _rows(rowptr, E))
@@ -129,8 +154,9 @@ def gatv2_logits(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor, att: Tenso
     return (F.leaky_relu(z, negative_slope) * att.to(acc)).sum(-1)
 
 
-def _attend(rowptr: Tensor, col: Tensor, x: Tensor, s: Tensor, dropout: float,
-            rng: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+def _attend(
+    rowptr: Tensor, col: Tensor, x: Tensor, s: Tensor, dropout: float, rng: Optional[Tensor]
+) -> Tuple[Tensor, Tensor]:
     """Softmax of logits ``s`` per row, dropout, aggregation of ``x``."""
     acc = s.dtype
     R = rowptr.numel() - 1
@@ -143,9 +169,17 @@ def _attend(rowptr: Tensor, col: Tensor, x: Tensor, s: Tensor, dropout: float,
     return out.to(x.dtype), _lse(m, l)
 
 
-def gat_reference(rowptr: Tensor, col: Tensor, x: Tensor, a_src: Optional[Tensor],
-                  a_dst: Optional[Tensor], score: Optional[Tensor], negative_slope: float,
-                  dropout: float, rng: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+def gat_reference(
+    rowptr: Tensor,
+    col: Tensor,
+    x: Tensor,
+    a_src: Optional[Tensor],
+    a_dst: Optional[Tensor],
+    score: Optional[Tensor],
+    negative_slope: float,
+    dropout: float,
+    rng: Optional[Tensor],
+) -> Tuple[Tensor, Tensor]:
     """``attn_gat`` in PyTorch (module doc): (out ``[R, H, C]``, lse ``[R, H]``)."""
     acc = acc_dtype(x.dtype)
     _, col, score = live_edges(rowptr, col, score)
@@ -153,9 +187,17 @@ def gat_reference(rowptr: Tensor, col: Tensor, x: Tensor, a_src: Optional[Tensor
     return _attend(rowptr, col, x, s, dropout, rng)
 
 
-def gatv2_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor, att: Tensor,
-                    edge: Optional[Tensor], negative_slope: float, dropout: float,
-                    rng: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+def gatv2_reference(
+    rowptr: Tensor,
+    col: Tensor,
+    x: Tensor,
+    x_r: Tensor,
+    att: Tensor,
+    edge: Optional[Tensor],
+    negative_slope: float,
+    dropout: float,
+    rng: Optional[Tensor],
+) -> Tuple[Tensor, Tensor]:
     """``attn_gatv2`` in PyTorch (module doc): (out ``[R, H, C]``, lse ``[R, H]``)."""
     acc = acc_dtype(x.dtype)
     _, col, edge = live_edges(rowptr, col, edge)
@@ -175,8 +217,17 @@ def _probs(rowptr: Tensor, s: Tensor, lse: Tensor, dropout: float, rng: Optional
     return row, alpha, w, keep
 
 
-def _dlogits(rowptr: Tensor, col: Tensor, x: Tensor, s: Tensor, grad: Tensor, lse: Tensor,
-             delta: Tensor, dropout: float, rng: Optional[Tensor]):
+def _dlogits(
+    rowptr: Tensor,
+    col: Tensor,
+    x: Tensor,
+    s: Tensor,
+    grad: Tensor,
+    lse: Tensor,
+    delta: Tensor,
+    dropout: float,
+    rng: Optional[Tensor],
+):
     """(row, w, ds): the softmax backward per edge, ``ds = alpha (dalpha - delta_i)``."""
     acc = s.dtype
     row, alpha, w, keep = _probs(rowptr, s, lse, dropout, rng)
@@ -190,14 +241,23 @@ def _dlogits(rowptr: Tensor, col: Tensor, x: Tensor, s: Tensor, grad: Tensor, ls
 def _grad_x(rowptr, col, w, grad, num_src, acc):
     row = _rows(rowptr, col.numel())
     msg = w.unsqueeze(-1) * grad.to(acc).index_select(0, row)
-    return torch.zeros(num_src, grad.size(1), grad.size(2), dtype=acc,
-                       device=grad.device).index_add(0, col.long(), msg)
+    return torch.zeros(num_src, grad.size(1), grad.size(2), dtype=acc, device=grad.device).index_add(0, col.long(), msg)
 
 
-def gat_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, a_src: Optional[Tensor],
-                           a_dst: Optional[Tensor], score: Optional[Tensor],
-                           negative_slope: float, dropout: float, rng: Optional[Tensor],
-                           grad: Tensor, lse: Tensor, delta: Tensor):
+def gat_backward_reference(
+    rowptr: Tensor,
+    col: Tensor,
+    x: Tensor,
+    a_src: Optional[Tensor],
+    a_dst: Optional[Tensor],
+    score: Optional[Tensor],
+    negative_slope: float,
+    dropout: float,
+    rng: Optional[Tensor],
+    grad: Tensor,
+    lse: Tensor,
+    delta: Tensor,
+):
     """Gradients of ``attn_gat`` (x, a_src, a_dst, score), E x H x C memory."""
     acc = acc_dtype(x.dtype)
     H = x.size(1)
@@ -213,9 +273,20 @@ def gat_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, a_src: Option
     return gx, g_src, g_dst, pad_edges(dz if E else dz.new_zeros(0, H), E_all)
 
 
-def gatv2_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, x_r: Tensor, att: Tensor,
-                             edge: Optional[Tensor], negative_slope: float, dropout: float,
-                             rng: Optional[Tensor], grad: Tensor, lse: Tensor, delta: Tensor):
+def gatv2_backward_reference(
+    rowptr: Tensor,
+    col: Tensor,
+    x: Tensor,
+    x_r: Tensor,
+    att: Tensor,
+    edge: Optional[Tensor],
+    negative_slope: float,
+    dropout: float,
+    rng: Optional[Tensor],
+    grad: Tensor,
+    lse: Tensor,
+    delta: Tensor,
+):
     """Gradients of ``attn_gatv2`` (x, x_r, att, edge), E x H x C memory."""
     acc = acc_dtype(x.dtype)
     E_all, col, edge = live_edges(rowptr, col, edge)
@@ -270,20 +341,33 @@ def attention_schedules(g: CSRGraph) -> Tuple[Schedule, Schedule]:
     chunk = small_graph_chunk(g)
     if g.chunk <= chunk or g.sched.units.size(0) >= COOP_UNITS or g.padded:
         return g.sched, g.t_sched
-    return g.memo(('attn_schedules', chunk), lambda: (
-        build_schedule(g.rowptr, chunk), build_schedule(g.t_rowptr, chunk)))
+    return g.memo(
+        ('attn_schedules', chunk), lambda: (build_schedule(g.rowptr, chunk), build_schedule(g.t_rowptr, chunk))
+    )
 
 
 def _graph_args(g: CSRGraph) -> tuple:
     s, ts = attention_schedules(g)
-    return (g.rowptr, g.col, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, g.t_rowptr,
-            g.t_col, g.t_perm, ts.units, ts.heavy_rows, ts.heavy_ptr, ts.num_slots)
+    return (
+        g.rowptr,
+        g.col,
+        s.units,
+        s.heavy_rows,
+        s.heavy_ptr,
+        s.num_slots,
+        g.t_rowptr,
+        g.t_col,
+        g.t_perm,
+        ts.units,
+        ts.heavy_rows,
+        ts.heavy_ptr,
+        ts.num_slots,
+    )
 
 
 def _fake_attend(a: Any) -> Tuple[Tensor, Tensor]:
     R = a.rowptr.size(0) - 1
-    return (a.x.new_empty(R, a.x.size(1), a.x.size(2)),
-            a.x.new_empty(R, a.x.size(1), dtype=torch.float64))
+    return (a.x.new_empty(R, a.x.size(1), a.x.size(2)), a.x.new_empty(R, a.x.size(1), dtype=torch.float64))
 
 
 def _delta(grad: Tensor, out: Tensor, grad_lse: Optional[Tensor]) -> Tensor:
@@ -303,38 +387,56 @@ def _gat_backward(a: Any, needs: dict, grad: Optional[Tensor], grad_lse: Optiona
     grad = _aligned(grad)
     delta = _delta(grad, a.out, grad_lse)
     gx, g_src, g_dst, g_score = attn_gat_backward(
-        *_g(a), a.x, a.a_src, a.a_dst, a.score, a.negative_slope, a.dropout, a.rng, grad,
-        a.lse, delta, needs['a_dst'] or needs['score'])
-    return {'x': gx if needs['x'] else None,
-            'a_src': g_src if needs['a_src'] and a.a_src is not None else None,
-            'a_dst': g_dst if needs['a_dst'] and a.a_dst is not None else None,
-            'score': g_score if needs['score'] and a.score is not None else None}
+        *_g(a),
+        a.x,
+        a.a_src,
+        a.a_dst,
+        a.score,
+        a.negative_slope,
+        a.dropout,
+        a.rng,
+        grad,
+        a.lse,
+        delta,
+        needs['a_dst'] or needs['score'],
+    )
+    return {
+        'x': gx if needs['x'] else None,
+        'a_src': g_src if needs['a_src'] and a.a_src is not None else None,
+        'a_dst': g_dst if needs['a_dst'] and a.a_dst is not None else None,
+        'score': g_score if needs['score'] and a.score is not None else None,
+    }
 
 
-def _gat_bwd_reference(rowptr, col, x, a_src, a_dst, score, negative_slope, dropout, rng, grad,
-                       lse, delta, need_row):
+def _gat_bwd_reference(rowptr, col, x, a_src, a_dst, score, negative_slope, dropout, rng, grad, lse, delta, need_row):
     gx, g_src, g_dst, g_score = gat_backward_reference(
-        rowptr, col, x, a_src, a_dst, score, negative_slope, dropout, rng, grad, lse, delta)
-    return _gat_grad_shapes(gx, g_src if a_src is not None else None,
-                            g_dst if need_row and a_dst is not None else None,
-                            g_score if need_row and score is not None else None)
+        rowptr, col, x, a_src, a_dst, score, negative_slope, dropout, rng, grad, lse, delta
+    )
+    return _gat_grad_shapes(
+        gx,
+        g_src if a_src is not None else None,
+        g_dst if need_row and a_dst is not None else None,
+        g_score if need_row and score is not None else None,
+    )
 
 
 def _gat_grad_shapes(gx, g_src, g_dst, g_score):
     """The backward op's outputs: a gradient that is not computed is ``[0, H]``."""
     H, acc = gx.size(1), acc_dtype(gx.dtype)
     # a fresh tensor per output: outputs of an op must not alias each other
-    return (gx,) + tuple(gx.new_zeros(0, H, dtype=acc) if t is None else t.to(acc)
-                         for t in (g_src, g_dst, g_score))
+    return (gx,) + tuple(gx.new_zeros(0, H, dtype=acc) if t is None else t.to(acc) for t in (g_src, g_dst, g_score))
 
 
 def _gat_bwd_fake(a):
     R, E = a.rowptr.size(0) - 1, a.col.size(0)
     Ns, H = a.x.size(0), a.x.size(1)
     f = a.x.new_empty(0, dtype=acc_dtype(a.x.dtype))
-    return (torch.empty_like(a.x), f.new_empty(Ns if a.a_src is not None else 0, H),
-            f.new_empty(R if a.need_row and a.a_dst is not None else 0, H),
-            f.new_empty(E if a.need_row and a.score is not None else 0, H))
+    return (
+        torch.empty_like(a.x),
+        f.new_empty(Ns if a.a_src is not None else 0, H),
+        f.new_empty(R if a.need_row and a.a_dst is not None else 0, H),
+        f.new_empty(E if a.need_row and a.score is not None else 0, H),
+    )
 
 
 _OUT_SAVE = _GRAPH_TENSORS + ('x', 'a_src', 'a_dst', 'score', 'rng', 'out', 'lse')
@@ -342,14 +444,20 @@ _OUT_SAVE = _GRAPH_TENSORS + ('x', 'a_src', 'a_dst', 'score', 'rng', 'out', 'lse
 attn_gat = Op(
     f'attn_gat({GRAPH_ARGS}, Tensor x, Tensor? a_src, Tensor? a_dst, Tensor? score, '
     'float negative_slope, float dropout, Tensor? rng) -> (Tensor out, Tensor lse)',
-    reference=gat_reference, fake=_fake_attend, backward=_gat_backward, save=_OUT_SAVE,
-    materialize_grads=False)
+    reference=gat_reference,
+    fake=_fake_attend,
+    backward=_gat_backward,
+    save=_OUT_SAVE,
+    materialize_grads=False,
+)
 
 attn_gat_backward = Op(
     f'attn_gat_backward({GRAPH_ARGS}, Tensor x, Tensor? a_src, Tensor? a_dst, Tensor? score, '
     'float negative_slope, float dropout, Tensor? rng, Tensor grad, Tensor lse, Tensor delta, '
     'bool need_row) -> (Tensor g_x, Tensor g_src, Tensor g_dst, Tensor g_score)',
-    reference=_gat_bwd_reference, fake=_gat_bwd_fake)
+    reference=_gat_bwd_reference,
+    fake=_gat_bwd_fake,
+)
 
 
 def _gatv2_backward(a: Any, needs: dict, grad: Optional[Tensor], grad_lse: Optional[Tensor]) -> dict:
@@ -358,17 +466,31 @@ def _gatv2_backward(a: Any, needs: dict, grad: Optional[Tensor], grad_lse: Optio
     grad = _aligned(grad)
     delta = _delta(grad, a.out, grad_lse)
     gx, g_r, g_att, g_edge = attn_gatv2_backward(
-        *_g(a), a.x, a.x_r, a.att, a.edge, a.negative_slope, a.dropout, a.rng, grad, a.lse,
-        delta, needs['edge'] and a.edge is not None)
-    return {'x': gx if needs['x'] else None, 'x_r': g_r if needs['x_r'] else None,
-            'att': g_att if needs['att'] else None,
-            'edge': g_edge if needs['edge'] and a.edge is not None else None}
+        *_g(a),
+        a.x,
+        a.x_r,
+        a.att,
+        a.edge,
+        a.negative_slope,
+        a.dropout,
+        a.rng,
+        grad,
+        a.lse,
+        delta,
+        needs['edge'] and a.edge is not None,
+    )
+    return {
+        'x': gx if needs['x'] else None,
+        'x_r': g_r if needs['x_r'] else None,
+        'att': g_att if needs['att'] else None,
+        'edge': g_edge if needs['edge'] and a.edge is not None else None,
+    }
 
 
-def _gatv2_bwd_reference(rowptr, col, x, x_r, att, edge, negative_slope, dropout, rng, grad,
-                         lse, delta, need_edge):
+def _gatv2_bwd_reference(rowptr, col, x, x_r, att, edge, negative_slope, dropout, rng, grad, lse, delta, need_edge):
     gx, g_r, g_att, g_edge = gatv2_backward_reference(
-        rowptr, col, x, x_r, att, edge, negative_slope, dropout, rng, grad, lse, delta)
+        rowptr, col, x, x_r, att, edge, negative_slope, dropout, rng, grad, lse, delta
+    )
     if not (need_edge and edge is not None):
         g_edge = x.new_zeros(0, x.size(1), x.size(2))
     return gx, g_r, g_att, g_edge
@@ -377,21 +499,30 @@ def _gatv2_bwd_reference(rowptr, col, x, x_r, att, edge, negative_slope, dropout
 attn_gatv2 = Op(
     f'attn_gatv2({GRAPH_ARGS}, Tensor x, Tensor x_r, Tensor att, Tensor? edge, '
     'float negative_slope, float dropout, Tensor? rng) -> (Tensor out, Tensor lse)',
-    reference=gatv2_reference, fake=_fake_attend, backward=_gatv2_backward,
-    save=_GRAPH_TENSORS + ('x', 'x_r', 'att', 'edge', 'rng', 'out', 'lse'), materialize_grads=False)
+    reference=gatv2_reference,
+    fake=_fake_attend,
+    backward=_gatv2_backward,
+    save=_GRAPH_TENSORS + ('x', 'x_r', 'att', 'edge', 'rng', 'out', 'lse'),
+    materialize_grads=False,
+)
 
 attn_gatv2_backward = Op(
     f'attn_gatv2_backward({GRAPH_ARGS}, Tensor x, Tensor x_r, Tensor att, Tensor? edge, '
     'float negative_slope, float dropout, Tensor? rng, Tensor grad, Tensor lse, Tensor delta, '
     'bool need_edge) -> (Tensor g_x, Tensor g_r, Tensor g_att, Tensor g_edge)',
     reference=_gatv2_bwd_reference,
-    fake=lambda a: (torch.empty_like(a.x), torch.empty_like(a.x_r), torch.empty_like(a.att),
-                    a.x.new_empty(a.col.size(0) if a.need_edge and a.edge is not None else 0,
-                                  a.x.size(1), a.x.size(2))))
+    fake=lambda a: (
+        torch.empty_like(a.x),
+        torch.empty_like(a.x_r),
+        torch.empty_like(a.att),
+        a.x.new_empty(a.col.size(0) if a.need_edge and a.edge is not None else 0, a.x.size(1), a.x.size(2)),
+    ),
+)
 
 
 # ---------------------------------------------------------------------------
 # Front-ends (checks, dispatch)
+
 
 def _check_float(t: Optional[Tensor], name: str, shape: tuple, device: Any) -> Optional[Tensor]:
     if t is None:
@@ -425,10 +556,16 @@ def _check_dropout(dropout: float, rng: Optional[Tensor], device: Any) -> Option
     return rng.to(device)
 
 
-def check_gat(g: CSRGraph, x: Tensor, a_src: Optional[Tensor] = None,
-              a_dst: Optional[Tensor] = None, score: Optional[Tensor] = None,
-              negative_slope: float = 0.2, dropout: float = 0.0,
-              rng: Optional[Tensor] = None) -> dict:
+def check_gat(
+    g: CSRGraph,
+    x: Tensor,
+    a_src: Optional[Tensor] = None,
+    a_dst: Optional[Tensor] = None,
+    score: Optional[Tensor] = None,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    rng: Optional[Tensor] = None,
+) -> dict:
     """Validate a GAT attention call (shapes ``x [Ns, H, C]``, ``a_src [Ns, H]``,
     ``a_dst [Nd, H]``, ``score [E, H]``); terms go to the accumulation dtype."""
     _check_x(g, x)
@@ -437,15 +574,28 @@ def check_gat(g: CSRGraph, x: Tensor, a_src: Optional[Tensor] = None,
     a_src = _check_float(a_src, 'a_src', (g.num_cols, H), g.device)
     a_dst = _check_float(a_dst, 'a_dst', (g.num_rows, H), g.device)
     score = _check_float(score, 'score', (g.num_edges, H), g.device)
-    conv = (lambda t: None if t is None else t.to(acc).contiguous())
-    return dict(x=x, a_src=conv(a_src), a_dst=conv(a_dst), score=conv(score),
-                negative_slope=float(negative_slope), dropout=float(dropout),
-                rng=_check_dropout(float(dropout), rng, g.device))
+    conv = lambda t: None if t is None else t.to(acc).contiguous()
+    return dict(
+        x=x,
+        a_src=conv(a_src),
+        a_dst=conv(a_dst),
+        score=conv(score),
+        negative_slope=float(negative_slope),
+        dropout=float(dropout),
+        rng=_check_dropout(float(dropout), rng, g.device),
+    )
 
 
-def check_gatv2(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Tensor] = None,
-                negative_slope: float = 0.2, dropout: float = 0.0,
-                rng: Optional[Tensor] = None) -> dict:
+def check_gatv2(
+    g: CSRGraph,
+    x: Tensor,
+    x_r: Tensor,
+    att: Tensor,
+    edge: Optional[Tensor] = None,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    rng: Optional[Tensor] = None,
+) -> dict:
     """Validate a GATv2 attention call (``x [Ns, H, C]``, ``x_r [Nd, H, C]``,
     ``att [H, C]``, ``edge [E, H, C]``; ``x_r`` and ``edge`` in ``x``'s dtype)."""
     _check_x(g, x)
@@ -455,10 +605,15 @@ def check_gatv2(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor, edge: Optional
     edge = _check_float(edge, 'edge', (g.num_edges, H, C), g.device)
     if x_r.dtype != x.dtype or (edge is not None and edge.dtype != x.dtype):
         raise TypeError('pyg_tc: x_r and edge must have the dtype of x')
-    return dict(x=x, x_r=x_r.contiguous(), att=att.to(acc_dtype(x.dtype)).contiguous(),
-                edge=None if edge is None else edge.contiguous(),
-                negative_slope=float(negative_slope), dropout=float(dropout),
-                rng=_check_dropout(float(dropout), rng, g.device))
+    return dict(
+        x=x,
+        x_r=x_r.contiguous(),
+        att=att.to(acc_dtype(x.dtype)).contiguous(),
+        edge=None if edge is None else edge.contiguous(),
+        negative_slope=float(negative_slope),
+        dropout=float(dropout),
+        rng=_check_dropout(float(dropout), rng, g.device),
+    )
 
 
 dispatch.family('attention', check_gat)
@@ -493,8 +648,17 @@ def _fits(x: Tensor) -> bool:
 # reference for CUDA heads they do not take.
 @dispatch.register('attention', 'csr', reduces=('sum',), fits=_fits)
 def _gat_csr(g: CSRGraph, x, a_src, a_dst, score, negative_slope, dropout, rng):
-    return attn_gat(*_graph_args(g), _aligned(x), a_src, a_dst, score, negative_slope, dropout,
-                    rng, differentiable=(x, a_src, a_dst, score))
+    return attn_gat(
+        *_graph_args(g),
+        _aligned(x),
+        a_src,
+        a_dst,
+        score,
+        negative_slope,
+        dropout,
+        rng,
+        differentiable=(x, a_src, a_dst, score),
+    )
 
 
 @dispatch.register('attention', 'reference', reduces=('sum',))
@@ -504,8 +668,17 @@ def _gat_reference(g: CSRGraph, x, a_src, a_dst, score, negative_slope, dropout,
 
 @dispatch.register('attention_v2', 'csr', reduces=('sum',), fits=_fits)
 def _gatv2_csr(g: CSRGraph, x, x_r, att, edge, negative_slope, dropout, rng):
-    return attn_gatv2(*_graph_args(g), _aligned(x), _aligned(x_r), att, _aligned(edge),
-                      negative_slope, dropout, rng, differentiable=(x, x_r, att, edge))
+    return attn_gatv2(
+        *_graph_args(g),
+        _aligned(x),
+        _aligned(x_r),
+        att,
+        _aligned(edge),
+        negative_slope,
+        dropout,
+        rng,
+        differentiable=(x, x_r, att, edge),
+    )
 
 
 @dispatch.register('attention_v2', 'reference', reduces=('sum',))
@@ -513,10 +686,17 @@ def _gatv2_reference(g: CSRGraph, x, x_r, att, edge, negative_slope, dropout, rn
     return gatv2_reference(g.rowptr, g.col, x, x_r, att, edge, negative_slope, dropout, rng)
 
 
-def gat_attention(g: CSRGraph, x: Tensor, a_src: Optional[Tensor] = None,
-                  a_dst: Optional[Tensor] = None, score: Optional[Tensor] = None,
-                  negative_slope: float = 0.2, dropout: float = 0.0,
-                  rng: Optional[Tensor] = None, backend: str = 'auto') -> Tuple[Tensor, Tensor]:
+def gat_attention(
+    g: CSRGraph,
+    x: Tensor,
+    a_src: Optional[Tensor] = None,
+    a_dst: Optional[Tensor] = None,
+    score: Optional[Tensor] = None,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    rng: Optional[Tensor] = None,
+    backend: str = 'auto',
+) -> Tuple[Tensor, Tensor]:
     """Fused GAT attention on ``g`` (rows = targets; module doc):
     ``out[i, h] = sum_e softmax_e(leaky_relu(a_src[j, h] + a_dst[i, h] +
     score[e, h])) x[j, h]``, with attention dropout ``dropout`` drawn from
@@ -543,14 +723,22 @@ def gat_attention(g: CSRGraph, x: Tensor, a_src: Optional[Tensor] = None,
           a_dst :math:`(N_{dst}, H)`, score :math:`(E, H)`
         - **output:** out :math:`(N_{dst}, H, C)`, lse :math:`(N_{dst}, H)`
     """
-    return dispatch.run('attention', g, x, a_src, a_dst, score, negative_slope, dropout, rng,
-                        backend=backend, strict=True)
+    return dispatch.run(
+        'attention', g, x, a_src, a_dst, score, negative_slope, dropout, rng, backend=backend, strict=True
+    )
 
 
-def gatv2_attention(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor,
-                    edge: Optional[Tensor] = None, negative_slope: float = 0.2,
-                    dropout: float = 0.0, rng: Optional[Tensor] = None,
-                    backend: str = 'auto') -> Tuple[Tensor, Tensor]:
+def gatv2_attention(
+    g: CSRGraph,
+    x: Tensor,
+    x_r: Tensor,
+    att: Tensor,
+    edge: Optional[Tensor] = None,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    rng: Optional[Tensor] = None,
+    backend: str = 'auto',
+) -> Tuple[Tensor, Tensor]:
     """Fused GATv2 attention on ``g`` (module doc): logits
     ``sum_c att[h, c] leaky_relu(x[j, h, c] + x_r[i, h, c] + edge[e, h, c])``,
     messages ``x[j]``. Returns ``(out [Nd, H, C], lse [Nd, H] fp64)``;
@@ -569,12 +757,14 @@ def gatv2_attention(g: CSRGraph, x: Tensor, x_r: Tensor, att: Tensor,
           att :math:`(H, C)`, edge :math:`(E, H, C)`
         - **output:** out :math:`(N_{dst}, H, C)`, lse :math:`(N_{dst}, H)`
     """
-    return dispatch.run('attention_v2', g, x, x_r, att, edge, negative_slope, dropout, rng,
-                        backend=backend, strict=True)
+    return dispatch.run(
+        'attention_v2', g, x, x_r, att, edge, negative_slope, dropout, rng, backend=backend, strict=True
+    )
 
 
-def attention_weights(g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float = 0.0,
-                      rng: Optional[Tensor] = None) -> Tensor:
+def attention_weights(
+    g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float = 0.0, rng: Optional[Tensor] = None
+) -> Tensor:
     """The attention coefficients ``[E, H]`` (CSR order) of a fused call from
     its logits and ``lse``: ``exp(logits - lse[row])``, times the call's
     dropout scale (same ``rng``) as PyG returns them. Differentiable.
@@ -595,13 +785,13 @@ def attention_weights(g: CSRGraph, logits: Tensor, lse: Tensor, dropout: float =
         live = torch.arange(alpha.size(0), device=alpha.device) < g.rowptr[-1]
         alpha = torch.where(live.unsqueeze(1), alpha, torch.zeros((), dtype=alpha.dtype, device=alpha.device))
     if dropout > 0:
-        alpha = alpha * dropout_keep(rng, logits.size(0), logits.size(1), dropout,
-                                     logits.device).to(alpha.dtype)
+        alpha = alpha * dropout_keep(rng, logits.size(0), logits.size(1), dropout, logits.device).to(alpha.dtype)
     return alpha
 
 
 # ---------------------------------------------------------------------------
 # Edge softmax (unfused building block)
+
 
 def edge_softmax_reference(rowptr: Tensor, score: Tensor) -> Tensor:
     """Softmax of ``score [E, H]`` over each CSR row (fp32 / fp64 math)."""
@@ -622,8 +812,12 @@ def _edge_softmax_backward(a: Any, needs: dict, grad: Tensor) -> dict:
 
 edge_softmax_op = Op(
     'edge_softmax(Tensor rowptr, Tensor score) -> Tensor',
-    reference=edge_softmax_reference, fake=lambda a: torch.empty_like(a.score),
-    backward=_edge_softmax_backward, save=('rowptr', 'out'), reference_only=True)
+    reference=edge_softmax_reference,
+    fake=lambda a: torch.empty_like(a.score),
+    backward=_edge_softmax_backward,
+    save=('rowptr', 'out'),
+    reference_only=True,
+)
 
 
 def edge_softmax(g: CSRGraph, score: Tensor) -> Tensor:

@@ -21,8 +21,16 @@ are defined in :mod:`pyg_tc.formats.csr`, beside their references (the
 formats sit below the ops and call them directly, never importing this
 package); this module names them among the op families.
 """
+
 from __future__ import annotations
 
-from ..formats.csr import (csr_pad_hops, csr_padded_schedules, csr_schedules, csr_transpose,  # noqa: F401
-                           pad_hops_reference, padded_schedules_reference, schedules_reference,
-                           transpose_reference)
+from ..formats.csr import (
+    csr_pad_hops,
+    csr_padded_schedules,
+    csr_schedules,
+    csr_transpose,  # noqa: F401
+    pad_hops_reference,
+    padded_schedules_reference,
+    schedules_reference,
+    transpose_reference,
+)

@@ -12,6 +12,7 @@ groups). Kernels: ``kernels/maxk/`` (the module is named after the
 format: ``pyg_tc.ops.maxk`` is the nonlinearity). The CPU emulations of the kernels
 (:mod:`pyg_tc.testing`) walk the same units and workspace slots as the CUDA code.
 """
+
 from __future__ import annotations
 
 import operator
@@ -33,6 +34,7 @@ CBSR_KERNEL_WIDTH = 4096  # widest shared-memory row buffer of the CBSR kernels
 # ---------------------------------------------------------------------------
 # References (CPU implementations and test oracles)
 
+
 def maxk_reference(x: Tensor, k: int):
     """The k largest entries of every row (torch.sort's order: NaN largest,
     ties in column order), with the columns ascending; indices uint8 for
@@ -53,9 +55,16 @@ def maxk_reference(x: Tensor, k: int):
     return x.gather(1, cols), cols.to(index_dtype(F))
 
 
-def cbsr_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], values: Tensor,
-                        indices: Tensor, width: int, diag: Optional[Tensor] = None,
-                        reduce: str = 'sum') -> Tensor:
+def cbsr_spmm_reference(
+    rowptr: Tensor,
+    col: Tensor,
+    value: Optional[Tensor],
+    values: Tensor,
+    indices: Tensor,
+    width: int,
+    diag: Optional[Tensor] = None,
+    reduce: str = 'sum',
+) -> Tensor:
     """Oracle: the dense SpMM of ``to_dense()``, fp32 accumulation.
 
     Args:
@@ -73,9 +82,15 @@ def cbsr_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], va
     return spmm_reference(rowptr, col, value, dense, diag, reduce)
 
 
-def cbsr_sspmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], grad: Tensor,
-                         indices: Tensor, diag: Optional[Tensor] = None,
-                         reduce: str = 'sum') -> Tensor:
+def cbsr_sspmm_reference(
+    rowptr: Tensor,
+    col: Tensor,
+    value: Optional[Tensor],
+    grad: Tensor,
+    indices: Tensor,
+    diag: Optional[Tensor] = None,
+    reduce: str = 'sum',
+) -> Tensor:
     """Oracle: ``(A^T (s * grad) + diag * grad)`` sampled at ``indices``,
     with ``s = 1/deg`` for mean (diag needs a square adjacency).
 
@@ -113,6 +128,7 @@ def cbsr_sspmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], g
 # ---------------------------------------------------------------------------
 # Ops and autograd
 
+
 def _maxk_backward(a: Any, needs: dict, grad_values: Optional[Tensor], grad_indices: Any) -> dict:
     if grad_values is None:
         return {}
@@ -123,10 +139,12 @@ def _maxk_backward(a: Any, needs: dict, grad_values: Optional[Tensor], grad_indi
 maxk_select = Op(
     'maxk_select(Tensor x, int k) -> (Tensor values, Tensor indices)',
     reference=maxk_reference,
-    fake=lambda a: (a.x.new_empty(a.x.size(0), a.k),
-                    a.x.new_empty(a.x.size(0), a.k, dtype=index_dtype(a.x.size(1)))),
-    backward=_maxk_backward, save=('indices',), consts=lambda a: {'width': a.x.size(1)},
-    materialize_grads=False)
+    fake=lambda a: (a.x.new_empty(a.x.size(0), a.k), a.x.new_empty(a.x.size(0), a.k, dtype=index_dtype(a.x.size(1)))),
+    backward=_maxk_backward,
+    save=('indices',),
+    consts=lambda a: {'width': a.x.size(1)},
+    materialize_grads=False,
+)
 
 
 def _sspmm(a: Any, grad: Tensor) -> Tensor:
@@ -149,8 +167,7 @@ def _edge_grads(a: Any, grad: Tensor, need_value: bool, need_diag: bool):
     if need_value:
         tgt = _rows(a.rowptr, a.col.numel())
         c = a.col.long()
-        gv = (a.values.to(acc).index_select(0, c) *
-              G.index_select(0, tgt).gather(1, idx.index_select(0, c))).sum(1)
+        gv = (a.values.to(acc).index_select(0, c) * G.index_select(0, tgt).gather(1, idx.index_select(0, c))).sum(1)
         # a padded graph's padding slots (past rowptr[-1]) get 0
         gv = torch.where(torch.arange(gv.numel(), device=gv.device) < a.rowptr[-1], gv, 0).to(a.value.dtype)
     if need_diag:
@@ -176,19 +193,36 @@ cbsr_spmm = Op(
     f'int width, {SCHEDULE_ARGS}, Tensor? diag, str reduce) -> Tensor',
     reference=cbsr_spmm_reference,
     fake=lambda a: a.values.new_empty(a.rowptr.size(0) - 1, a.width),
-    backward=_cbsr_spmm_backward)
+    backward=_cbsr_spmm_backward,
+)
 
 
 def _cbsr_sspmm_backward(a: Any, needs: dict, h: Tensor) -> dict:
     """SSpMM and SpGEMM are adjoint: the gradient for the dense input is the
     SpGEMM of the incoming CBSR-shaped gradient."""
     if (needs['value'] and a.value is not None) or (needs['diag'] and a.diag is not None):
-        raise NotImplementedError('pyg_tc: second derivatives of the CBSR SpGEMM with respect to '
-                                  'edge weights or the diagonal are not implemented')
+        raise NotImplementedError(
+            'pyg_tc: second derivatives of the CBSR SpGEMM with respect to '
+            'edge weights or the diagonal are not implemented'
+        )
     if not needs['grad']:
         return {}
-    return {'grad': cbsr_spmm(a.rowptr, a.col, a.value, h.contiguous(), a.indices, a.width,
-                              a.units, a.heavy_rows, a.heavy_ptr, a.num_slots, a.diag, a.reduce)}
+    return {
+        'grad': cbsr_spmm(
+            a.rowptr,
+            a.col,
+            a.value,
+            h.contiguous(),
+            a.indices,
+            a.width,
+            a.units,
+            a.heavy_rows,
+            a.heavy_ptr,
+            a.num_slots,
+            a.diag,
+            a.reduce,
+        )
+    }
 
 
 cbsr_sspmm = Op(
@@ -198,7 +232,8 @@ cbsr_sspmm = Op(
     fake=lambda a: a.grad.new_empty(a.indices.size(0), a.indices.size(1)),
     backward=_cbsr_sspmm_backward,
     save=('rowptr', 'col', 'value', 'indices', 'units', 'heavy_rows', 'heavy_ptr', 'diag'),
-    consts=lambda a: {'width': a.grad.size(1)})
+    consts=lambda a: {'width': a.grad.size(1)},
+)
 
 
 dispatch.family('cbsr_sspmm', lambda g, a, grad: dict(a=a, grad=grad), features='grad', auto='cbsr')
@@ -207,8 +242,9 @@ dispatch.family('cbsr_sspmm', lambda g, a, grad: dict(a=a, grad=grad), features=
 # (no kernel check: with no kernel loaded the op runs its reference on CUDA itself)
 @dispatch.register('cbsr_sspmm', 'cbsr', needs_kernel=False, deterministic=False)
 def _sspmm_kernel(g: None, a: Any, grad: Tensor) -> Tensor:
-    return cbsr_sspmm(a.rowptr, a.col, a.value, grad, a.indices, a.units, a.heavy_rows,
-                      a.heavy_ptr, a.num_slots, a.diag, a.reduce)
+    return cbsr_sspmm(
+        a.rowptr, a.col, a.value, grad, a.indices, a.units, a.heavy_rows, a.heavy_ptr, a.num_slots, a.diag, a.reduce
+    )
 
 
 @dispatch.register('cbsr_sspmm', 'cbsr_reference')
@@ -218,6 +254,7 @@ def _sspmm_reference(g: None, a: Any, grad: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------------------
 # Front-ends
+
 
 def check_k(k: Any, who: str = 'pyg_tc') -> int:
     """MaxK's ``k`` as a Python int: any integral value (int, numpy integer,
@@ -283,22 +320,37 @@ def _maxk_reference(g: None, x: Tensor, k: int):
 
 
 @dispatch.register('spmm', 'cbsr', reduces=('sum', 'mean'), max_width=CBSR_KERNEL_WIDTH)
-def _cbsr(g: CSRGraph, x: CBSR, value: Optional[Tensor], reduce: str, diag: Optional[Tensor],
-          t_value: Optional[Tensor]) -> Tensor:
+def _cbsr(
+    g: CSRGraph, x: CBSR, value: Optional[Tensor], reduce: str, diag: Optional[Tensor], t_value: Optional[Tensor]
+) -> Tensor:
     s = g.sched
-    return cbsr_spmm(g.rowptr, g.col, value, x.values.contiguous(), x.indices.contiguous(), x.width,
-                     s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, diag, reduce,
-                     differentiable=(x.values, value, diag))
+    return cbsr_spmm(
+        g.rowptr,
+        g.col,
+        value,
+        x.values.contiguous(),
+        x.indices.contiguous(),
+        x.width,
+        s.units,
+        s.heavy_rows,
+        s.heavy_ptr,
+        s.num_slots,
+        diag,
+        reduce,
+        differentiable=(x.values, value, diag),
+    )
 
 
 @dispatch.register('spmm', 'cbsr_reference', reduces=('sum', 'mean'))
-def _cbsr_reference(g: CSRGraph, x: CBSR, value: Optional[Tensor], reduce: str,
-                    diag: Optional[Tensor], t_value: Optional[Tensor]) -> Tensor:
+def _cbsr_reference(
+    g: CSRGraph, x: CBSR, value: Optional[Tensor], reduce: str, diag: Optional[Tensor], t_value: Optional[Tensor]
+) -> Tensor:
     return cbsr_spmm_reference(g.rowptr, g.col, value, x.values, x.indices, x.width, diag, reduce)
 
 
-def cbsr_spmm_graph(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',
-                    diag: Any = None) -> Tensor:
+def cbsr_spmm_graph(
+    g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum', diag: Any = None
+) -> Tensor:
     """SpGEMM ``out[i] = reduce_{e: i <- j} value[e] * x[j] (+ diag[i] * x[i])``
     with CBSR features ``x``; dense ``[num_dst, x.width]`` output in x's
     dtype, fp32 accumulation. Backward: the SSpMM kernel for ``x.values``

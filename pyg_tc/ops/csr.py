@@ -10,6 +10,7 @@ backward. Kernels: ``kernels/csr/``. This module also holds the argument
 checks of the ``'spmm'`` and ``'sddmm'`` dispatch families (every backend)
 and the references (the kernel's CPU emulation: :mod:`pyg_tc.testing`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -34,6 +35,7 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
 # ---------------------------------------------------------------------------
 # Reference (CPU implementation and test oracle)
 
+
 def _rows(rowptr: Tensor, num_edges: int) -> Tensor:
     """Row of every CSR position (int64), with the edge count given so the
     references and autograd formulas trace under ``torch.compile``. The
@@ -42,8 +44,7 @@ def _rows(rowptr: Tensor, num_edges: int) -> Tensor:
     deg = (rowptr[1:] - rowptr[:-1]).long()
     if deg.numel():
         deg = torch.cat([deg[:-1], deg[-1:] + (num_edges - rowptr[-1:].long())])
-    return torch.repeat_interleave(torch.arange(deg.numel(), device=rowptr.device), deg,
-                                   output_size=num_edges)
+    return torch.repeat_interleave(torch.arange(deg.numel(), device=rowptr.device), deg, output_size=num_edges)
 
 
 def live_edges(rowptr: Tensor, col: Tensor, *per_edge: Optional[Tensor]) -> tuple:
@@ -67,8 +68,9 @@ def pad_edges(t: Tensor, num_edges: int) -> Tensor:
     return torch.cat([t, t.new_zeros((num_edges - t.size(0),) + tuple(t.shape[1:]))])
 
 
-def spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor,
-              diag: Optional[Tensor] = None, reduce: str = 'sum') -> Tensor:
+def spmm_reference(
+    rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor, diag: Optional[Tensor] = None, reduce: str = 'sum'
+) -> Tensor:
     """out[i] = reduce_{e in row i} value[e] * x[col[e]] (+ diag[i] * x[i]),
     accumulated in fp32 (fp64 for fp64 inputs); empty rows give 0; the
     padding slots of a padded graph are not read.
@@ -110,12 +112,15 @@ def spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tens
 # ---------------------------------------------------------------------------
 # Autograd
 
+
 def _spmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
     grad = grad.contiguous()
     if a.reduce == 'max':
         gv, gx = _max_backward(a, grad)
-        return {'value': gv.to(a.value.dtype) if (needs['value'] and a.value is not None) else None,
-                'x': gx if needs['x'] else None}
+        return {
+            'value': gv.to(a.value.dtype) if (needs['value'] and a.value is not None) else None,
+            'x': gx if needs['x'] else None,
+        }
     out = {}
     gs = grad
     if a.reduce == 'mean':
@@ -127,16 +132,47 @@ def _spmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
             tv = a.value[a.t_perm.long()]
         inv = inverse_perm(a.t_perm) if torch.is_grad_enabled() else a.t_perm
         fused_diag = a.diag if a.reduce == 'sum' else None
-        gx = spmm_csr(a.t_rowptr, a.t_col, tv, gs, a.t_units, a.t_heavy_rows, a.t_heavy_ptr,
-                      fused_diag, a.t_num_slots, 'sum', a.rowptr, a.col, inv, a.value, a.units,
-                      a.heavy_rows, a.heavy_ptr, a.num_slots)
+        gx = spmm_csr(
+            a.t_rowptr,
+            a.t_col,
+            tv,
+            gs,
+            a.t_units,
+            a.t_heavy_rows,
+            a.t_heavy_ptr,
+            fused_diag,
+            a.t_num_slots,
+            'sum',
+            a.rowptr,
+            a.col,
+            inv,
+            a.value,
+            a.units,
+            a.heavy_rows,
+            a.heavy_ptr,
+            a.num_slots,
+        )
         if a.diag is not None and a.reduce == 'mean':
             gx = gx + (a.diag.view(-1, 1) * grad.to(a.diag.dtype)).to(gx.dtype)
         out['x'] = gx
     if needs['value'] and a.value is not None:
-        gv = sddmm_csr(a.col, gs, a.x, a.units, a.rowptr, a.heavy_rows, a.heavy_ptr, a.num_slots,
-                       a.t_rowptr, a.t_col, a.t_perm, a.t_units, a.t_heavy_rows, a.t_heavy_ptr,
-                       a.t_num_slots)
+        gv = sddmm_csr(
+            a.col,
+            gs,
+            a.x,
+            a.units,
+            a.rowptr,
+            a.heavy_rows,
+            a.heavy_ptr,
+            a.num_slots,
+            a.t_rowptr,
+            a.t_col,
+            a.t_perm,
+            a.t_units,
+            a.t_heavy_rows,
+            a.t_heavy_ptr,
+            a.t_num_slots,
+        )
         out['value'] = gv.to(a.value.dtype)
     if needs['diag'] and a.diag is not None:
         out['diag'] = diag_grad(a.diag, grad, a.x)
@@ -168,15 +204,31 @@ def _max_backward(a: Any, grad: Tensor):
     gm = mask * (grad.to(acc) / cnt.clamp(min=1)).index_select(0, row)
     gx_msg = gm * value.to(acc).unsqueeze(1) if value is not None else gm
     # Ordered segment sum over the transpose (no atomics: deterministic).
-    gx = torch.segment_reduce(gx_msg.index_select(0, a.t_perm.long()), 'sum',
-                              offsets=a.t_rowptr.long(), axis=0).to(x.dtype)
+    gx = torch.segment_reduce(gx_msg.index_select(0, a.t_perm.long()), 'sum', offsets=a.t_rowptr.long(), axis=0).to(
+        x.dtype
+    )
     gv = (gm * xs).sum(1)
     return gv, gx
 
 
 def _saved(a: Any) -> tuple:
-    names = ('rowptr', 'col', 'value', 'x', 'units', 'heavy_rows', 'heavy_ptr', 'diag', 't_rowptr',
-             't_col', 't_perm', 't_value', 't_units', 't_heavy_rows', 't_heavy_ptr')
+    names = (
+        'rowptr',
+        'col',
+        'value',
+        'x',
+        'units',
+        'heavy_rows',
+        'heavy_ptr',
+        'diag',
+        't_rowptr',
+        't_col',
+        't_perm',
+        't_value',
+        't_units',
+        't_heavy_rows',
+        't_heavy_ptr',
+    )
     return names + (('out',) if a.reduce == 'max' else ())
 
 
@@ -188,11 +240,14 @@ spmm_csr = Op(
     'Tensor t_heavy_rows, Tensor t_heavy_ptr, int t_num_slots) -> Tensor',
     reference=spmm_reference,
     fake=lambda a: a.x.new_empty(a.rowptr.size(0) - 1, a.x.size(1)),
-    backward=_spmm_backward, save=_saved)
+    backward=_spmm_backward,
+    save=_saved,
+)
 
 
 # ---------------------------------------------------------------------------
 # Argument checks of the 'spmm' family (every backend)
+
 
 def check_features(x: Tensor, g: CSRGraph, name: str = 'x') -> None:
     """``x`` is a 2-D float tensor whose rows are ``g``'s source nodes."""
@@ -214,8 +269,7 @@ def edge_values(v: Optional[Tensor], g: CSRGraph, x: Tensor, name: str = 'edge v
     if v.dim() == 2 and v.size(1) == 1:
         v = v.view(-1)
     if v.dim() != 1 or v.numel() != g.num_edges:
-        raise ValueError(f'pyg_tc: {name} must have one entry per edge ({g.num_edges}), '
-                         f'got shape {tuple(v.shape)}')
+        raise ValueError(f'pyg_tc: {name} must have one entry per edge ({g.num_edges}), got shape {tuple(v.shape)}')
     if v.device != g.device:
         raise ValueError(f'pyg_tc: {name} is on {v.device} but the graph is on {g.device}')
     return v.to(acc_dtype(x.dtype))
@@ -237,8 +291,14 @@ def check_diag(diag: Any, g: CSRGraph, x: Tensor) -> Optional[Tensor]:
     return diag
 
 
-def check_spmm(g: CSRGraph, x: Any, value: Optional[Tensor] = None, reduce: str = 'sum',
-          diag: Any = None, t_value: Optional[Tensor] = None) -> dict:
+def check_spmm(
+    g: CSRGraph,
+    x: Any,
+    value: Optional[Tensor] = None,
+    reduce: str = 'sum',
+    diag: Any = None,
+    t_value: Optional[Tensor] = None,
+) -> dict:
     """Validate and normalise an aggregation call (dense or CBSR features)."""
     if isinstance(x, CBSR):
         if reduce not in ('sum', 'add', 'mean'):
@@ -268,23 +328,50 @@ dispatch.family('spmm', check_spmm)
 # ---------------------------------------------------------------------------
 # Implementations
 
+
 @dispatch.register('spmm', 'csr')
-def _spmm_csr(g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str, diag: Optional[Tensor],
-         t_value: Optional[Tensor]) -> Tensor:
+def _spmm_csr(
+    g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str, diag: Optional[Tensor], t_value: Optional[Tensor]
+) -> Tensor:
     s, ts = g.sched, g.t_sched
-    return spmm_csr(g.rowptr, g.col, value, x.contiguous(), s.units, s.heavy_rows, s.heavy_ptr, diag,
-                    s.num_slots, reduce, g.t_rowptr, g.t_col, g.t_perm, t_value, ts.units,
-                    ts.heavy_rows, ts.heavy_ptr, ts.num_slots, differentiable=(x, value, diag))
+    return spmm_csr(
+        g.rowptr,
+        g.col,
+        value,
+        x.contiguous(),
+        s.units,
+        s.heavy_rows,
+        s.heavy_ptr,
+        diag,
+        s.num_slots,
+        reduce,
+        g.t_rowptr,
+        g.t_col,
+        g.t_perm,
+        t_value,
+        ts.units,
+        ts.heavy_rows,
+        ts.heavy_ptr,
+        ts.num_slots,
+        differentiable=(x, value, diag),
+    )
 
 
 @dispatch.register('spmm', 'reference')
-def _spmm_reference(g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str,
-                    diag: Optional[Tensor], t_value: Optional[Tensor]) -> Tensor:
+def _spmm_reference(
+    g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str, diag: Optional[Tensor], t_value: Optional[Tensor]
+) -> Tensor:
     return spmm_reference(g.rowptr, g.col, value, x, diag, reduce)
 
 
-def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
-               diag: Optional[Tensor] = None, t_value: Optional[Tensor] = None) -> Tensor:
+def spmm_graph(
+    g: CSRGraph,
+    x: Tensor,
+    value: Optional[Tensor] = None,
+    reduce: str = 'sum',
+    diag: Optional[Tensor] = None,
+    t_value: Optional[Tensor] = None,
+) -> Tensor:
     """SpMM on a :class:`~pyg_tc.formats.CSRGraph` with the CSR kernel (the reference where
     no kernel applies), edge values already in CSR order.
 
@@ -311,6 +398,7 @@ def spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: s
 
 # ---------------------------------------------------------------------------
 # SDDMM
+
 
 def sddmm_reference(rowptr: Tensor, col: Tensor, a: Tensor, b: Tensor) -> Tensor:
     """out[e] = <a[row(e)], b[col[e]]> for every CSR edge, fp32 accumulation.
@@ -339,13 +427,47 @@ def _sddmm_backward(s: Any, needs: dict, grad: Tensor) -> dict:
     gt = g[s.t_perm.long()]
     out = {}
     if needs['a']:  # grad_a[i] = sum_e g_e b[col_e]
-        out['a'] = spmm_csr(s.rowptr, s.col, g, s.b, s.units, s.heavy_rows, s.heavy_ptr, None,
-                            s.num_slots, 'sum', s.t_rowptr, s.t_col, s.t_perm, gt, s.t_units,
-                            s.t_heavy_rows, s.t_heavy_ptr, s.t_num_slots)
+        out['a'] = spmm_csr(
+            s.rowptr,
+            s.col,
+            g,
+            s.b,
+            s.units,
+            s.heavy_rows,
+            s.heavy_ptr,
+            None,
+            s.num_slots,
+            'sum',
+            s.t_rowptr,
+            s.t_col,
+            s.t_perm,
+            gt,
+            s.t_units,
+            s.t_heavy_rows,
+            s.t_heavy_ptr,
+            s.t_num_slots,
+        )
     if needs['b']:  # grad_b[j] = sum_{e: col_e = j} g_e a[row_e]
-        out['b'] = spmm_csr(s.t_rowptr, s.t_col, gt, s.a, s.t_units, s.t_heavy_rows, s.t_heavy_ptr,
-                            None, s.t_num_slots, 'sum', s.rowptr, s.col, inv, g, s.units,
-                            s.heavy_rows, s.heavy_ptr, s.num_slots)
+        out['b'] = spmm_csr(
+            s.t_rowptr,
+            s.t_col,
+            gt,
+            s.a,
+            s.t_units,
+            s.t_heavy_rows,
+            s.t_heavy_ptr,
+            None,
+            s.t_num_slots,
+            'sum',
+            s.rowptr,
+            s.col,
+            inv,
+            g,
+            s.units,
+            s.heavy_rows,
+            s.heavy_ptr,
+            s.num_slots,
+        )
     return out
 
 
@@ -354,7 +476,8 @@ sddmm_csr = Op(
     f'Tensor heavy_rows, Tensor heavy_ptr, int num_slots, {T_GRAPH_ARGS}) -> Tensor',
     reference=sddmm_reference,
     fake=lambda a: a.a.new_empty(a.col.size(0)),
-    backward=_sddmm_backward)
+    backward=_sddmm_backward,
+)
 
 
 def check_sddmm(g: CSRGraph, a: Tensor, b: Tensor) -> dict:
@@ -373,9 +496,24 @@ dispatch.family('sddmm', check_sddmm, features='b')
 @dispatch.register('sddmm', 'csr')
 def _sddmm_csr(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
     s, ts = g.sched, g.t_sched
-    return sddmm_csr(g.col, a.contiguous(), b.contiguous(), s.units, g.rowptr, s.heavy_rows,
-                     s.heavy_ptr, s.num_slots, g.t_rowptr, g.t_col, g.t_perm, ts.units,
-                     ts.heavy_rows, ts.heavy_ptr, ts.num_slots, differentiable=(a, b))
+    return sddmm_csr(
+        g.col,
+        a.contiguous(),
+        b.contiguous(),
+        s.units,
+        g.rowptr,
+        s.heavy_rows,
+        s.heavy_ptr,
+        s.num_slots,
+        g.t_rowptr,
+        g.t_col,
+        g.t_perm,
+        ts.units,
+        ts.heavy_rows,
+        ts.heavy_ptr,
+        ts.num_slots,
+        differentiable=(a, b),
+    )
 
 
 @dispatch.register('sddmm', 'reference')
@@ -402,6 +540,7 @@ def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------
 # Numerics of the fp16 two-level sum (HalfGNN, docs/halfgnn.md)
 
+
 def half2_two_level_sum(x: Tensor, w: Tensor, batch: int = 8, scale: bool = True) -> Tensor:
     """The half SpMM's two-level sum of one unit of edges, emulated on the CPU
     (the specification of the kernel's half2 path, docs/halfgnn.md):
@@ -427,7 +566,7 @@ def half2_two_level_sum(x: Tensor, w: Tensor, batch: int = 8, scale: bool = True
     wh = (wb / s.unsqueeze(1)).to(x.dtype).double()
     part = torch.zeros(nb, F, dtype=torch.float64)
     for k in range(batch):  # a * b + c exact in fp64, rounded once: HFMA2
-        part = (wh[:, k:k + 1] * xb[:, k] + part).to(x.dtype).double()
+        part = (wh[:, k : k + 1] * xb[:, k] + part).to(x.dtype).double()
     if not torch.isfinite(part).all():
         return (w.float().unsqueeze(1) * x.float()).sum(0)
     return (s.unsqueeze(1).float() * part.float()).sum(0)

@@ -23,6 +23,7 @@ Layers pass their ``backend`` down (:func:`~pyg_tc.ops.aggregate`, :func:`~pyg_t
 and never choose. This module imports only :mod:`pyg_tc.formats` and the op
 framework; the op modules import it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -69,6 +70,7 @@ class Impl:
             ``torch.use_deterministic_algorithms(True)`` a CUDA call runs the
             reference instead.
     """
+
     fn: Callable
     reduces: Tuple[str, ...] = ('sum', 'mean', 'max')
     max_width: Optional[int] = None
@@ -87,6 +89,7 @@ class Family:
     ``routes`` (a routed family) maps every backend to implementations in
     order of preference: :func:`choose` takes the first whose limits hold.
     """
+
     check: Callable
     features: str = 'x'
     impls: Dict[str, Impl] = field(default_factory=dict)
@@ -98,8 +101,9 @@ class Family:
 FAMILIES: Dict[str, Family] = {}
 
 
-def family(op: str, check: Callable, features: str = 'x', auto: str = 'csr',
-           routes: Optional[Dict[str, Sequence[str]]] = None) -> None:
+def family(
+    op: str, check: Callable, features: str = 'x', auto: str = 'csr', routes: Optional[Dict[str, Sequence[str]]] = None
+) -> None:
     """Declare op family ``op``: ``check(g, *args, **kwargs)`` validates a
     call and returns its arguments normalised, as the keyword arguments of
     the implementations: the features that decide the backend under
@@ -107,8 +111,9 @@ def family(op: str, check: Callable, features: str = 'x', auto: str = 'csr',
     ``'auto'`` runs (before any tuning). ``routes``: for a family whose
     implementations are tried in order (``{backend: (name, ...)}``, every
     backend of ``BACKENDS``), see :func:`choose`."""
-    FAMILIES[op] = Family(check, features, auto=auto,
-                          routes=None if routes is None else {b: tuple(r) for b, r in routes.items()})
+    FAMILIES[op] = Family(
+        check, features, auto=auto, routes=None if routes is None else {b: tuple(r) for b, r in routes.items()}
+    )
 
 
 def autocast_features(x: Any) -> Any:
@@ -120,16 +125,21 @@ def autocast_features(x: Any) -> Any:
     are. Applied by the public :func:`spmm` / :func:`sddmm` and the layers'
     aggregation, not by internal graph helpers (GCN's degree and
     normalisation stay fp32)."""
-    if (isinstance(x, Tensor) and x.dtype == torch.float32 and x.is_cuda
-            and torch.is_autocast_enabled('cuda')):
+    if isinstance(x, Tensor) and x.dtype == torch.float32 and x.is_cuda and torch.is_autocast_enabled('cuda'):
         return x.to(torch.get_autocast_dtype('cuda'))
     return x
 
 
-def register(op: str, backend: str, reduces: Sequence[str] = ('sum', 'mean', 'max'),
-             max_width: Optional[int] = None, fits: Optional[Callable[[Any], bool]] = None,
-             applies: Optional[Callable[[Optional[CSRGraph], dict], bool]] = None,
-             needs_kernel: Optional[bool] = None, deterministic: bool = True) -> Callable:
+def register(
+    op: str,
+    backend: str,
+    reduces: Sequence[str] = ('sum', 'mean', 'max'),
+    max_width: Optional[int] = None,
+    fits: Optional[Callable[[Any], bool]] = None,
+    applies: Optional[Callable[[Optional[CSRGraph], dict], bool]] = None,
+    needs_kernel: Optional[bool] = None,
+    deterministic: bool = True,
+) -> Callable:
     """Decorator: ``fn(g, **checked_args)`` implements ``op`` under the name
     ``backend``, with the limits of ``Impl`` (``needs_kernel``
     defaults to True unless the name ends with ``'reference'``)."""
@@ -137,9 +147,9 @@ def register(op: str, backend: str, reduces: Sequence[str] = ('sum', 'mean', 'ma
         needs_kernel = not backend.endswith('reference')
 
     def deco(fn: Callable) -> Callable:
-        FAMILIES[op].impls[backend] = Impl(fn, tuple(reduces), max_width, fits, applies, needs_kernel,
-                                           deterministic)
+        FAMILIES[op].impls[backend] = Impl(fn, tuple(reduces), max_width, fits, applies, needs_kernel, deterministic)
         return fn
+
     return deco
 
 
@@ -164,8 +174,11 @@ def _kernel_takes(impl: Impl, x: Any) -> bool:
     """Whether ``impl``'s CUDA kernel takes features ``x``: a CUDA tensor,
     the kernels loaded, not float64, within ``max_width`` and ``fits``."""
     t = x.values if isinstance(x, CBSR) else x
-    return (_use_kernel(t) and (impl.max_width is None or _width(x) <= impl.max_width)
-            and (impl.fits is None or impl.fits(x)))
+    return (
+        _use_kernel(t)
+        and (impl.max_width is None or _width(x) <= impl.max_width)
+        and (impl.fits is None or impl.fits(x))
+    )
 
 
 def _route(op: str, fam: Family, backend: str, g: Optional[CSRGraph], x: Any, args: dict) -> str:
@@ -187,8 +200,15 @@ def _route(op: str, fam: Family, backend: str, g: Optional[CSRGraph], x: Any, ar
     raise ValueError(f'pyg_tc: no implementation of {op} takes this call with backend={backend!r}')
 
 
-def choose(op: str, backend: str, g: Optional[CSRGraph], x: Any, reduce: str = 'sum',
-           strict: bool = True, args: Optional[dict] = None) -> str:
+def choose(
+    op: str,
+    backend: str,
+    g: Optional[CSRGraph],
+    x: Any,
+    reduce: str = 'sum',
+    strict: bool = True,
+    args: Optional[dict] = None,
+) -> str:
     """The implementation of ``op`` that runs this call (``x``: the features
     that decide: dense or CBSR; ``reduce``: the normalised reduction;
     ``args``: the checked arguments, which a routed family's limits read).
@@ -216,8 +236,7 @@ def choose(op: str, backend: str, g: Optional[CSRGraph], x: Any, reduce: str = '
         return _route(op, fam, backend, g, x, args or {})
     if isinstance(x, CBSR):
         if backend == 'sgt' and strict:
-            raise ValueError("pyg_tc: backend='sgt' takes dense features (CBSR input uses the "
-                             "CBSR kernels)")
+            raise ValueError("pyg_tc: backend='sgt' takes dense features (CBSR input uses the CBSR kernels)")
         name = 'cbsr_reference' if backend == 'reference' else 'cbsr'
     elif backend == 'auto':
         name = fam.auto
@@ -234,17 +253,20 @@ def choose(op: str, backend: str, g: Optional[CSRGraph], x: Any, reduce: str = '
         name, impl = 'csr', fam.impls['csr']
     if reduce not in impl.reduces:
         what = {'sgt': 'the tensor-core', 'cbsr': 'the CBSR'}.get(name, f'the {name}')
-        raise ValueError(f'pyg_tc: {what} {op.upper().replace("SPMM", "SpMM")} supports reduce {" and ".join(map(repr, impl.reduces))}, '
-                         f'got {reduce!r}')
+        raise ValueError(
+            f'pyg_tc: {what} {op.upper().replace("SPMM", "SpMM")} supports reduce {" and ".join(map(repr, impl.reduces))}, '
+            f'got {reduce!r}'
+        )
     t = x.values if isinstance(x, CBSR) else x
-    if t.is_cuda and ((impl.needs_kernel and not _kernel_takes(impl, x)) or
-                      (not impl.deterministic and torch.are_deterministic_algorithms_enabled())):
+    if t.is_cuda and (
+        (impl.needs_kernel and not _kernel_takes(impl, x))
+        or (not impl.deterministic and torch.are_deterministic_algorithms_enabled())
+    ):
         return f'{name}_reference' if f'{name}_reference' in fam.impls else 'reference'
     return name
 
 
-def run(op: str, g: Optional[CSRGraph], *args: Any, backend: str = 'auto', strict: bool = True,
-        **kwargs: Any) -> Any:
+def run(op: str, g: Optional[CSRGraph], *args: Any, backend: str = 'auto', strict: bool = True, **kwargs: Any) -> Any:
     """Check a call of ``op`` on graph ``g`` (None for an op without one),
     choose its implementation (:func:`choose`) and run it."""
     fam = FAMILIES[op]
@@ -258,9 +280,18 @@ def run(op: str, g: Optional[CSRGraph], *args: Any, backend: str = 'auto', stric
 # ---------------------------------------------------------------------------
 # Graph-level calls (what the layers use) and the public front-ends.
 
-def aggregate(g: CSRGraph, x: Any, value: Optional[Tensor] = None, reduce: str = 'sum',
-              diag: Any = None, t_value: Optional[Tensor] = None, backend: str = 'auto',
-              strict: bool = True, sampling: Optional[tuple] = None) -> Tensor:
+
+def aggregate(
+    g: CSRGraph,
+    x: Any,
+    value: Optional[Tensor] = None,
+    reduce: str = 'sum',
+    diag: Any = None,
+    t_value: Optional[Tensor] = None,
+    backend: str = 'auto',
+    strict: bool = True,
+    sampling: Optional[tuple] = None,
+) -> Tensor:
     """``out[i] = reduce_{e: i <- j} value[e] * x[j] (+ diag[i] * x[i])`` on
     a :class:`~pyg_tc.formats.CSRGraph` (rows = targets), what the layers call.
 
@@ -310,6 +341,7 @@ def _default_size(adj: Any, num_src: int, flow: str) -> Tuple[int, int]:
     the caller gives none: the source side from ``x``; the target side from an
     ``EdgeIndex``'s sparse size, else square (as PyG's ``propagate``)."""
     from torch_geometric import EdgeIndex
+
     j = 0 if flow == 'source_to_target' else 1
     num_dst = adj.sparse_size(1 - j) if isinstance(adj, EdgeIndex) else None
     size = [num_src, num_src]
@@ -318,11 +350,20 @@ def _default_size(adj: Any, num_src: int, flow: str) -> Tuple[int, int]:
     return size[0], size[1]
 
 
-def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str = 'sum', *,
-         size: Optional[Tuple[Optional[int], Optional[int]]] = None,
-         flow: str = 'source_to_target', diag: Any = None, backend: str = 'auto',
-         max_neighbors: Optional[int] = None, sampling: str = 'uniform',
-         seed: Optional[int] = None) -> Tensor:
+def spmm(
+    x: Tensor,
+    adj: Any,
+    edge_weight: Optional[Tensor] = None,
+    reduce: str = 'sum',
+    *,
+    size: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    flow: str = 'source_to_target',
+    diag: Any = None,
+    backend: str = 'auto',
+    max_neighbors: Optional[int] = None,
+    sampling: str = 'uniform',
+    seed: Optional[int] = None,
+) -> Tensor:
     """Neighbour aggregation ``out[i] = reduce_{(j -> i)} w_ji * x[j]``.
 
     Args:
@@ -369,9 +410,15 @@ def spmm(x: Tensor, adj: Any, edge_weight: Optional[Tensor] = None, reduce: str 
     return aggregate(g, autocast_features(x), value, reduce, diag, backend=backend, sampling=spec)
 
 
-def sddmm(a: Tensor, b: Tensor, adj: Any, *,
-          size: Optional[Tuple[Optional[int], Optional[int]]] = None,
-          flow: str = 'source_to_target', backend: str = 'auto') -> Tensor:
+def sddmm(
+    a: Tensor,
+    b: Tensor,
+    adj: Any,
+    *,
+    size: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    flow: str = 'source_to_target',
+    backend: str = 'auto',
+) -> Tensor:
     """Per-edge dot products ``out[e] = <a[dst_e], b[src_e]>``, in the order of
     ``adj``'s edges (CSR order for sparse inputs). Differentiable in a and b.
 
@@ -453,6 +500,7 @@ def _replayable(fn: Callable) -> Callable:
         def replay():
             for _ in range(TUNE_CALLS):
                 fn()
+
     replay()
     return replay
 
@@ -518,8 +566,9 @@ def kernel_paths():
 FRESH_GRAPH_CALLS = 8
 
 
-def prefers_pyg(backend: str, adj: Any, on_cpu: bool, below: int = 0,
-                ready: Callable[[], bool] = lambda: True) -> Optional[str]:
+def prefers_pyg(
+    backend: str, adj: Any, on_cpu: bool, below: int = 0, ready: Callable[[], bool] = lambda: True
+) -> Optional[str]:
     """Why a layer with ``backend`` runs PyG's own path on this call for
     speed (None: it does not; pyg_tc.nn._base's module doc), with 'auto'
     and an ``edge_index``, outside :func:`kernel_paths` and ``torch.compile``:
@@ -535,8 +584,13 @@ def prefers_pyg(backend: str, adj: Any, on_cpu: bool, below: int = 0,
       that carries no CSR yet (``ready()`` false), for its first
       :data:`FRESH_GRAPH_CALLS` calls.
     """
-    if backend != 'auto' or not PYG_WHERE_FASTER or _forced[0] or not isinstance(adj, Tensor) \
-            or adj.layout != torch.strided:
+    if (
+        backend != 'auto'
+        or not PYG_WHERE_FASTER
+        or _forced[0]
+        or not isinstance(adj, Tensor)
+        or adj.layout != torch.strided
+    ):
         return None
     if adj.device.type == 'cpu':
         return "CPU: PyG's path is faster than the reference" if on_cpu else None
@@ -544,12 +598,13 @@ def prefers_pyg(backend: str, adj: Any, on_cpu: bool, below: int = 0,
         return None
     E = adj.size(-1)
     if below and E <= below:
-        return (f"a graph of at most {below} edges: the step is paced by the host, and PyG's path issues "
-                f"less host work")
+        return f"a graph of at most {below} edges: the step is paced by the host, and PyG's path issues less host work"
     if E <= SMALL_GRAPH_EDGES and not ready():
         calls = adj.__dict__.get('_pyg_tc_calls', 0)
         if calls < FRESH_GRAPH_CALLS:
             adj._pyg_tc_calls = calls + 1
-            return (f'a small graph without its CSR, used by fewer than {FRESH_GRAPH_CALLS} layer calls '
-                    f'(a DataLoader batch): building the CSR costs more than PyG\'s path')
+            return (
+                f'a small graph without its CSR, used by fewer than {FRESH_GRAPH_CALLS} layer calls '
+                f'(a DataLoader batch): building the CSR costs more than PyG\'s path'
+            )
     return None

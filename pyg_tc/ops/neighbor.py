@@ -32,6 +32,7 @@ ids, row 0 = sources), ``rowptr`` and ``col`` (int32: the CSR, ``col`` =
 ``counts`` (int64 on the CPU: nodes added per hop, seeds first, then edges
 per hop: PyG's ``num_sampled_nodes`` and ``num_sampled_edges``).
 """
+
 from __future__ import annotations
 
 from typing import List, Sequence, Tuple
@@ -42,7 +43,7 @@ from torch import Tensor
 from .._library import Op
 from .._philox import U32, philox4x32
 
-_TWO53 = float(2 ** 53)
+_TWO53 = float(2**53)
 
 
 def draw_index(seed: int, hop: int, r: Tensor, i: Tensor, n: Tensor) -> Tensor:
@@ -50,14 +51,14 @@ def draw_index(seed: int, hop: int, r: Tensor, i: Tensor, n: Tensor) -> Tensor:
     ``r`` of hop ``hop`` (int64 tensors, broadcast): see the module doc."""
     r, i, n = torch.broadcast_tensors(r, i if torch.is_tensor(i) else torch.full_like(r, i), n)
     zero = torch.zeros_like(r)
-    w0, w1, _, _ = philox4x32(r & U32, zero + (hop & U32), i & U32, zero,
-                              torch.tensor(seed & U32), torch.tensor((seed >> 32) & U32))
+    w0, w1, _, _ = philox4x32(
+        r & U32, zero + (hop & U32), i & U32, zero, torch.tensor(seed & U32), torch.tensor((seed >> 32) & U32)
+    )
     u = ((w0 >> 5).double() * 67108864.0 + (w1 >> 6).double()) / _TWO53
     return torch.minimum(torch.floor(u * n.double()).long(), n - 1)
 
 
-def hop_positions(deg: Tensor, k: int, replace: bool, seed: int, hop: int
-                  ) -> Tuple[Tensor, Tensor]:
+def hop_positions(deg: Tensor, k: int, replace: bool, seed: int, hop: int) -> Tuple[Tensor, Tensor]:
     """Sampled edges of one hop: (count per target ``[F]``, position of each
     sampled edge within its target's CSC row, concatenated in target order)."""
     F = deg.numel()
@@ -94,8 +95,7 @@ def hop_positions(deg: Tensor, k: int, replace: bool, seed: int, hop: int
     return cnt, pos
 
 
-def neighbor_sample_reference(colptr: Tensor, row: Tensor, seeds: Tensor, fanouts: List[int],
-                              replace: bool, seed: int):
+def neighbor_sample_reference(colptr: Tensor, row: Tensor, seeds: Tensor, fanouts: List[int], replace: bool, seed: int):
     """The CPU implementation of the ``neighbor_sample`` op (see the module doc)."""
     dev = seeds.device
     colptr, row, seeds = colptr.cpu().long(), row.cpu().long(), seeds.cpu().long()
@@ -134,32 +134,46 @@ def neighbor_sample_reference(colptr: Tensor, row: Tensor, seeds: Tensor, fanout
     rowptr = torch.cat([per_node.new_zeros(1), torch.cumsum(per_node, 0)]).to(torch.int32)
     eid = torch.cat(eids) if eids else torch.zeros(0, dtype=torch.long)
     counts = torch.tensor(num_nodes + num_edges, dtype=torch.long)
-    return (node.to(dev), torch.stack([src, dst]).to(dev), rowptr.to(dev),
-            src.to(torch.int32).to(dev), eid.to(dev), counts)
+    return (
+        node.to(dev),
+        torch.stack([src, dst]).to(dev),
+        rowptr.to(dev),
+        src.to(torch.int32).to(dev),
+        eid.to(dev),
+        counts,
+    )
 
 
 def _fake(a):
     ctx = torch.library.get_ctx()
     n, e = ctx.new_dynamic_size(), ctx.new_dynamic_size()
     s = a.seeds
-    return (s.new_empty(n, dtype=torch.long), s.new_empty(2, e, dtype=torch.long),
-            s.new_empty(n + 1, dtype=torch.int32), s.new_empty(e, dtype=torch.int32),
-            s.new_empty(e, dtype=torch.long),
-            torch.empty(2 * len(a.fanouts) + 1, dtype=torch.long))
+    return (
+        s.new_empty(n, dtype=torch.long),
+        s.new_empty(2, e, dtype=torch.long),
+        s.new_empty(n + 1, dtype=torch.int32),
+        s.new_empty(e, dtype=torch.int32),
+        s.new_empty(e, dtype=torch.long),
+        torch.empty(2 * len(a.fanouts) + 1, dtype=torch.long),
+    )
 
 
 neighbor_sample = Op(
     'neighbor_sample(Tensor colptr, Tensor row, Tensor seeds, int[] fanouts, bool replace, int seed, '
     'Tensor(a!) node_map, Tensor(b!) first) -> (Tensor nodes, Tensor edge_index, Tensor rowptr, '
     'Tensor col, Tensor eid, Tensor counts)',
-    reference=neighbor_sample_reference, fake=_fake)
+    reference=neighbor_sample_reference,
+    fake=_fake,
+)
 
 
 def check_fanouts(fanouts: Sequence[int]) -> List[int]:
     """Fan-outs as a list of ints; each ``>= 0`` or ``-1`` (all neighbours)."""
     if isinstance(fanouts, dict):
-        raise NotImplementedError('pyg_tc: num_neighbors per edge type (a dict) is for heterogeneous graphs, '
-                                  'which pyg_tc.loader does not sample; use PyG\'s loader')
+        raise NotImplementedError(
+            'pyg_tc: num_neighbors per edge type (a dict) is for heterogeneous graphs, '
+            'which pyg_tc.loader does not sample; use PyG\'s loader'
+        )
     if not isinstance(fanouts, (list, tuple)) and not (torch.is_tensor(fanouts) and fanouts.dim() == 1):
         raise TypeError(f'pyg_tc: num_neighbors must be a list of ints (one per hop), got {fanouts!r}')
     out = []
@@ -168,8 +182,9 @@ def check_fanouts(fanouts: Sequence[int]) -> List[int]:
             raise TypeError(f'pyg_tc: num_neighbors must be a list of ints, got {list(fanouts)!r}')
         k = int(k)
         if k < -1:
-            raise ValueError(f'pyg_tc: num_neighbors entries must be >= 0, or -1 for all neighbours; '
-                             f'got {list(fanouts)!r}')
+            raise ValueError(
+                f'pyg_tc: num_neighbors entries must be >= 0, or -1 for all neighbours; got {list(fanouts)!r}'
+            )
         out.append(k)
     return out
 
@@ -182,4 +197,5 @@ def gather_rows_reference(x: Tensor, index: Tensor) -> Tensor:
 gather_rows = Op(
     'gather_rows(Tensor x, Tensor index) -> Tensor',
     reference=gather_rows_reference,
-    fake=lambda a: a.x.new_empty((a.index.numel(),) + tuple(a.x.shape[1:]), device=a.index.device))
+    fake=lambda a: a.x.new_empty((a.index.numel(),) + tuple(a.x.shape[1:]), device=a.index.device),
+)

@@ -30,6 +30,7 @@ divides by the number kept (``min(d, S)``); edge values (GCN's symmetric
 normalisation from the full degrees, any user weight) multiply as in the
 exact op.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -136,8 +137,9 @@ def check_sampling(max_neighbors: int, sampling: str) -> None:
         raise ValueError(f"pyg_tc: sampling must be one of {SAMPLINGS}, got {sampling!r}")
 
 
-def sample_csr(rowptr: Tensor, max_neighbors: int, sampling: str = 'uniform',
-               seed: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+def sample_csr(
+    rowptr: Tensor, max_neighbors: int, sampling: str = 'uniform', seed: int = 0
+) -> Tuple[Tensor, Tensor, Tensor]:
     """The capped graph of a CSR: ``(rowptr_s, edge, scale)``. Row ``i`` keeps
     ``min(deg_i, S)`` edges, positions ``edge[rowptr_s[i]:rowptr_s[i+1]]``
     into the original edge arrays (``col[edge]``, ``value[edge]``): all of
@@ -164,9 +166,17 @@ def sample_csr(rowptr: Tensor, max_neighbors: int, sampling: str = 'uniform',
     return rowptr_s, edge, scale
 
 
-def sampled_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor,
-                           max_neighbors: int, sampling: str = 'uniform', seed: int = 0,
-                           reduce: str = 'sum', diag: Optional[Tensor] = None) -> Tensor:
+def sampled_spmm_reference(
+    rowptr: Tensor,
+    col: Tensor,
+    value: Optional[Tensor],
+    x: Tensor,
+    max_neighbors: int,
+    sampling: str = 'uniform',
+    seed: int = 0,
+    reduce: str = 'sum',
+    diag: Optional[Tensor] = None,
+) -> Tensor:
     """ES-SpMM's result on the CPU (and the oracle of the kernel): the exact
     :func:`~pyg_tc.ops.spmm_reference` on :func:`~pyg_tc.ops.sample.sample_csr`'s graph, sums of
     capped rows scaled by ``deg / S``, means over the kept edges, ``max`` over
@@ -189,8 +199,9 @@ def sampled_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor],
     col_s = col.long().index_select(0, edge)
     v = None if value is None else value.index_select(0, edge)
     if reduce == 'sum':
-        row = torch.repeat_interleave(torch.arange(scale.numel(), device=x.device),
-                                      rowptr_s[1:] - rowptr_s[:-1], output_size=edge.numel())
+        row = torch.repeat_interleave(
+            torch.arange(scale.numel(), device=x.device), rowptr_s[1:] - rowptr_s[:-1], output_size=edge.numel()
+        )
         w = scale.index_select(0, row)
         acc = torch.float64 if x.dtype == torch.float64 else torch.float32
         v = w.to(acc) if v is None else v.to(acc) * w.to(acc)
@@ -201,10 +212,12 @@ def sampled_spmm_reference(rowptr: Tensor, col: Tensor, value: Optional[Tensor],
 # Sampled aggregation on a CSRGraph (the reference path: the capped graph is
 # built with PyTorch ops, then the exact kernel runs on it)
 
+
 class Sampling(NamedTuple):
     """A sampled aggregation's settings: cap, strategy, seed (None: a fresh
     seed from PyTorch's default generator per call, i.e. a new sample per
     step for training; an int: the same sample every call)."""
+
     max_neighbors: int
     sampling: str = 'uniform'
     seed: Optional[int] = 0
@@ -231,6 +244,7 @@ def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
     capped graph per (cap, strategy) is kept on ``g`` (a fixed seed builds
     it once; a new seed per call replaces it)."""
     from ..formats.csr import CSRGraph
+
     if g.max_degree() <= max_neighbors:
         return None
 
@@ -238,6 +252,7 @@ def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
         rowptr_s, edge, scale = sample_csr(g.rowptr, max_neighbors, sampling, seed)
         gs = CSRGraph.from_csr(rowptr_s, g.col.index_select(0, edge), g.num_cols, g.chunk)
         return gs, edge, scale.index_select(0, gs.row().long())
+
     return g.capped(max_neighbors, sampling, seed, build)
 
 
@@ -251,8 +266,15 @@ def check_sampled(g, x, value: Optional[Tensor], reduce: str, diag, spec: tuple)
     spec = Sampling(*spec)
     check_sampling(spec.max_neighbors, spec.sampling)
     seed = spec.resolved_seed()
-    return dict(x=x, value=value, reduce=dispatch.REDUCE.get(reduce, reduce), diag=diag, spec=spec,
-                seed=seed, checked=check_spmm(g, x, value, reduce, diag))
+    return dict(
+        x=x,
+        value=value,
+        reduce=dispatch.REDUCE.get(reduce, reduce),
+        diag=diag,
+        spec=spec,
+        seed=seed,
+        checked=check_spmm(g, x, value, reduce, diag),
+    )
 
 
 # ES-SpMM on a CSRGraph: ``reduce`` over each row's kept edges (module doc: sums
@@ -271,9 +293,16 @@ def check_sampled(g, x, value: Optional[Tensor], reduce: str, diag, spec: tuple)
 #   with gradients, on the CPU, for float64 or CBSR features), and the exact engine
 #   on it, forward and transposed backward.
 
-dispatch.family('sampled_spmm', check_sampled, routes={
-    'auto': ('exact', 'kernel', 'capped'), 'csr': ('exact', 'kernel', 'capped'),
-    'sgt': ('exact', 'capped'), 'reference': ('exact', 'capped')})
+dispatch.family(
+    'sampled_spmm',
+    check_sampled,
+    routes={
+        'auto': ('exact', 'kernel', 'capped'),
+        'csr': ('exact', 'kernel', 'capped'),
+        'sgt': ('exact', 'capped'),
+        'reference': ('exact', 'capped'),
+    },
+)
 
 
 def _nothing_capped(g, a: dict) -> bool:
@@ -283,23 +312,38 @@ def _nothing_capped(g, a: dict) -> bool:
 def _kernel_applies(g, a: dict) -> bool:
     """No capped graph kept for this seed, dense features, no gradient needed."""
     c, spec = a['checked'], a['spec']
-    return (g.capped(spec.max_neighbors, spec.sampling, a['seed']) is None and isinstance(a['x'], Tensor)
-            and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                                     for t in (a['x'], c['value'], c['diag']))))
+    return (
+        g.capped(spec.max_neighbors, spec.sampling, a['seed']) is None
+        and isinstance(a['x'], Tensor)
+        and not (
+            torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a['x'], c['value'], c['diag']))
+        )
+    )
 
 
 @dispatch.register('sampled_spmm', 'exact', applies=_nothing_capped, needs_kernel=False)
 def _exact(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> Tensor:
-    return dispatch.aggregate(g, x, checked['value'], checked['reduce'], checked['diag'], backend=backend,
-                              strict=strict)
+    return dispatch.aggregate(
+        g, x, checked['value'], checked['reduce'], checked['diag'], backend=backend, strict=strict
+    )
 
 
 @dispatch.register('sampled_spmm', 'kernel', applies=_kernel_applies)
 def _kernel(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> Tensor:
     c = checked
-    return sampled_spmm(g.rowptr, g.col, c['value'], x, c['diag'], row_order(g), spec.max_neighbors,
-                        SAMPLINGS.index(spec.sampling), seed, c['reduce'],
-                        differentiable=(x, c['value'], c['diag']))
+    return sampled_spmm(
+        g.rowptr,
+        g.col,
+        c['value'],
+        x,
+        c['diag'],
+        row_order(g),
+        spec.max_neighbors,
+        SAMPLINGS.index(spec.sampling),
+        seed,
+        c['reduce'],
+        differentiable=(x, c['value'], c['diag']),
+    )
 
 
 @dispatch.register('sampled_spmm', 'capped', needs_kernel=False)
@@ -308,8 +352,7 @@ def _capped(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> 
     gs, edge, w = built if built is not None else capped_graph(g, spec.max_neighbors, spec.sampling, seed)
     v = None if value is None else value.index_select(0, edge)
     if reduce == 'sum':
-        w = w.to(value.dtype if value is not None else
-                 torch.float64 if x.dtype == torch.float64 else torch.float32)
+        w = w.to(value.dtype if value is not None else torch.float64 if x.dtype == torch.float64 else torch.float32)
         v = w if v is None else v * w
     return dispatch.aggregate(gs, x, v, reduce, diag, backend=backend, strict=strict)
 
@@ -326,8 +369,7 @@ def active() -> Optional[Sampling]:
 
 
 @contextmanager
-def sampled_aggregation(max_neighbors: int, sampling: str = 'uniform',
-                        seed: Optional[int] = 0) -> Iterator[Sampling]:
+def sampled_aggregation(max_neighbors: int, sampling: str = 'uniform', seed: Optional[int] = 0) -> Iterator[Sampling]:
     """Inside the block every pyg_tc layer's neighbour aggregation (GCN,
     SAGE, GIN and the other SpMM-based layers) is ES-SpMM's sampled one,
     without changing the model::
@@ -363,10 +405,21 @@ def sampled_aggregation(max_neighbors: int, sampling: str = 'uniform',
 # The kernel op (kernels/csr/csr_sampled.cu): the rows' samples computed in the
 # kernel, no capped graph built, no host synchronisation
 
-def _sampled_ref(rowptr: Tensor, col: Tensor, value: Optional[Tensor], x: Tensor, diag: Optional[Tensor],
-                 max_neighbors: int, sampling: int, seed: int, reduce: str) -> Tensor:
-    return sampled_spmm_reference(rowptr, col, value, x, max_neighbors, SAMPLINGS[sampling], seed, reduce,
-                                  diag).to(x.dtype)
+
+def _sampled_ref(
+    rowptr: Tensor,
+    col: Tensor,
+    value: Optional[Tensor],
+    x: Tensor,
+    diag: Optional[Tensor],
+    max_neighbors: int,
+    sampling: int,
+    seed: int,
+    reduce: str,
+) -> Tensor:
+    return sampled_spmm_reference(rowptr, col, value, x, max_neighbors, SAMPLINGS[sampling], seed, reduce, diag).to(
+        x.dtype
+    )
 
 
 def _sampled_backward(a, needs: dict, grad: Tensor) -> dict:
@@ -386,12 +439,14 @@ def _sampled_backward(a, needs: dict, grad: Tensor) -> dict:
 
 def _define_op():
     from .._library import Op
+
     return Op(
         'sampled_spmm(Tensor rowptr, Tensor col, Tensor? value, Tensor x, Tensor? diag, Tensor? row_order, '
         'int max_neighbors, int sampling, int seed, str reduce) -> Tensor',
         reference=_sampled_ref,
         fake=lambda a: a.x.new_empty(a.rowptr.size(0) - 1, a.x.size(1)),
-        backward=_sampled_backward)
+        backward=_sampled_backward,
+    )
 
 
 #: ES-SpMM in one kernel call (CUDA; the reference elsewhere). Arguments: CSR

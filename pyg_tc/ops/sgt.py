@@ -18,6 +18,7 @@ run the k16 half MMA with the edge values split into hi + lo halves, so the
 weights keep about fp32 precision. fp32 accumulation everywhere; float64
 runs the pure-torch reference.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -42,16 +43,21 @@ def sgt_of(g: CSRGraph) -> SGT:
     if g.sgt is None:
         g.sgt = SGT.build(g)
     elif g.sgt.num_edges != g.num_edges or g.sgt.device != g.device:
-        raise stale_error('SGT', {'edges': (g.sgt.num_edges, g.num_edges),
-                                  'device': (g.sgt.device, g.device)}, 're-apply SGTTransform')
+        raise stale_error(
+            'SGT',
+            {'edges': (g.sgt.num_edges, g.num_edges), 'device': (g.sgt.device, g.device)},
+            're-apply SGTTransform',
+        )
     return g.sgt
 
 
 # ---------------------------------------------------------------------------
 # References (CPU implementations and test oracles)
 
-def sgt_spmm_reference(units: Tensor, cols: Tensor, mask: Tensor, cell_val: Tensor, x: Tensor,
-                       diag: Optional[Tensor], num_rows: int) -> Tensor:
+
+def sgt_spmm_reference(
+    units: Tensor, cols: Tensor, mask: Tensor, cell_val: Tensor, x: Tensor, diag: Optional[Tensor], num_rows: int
+) -> Tensor:
     """Pure-torch SpMM over the cell list (fp32 accumulation, fp64 for fp64):
     the CPU implementation of the op and the oracle of the kernel tests."""
     r, c = cell_coords(units, cols, mask)
@@ -98,11 +104,11 @@ def _spmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
     out = {}
     if needs['x']:
         tb, tf, inv = _swap(a)
-        out['x'] = sgt_spmm(*tb, a.cell_val[a.t_cell.long()], grad, a.diag, a.x.size(0), a.precision,
-                            a.warps, *tf, inv)
+        out['x'] = sgt_spmm(*tb, a.cell_val[a.t_cell.long()], grad, a.diag, a.x.size(0), a.precision, a.warps, *tf, inv)
     if needs['cell_val']:
-        out['cell_val'] = sgt_sddmm(*fwd, grad, a.x, a.cell_val.numel(), a.precision, a.warps, *bwd,
-                                    a.t_cell).to(a.cell_val.dtype)
+        out['cell_val'] = sgt_sddmm(*fwd, grad, a.x, a.cell_val.numel(), a.precision, a.warps, *bwd, a.t_cell).to(
+            a.cell_val.dtype
+        )
     if needs['diag'] and a.diag is not None:
         out['diag'] = diag_grad(a.diag, grad, a.x)
     return out
@@ -116,33 +122,35 @@ def _sddmm_backward(a: Any, needs: dict, grad: Tensor) -> dict:
         out['a'] = sgt_spmm(*fwd, g, a.b, None, a.a.size(0), a.precision, a.warps, *bwd, a.t_cell)
     if needs['b']:  # grad_b[j] = sum_cells g * a[row], on the transpose
         tb, tf, inv = _swap(a)
-        out['b'] = sgt_spmm(*tb, g[a.t_cell.long()], a.a, None, a.b.size(0), a.precision, a.warps,
-                            *tf, inv)
+        out['b'] = sgt_spmm(*tb, g[a.t_cell.long()], a.a, None, a.b.size(0), a.precision, a.warps, *tf, inv)
     return out
 
 
-_GROUP = ('Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor heavy, Tensor heavy_ptr, '
-          'int num_slots')
-_T_GROUP = ('Tensor t_units, Tensor t_cols, Tensor t_mask, Tensor t_cell_ptr, Tensor t_heavy, '
-            'Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell')
+_GROUP = 'Tensor units, Tensor cols, Tensor mask, Tensor cell_ptr, Tensor heavy, Tensor heavy_ptr, int num_slots'
+_T_GROUP = (
+    'Tensor t_units, Tensor t_cols, Tensor t_mask, Tensor t_cell_ptr, Tensor t_heavy, '
+    'Tensor t_heavy_ptr, int t_num_slots, Tensor t_cell'
+)
 
 sgt_spmm = Op(
     f'sgt_spmm({_GROUP}, Tensor cell_val, Tensor x, Tensor? diag, int num_rows, int precision, '
     f'int warps, {_T_GROUP}) -> Tensor',
     reference=sgt_spmm_reference,
     fake=lambda a: a.x.new_empty(a.num_rows, a.x.size(1)),
-    backward=_spmm_backward)
+    backward=_spmm_backward,
+)
 
 sgt_sddmm = Op(
-    f'sgt_sddmm({_GROUP}, Tensor a, Tensor b, int num_cells, int precision, int warps, '
-    f'{_T_GROUP}) -> Tensor',
+    f'sgt_sddmm({_GROUP}, Tensor a, Tensor b, int num_cells, int precision, int warps, {_T_GROUP}) -> Tensor',
     reference=sgt_sddmm_reference,
     fake=lambda a: a.a.new_empty(a.num_cells),
-    backward=_sddmm_backward)
+    backward=_sddmm_backward,
+)
 
 
 # ---------------------------------------------------------------------------
 # Launch rules
+
 
 def precision_of(dtype: torch.dtype) -> int:
     """1 = fp32-accurate (3xTF32 / split half weights), 0 = plain TF32."""
@@ -191,15 +199,16 @@ def warps_for(s: SGT, width: int, dtype: torch.dtype, op: str = 'spmm') -> int:
 
 
 def _dir(d: SGTDir):
-    return (d.sched.units, d.cols, d.mask, d.cell_ptr, d.sched.heavy_rows, d.sched.heavy_ptr,
-            d.sched.num_slots)
+    return (d.sched.units, d.cols, d.mask, d.cell_ptr, d.sched.heavy_rows, d.sched.heavy_ptr, d.sched.num_slots)
 
 
 # ---------------------------------------------------------------------------
 # Cell-level calls and the dispatch implementations
 
-def check_spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor] = None,
-                     warps: Optional[int] = None) -> dict:
+
+def check_spmm_cells(
+    g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor] = None, warps: Optional[int] = None
+) -> dict:
     """A cell-level SpMM call (family ``'sgt_spmm_cells'``): one value per
     cell of the graph's SGT (built on first use), cast to the accumulation
     dtype."""
@@ -221,17 +230,27 @@ dispatch.family('sgt_sddmm_cells', check_sddmm_cells, features='a')
 
 
 @dispatch.register('sgt_spmm_cells', 'sgt', reduces=('sum',))
-def _spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor],
-                warps: Optional[int]) -> Tensor:
+def _spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor], warps: Optional[int]) -> Tensor:
     s = sgt_of(g)
     w = warps if warps is not None else warps_for(s, x.size(1), x.dtype)
-    return sgt_spmm(*_dir(s.fwd), cell_val, x.contiguous(), diag, g.num_rows, precision_of(x.dtype), w,
-                    *_dir(s.bwd), s.t_cell, differentiable=(x, cell_val, diag))
+    return sgt_spmm(
+        *_dir(s.fwd),
+        cell_val,
+        x.contiguous(),
+        diag,
+        g.num_rows,
+        precision_of(x.dtype),
+        w,
+        *_dir(s.bwd),
+        s.t_cell,
+        differentiable=(x, cell_val, diag),
+    )
 
 
 @dispatch.register('sgt_spmm_cells', 'sgt_reference', reduces=('sum',))
-def _spmm_cells_reference(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor],
-                          warps: Optional[int]) -> Tensor:
+def _spmm_cells_reference(
+    g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor], warps: Optional[int]
+) -> Tensor:
     d = sgt_of(g).fwd
     return sgt_spmm_reference(d.sched.units, d.cols, d.mask, cell_val, x, diag, g.num_rows)
 
@@ -240,8 +259,17 @@ def _spmm_cells_reference(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Option
 def _sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int]) -> Tensor:
     s = sgt_of(g)
     w = warps if warps is not None else warps_for(s, a.size(1), a.dtype, 'sddmm')
-    return sgt_sddmm(*_dir(s.fwd), a.contiguous(), b.contiguous(), s.num_cells, precision_of(a.dtype),
-                     w, *_dir(s.bwd), s.t_cell, differentiable=(a, b))
+    return sgt_sddmm(
+        *_dir(s.fwd),
+        a.contiguous(),
+        b.contiguous(),
+        s.num_cells,
+        precision_of(a.dtype),
+        w,
+        *_dir(s.bwd),
+        s.t_cell,
+        differentiable=(a, b),
+    )
 
 
 @dispatch.register('sgt_sddmm_cells', 'sgt_reference', reduces=('sum',))
@@ -250,8 +278,9 @@ def _sddmm_cells_reference(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[in
     return sgt_sddmm_reference(d.sched.units, d.cols, d.mask, a, b)
 
 
-def sgt_spmm_cells(g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor] = None,
-                   warps: Optional[int] = None) -> Tensor:
+def sgt_spmm_cells(
+    g: CSRGraph, x: Tensor, cell_val: Tensor, diag: Optional[Tensor] = None, warps: Optional[int] = None
+) -> Tensor:
     """``out[i] = sum_cells(i, j) cell_val * x[j] (+ diag[i] x[i])`` on tensor
     cores; ``cell_val`` in forward cell order. Differentiable in x,
     cell_val and diag. (Arguments as checked by the 'spmm' family; where no
@@ -288,8 +317,9 @@ def sgt_sddmm_cells(g: CSRGraph, a: Tensor, b: Tensor, warps: Optional[int] = No
 
 
 @dispatch.register('spmm', 'sgt', reduces=('sum', 'mean'))
-def _spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str, diag: Optional[Tensor],
-          t_value: Optional[Tensor]) -> Tensor:
+def _spmm(
+    g: CSRGraph, x: Tensor, value: Optional[Tensor], reduce: str, diag: Optional[Tensor], t_value: Optional[Tensor]
+) -> Tensor:
     if reduce == 'mean':  # the edge values scaled by 1 / in-degree; diag stays outside the mean
         inv = 1.0 / g.degree().clamp(min=1).to(acc_dtype(x.dtype))
         scale = g.per_edge(inv)
@@ -303,8 +333,9 @@ def _sddmm(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
     return sgt_of(g).edge_values(_sddmm_cells(g, a, b, None))
 
 
-def sgt_spmm_graph(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
-                   diag: Optional[Tensor] = None) -> Tensor:
+def sgt_spmm_graph(
+    g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum', diag: Optional[Tensor] = None
+) -> Tensor:
     """:func:`pyg_tc.ops.spmm_graph` on tensor cores: edge values in CSR order
     (duplicate edges summed into their cell), ``reduce`` 'sum' or 'mean'
     (the edge values scaled by 1 / in-degree; ``diag`` stays outside the
@@ -337,6 +368,7 @@ def _candidates(op: str):
     """What ``'auto'`` times for ``op``: the CSR kernel against the
     tensor-core kernel, on random features (cell values precomputed, as a
     layer with a cached normalisation runs them)."""
+
     def make(g: CSRGraph, width: int, dtype: torch.dtype, gen: torch.Generator) -> dict:
         b = torch.randn(g.num_cols, width, device=g.device, dtype=dtype, generator=gen)
         if op == 'sddmm':
@@ -345,6 +377,7 @@ def _candidates(op: str):
         w = torch.rand(g.num_edges, device=g.device, generator=gen)
         cells = sgt_of(g).cell_values(w)
         return {'csr': lambda: spmm_graph(g, b, w), 'sgt': lambda: sgt_spmm_cells(g, b, cells)}
+
     return make
 
 

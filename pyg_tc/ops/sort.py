@@ -7,6 +7,7 @@ which returns int64 indices). Kernel: ``kernels/sort/``. Caller:
 The op is defined in :mod:`pyg_tc.formats.csr`, beside its reference (the
 formats sit below the ops and call it directly, never importing this
 package); this module names it among the op families."""
+
 from __future__ import annotations
 
 from ..formats.csr import sort_int32_op as sort_int32, sort_reference  # noqa: F401

@@ -14,6 +14,7 @@ machine without a GPU. Outputs a kernel never writes stay NaN.
 The ops' pure-PyTorch references, which the CPU runs, stay beside their ops
 (``pyg_tc.ops``).
 """
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -29,6 +30,7 @@ from ..ops.attn import acc_dtype, attention_schedules, dropout_keep
 
 # CPU emulation of the kernel's schedule
 
+
 def _unit_edges(s):
     """A schedule's units unpacked (row, start, slot, length) with, per edge
     they cover, its unit and its CSR position."""
@@ -41,8 +43,14 @@ def _unit_edges(s):
     return row, start, slot, lens, unit_of_edge, pos
 
 
-def emulate_csr_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, reduce: str = 'sum',
-                     diag: Optional[Tensor] = None, transpose: bool = False) -> Tensor:
+def emulate_csr_spmm(
+    g: CSRGraph,
+    x: Tensor,
+    value: Optional[Tensor] = None,
+    reduce: str = 'sum',
+    diag: Optional[Tensor] = None,
+    transpose: bool = False,
+) -> Tensor:
     """CPU emulation of the CUDA SpMM: walks the same units, writes partial rows
     to the same slots and reduces heavy rows slot by slot. Unwritten rows stay
     NaN, so a schedule bug shows up as NaN in tests.
@@ -70,7 +78,8 @@ def emulate_csr_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, red
         msg = msg * value.float()[pos].unsqueeze(1)
     if reduce == 'max':
         acc = torch.full((row.numel(), F), float('-inf')).scatter_reduce_(
-            0, unit_of_edge.unsqueeze(1).expand(-1, F), msg, 'amax')
+            0, unit_of_edge.unsqueeze(1).expand(-1, F), msg, 'amax'
+        )
     else:
         acc = torch.zeros(row.numel(), F).index_add_(0, unit_of_edge, msg)
     out = torch.full((R, F), float('nan'))
@@ -90,7 +99,8 @@ def emulate_csr_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, red
     owner = torch.repeat_interleave(torch.arange(hr.numel()), hp[1:] - hp[:-1], output_size=S)
     if reduce == 'max':
         h = torch.full((hr.numel(), F), float('-inf')).scatter_reduce_(
-            0, owner.unsqueeze(1).expand(-1, F), ws[:S], 'amax')
+            0, owner.unsqueeze(1).expand(-1, F), ws[:S], 'amax'
+        )
     else:
         h = torch.zeros(hr.numel(), F).index_add_(0, owner, ws[:S])
     keep = hp[1:] > hp[:-1]
@@ -104,6 +114,7 @@ def emulate_csr_spmm(g: CSRGraph, x: Tensor, value: Optional[Tensor] = None, red
 
 
 # CPU emulation of the tensor-core kernels: the same blocks, units and slots.
+
 
 def _tiles(d: SGTDir, cell_val: Tensor) -> Tensor:
     """Dense A tiles [B, 16, 8] (fp32) from cell values."""
@@ -124,8 +135,11 @@ def emulate_sgt_spmm(d: SGTDir, cell_val: Tensor, x: Tensor, diag: Optional[Tens
     product per block, blocks summed in order per unit, direct units written,
     split windows reduced slot by slot. Rows no unit writes stay NaN."""
     B, F = d.num_blocks, x.size(1)
-    P = torch.bmm(_tiles(d, cell_val), _gather_cols(d, x).view(B, BLOCK_W, F)) if B else \
-        x.new_zeros(0, WINDOW, F, dtype=torch.float32)
+    P = (
+        torch.bmm(_tiles(d, cell_val), _gather_cols(d, x).view(B, BLOCK_W, F))
+        if B
+        else x.new_zeros(0, WINDOW, F, dtype=torch.float32)
+    )
     dev = x.device
     u = d.sched.units.long()
     win, start, end, slot = u.unbind(1) if u.numel() else (u.new_zeros(0),) * 4
@@ -140,10 +154,11 @@ def emulate_sgt_spmm(d: SGTDir, cell_val: Tensor, x: Tensor, diag: Optional[Tens
     ws = torch.full((d.sched.num_slots, WINDOW, F), float('nan'), device=dev)
     ws[slot[~direct]] = acc[~direct]
     hp, hw = d.sched.heavy_ptr.long(), d.sched.heavy_rows.long()
-    sowner = torch.repeat_interleave(torch.arange(hw.numel(), device=dev), hp[1:] - hp[:-1],
-                                     output_size=d.sched.num_slots)
+    sowner = torch.repeat_interleave(
+        torch.arange(hw.numel(), device=dev), hp[1:] - hp[:-1], output_size=d.sched.num_slots
+    )
     out[hw] = torch.zeros(hw.numel(), WINDOW, F, device=dev).index_add_(0, sowner, ws)
-    out = out.view(-1, F)[:d.num_rows]
+    out = out.view(-1, F)[: d.num_rows]
     if diag is not None:
         out = out + diag.float().view(-1, 1) * x.float()
     return out.to(x.dtype)
@@ -155,7 +170,7 @@ def emulate_sgt_sddmm(d: SGTDir, a: Tensor, b: Tensor) -> Tensor:
     B, F = d.num_blocks, a.size(1)
     W = (d.num_rows + WINDOW - 1) // WINDOW
     rows = torch.zeros(W * WINDOW, F, dtype=torch.float32, device=a.device)
-    rows[:d.num_rows] = a.float()
+    rows[: d.num_rows] = a.float()
     bp = d.block_ptr.long()
     blk_win = torch.repeat_interleave(torch.arange(W, device=a.device), bp[1:] - bp[:-1], output_size=B)
     D = torch.bmm(rows.view(W, WINDOW, F)[blk_win], _gather_cols(d, b).view(B, BLOCK_W, F).transpose(1, 2))
@@ -166,8 +181,10 @@ def emulate_sgt_sddmm(d: SGTDir, a: Tensor, b: Tensor) -> Tensor:
 # CPU emulation of the CUDA kernels (same units, same slots, same order of the
 # heavy-row reduction). Unwritten rows stay NaN so schedule bugs show.
 
-def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum',
-                      diag: Optional[Tensor] = None) -> Tensor:
+
+def emulate_cbsr_spmm(
+    g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, reduce: str = 'sum', diag: Optional[Tensor] = None
+) -> Tensor:
     """Emulates the forward SpGEMM: every unit accumulates ``w * values[j]``
     into a private ``width``-wide buffer at ``indices[j]`` (the kernel's
     shared-memory buffer), the first unit of a row adds ``diag * x[row]``,
@@ -217,8 +234,14 @@ def emulate_cbsr_spmm(g: CSRGraph, x: CBSR, value: Optional[Tensor] = None, redu
     return out.to(x.dtype)
 
 
-def emulate_cbsr_sspmm(g: CSRGraph, grad: Tensor, indices: Tensor, value: Optional[Tensor] = None,
-                       reduce: str = 'sum', diag: Optional[Tensor] = None) -> Tensor:
+def emulate_cbsr_sspmm(
+    g: CSRGraph,
+    grad: Tensor,
+    indices: Tensor,
+    value: Optional[Tensor] = None,
+    reduce: str = 'sum',
+    diag: Optional[Tensor] = None,
+) -> Tensor:
     """Emulates the backward SSpMM (outer product): every unit stages the
     dense gradient row of its target ``i`` (scaled by ``1/deg(i)`` for mean),
     and every edge ``(i, j)`` adds ``w * G[i, indices[j]]`` to row ``j`` of
@@ -255,8 +278,10 @@ def emulate_cbsr_sspmm(g: CSRGraph, grad: Tensor, indices: Tensor, value: Option
 
 # CPU emulation of the forward kernel's schedule
 
-def emulate_attention(g: CSRGraph, x: Tensor, logits: Tensor, dropout: float = 0.0,
-                      rng: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+
+def emulate_attention(
+    g: CSRGraph, x: Tensor, logits: Tensor, dropout: float = 0.0, rng: Optional[Tensor] = None
+) -> Tuple[Tensor, Tensor]:
     """CPU emulation of the fused forward (``kernels/attn/attn_forward.cu``)
     on the same metadata: walks the units of the kernels' schedule
     (``pyg_tc.ops.attn.attention_schedules``: ``row, start, end, slot``), writes partial

@@ -1,4 +1,5 @@
 """CapNeighbors: ES-SpMM's capped graph, built once for repeated inference."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -32,8 +33,9 @@ class CapNeighbors(BaseTransform):
         chunk: the schedule's unit size (:class:`DegreeBucketTransform`).
     """
 
-    def __init__(self, max_neighbors: int, sampling: str = 'uniform', seed: int = 0,
-                 chunk: Optional[int] = DEFAULT_CHUNK):
+    def __init__(
+        self, max_neighbors: int, sampling: str = 'uniform', seed: int = 0, chunk: Optional[int] = DEFAULT_CHUNK
+    ):
         check_sampling(max_neighbors, sampling)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f'CapNeighbors: seed must be an int (a fixed sample), got {seed!r}')

@@ -1,4 +1,5 @@
 """CBSRTransform: the graph-side preprocessing of the MaxK-GNN CBSR kernels."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -57,12 +58,15 @@ class CBSRTransform(DegreeBucketTransform):
         """Edge groups, groups of split rows, largest group, group size."""
         g = DegreeBucketTransform.graph(data)
         if g is None:
-            raise ValueError('CBSRTransform.stats: data.edge_index carries no pyg_tc graph; '
-                             'apply CBSRTransform first')
+            raise ValueError('CBSRTransform.stats: data.edge_index carries no pyg_tc graph; apply CBSRTransform first')
         u = g.sched.units
         lens = (u[:, 2] - u[:, 1]) if u.numel() else u.new_zeros(0)
-        return {'edge_groups': int(u.size(0)), 'split_groups': g.sched.num_slots,
-                'max_group': int(lens.max()) if lens.numel() else 0, 'group_size': g.chunk}
+        return {
+            'edge_groups': int(u.size(0)),
+            'split_groups': g.sched.num_slots,
+            'max_group': int(lens.max()) if lens.numel() else 0,
+            'group_size': g.chunk,
+        }
 
     def __repr__(self) -> str:
         return f'{self.__class__.__name__}(group_size={self.chunk})'

@@ -1,4 +1,5 @@
 """DegreeBucketTransform: precompute the CSR kernels' row schedule."""
+
 from __future__ import annotations
 
 from typing import Optional

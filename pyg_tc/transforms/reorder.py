@@ -23,6 +23,7 @@ loop step per BFS level):
 :class:`ReorderTransform` relabels a ``Data`` by such an order (or a seeded
 random one, for "native vs random vs RCM order" studies).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """SGTTransform: TC-GNN's Sparse Graph Translation as a PyG transform."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -33,8 +34,13 @@ class SGTTransform(DegreeBucketTransform):
         validate: run :meth:`~pyg_tc.formats.sgt.SGT.validate` after building (slow; tests).
     """
 
-    def __init__(self, window: int = WINDOW, unit_blocks: Optional[int] = None,
-                 chunk: Optional[int] = DEFAULT_CHUNK, validate: bool = False):
+    def __init__(
+        self,
+        window: int = WINDOW,
+        unit_blocks: Optional[int] = None,
+        chunk: Optional[int] = DEFAULT_CHUNK,
+        validate: bool = False,
+    ):
         if window != WINDOW:
             raise ValueError(f'SGTTransform: window must be {WINDOW} (the tensor-core MMA M), got {window}')
         if unit_blocks is not None and unit_blocks < 1:

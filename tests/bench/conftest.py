@@ -1,4 +1,5 @@
 """The suites' Cora: the real graph from ``$PYG_TC_DATA``, and a synthetic one of its shape."""
+
 from pathlib import Path
 
 import pytest
@@ -26,5 +27,6 @@ def cora_root(request, monkeypatch, tmp_path) -> Path:
         if name != 'cora':
             raise FileNotFoundError(f'{name}: only Cora has a synthetic stand-in here')
         return synthetic('Cora', transform=T.NormalizeFeatures() if normalize else None)[0]
+
     monkeypatch.setattr(common, 'load_dataset', load_dataset)
     return tmp_path / 'no-data'

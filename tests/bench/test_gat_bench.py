@@ -3,6 +3,7 @@ section with --quick on the 'tiny' synthetic graph (pyg_tc's ops run their
 PyTorch references: a code-path check, not a measurement) and the accuracy
 section for 3 epochs on Cora (synthetic, and the real one with $PYG_TC_DATA);
 the JSON lines, the markdown sections and the PNG."""
+
 from __future__ import annotations
 
 import json
@@ -26,6 +27,7 @@ def _one_thread():
 
 def _has(cls: str) -> bool:
     import pyg_tc.nn
+
     return hasattr(pyg_tc.nn, cls)
 
 
@@ -79,8 +81,14 @@ def test_quick_cpu_run_writes_every_section(tmp_path):
             assert r['pyg_tc_ms'] > 0 and r['pyg_tc_vs_pyg'] > 0, r.get('pyg_tc_error')
 
     md = (out / 'gat.md').read_text()
-    titles = ['## Targets', '## Graph formats', '## 1. Layer forward + backward', '## 2. Fused attention forward',
-              '## 3. 2-layer GAT training step', '## 4. fuseGNN Table 3']
+    titles = [
+        '## Targets',
+        '## Graph formats',
+        '## 1. Layer forward + backward',
+        '## 2. Fused attention forward',
+        '## 3. 2-layer GAT training step',
+        '## 4. fuseGNN Table 3',
+    ]
     for t in titles:
         assert t in md, t
     pytest.importorskip('matplotlib')
@@ -89,8 +97,26 @@ def test_quick_cpu_run_writes_every_section(tmp_path):
 
 def test_accuracy_section_on_cora(tmp_path, cora_root):
     out = tmp_path / 'out'
-    assert gat.main(['--out', str(out), '--device', 'cpu', '--quick', '--part', 'accuracy', '--datasets', 'cora',
-                     '--data-root', str(cora_root), '--cache-dir', str(tmp_path / 'cache')]) == 0
+    assert (
+        gat.main(
+            [
+                '--out',
+                str(out),
+                '--device',
+                'cpu',
+                '--quick',
+                '--part',
+                'accuracy',
+                '--datasets',
+                'cora',
+                '--data-root',
+                str(cora_root),
+                '--cache-dir',
+                str(tmp_path / 'cache'),
+            ]
+        )
+        == 0
+    )
     recs = [json.loads(line) for line in (out / 'gat_accuracy.jsonl').read_text().splitlines()]
     assert not [r for r in recs if r['kind'] == 'skipped'], [r for r in recs if r['kind'] == 'skipped']
     ac = [r for r in recs if r['kind'] == 'accuracy']
@@ -116,8 +142,12 @@ def test_parts_names_and_graphs():
     assert names.index('cora') < names.index('arxiv') < names.index('reddit') < names.index('products')
     a = gat.parse_args(['--device', 'cpu', '--graphs', 'reddit@0.5,cora', '--part', 'layer,train'])
     assert a.quick
-    assert [(s, n) for s, n, _ in gat.items(a)] == [('layer', 'cora'), ('train', 'cora'), ('layer', 'reddit@0.5'),
-                                                    ('train', 'reddit@0.5')]
+    assert [(s, n) for s, n, _ in gat.items(a)] == [
+        ('layer', 'cora'),
+        ('train', 'cora'),
+        ('layer', 'reddit@0.5'),
+        ('train', 'reddit@0.5'),
+    ]
     with pytest.raises(SystemExit):
         gat.parse_args(['--part', 'nosuch'])
     with pytest.raises(SystemExit):
@@ -144,7 +174,9 @@ def test_out_of_memory_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
         class Boom(base):
             def forward(self, *args, **kwargs):
                 raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 24.00 GiB')
+
         return Boom
+
     monkeypatch.setattr(gat, 'layer_class', layer_class)
     out = tmp_path / 'out'
     assert gat.main(['--out', str(out), '--device', 'cpu', '--quick', '--part', 'layer']) == 0
@@ -158,6 +190,7 @@ def test_out_of_memory_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
 
     def build():
         raise torch.OutOfMemoryError('CUDA out of memory')
+
     rec = gat.train_step({}, build, None, None, None, 1, 1, 'cpu')
     assert rec['status'] == 'oom' and gat._status(rec) == 'OOM'
 

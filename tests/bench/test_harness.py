@@ -2,6 +2,7 @@
 gives positive numbers, the Reporter writes the declared columns to JSON lines,
 markdown and PNG, a declared suite runs end to end with a skipped baseline and a
 failing item, and the `pyg-tc bench` / MaxK suites degrade cleanly without CUDA."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,18 @@ import torch
 from benchmarks.suites import maxk, spmm
 from benchmarks.suites.common import sparse_baseline
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, ms_col
-from pyg_tc.bench.timing import (Impl, Skip, Stopwatch, Timing, bench, copy_bandwidth, kernel_time, measure,
-                                 speedups, track_memory)
+from pyg_tc.bench.timing import (
+    Impl,
+    Skip,
+    Stopwatch,
+    Timing,
+    bench,
+    copy_bandwidth,
+    kernel_time,
+    measure,
+    speedups,
+    track_memory,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -37,13 +48,17 @@ def test_timing_is_positive_and_counts_repetitions():
     assert isinstance(t, Timing) and t.reps == 7
     assert 0 < t.min_ms <= t.median_ms <= t.max_ms and t.spread >= 0
     d = t.as_dict('mm')
-    assert d['mm_ms'] == t.median_ms and d['mm_reps'] == 7 and set(d) == {
-        'mm_ms', 'mm_min_ms', 'mm_max_ms', 'mm_spread', 'mm_reps'}
+    assert (
+        d['mm_ms'] == t.median_ms
+        and d['mm_reps'] == 7
+        and set(d) == {'mm_ms', 'mm_min_ms', 'mm_max_ms', 'mm_spread', 'mm_reps'}
+    )
     wall = bench(lambda: x @ x, warmup=1, rep=3, device='cpu', wall=True)
     assert wall.reps == 3 and wall.median_ms > 0
     # max_time_s lowers the repetitions (to no fewer than 3) for slow calls
-    slow = bench(lambda: torch.randn(300, 300) @ torch.randn(300, 300), warmup=1, rep=1000, device='cpu',
-                 max_time_s=1e-6)
+    slow = bench(
+        lambda: torch.randn(300, 300) @ torch.randn(300, 300), warmup=1, rep=1000, device='cpu', max_time_s=1e-6
+    )
     assert slow.reps == 3
     # on the CPU the kernel-only time is the per-call time; a list of calls rotates
     calls = []
@@ -72,9 +87,21 @@ def test_measure_records_times_errors_and_skip_reasons():
 
     def broken():
         raise RuntimeError('boom')
-    rec = measure({'case': 1}, {'ours': lambda: 2 * x, 'base': Skip('needs a CUDA GPU'), 'half': half,
-                                'broken': broken, 'post': Impl(lambda: (x, 2 * x), post=lambda o: o[1])},
-                  'cpu', rep=3, ref=ref, log=logs.append)
+
+    rec = measure(
+        {'case': 1},
+        {
+            'ours': lambda: 2 * x,
+            'base': Skip('needs a CUDA GPU'),
+            'half': half,
+            'broken': broken,
+            'post': Impl(lambda: (x, 2 * x), post=lambda o: o[1]),
+        },
+        'cpu',
+        rep=3,
+        ref=ref,
+        log=logs.append,
+    )
     assert rec['ours_ms'] > 0 and rec['ours_rel_err'] < 1e-6 and rec['ours_rel_err_fro'] < 1e-6
     assert rec['post_ms'] > 0 and rec['post_rel_err'] < 1e-6
     assert rec['base_skipped'] == 'needs a CUDA GPU' and 'base_ms' not in rec
@@ -83,21 +110,42 @@ def test_measure_records_times_errors_and_skip_reasons():
     assert any('base: needs a CUDA GPU' in m for m in logs)
     # per call: the Timing fields (no kernel-only time without a GPU); rotating inputs
     seen = []
-    rec = measure({}, {'ours': lambda v: seen.append(v) or v}, 'cpu', rep=4, warmup=1, per_call=True,
-                  inputs=['a', 'b'])
+    rec = measure({}, {'ours': lambda v: seen.append(v) or v}, 'cpu', rep=4, warmup=1, per_call=True, inputs=['a', 'b'])
     assert rec['ours_ms'] > 0 and rec['ours_reps'] == 4 and 'ours_graph_ms' not in rec and set(seen) == {'a', 'b'}
     assert speedups({'a_ms': 2.0, 'b_ms': 6.0, 'c_ms': None}, 'a', ('b', 'c')) == {
-        'a_ms': 2.0, 'b_ms': 6.0, 'c_ms': None, 'a_vs_b': 3.0}
+        'a_ms': 2.0,
+        'b_ms': 6.0,
+        'c_ms': None,
+        'a_vs_b': 3.0,
+    }
     assert sparse_baseline('cpu')[0] == 'cpu_sparse' and 'cuSPARSE' not in sparse_baseline('cpu')[1]
 
 
 def _toy_reporter(out, figures=()):
-    cols = [Col('graph', 'graph'), Col('F', 'F'), ms_col('ours'), ms_col('base', 'baseline ms'), ms_col('gpu_only'),
-            Col('x base', 'speedup', '.2f', bold=True), Col('empty', 'never_set')]
-    return Reporter(str(out), 'toy.jsonl', 'toy.md', 'Toy suite', {'device': 'cpu', 'gpu': None}, 'first',
-                    [Table('## Cases', 'case', cols, note='a note'),
-                     Text('## Totals', lambda recs: [f'- {len([r for r in recs if r["kind"] == "case"])} cases'])],
-                    figures, header=lambda env, recs: [f'- device {env["device"]}'], tag='toy')
+    cols = [
+        Col('graph', 'graph'),
+        Col('F', 'F'),
+        ms_col('ours'),
+        ms_col('base', 'baseline ms'),
+        ms_col('gpu_only'),
+        Col('x base', 'speedup', '.2f', bold=True),
+        Col('empty', 'never_set'),
+    ]
+    return Reporter(
+        str(out),
+        'toy.jsonl',
+        'toy.md',
+        'Toy suite',
+        {'device': 'cpu', 'gpu': None},
+        'first',
+        [
+            Table('## Cases', 'case', cols, note='a note'),
+            Text('## Totals', lambda recs: [f'- {len([r for r in recs if r["kind"] == "case"])} cases']),
+        ],
+        figures,
+        header=lambda env, recs: [f'- device {env["device"]}'],
+        tag='toy',
+    )
 
 
 def test_declared_suite_runs_end_to_end_with_a_skipped_baseline(tmp_path):
@@ -105,8 +153,12 @@ def test_declared_suite_runs_end_to_end_with_a_skipped_baseline(tmp_path):
         for F in (4, 8):
             x = torch.randn(32, F)
             base = Skip('the baseline needs cuSPARSE (no CUDA here)') if F == 4 else (lambda: x + x)
-            rec = measure(dict(kind='case', graph=graph, F=F), {'ours': lambda: x * 2, 'base': base,
-                                                               'gpu_only': Skip('needs a GPU')}, 'cpu', rep=3)
+            rec = measure(
+                dict(kind='case', graph=graph, F=F),
+                {'ours': lambda: x * 2, 'base': base, 'gpu_only': Skip('needs a GPU')},
+                'cpu',
+                rep=3,
+            )
             rec['speedup'] = 1.5
             yield rec
 
@@ -114,8 +166,10 @@ def test_declared_suite_runs_end_to_end_with_a_skipped_baseline(tmp_path):
         raise FileNotFoundError('no such dataset')
         yield  # pragma: no cover
 
-    fig = Figure('toy.png', [Panel('case', 'graph', 'speedup', series='F', label='F={}', hline=1.0),
-                             Panel('case', 'graph', 'never_set')])  # no data: left out
+    fig = Figure(
+        'toy.png',
+        [Panel('case', 'graph', 'speedup', series='F', label='F={}', hline=1.0), Panel('case', 'graph', 'never_set')],
+    )  # no data: left out
     rep = _toy_reporter(tmp_path, [fig])
     paths = rep.run([('cases', 'g1', lambda: cases('g1')), ('cases', 'gone', missing)], 'cpu')
     recs = _lines(tmp_path / 'toy.jsonl')
@@ -144,11 +198,22 @@ def test_plots_are_page_wide_and_mark_flagged_bars(tmp_path):
     from PIL import Image
 
     from pyg_tc.bench import report
-    rows = [dict(kind='case', graph=g, impl=i, ms=t, ci_ms=0.1 * t, noisy=g == 'b') for g, t in (('a', 1.0), ('b', 2.0))
-            for i in ('ours', 'base')] + [dict(kind='line', k=k, v=k ** 0.5, s='x', bad=k == 4) for k in (2, 4, 8)]
-    fig = Figure('f.png', [Panel('case', 'graph', 'ms', 'impl', yerr='ci_ms', flag='noisy', logy=10, title='t'),
-                           Panel('line', 'k', 'v', 's', style='line', flag='bad', logx=2)] * 2, ncols=4,
-                 title='a title long enough to be wrapped onto two lines at the width of the page, as it is here')
+
+    rows = [
+        dict(kind='case', graph=g, impl=i, ms=t, ci_ms=0.1 * t, noisy=g == 'b')
+        for g, t in (('a', 1.0), ('b', 2.0))
+        for i in ('ours', 'base')
+    ] + [dict(kind='line', k=k, v=k**0.5, s='x', bad=k == 4) for k in (2, 4, 8)]
+    fig = Figure(
+        'f.png',
+        [
+            Panel('case', 'graph', 'ms', 'impl', yerr='ci_ms', flag='noisy', logy=10, title='t'),
+            Panel('line', 'k', 'v', 's', style='line', flag='bad', logx=2),
+        ]
+        * 2,
+        ncols=4,
+        title='a title long enough to be wrapped onto two lines at the width of the page, as it is here',
+    )
     path = report.plot(fig, rows, str(tmp_path / 'f.png'))
     with Image.open(path) as im:
         assert im.size[0] == report.FIG_WIDTH * report.DPI  # 4 panels: 2 x 2, as wide as one panel alone
@@ -184,8 +249,12 @@ def test_bench_suite_on_the_cpu_names_its_baseline_and_skips_what_cannot_run(tmp
     recs = _lines(out / 'results.jsonl')
     assert recs[-1]['kind'] == 'summary' and 'all/fp32' in recs[-1]['summary']
     assert recs[-1]['summary']['all/fp32']['noisy_timings'] == sum(  # every timed implementation's flag
-        v is True for r in recs if r['kind'] == 'spmm' and r['dtype'] == 'fp32'
-        for k, v in r.items() if k.endswith('_noisy'))
+        v is True
+        for r in recs
+        if r['kind'] == 'spmm' and r['dtype'] == 'fp32'
+        for k, v in r.items()
+        if k.endswith('_noisy')
+    )
     assert all(r['baseline'].startswith('torch.sparse.mm on the CPU') for r in recs)
     sp = {r['dtype']: r for r in recs if r['kind'] == 'spmm'}
     assert not [k for r in recs for k in r if 'cusparse' in k]  # the CPU baseline is not called cuSPARSE
@@ -206,6 +275,7 @@ def test_bench_suite_on_the_cpu_names_its_baseline_and_skips_what_cannot_run(tmp
 
 def test_median_ci_and_timing_until_stable(monkeypatch):
     from pyg_tc.bench import timing
+
     assert timing.median_ci([1.0] * 5) == math.inf  # too few for an interval
     assert timing.median_ci([1.0] * 50) == 0.0
     # 100 times 1..100: the order statistics of ranks floor(50 - 9.8) = 40 and ceil(51 + 9.8) = 61
@@ -217,6 +287,7 @@ def test_median_ci_and_timing_until_stable(monkeypatch):
         rounds.append(rep)
         noise = 0.5 if len(rounds) == 1 else 0.001  # a noisy first round, then steady times
         return [1.0 + noise * (-1) ** k * (k % 7) / 7 for k in range(rep)]
+
     monkeypatch.setattr(timing, '_timed', fake)
     t = timing.bench(lambda: None, warmup=0, rep=10, device='cpu', target=0.05, max_total_s=60)
     assert not t.noisy and t.ci <= 0.05 and rounds[:2] == [10, 10] and t.reps == sum(rounds) > 10
@@ -228,7 +299,12 @@ def test_median_ci_and_timing_until_stable(monkeypatch):
     assert rounds == [10] and t.noisy and t.ci > 0.05
     # without a target: as before (no CI fields)
     assert set(timing.bench(lambda: None, warmup=0, rep=3, device='cpu').as_dict('x')) == {
-        'x_ms', 'x_min_ms', 'x_max_ms', 'x_spread', 'x_reps'}
+        'x_ms',
+        'x_min_ms',
+        'x_max_ms',
+        'x_spread',
+        'x_reps',
+    }
 
 
 def test_maxk_suite_runs_on_the_cpu(tmp_path):
@@ -285,11 +361,13 @@ def test_progress_bar_on_a_terminal_only_and_log_lines_stay_whole(tmp_path, monk
 
 def test_loop_time_times_every_item_after_the_warm_up():
     from pyg_tc.bench.timing import loop_ms, loop_time
+
     seen = []
 
     def fn(i):
         seen.append(i)
         time.sleep(0.002)
+
     seconds, n = loop_time(fn, range(6), 'cpu', warmup=2)
     assert seen == list(range(6)) and n == 4 and 0.008 <= seconds < 1.0
     assert 2.0 <= loop_ms(fn, range(3), 'cpu', warmup=1) < 500
@@ -299,6 +377,7 @@ def test_loop_time_times_every_item_after_the_warm_up():
 
 def test_phase_timer_splits_an_iteration():
     from pyg_tc.bench.timing import PhaseTimer
+
     pt = PhaseTimer('cpu')
     for _ in range(3):
         pt.start()
@@ -312,9 +391,9 @@ def test_phase_timer_splits_an_iteration():
 
 def test_kernel_profile_names_matrix_products():
     from pyg_tc.bench.timing import is_matrix_product, kernel_profile
+
     assert is_matrix_product('sm90_xmma_gemm_f32f32_tn') and is_matrix_product('cutlass_80_simt_sgemm_128x256')
     assert is_matrix_product('gemv2T_kernel') and is_matrix_product('splitKreduce_kernel')
     assert not is_matrix_product('pyg_tc::attn_forward_kernel') and not is_matrix_product('elementwise_kernel')
     cpu = kernel_profile(lambda i: None, range(2), 'cpu')
     assert math.isnan(cpu['gpu_ms']) and math.isnan(cpu['dense_ms']) and cpu['kernels'] == []
-

@@ -1,5 +1,6 @@
 """The MaxK training suite (benchmarks/suites/maxk_train.py): a 3-epoch CPU run on
 Cora end to end, and the shared ROC-AUC (common.py) against a brute-force pairwise count."""
+
 from __future__ import annotations
 
 import json
@@ -28,14 +29,36 @@ def test_roc_auc_matches_pairwise_count_with_ties():
 
 def test_cora_run_writes_records_and_tables(tmp_path, cora_root):
     out = tmp_path / 'out'
-    rc = maxk_train.main(['--datasets', 'cora', '--epochs', '3', '--seeds', '1', '--ks', '4',
-                          '--hidden', '16', '--layers', '2', '--device', 'cpu',
-                          '--data-root', str(cora_root), '--cache-dir', str(tmp_path / 'cache'),
-                          '--out', str(out)])
+    rc = maxk_train.main(
+        [
+            '--datasets',
+            'cora',
+            '--epochs',
+            '3',
+            '--seeds',
+            '1',
+            '--ks',
+            '4',
+            '--hidden',
+            '16',
+            '--layers',
+            '2',
+            '--device',
+            'cpu',
+            '--data-root',
+            str(cora_root),
+            '--cache-dir',
+            str(tmp_path / 'cache'),
+            '--out',
+            str(out),
+        ]
+    )
     assert rc == 0
     recs = [json.loads(line) for line in (out / 'maxk_train.jsonl').read_text().splitlines()]
     assert [(r['dataset'], r['config'], r['k'], r['seed']) for r in recs] == [
-        ('cora', 'relu', None, 0), ('cora', 'maxk', 4, 0)]
+        ('cora', 'relu', None, 0),
+        ('cora', 'maxk', 4, 0),
+    ]
     for r in recs:
         assert r['metric'] == 'accuracy' and r['weight_decay'] == 5e-4
         for key in ('val', 'test'):

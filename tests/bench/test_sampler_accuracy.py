@@ -1,5 +1,6 @@
 """benchmarks/sampler_accuracy.py: the within-one-standard-deviation rule, the
 comparison records, and a run end to end on its synthetic graph (seconds)."""
+
 import importlib.util
 import json
 import statistics
@@ -33,8 +34,11 @@ def test_within_one_std_uses_the_smaller_std(sa):
 
 
 def test_compare_record(sa):
-    runs = [dict(kind='run', graph='g', model='sage', sampler=s, seed=i, metric='accuracy', test=t)
-            for s, ts in (('pyg', [0.30, 0.32, 0.34]), ('pyg_tc', [0.31, 0.33, 0.35])) for i, t in enumerate(ts)]
+    runs = [
+        dict(kind='run', graph='g', model='sage', sampler=s, seed=i, metric='accuracy', test=t)
+        for s, ts in (('pyg', [0.30, 0.32, 0.34]), ('pyg_tc', [0.31, 0.33, 0.35]))
+        for i, t in enumerate(ts)
+    ]
     runs.append(dict(kind='run', graph='g', model='gat', sampler='pyg', seed=0, metric='accuracy', test=0.9))
     r = sa.compare(runs, 'g', 'sage')
     assert r['kind'] == 'compare' and r['seeds'] == 3 and r['metric'] == 'accuracy'
@@ -55,15 +59,36 @@ def test_bad_arguments(sa):
 
 def test_end_to_end_on_the_synthetic_graph(sa, tmp_path):
     from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
+
     samplers = ['pyg', 'pyg_tc'] if WITH_PYG_LIB or WITH_TORCH_SPARSE else ['pyg_tc']
     out = tmp_path / 'sa'
-    assert sa.main(['--graphs', 'tiny', '--seeds', '2', '--epochs', '2', '--batch-size', '128',
-                    '--samplers', ','.join(samplers), '--out', str(out), '--name', 'acc']) == 0
+    assert (
+        sa.main(
+            [
+                '--graphs',
+                'tiny',
+                '--seeds',
+                '2',
+                '--epochs',
+                '2',
+                '--batch-size',
+                '128',
+                '--samplers',
+                ','.join(samplers),
+                '--out',
+                str(out),
+                '--name',
+                'acc',
+            ]
+        )
+        == 0
+    )
     recs = [json.loads(line) for line in open(out / 'acc.jsonl')]
     assert recs[0]['kind'] == 'env' and recs[-1]['kind'] == 'summary'
     runs = [r for r in recs if r.get('kind') == 'run']
     assert sorted((r['model'], r['sampler'], r['seed']) for r in runs) == sorted(
-        (m, s, i) for m in ('sage', 'gat') for s in samplers for i in (0, 1))
+        (m, s, i) for m in ('sage', 'gat') for s in samplers for i in (0, 1)
+    )
     for r in runs:
         assert r['metric'] == 'roc_auc' and 0.5 < r['test'] <= 1 and 1 <= r['best_epoch'] <= 2
         assert r['edges_per_batch'] > 0
@@ -75,8 +100,7 @@ def test_end_to_end_on_the_synthetic_graph(sa, tmp_path):
         return
     assert [(r['graph'], r['model']) for r in compares] == [('tiny', 'sage'), ('tiny', 'gat')]
     for r in compares:
-        tests = {s: [100 * q['test'] for q in runs if q['model'] == r['model'] and q['sampler'] == s]
-                 for s in samplers}
+        tests = {s: [100 * q['test'] for q in runs if q['model'] == r['model'] and q['sampler'] == s] for s in samplers}
         assert r['pyg_tc_mean'] == pytest.approx(statistics.fmean(tests['pyg_tc']))
         assert r['within'] == (abs(r['diff']) <= r['tol'])
         assert f"| tiny | {r['model']} | ROC AUC | " in md

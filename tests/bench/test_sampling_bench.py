@@ -1,5 +1,6 @@
 """benchmarks/sampling.py end to end on the CPU (a dry run of its code on a
 tiny graph: the times mean nothing there), and its render-only mode."""
+
 import importlib.util
 import json
 
@@ -16,14 +17,40 @@ def _suite():
 def test_sampling_suite_runs_and_renders(tmp_path):
     suite = _suite()
     out = tmp_path / 'out'
-    suite.main(['--out', str(out), '--graphs', 'tiny', '--batches', '2', '--workers', '1', '--split-batches', '1',
-                '--fanout', '3,2', '--batch-size', '64', '--hidden', '8', '--models', 'sage,gat', '--max-batches', '2',
-                '--trim', '--prefetch', '2'])
+    suite.main(
+        [
+            '--out',
+            str(out),
+            '--graphs',
+            'tiny',
+            '--batches',
+            '2',
+            '--workers',
+            '1',
+            '--split-batches',
+            '1',
+            '--fanout',
+            '3,2',
+            '--batch-size',
+            '64',
+            '--hidden',
+            '8',
+            '--models',
+            'sage,gat',
+            '--max-batches',
+            '2',
+            '--trim',
+            '--prefetch',
+            '2',
+        ]
+    )
     recs = [json.loads(line) for line in (out / 'sampling.jsonl').read_text().splitlines()]
     ours = [r for r in recs if r.get('sampler') == 'pyg_tc GPU']
     assert len(ours) == 1 and ours[0]['edges'] > 0 and ours[0]['ms'] > 0
     gat = [r for r in recs if r.get('kind') == 'epoch' and r['model'] == 'gat']
-    assert {r['loader'] for r in gat} == {r['loader'] for r in recs if r.get('kind') == 'epoch' and r['model'] == 'sage'}
+    assert {r['loader'] for r in gat} == {
+        r['loader'] for r in recs if r.get('kind') == 'epoch' and r['model'] == 'sage'
+    }
     recs = [r for r in recs if r.get('kind') != 'epoch' or r['model'] == 'sage']  # GAT's runs are SAGE's
     epoch = [r for r in recs if r.get('kind') == 'epoch' and r['loader'] == 'pyg_tc GPU loader']
     assert len(epoch) == 2 and {r['trim'] for r in epoch} == {False, True}  # --trim: the eager runs again, trimmed
@@ -49,7 +76,13 @@ def test_hops_profile_runs_on_the_cpu(tmp_path):
     spec.loader.exec_module(mod)
     mod.main(['--graph', 'tiny', '--batch-size', '128', '--out', str(tmp_path / 'p.json')])
     out = json.loads((tmp_path / 'p.json').read_text())
-    for key in ('prefetch0_loader_ms', 'prefetch2_loader_padhops_ms', 'replay_ms', 'prefetch0_loop_ms',
-                'prefetch2_loop_ms', 'loader_padhops_gpu_busy_ms'):
+    for key in (
+        'prefetch0_loader_ms',
+        'prefetch2_loader_padhops_ms',
+        'replay_ms',
+        'prefetch0_loop_ms',
+        'prefetch2_loop_ms',
+        'loader_padhops_gpu_busy_ms',
+    ):
         assert key in out and out[key] >= 0, key
     assert out['eager_steps'] > 0 and out['replays'] == 0

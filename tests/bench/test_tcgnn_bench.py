@@ -2,6 +2,7 @@
 section with --quick on the 'tiny' synthetic graph (the ops run their reference
 implementations: a code-path check, not a measurement), and the accuracy
 section for 3 epochs on Cora."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,21 @@ def _records(out):
 
 def test_quick_cpu_sections_write_records_and_report(tmp_path):
     out = tmp_path / 'out'
-    rc = tcgnn.main(['--out', str(out), '--device', 'cpu', '--quick', '--graphs', 'tiny',
-                     '--train-graphs', 'tiny', '--sections', 'kernels,auto,build,table6,train'])
+    rc = tcgnn.main(
+        [
+            '--out',
+            str(out),
+            '--device',
+            'cpu',
+            '--quick',
+            '--graphs',
+            'tiny',
+            '--train-graphs',
+            'tiny',
+            '--sections',
+            'kernels,auto,build,table6,train',
+        ]
+    )
     assert rc == 0
     recs = _records(out)
     assert recs[0]['kind'] == 'env' and recs[0]['device'] == 'cpu'
@@ -46,11 +60,12 @@ def test_quick_cpu_sections_write_records_and_report(tmp_path):
         assert r['graph'] == 'tiny' and r['edges'] == 20_000
         assert r['blocks'] <= r['blocks_without_sgt'] and r['nnz_per_block'] > 0
 
-    for kind, impls in (('spmm', (BASE, 'csr', 'tcu', 'tcu_tf32', 'pyg')),
-                        ('sddmm', ('csr', 'tcu', 'tcu_tf32', 'pyg'))):
+    for kind, impls in (
+        ('spmm', (BASE, 'csr', 'tcu', 'tcu_tf32', 'pyg')),
+        ('sddmm', ('csr', 'tcu', 'tcu_tf32', 'pyg')),
+    ):
         rs = by(kind)
-        assert [(r['order'], r['F'], r['dtype']) for r in rs] == [('native', 16, 'float32'),
-                                                                   ('rcm', 16, 'float32')]
+        assert [(r['order'], r['F'], r['dtype']) for r in rs] == [('native', 16, 'float32'), ('rcm', 16, 'float32')]
         for r in rs:
             for i in impls:
                 assert r[f'{i}_ms'] > 0, (kind, i, r.get(f'{i}_error'))
@@ -84,9 +99,16 @@ def test_quick_cpu_sections_write_records_and_report(tmp_path):
             assert r['loss_diff_vs_pyg'] < 1e-4 and r['speedup_vs_pyg'] > 0
 
     md = (out / 'tcgnn.md').read_text()
-    for title in ('## SGT statistics', '## SpMM', '### Where tensor cores lose', '## SDDMM',
-                  "## Warps per CTA and backend='auto'", '## SGT build cost', '## TC-GNN Table 6',
-                  '## Training epoch'):
+    for title in (
+        '## SGT statistics',
+        '## SpMM',
+        '### Where tensor cores lose',
+        '## SDDMM',
+        "## Warps per CTA and backend='auto'",
+        '## SGT build cost',
+        '## TC-GNN Table 6',
+        '## Training epoch',
+    ):
         assert title in md, title
     pytest.importorskip('matplotlib')
     assert (out / 'tcgnn.png').stat().st_size > 0
@@ -94,9 +116,26 @@ def test_quick_cpu_sections_write_records_and_report(tmp_path):
 
 def test_accuracy_section_on_cora(tmp_path, cora_root):
     out = tmp_path / 'out'
-    rc = tcgnn.main(['--out', str(out), '--device', 'cpu', '--sections', 'accuracy', '--datasets', 'cora',
-                     '--epochs', '3', '--seeds', '1', '--data-root', str(cora_root),
-                     '--cache-dir', str(tmp_path / 'cache')])
+    rc = tcgnn.main(
+        [
+            '--out',
+            str(out),
+            '--device',
+            'cpu',
+            '--sections',
+            'accuracy',
+            '--datasets',
+            'cora',
+            '--epochs',
+            '3',
+            '--seeds',
+            '1',
+            '--data-root',
+            str(cora_root),
+            '--cache-dir',
+            str(tmp_path / 'cache'),
+        ]
+    )
     assert rc == 0
     recs = [r for r in _records(out) if r['kind'] == 'accuracy']
     assert [(r['model'], r['impl']) for r in recs] == [(m, i) for m in tcgnn.MODELS for i in tcgnn.ACC_IMPLS]
@@ -111,6 +150,7 @@ def test_accuracy_section_on_cora(tmp_path, cora_root):
 
 def test_edge_fraction_graph_names():
     from pyg_tc.bench.graphs import load_graph, resolve_names
+
     assert resolve_names('tiny@0.5,tiny', []) == ['tiny@0.5', 'tiny']
     full, half = load_graph('tiny', 'cpu'), load_graph('tiny@0.5', 'cpu')
     assert half.num_nodes == full.num_nodes and half.num_edges == full.num_edges // 2

@@ -9,6 +9,7 @@ as errors; these checks need no Sphinx):
 * every results table is a page of the Results section and every plot is
   shown on some page;
 * no markdown heading holds a link (Sphinx's HTML writer fails on one)."""
+
 import importlib
 import pkgutil
 import re
@@ -20,8 +21,11 @@ import pyg_tc
 from ..conftest import REPO_ROOT
 
 DOCS = REPO_ROOT / 'docs'
-DIRECTIVE = re.compile(r'^\.\. (?:auto(?:module|class|function|data|attribute|exception|method)|'
-                       r'py:(?:module|class|function|data|attribute|exception|method))::\s+([\w.]+)', re.M)
+DIRECTIVE = re.compile(
+    r'^\.\. (?:auto(?:module|class|function|data|attribute|exception|method)|'
+    r'py:(?:module|class|function|data|attribute|exception|method))::\s+([\w.]+)',
+    re.M,
+)
 
 
 def _documented() -> set:
@@ -54,10 +58,13 @@ def _resolve(path: str):
 def test_every_public_name_is_in_the_api_reference():
     documented = _documented()
     modules = list(_modules_with_all())
-    assert {'pyg_tc', 'pyg_tc.nn', 'pyg_tc.ops', 'pyg_tc.formats', 'pyg_tc.transforms'} <= \
-        {m.__name__ for m in modules}
-    missing = [f'{mod.__name__}.{name}' for mod in modules for name in mod.__all__
-               if f'{mod.__name__}.{name}' not in documented]
+    assert {'pyg_tc', 'pyg_tc.nn', 'pyg_tc.ops', 'pyg_tc.formats', 'pyg_tc.transforms'} <= {m.__name__ for m in modules}
+    missing = [
+        f'{mod.__name__}.{name}'
+        for mod in modules
+        for name in mod.__all__
+        if f'{mod.__name__}.{name}' not in documented
+    ]
     assert not missing, f'not in docs/api/*.rst: {missing}'
 
 
@@ -96,6 +103,10 @@ def test_no_link_in_a_heading():
     download reference there, on which Sphinx's HTML writer fails with
     ``KeyError: 'anchorname'``. Link from the paragraph below the heading."""
     heading = re.compile(r'^#{1,6} .*\]\(', re.M)
-    bad = [f'{p.relative_to(REPO_ROOT)}: {m.group(0)}' for p in sorted(DOCS.rglob('*.md'))
-           if '_build' not in p.parts for m in heading.finditer(p.read_text())]
+    bad = [
+        f'{p.relative_to(REPO_ROOT)}: {m.group(0)}'
+        for p in sorted(DOCS.rglob('*.md'))
+        if '_build' not in p.parts
+        for m in heading.finditer(p.read_text())
+    ]
     assert not bad, bad

@@ -8,6 +8,7 @@
 
 ``docs/conf.py`` imports Sphinx: these tests skip where it is not installed
 (``pip install -e ".[docs]"``)."""
+
 import ast
 import importlib.util
 import re
@@ -42,7 +43,7 @@ def test_tutorial_page_shows_the_text_once(script):
 def test_listed_code_is_the_script_without_its_docstring(conf, script):
     text = script.read_text()
     start = conf.code_start(script)
-    shown = '\n'.join(text.splitlines()[start - 1:])
+    shown = '\n'.join(text.splitlines()[start - 1 :])
     doc = ast.get_docstring(ast.parse(text))
     assert doc and doc.splitlines()[0] not in shown
     assert shown.lstrip() == shown  # starts at code, not at a blank line
@@ -58,13 +59,13 @@ def test_code_start_without_a_docstring(conf, tmp_path):
 
 def test_pages_loading_remote_scripts_fail_the_build(conf, tmp_path):
     from sphinx.errors import ExtensionError
+
     (tmp_path / 'api').mkdir()
     page = tmp_path / 'api' / 'nn.html'
     app = SimpleNamespace(outdir=str(tmp_path), builder=SimpleNamespace(format='html'))
     page.write_text('<script defer="defer" src="../_static/mathjax/tex-chtml.js"></script>')
     conf._no_remote_scripts(app, None)
-    page.write_text('<script async="async" src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js">'
-                    '</script>')
+    page.write_text('<script async="async" src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"></script>')
     with pytest.raises(ExtensionError, match=re.escape('api/nn.html')):
         conf._no_remote_scripts(app, None)
     conf._no_remote_scripts(app, RuntimeError('an earlier failure'))  # nothing to check then

@@ -8,24 +8,33 @@
 * Each results page (``docs/results/*.md``) opens with a run block naming its
   GPU, driver, torch and CUDA versions, date and commit ("not recorded" where a
   field was not recorded at the time)."""
+
 import re
 
 import pytest
 
 from ..conftest import REPO_ROOT
 
-PAGES = sorted([REPO_ROOT / 'README.md', REPO_ROOT / 'benchmarks' / 'README.md',
-                *(REPO_ROOT / 'docs').rglob('*.md'), *(REPO_ROOT / 'docs').rglob('*.rst'),
-                # the tutorials' and the package's docstrings are pages too (the site renders them)
-                REPO_ROOT / 'tutorials' / 'README.md', *(REPO_ROOT / 'tutorials').glob('*.py'),
-                *(REPO_ROOT / 'pyg_tc').rglob('*.py'), *(REPO_ROOT / 'benchmarks').glob('*.py')])
+PAGES = sorted(
+    [
+        REPO_ROOT / 'README.md',
+        REPO_ROOT / 'benchmarks' / 'README.md',
+        *(REPO_ROOT / 'docs').rglob('*.md'),
+        *(REPO_ROOT / 'docs').rglob('*.rst'),
+        # the tutorials' and the package's docstrings are pages too (the site renders them)
+        REPO_ROOT / 'tutorials' / 'README.md',
+        *(REPO_ROOT / 'tutorials').glob('*.py'),
+        *(REPO_ROOT / 'pyg_tc').rglob('*.py'),
+        *(REPO_ROOT / 'benchmarks').glob('*.py'),
+    ]
+)
 PAGES = [p for p in PAGES if '_build' not in p.parts]
 INTERNAL = {
     'an issue number': r'\b[Ii]ssue \d+|\(issue\b',
     '"blocked"': r'\b[Bb]locked\b',
     'a path outside the repository': r'\.\./shared\b',
     'a particular remote runner': r'device_run\.sh|\$OUT\b|\.device_data|PYG_TC_SHARED|nvidia-h[12]00-x'
-                                  r'|device (?:tool|call)',
+    r'|device (?:tool|call)',
     'a working session': r'\b(?:this|previous|last|next) session\b',
     'a requirement number': r'\b[Rr]equirement \d',
 }
@@ -43,8 +52,11 @@ FIELDS = {
 @pytest.mark.parametrize('page', PAGES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_pages_hold_no_internal_references(page):
     text = page.read_text()
-    found = [f'{page.relative_to(REPO_ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {what}: {m.group(0)!r}'
-             for what, pattern in INTERNAL.items() for m in re.finditer(pattern, text)]
+    found = [
+        f'{page.relative_to(REPO_ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {what}: {m.group(0)!r}'
+        for what, pattern in INTERNAL.items()
+        for m in re.finditer(pattern, text)
+    ]
     assert not found, '\n'.join(found)
 
 
@@ -55,7 +67,7 @@ def run_block(text: str) -> dict:
     body = [line for line in lines[1:6] if line.strip()]
     assert body[:2] == ['| run | |', '|---|---|'], 'the run block follows the title'
     rows = {}
-    for line in lines[lines.index('|---|---|') + 1:]:
+    for line in lines[lines.index('|---|---|') + 1 :]:
         if not line.startswith('|'):
             break
         key, value = (c.strip() for c in line.strip('|').split('|', 1))

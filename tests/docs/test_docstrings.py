@@ -1,5 +1,6 @@
 """Every public module, class, function and method of pyg_tc has a docstring
 (names without a leading underscore, defined in that module)."""
+
 import importlib
 import inspect
 import pkgutil
@@ -47,14 +48,33 @@ def test_layers_follow_pygs_layout_with_backend():
 #: public objects without a tensor going in or out (configuration, data objects, loaders,
 #: transforms of ``Data``): ``Args:`` only
 NO_TENSOR_IO = {
-    'pyg_tc.ops.sgt_of', 'pyg_tc.ops.choose_backend', 'pyg_tc.ops.check_k', 'pyg_tc.ops.ensure',
-    'pyg_tc.ops.sampled_aggregation', 'pyg_tc.transforms.DegreeBucketTransform', 'pyg_tc.transforms.CBSRTransform',
-    'pyg_tc.transforms.ReorderTransform', 'pyg_tc.transforms.SGTTransform', 'pyg_tc.transforms.CapNeighbors',
-    'pyg_tc.loader.NeighborSampler', 'pyg_tc.loader.NeighborLoader', 'pyg_tc.loader.LinkNeighborLoader',
-    'pyg_tc.loader.PadToBuckets', 'pyg_tc.loader.Bucket', 'pyg_tc.loader.buckets_from_batches',
-    'pyg_tc.loader.buckets_from_fanouts', 'pyg_tc.loader.CapturedStep', 'pyg_tc.loader.PadHops',
-    'pyg_tc.loader.HopBucket', 'pyg_tc.loader.PadGraphs', 'pyg_tc.loader.GraphBucket', 'pyg_tc.loader.graph_buckets',
-    'pyg_tc.loader.GraphLoader', 'pyg_tc.loader.padding', 'pyg_tc.loader.padding_aware'}
+    'pyg_tc.ops.sgt_of',
+    'pyg_tc.ops.choose_backend',
+    'pyg_tc.ops.check_k',
+    'pyg_tc.ops.ensure',
+    'pyg_tc.ops.sampled_aggregation',
+    'pyg_tc.transforms.DegreeBucketTransform',
+    'pyg_tc.transforms.CBSRTransform',
+    'pyg_tc.transforms.ReorderTransform',
+    'pyg_tc.transforms.SGTTransform',
+    'pyg_tc.transforms.CapNeighbors',
+    'pyg_tc.loader.NeighborSampler',
+    'pyg_tc.loader.NeighborLoader',
+    'pyg_tc.loader.LinkNeighborLoader',
+    'pyg_tc.loader.PadToBuckets',
+    'pyg_tc.loader.Bucket',
+    'pyg_tc.loader.buckets_from_batches',
+    'pyg_tc.loader.buckets_from_fanouts',
+    'pyg_tc.loader.CapturedStep',
+    'pyg_tc.loader.PadHops',
+    'pyg_tc.loader.HopBucket',
+    'pyg_tc.loader.PadGraphs',
+    'pyg_tc.loader.GraphBucket',
+    'pyg_tc.loader.graph_buckets',
+    'pyg_tc.loader.GraphLoader',
+    'pyg_tc.loader.padding',
+    'pyg_tc.loader.padding_aware',
+}
 
 
 def test_public_api_documents_its_arguments_and_shapes():

@@ -1,6 +1,7 @@
 """``benchmarks/gpu_run.sh``: its arguments, what it records and which commands
 each suite runs. No GPU here: ``nvidia-smi`` and the Python interpreter are
 stand-ins that record how they were called (``PYTHON`` selects the interpreter)."""
+
 import os
 import shutil
 import stat
@@ -26,22 +27,28 @@ def fake_gpu(tmp_path):
     PYG_TC_DATA, fails when asked to run the benchmark (`-m pyg_tc bench`) and FAIL_BENCH is set."""
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()
-    _stub(bin_dir / 'nvidia-smi', 'if [ "$1" = -L ]; then echo "GPU 0: Fake"; else\n'
-          'echo "name, driver_version, memory.total [MiB], clocks.current.sm [MHz], clocks.current.memory [MHz]"\n'
-          'echo "NVIDIA Fake GPU, 999.99.99, 81559 MiB, 1980 MHz, 2619 MHz"; fi\n')
+    _stub(
+        bin_dir / 'nvidia-smi',
+        'if [ "$1" = -L ]; then echo "GPU 0: Fake"; else\n'
+        'echo "name, driver_version, memory.total [MiB], clocks.current.sm [MHz], clocks.current.memory [MHz]"\n'
+        'echo "NVIDIA Fake GPU, 999.99.99, 81559 MiB, 1980 MHz, 2619 MHz"; fi\n',
+    )
     log = tmp_path / 'python_calls.log'
-    python = _stub(bin_dir / 'fakepython',
-                   f'echo "$* | data=${{PYG_TC_DATA:-}}" >> {log}\n'
-                   'case "$*" in "-m pyg_tc bench"*) [ -n "${FAIL_BENCH:-}" ] && exit 3;; esac\n'
-                   'case "$*" in -c*) echo "{}";; esac\nexit 0\n')
+    python = _stub(
+        bin_dir / 'fakepython',
+        f'echo "$* | data=${{PYG_TC_DATA:-}}" >> {log}\n'
+        'case "$*" in "-m pyg_tc bench"*) [ -n "${FAIL_BENCH:-}" ] && exit 3;; esac\n'
+        'case "$*" in -c*) echo "{}";; esac\nexit 0\n',
+    )
     env = {k: v for k, v in os.environ.items() if not k.endswith('_ARGS') and k != 'PYG_TC_DATA'}
     env.update(PATH=f'{bin_dir}:{env["PATH"]}', PYTHON=str(python))
     return env, log
 
 
 def run(args, env):
-    return subprocess.run(['bash', str(SCRIPT), *args], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ['bash', str(SCRIPT), *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_usage_and_bad_arguments(fake_gpu, tmp_path):

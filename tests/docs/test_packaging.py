@@ -5,6 +5,7 @@ nothing of the checkout's ``benchmarks/`` package.
 Built from a copy of the sources the wheel needs (setuptools writes build/
 and *.egg-info next to them) without build isolation (offline, with the
 installed setuptools; skipped where it predates SPDX license expressions)."""
+
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,12 @@ def wheel(tmp_path_factory):
     for name in ('pyg_tc', 'kernels', 'benchmarks'):  # what the wheel is built from, and what it must leave out
         shutil.copytree(REPO_ROOT / name, src / name, ignore=shutil.ignore_patterns('__pycache__'))
     out = tmp_path_factory.mktemp('wheel')
-    r = subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation',
-                        '-q', '-w', str(out), str(src)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation', '-q', '-w', str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (path,) = out.glob('pyg_tc-*.whl')
     return zipfile.ZipFile(path)

@@ -1,5 +1,6 @@
 """The README's usage example runs as written (on the CPU reference here, on
 the kernels on a GPU) and matches PyG's GCNConv with the same weights."""
+
 import re
 
 import torch
@@ -18,6 +19,7 @@ def test_readme_example_runs(tmp_path, monkeypatch, capsys):
     exec(compile(code, 'README.md', 'exec'), scope)
     assert not any(tmp_path.iterdir())  # wrote nothing
     import pyg_tc
+
     info = pyg_tc.info(build=False)
     printed = capsys.readouterr().out
     assert printed.startswith(info['backend'])
@@ -26,6 +28,7 @@ def test_readme_example_runs(tmp_path, monkeypatch, capsys):
     out, data = scope['out'], scope['data']
     assert out.shape == (data.num_nodes, scope['dataset'].num_classes)
     import torch_geometric.nn as pyg_nn
+
     ref1 = pyg_nn.GCNConv(data.num_features, 16).to(data.x.device)
     ref2 = pyg_nn.GCNConv(16, scope['dataset'].num_classes).to(data.x.device)
     ref1.load_state_dict(scope['conv1'].state_dict())

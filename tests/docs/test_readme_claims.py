@@ -6,6 +6,7 @@ that states a measurement (a ratio ``28.5x``, a percentage, ``ms``, ``MiB`` or
 every such number must be found in one of the files it links, rounded half-up
 to the digits the README writes (``28.5x`` matches the file's ``28.45``; ``29x``
 would not match ``28.45``)."""
+
 import re
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -16,8 +17,7 @@ from ..conftest import REPO_ROOT
 README = REPO_ROOT / 'README.md'
 RESULTS_LINK = re.compile(r'\]\((docs/results/[^)#\s]+)\)')
 # 28.5x / 1.25x (no space before x: '4 x 32' is a shape), 8.1%, 9.79 ms, 4,299 MiB, 0.33 points
-CLAIM_NUMBER = re.compile(
-    r'(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?:x\b|%|\s(?:ms|MiB|points)\b)')
+CLAIM_NUMBER = re.compile(r'(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?:x\b|%|\s(?:ms|MiB|points)\b)')
 FILE_NUMBER = re.compile(r'(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?')
 
 
@@ -33,8 +33,9 @@ def claims(text: str):
             continue
         if fenced:
             continue
-        new_unit = (not line.strip() or line.startswith('|') or line.lstrip().startswith(('* ', '- '))
-                    or line.startswith('#'))
+        new_unit = (
+            not line.strip() or line.startswith('|') or line.lstrip().startswith(('* ', '- ')) or line.startswith('#')
+        )
         if new_unit and cur:
             out.append((start, '\n'.join(cur)))
             cur = []
@@ -91,14 +92,17 @@ def test_readme_numbers_match_the_results_files_they_cite():
     assert not problems, '\n'.join(problems)
 
 
-@pytest.mark.parametrize('claim, ok', [
-    ('28.5x', True),    # 28.45 rounded half-up to one decimal
-    ('28.45x', True),
-    ('29x', False),     # 28.45 rounds to 28
-    ('28.4x', False),
-    ('4,299 MiB', True),
-    ('1.2 ms', False),
-])
+@pytest.mark.parametrize(
+    'claim, ok',
+    [
+        ('28.5x', True),  # 28.45 rounded half-up to one decimal
+        ('28.45x', True),
+        ('29x', False),  # 28.45 rounds to 28
+        ('28.4x', False),
+        ('4,299 MiB', True),
+        ('1.2 ms', False),
+    ],
+)
 def test_the_check_rounds_as_written(tmp_path, claim, ok):
     results = tmp_path / 'docs' / 'results'
     results.mkdir(parents=True)

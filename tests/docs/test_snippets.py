@@ -2,6 +2,7 @@
 kernels on a GPU). Blocks are fragments of a user's program: each runs in a
 fresh scope holding the names they assume (a small graph with a hub row,
 features, a model), so a renamed argument or a removed function fails here."""
+
 import re
 
 import pytest
@@ -24,6 +25,7 @@ class _Net(torch.nn.Module):
     def __init__(self, cin: int, cout: int):
         super().__init__()
         import pyg_tc
+
         self.c1, self.c2 = pyg_tc.nn.GCNConv(cin, 16), pyg_tc.nn.GCNConv(16, cout)
 
     def forward(self, x, edge_index):
@@ -34,18 +36,32 @@ def _scope() -> dict:
     import torch.nn.functional as F
     from torch_geometric.data import Data
     import pyg_tc
+
     g = torch.Generator().manual_seed(0)
     n, cin, cout, classes = 60, 16, 8, 4
     ei = torch.randint(0, n, (2, 400), generator=g)
     ei = torch.cat([ei, torch.stack([torch.arange(1, n), torch.zeros(n - 1, dtype=torch.long)])], 1)  # a hub
     x = torch.randn(n, cin, generator=g)
     y = torch.randint(0, classes, (n,), generator=g)
-    return dict(torch=torch, F=F, pyg_tc=pyg_tc, x=x, edge_index=ei, y=y,
-                data=Data(x=x, edge_index=ei, y=y, num_nodes=n),
-                in_channels=cin, out_channels=cout, in_ch=cin, out_ch=cout, classes=classes,
-                a=torch.randn(n, 8, generator=g), b=torch.randn(n, 8, generator=g),
-                h=torch.randn(n, 256, generator=g), lin=torch.nn.Linear(256, 256),
-                model=_Net(cin, classes))
+    return dict(
+        torch=torch,
+        F=F,
+        pyg_tc=pyg_tc,
+        x=x,
+        edge_index=ei,
+        y=y,
+        data=Data(x=x, edge_index=ei, y=y, num_nodes=n),
+        in_channels=cin,
+        out_channels=cout,
+        in_ch=cin,
+        out_ch=cout,
+        classes=classes,
+        a=torch.randn(n, 8, generator=g),
+        b=torch.randn(n, 8, generator=g),
+        h=torch.randn(n, 256, generator=g),
+        lin=torch.nn.Linear(256, 256),
+        model=_Net(cin, classes),
+    )
 
 
 @pytest.mark.filterwarnings('ignore::UserWarning')  # autocast / GradScaler on a CPU-only machine

@@ -1,4 +1,5 @@
 """TCEdgeIndex (the adjacency carrying its format) and get_graph caching."""
+
 from __future__ import annotations
 
 import io
@@ -12,8 +13,19 @@ from pyg_tc.formats import CSRGraph, TCEdgeIndex, attach, clear_graph, get_graph
 from pyg_tc.formats.carrier import _ATTR
 from pyg_tc.ops import sddmm, spmm
 
-from ..conftest import (DEVICES, to_adj_t, assert_close_ref, cuda_only, edge_weights, features, make_graph,
-                        random_graph, sddmm_oracle, spmm_magnitude, spmm_oracle)
+from ..conftest import (
+    DEVICES,
+    to_adj_t,
+    assert_close_ref,
+    cuda_only,
+    edge_weights,
+    features,
+    make_graph,
+    random_graph,
+    sddmm_oracle,
+    spmm_magnitude,
+    spmm_oracle,
+)
 
 
 def carried(t) -> CSRGraph:
@@ -113,8 +125,14 @@ def test_batch_gives_plain_edge_index(device):
     graphs = []
     for i, (n, e) in enumerate([(20, 60), (13, 30), (25, 90)]):
         ei = random_graph(n, n, e, seed=60 + i, device=device)
-        graphs.append(Data(x=features(n, 6, device=device, seed=i), edge_index=attach(ei, n),
-                           edge_weight=edge_weights(e, device=device, seed=i), num_nodes=n))
+        graphs.append(
+            Data(
+                x=features(n, 6, device=device, seed=i),
+                edge_index=attach(ei, n),
+                edge_weight=edge_weights(e, device=device, seed=i),
+                num_nodes=n,
+            )
+        )
     b = Batch.from_data_list(graphs)
     assert type(b.edge_index) is EdgeIndex  # a batch is another graph
     assert getattr(b.edge_index, _ATTR, None) is None
@@ -163,8 +181,7 @@ def test_in_place_edit_rebuilds(device):
     # an edit through a view is seen too (views share the version counter)
     ei[0][:50] = 3
     assert get_graph(ei, size=(n, n))[0] is not g2
-    assert_close_ref(spmm(x, ei, w), spmm_oracle(x, ei, n, w), spmm_magnitude(x, ei, n, w),
-                     x.dtype)
+    assert_close_ref(spmm(x, ei, w), spmm_oracle(x, ei, n, w), spmm_magnitude(x, ei, n, w), x.dtype)
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -205,8 +222,7 @@ def test_flows_do_not_clobber_attached_graph(device):
     x = features(n, 4, device=device)
     first = spmm(x, t)
     rev = spmm(x, t, flow='target_to_source')
-    assert_close_ref(rev, spmm_oracle(x, ei.flip(0), n), spmm_magnitude(x, ei.flip(0), n),
-                     x.dtype)
+    assert_close_ref(rev, spmm_oracle(x, ei.flip(0), n), spmm_magnitude(x, ei.flip(0), n), x.dtype)
     again = spmm(x, t)
     assert torch.equal(first, again)
 

@@ -1,5 +1,6 @@
 """CBSR format: the CPU emulation of the SpGEMM / SSpMM kernels (same units,
 slots and reduction order) against the reference, and CBSRTransform."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,9 +40,12 @@ def test_emulation_matches_reference(kind, chunk, F, k):
         out = emulate_cbsr_spmm(g, x, w, 'sum', diag=d)
         torch.testing.assert_close(out, spmm_graph(g, dense, w, 'sum', diag=d), rtol=1e-5, atol=1e-5)
         G = features(nd, F, seed=6)
-        torch.testing.assert_close(emulate_cbsr_sspmm(g, G, x.indices, w, 'sum', diag=d),
-                                   cbsr_sspmm_reference(g.rowptr, g.col, w, G, x.indices, d, 'sum'),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            emulate_cbsr_sspmm(g, G, x.indices, w, 'sum', diag=d),
+            cbsr_sspmm_reference(g.rowptr, g.col, w, G, x.indices, d, 'sum'),
+            rtol=1e-5,
+            atol=1e-5,
+        )
 
 
 def test_emulation_exposes_a_broken_schedule():

@@ -1,4 +1,5 @@
 """CSRGraph construction, schedules, validation and movement."""
+
 from __future__ import annotations
 
 import copy
@@ -30,10 +31,14 @@ def check_schedule_direct(s: Schedule, rowptr: torch.Tensor, chunk: int) -> None
     # every edge in exactly one unit
     lens = end - start
     if E:
-        edge = torch.repeat_interleave(start, lens) + torch.arange(int(lens.sum())) - \
-            torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
-        assert torch.equal(torch.bincount(edge, minlength=E), torch.ones(E, dtype=torch.long)), \
+        edge = (
+            torch.repeat_interleave(start, lens)
+            + torch.arange(int(lens.sum()))
+            - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
+        )
+        assert torch.equal(torch.bincount(edge, minlength=E), torch.ones(E, dtype=torch.long)), (
             'an edge is scheduled zero or several times'
+        )
     # ceil(deg / chunk) units per row, at least one (isolated rows are written as 0)
     want = torch.clamp((deg + chunk - 1) // chunk, min=1)
     assert torch.equal(torch.bincount(row, minlength=R), want)
@@ -135,8 +140,9 @@ def test_from_csr(device):
 @pytest.mark.parametrize('chunk', [1, 3, 128])
 def test_build_schedule_edge_cases(chunk):
     # zero rows, only empty rows, a row of exactly chunk and chunk + 1 edges
-    check_schedule_direct(build_schedule(torch.zeros(1, dtype=torch.int32), chunk),
-                          torch.zeros(1, dtype=torch.int32), chunk)
+    check_schedule_direct(
+        build_schedule(torch.zeros(1, dtype=torch.int32), chunk), torch.zeros(1, dtype=torch.int32), chunk
+    )
     rp = torch.zeros(6, dtype=torch.int32)
     check_schedule_direct(build_schedule(rp, chunk), rp, chunk)
     rp = torch.tensor([0, chunk, chunk, 2 * chunk + 1, 2 * chunk + 1 + 5 * chunk], dtype=torch.int32)
@@ -177,8 +183,9 @@ def test_build_cpu_equals_cuda(kind, chunk):
         assert torch.equal(a.heavy_rows, b.heavy_rows.cpu())
         assert torch.equal(a.heavy_ptr, b.heavy_ptr.cpu())
         assert a.num_slots == b.num_slots
-        assert torch.equal(build_schedule(cpu.rowptr, chunk).units,
-                           build_schedule(cpu.rowptr.cuda(), chunk).units.cpu())
+        assert torch.equal(
+            build_schedule(cpu.rowptr, chunk).units, build_schedule(cpu.rowptr.cuda(), chunk).units.cpu()
+        )
 
 
 def test_from_coo_errors():
@@ -196,13 +203,13 @@ def test_from_coo_errors():
 # ---------------------------------------------------------------------------
 # validate() catches corrupted metadata
 
+
 def _tamper_graph() -> CSRGraph:
     """30 nodes: a heavy row (0, 40 in-edges), a second heavy row (1, 9),
     light rows and an isolated node (29); chunk 4."""
     ei = random_graph(29, 29, 80, seed=51)
     g_ = torch.Generator().manual_seed(52)
-    heavy = torch.stack([torch.randint(0, 29, (49,), generator=g_),
-                         torch.tensor([0] * 40 + [1] * 9)])
+    heavy = torch.stack([torch.randint(0, 29, (49,), generator=g_), torch.tensor([0] * 40 + [1] * 9)])
     ei = torch.cat([ei, heavy], 1)
     g = CSRGraph.from_coo(ei[0], ei[1], 30, 30, chunk=4).validate()
     assert g.sched.heavy_rows.numel() >= 2 and int(g.degree()[29]) == 0
@@ -261,8 +268,7 @@ def _swap_t_perm(g):
     # two transpose positions whose forward edges differ in (row, col)
     rows, cols = g.row(), g.col.long()
     a = 0
-    b = next(i for i in range(1, g.num_edges)
-             if (rows[tp[i]], cols[tp[i]]) != (rows[tp[a]], cols[tp[a]]))
+    b = next(i for i in range(1, g.num_edges) if (rows[tp[i]], cols[tp[i]]) != (rows[tp[a]], cols[tp[a]]))
     tp[a], tp[b] = tp[b].clone(), tp[a].clone()
 
 
@@ -310,6 +316,7 @@ def test_validate_rejects_corruption(case):
 
 # ---------------------------------------------------------------------------
 # transpose, to, stats
+
 
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('kind', ['random', 'hub', 'bipartite', 'empty', 'isolated'])

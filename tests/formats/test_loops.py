@@ -1,6 +1,7 @@
 """The self-loop graph of a graph of static shapes (pyg_tc.formats.loops.static_loop_graph): the arrays
 of the host build (PyG's remove_self_loops + add_self_loops as a CSR, then CSRGraph.pad) on whole-batch
 padded graphs, per-hop padded graphs and their trimmed graphs, built without reading the device."""
+
 from __future__ import annotations
 
 
@@ -54,12 +55,12 @@ def _sampled(device):
     """A per-hop padded batch graph of pyg_tc's loader (self loops and repeated edges included)."""
     from pyg_tc.loader import NeighborLoader
     from torch_geometric.data import Data
+
     g = torch.Generator().manual_seed(3)
     N = 200
     ei = torch.randint(0, N, (2, 1500), generator=g)
     ei[0, :40] = ei[1, :40]
-    loader = NeighborLoader(Data(x=torch.randn(N, 4), edge_index=ei, num_nodes=N), [5, 3], batch_size=16,
-                            device=device)
+    loader = NeighborLoader(Data(x=torch.randn(N, 4), edge_index=ei, num_nodes=N), [5, 3], batch_size=16, device=device)
     torch.manual_seed(0)
     b = next(iter(loader))
     graph = b.edge_index._pyg_tc_graph[1]

@@ -1,6 +1,7 @@
 """Property tests (hypothesis): on any small graph, every schedule is valid
 and the CPU emulation of the kernel's schedule, the op and an independent
 oracle agree."""
+
 import torch
 from hypothesis import given, settings, strategies as st
 
@@ -26,8 +27,7 @@ def graphs(draw):
     F = draw(st.integers(1, 9))
     reduce = draw(st.sampled_from(['sum', 'mean', 'max']))
     weighted = draw(st.booleans())
-    return (torch.tensor([src, dst], dtype=torch.long).view(2, E), num_src, num_dst, chunk, F,
-            reduce, weighted)
+    return (torch.tensor([src, dst], dtype=torch.long).view(2, E), num_src, num_dst, chunk, F, reduce, weighted)
 
 
 @settings(max_examples=60, deadline=None)

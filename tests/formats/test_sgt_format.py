@@ -1,5 +1,6 @@
 """SGT metadata: hand-checked statistics, validate() catches corruption,
 SGTTransform attaches / carries / reports it."""
+
 from __future__ import annotations
 
 import io

@@ -2,6 +2,7 @@
 per bucket, none after the buckets are seen (Dynamo's counters), outputs
 and gradients equal to the eager model's; on CUDA also with
 ``mode='reduce-overhead'`` (CUDA graphs)."""
+
 from __future__ import annotations
 
 import copy
@@ -16,9 +17,12 @@ from pyg_tc.formats import get_graph
 from pyg_tc.loader import NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
 
 
-MAKE = {'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o), 'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o),
-        'gin': lambda i, o: pyg_tc.nn.GINConv(torch.nn.Linear(i, o)),
-        'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False)}
+MAKE = {
+    'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o),
+    'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o),
+    'gin': lambda i, o: pyg_tc.nn.GINConv(torch.nn.Linear(i, o)),
+    'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False),
+}
 
 
 class Net(torch.nn.Module):
@@ -33,8 +37,11 @@ class Net(torch.nn.Module):
 def _loader(device):
     g = torch.Generator().manual_seed(0)
     N = 400
-    data = Data(x=torch.randn(N, 16, generator=g), y=torch.randint(0, 4, (N,), generator=g),
-                edge_index=torch.randint(0, N, (2, 3000), generator=g))
+    data = Data(
+        x=torch.randn(N, 16, generator=g),
+        y=torch.randint(0, 4, (N,), generator=g),
+        edge_index=torch.randint(0, N, (2, 3000), generator=g),
+    )
     loader = NeighborLoader(data, [5, 3], batch_size=32, device=device, shuffle=True)
     torch.manual_seed(1)
     buckets = buckets_from_batches(loader, num_batches=6, levels=2, node_multiple=64, edge_multiple=256)
@@ -83,11 +90,14 @@ def test_compiled_reduce_overhead_cuda(conv):
     _run(conv, 'cuda', mode='reduce-overhead')
 
 
-FULL = {'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o), 'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o, cached=True),
-        'gin': lambda i, o: pyg_tc.nn.GINConv(torch.nn.Linear(i, o)),
-        'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False),
-        'gatv2': lambda i, o: pyg_tc.nn.GATv2Conv(i, o, heads=2, concat=False),
-        'agnn': lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, o), pyg_tc.nn.AGNNConv(requires_grad=True))}
+FULL = {
+    'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o),
+    'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o, cached=True),
+    'gin': lambda i, o: pyg_tc.nn.GINConv(torch.nn.Linear(i, o)),
+    'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False),
+    'gatv2': lambda i, o: pyg_tc.nn.GATv2Conv(i, o, heads=2, concat=False),
+    'agnn': lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, o), pyg_tc.nn.AGNNConv(requires_grad=True)),
+}
 
 
 class FullNet(torch.nn.Module):

@@ -4,6 +4,7 @@ padding, with their edges in CSR order and the CSR attached), tensor for
 tensor and CSR array for CSR array, in the same shuffled order; what it
 cannot store is refused; on CUDA a captured step over them gives the eager
 loop's losses."""
+
 from __future__ import annotations
 
 import copy
@@ -37,8 +38,9 @@ def _assert_same_batch(want, got):
     for key in want.keys():
         a, b = want[key], got[key]
         if isinstance(a, torch.Tensor):
-            assert a.dtype == b.dtype and torch.equal(a.as_subclass(torch.Tensor).cpu(),
-                                                      b.as_subclass(torch.Tensor).cpu()), key
+            assert a.dtype == b.dtype and torch.equal(
+                a.as_subclass(torch.Tensor).cpu(), b.as_subclass(torch.Tensor).cpu()
+            ), key
         else:
             assert a == b, key
     assert (want.num_graphs, want.num_nodes) == (got.num_graphs, got.num_nodes)
@@ -49,8 +51,13 @@ def _assert_same_batch(want, got):
     for s1, s2 in ((g1.sched, g2.sched), (g1.t_sched, g2.t_sched)):
         for u, v in zip(s1, s2):
             assert u == v if isinstance(u, int) else torch.equal(u.cpu(), v.cpu())
-    assert (g1.padded, g1.real_size, g1.static_shapes, g1.chunk, g1.num_rows) == \
-        (g2.padded, g2.real_size, g2.static_shapes, g2.chunk, g2.num_rows)
+    assert (g1.padded, g1.real_size, g1.static_shapes, g1.chunk, g1.num_rows) == (
+        g2.padded,
+        g2.real_size,
+        g2.static_shapes,
+        g2.chunk,
+        g2.num_rows,
+    )
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -60,8 +67,9 @@ def test_device_batches_are_the_collated_batches(device, padding):
     buckets = graph_buckets(DataLoader(data, batch_size=16), num_batches=6, levels=2)
     pad = {'two buckets': PadGraphs(buckets), 'too small': PadGraphs([(3, 64, 64)]), 'none': None}[padding]
     host = GraphLoader(data, batch_size=16, shuffle=True, pad=pad, generator=torch.Generator().manual_seed(3))
-    dev = GraphLoader(data, batch_size=16, shuffle=True, pad=pad, device=device,
-                      generator=torch.Generator().manual_seed(3))
+    dev = GraphLoader(
+        data, batch_size=16, shuffle=True, pad=pad, device=device, generator=torch.Generator().manual_seed(3)
+    )
     assert len(dev) == len(host) == 8
     for _ in range(2):  # two epochs, reshuffled alike
         seen = 0
@@ -104,13 +112,18 @@ def test_captured_step_over_device_batches_equals_the_eager_loop(conv):
     buckets = graph_buckets(DataLoader(data, batch_size=8), num_batches=8, levels=2)
 
     def run(device, captured):
-        loader = GraphLoader(data, batch_size=8, shuffle=True, pad=PadGraphs(buckets), device=device,
-                             generator=torch.Generator().manual_seed(0))
+        loader = GraphLoader(
+            data,
+            batch_size=8,
+            shuffle=True,
+            pad=PadGraphs(buckets),
+            device=device,
+            generator=torch.Generator().manual_seed(0),
+        )
         torch.manual_seed(0)
         model = Net(conv, 'add').cuda()
         opt = torch.optim.Adam(model.parameters(), lr=1e-2, capturable=True)
-        step = pyg_tc.loader.CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.batch,
-                                                                              b.num_graphs))
+        step = pyg_tc.loader.CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.batch, b.num_graphs))
         losses = []
         for _ in range(3):
             for b in loader:
@@ -124,6 +137,7 @@ def test_captured_step_over_device_batches_equals_the_eager_loop(conv):
                 opt.step()
                 losses.append(loss.detach())
         return torch.stack(losses), step.replays
+
     eager, _ = run(None, False)
     captured, replays = run('cuda', True)
     assert replays > 0
@@ -131,8 +145,10 @@ def test_captured_step_over_device_batches_equals_the_eager_loop(conv):
 
 
 def test_graph_attributes_follow_their_graphs():
-    data = [Data(x=torch.full((i + 2, 1), float(i)), edge_index=torch.tensor([[0, 1], [1, 0]]),
-                 y=torch.tensor([i])) for i in range(10)]
+    data = [
+        Data(x=torch.full((i + 2, 1), float(i)), edge_index=torch.tensor([[0, 1], [1, 0]]), y=torch.tensor([i]))
+        for i in range(10)
+    ]
     batch = GraphLoader(data, batch_size=4, shuffle=True, device='cpu').graphs.batch([7, 2, 5])
     assert batch.y.tolist() == [7, 2, 5] and batch.num_graphs == 3
     assert batch.x[:, 0].tolist() == [7.0] * 9 + [2.0] * 4 + [5.0] * 7

@@ -2,6 +2,7 @@
 oracle: bidirectional batches (node and link loaders), a user's own ``n_id`` /
 ``e_id``, NumPy attributes, the order PyG's batches come in, and the
 loader's errors for bad input."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,13 @@ from .test_sampler import _pyg_backend, graph
 def _data(kind: str, seed: int = 3) -> Data:
     ei, N = graph(kind)
     g = torch.Generator().manual_seed(seed)
-    return Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 5, generator=g),
-                y=torch.randint(0, 4, (N,), generator=g), edge_attr=torch.randn(ei.size(1), 3, generator=g))
+    return Data(
+        edge_index=ei,
+        num_nodes=N,
+        x=torch.randn(N, 5, generator=g),
+        y=torch.randint(0, 4, (N,), generator=g),
+        edge_attr=torch.randn(ei.size(1), 3, generator=g),
+    )
 
 
 def _two_way(batch) -> list:
@@ -47,6 +53,7 @@ def _global_edges(batch) -> set:
 # ---------------------------------------------------------------------------
 # subgraph_type='bidirectional'
 
+
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('kind', ['random', 'sparse', 'hub'])
 @pytest.mark.parametrize('fanouts', [[-1, -1], [4, 3]])
@@ -58,6 +65,7 @@ def test_bidirectional_batches_are_two_way(device, kind, fanouts):
     import torch_geometric.nn as pyg_nn
 
     import pyg_tc.nn
+
     data = _data(kind)
     kw = dict(num_neighbors=fanouts, batch_size=16, device=device)
     torch.manual_seed(4)
@@ -99,6 +107,7 @@ def test_bidirectional_equals_pygs_loader(kind, is_sorted):
     from the graph (their coalesced id is any of the copies)."""
     _pyg_backend()
     from torch_geometric.loader import NeighborLoader as PyGLoader
+
     data = _data(kind)
     ei = data.edge_index
     keep = torch.unique(ei[1] * data.num_nodes + ei[0], return_inverse=True)[1]
@@ -108,8 +117,9 @@ def test_bidirectional_equals_pygs_loader(kind, is_sorted):
         order = torch.argsort(data.edge_index[1] * data.num_nodes + data.edge_index[0])
         data.edge_index, data.edge_attr = data.edge_index[:, order], data.edge_attr[order]
     seeds = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(2))[:20]
-    kw = dict(num_neighbors=[5000, 5000], input_nodes=seeds, batch_size=8, subgraph_type='bidirectional',
-              is_sorted=is_sorted)
+    kw = dict(
+        num_neighbors=[5000, 5000], input_nodes=seeds, batch_size=8, subgraph_type='bidirectional', is_sorted=is_sorted
+    )
     ours, ref = list(NeighborLoader(data, **kw, device='cpu')), list(PyGLoader(data, **kw))
     assert len(ours) == len(ref) == 3
     for a, b in zip(ours, ref):
@@ -150,6 +160,7 @@ def test_transform_sampler_output_that_replaces_edges():
     def drop_first_edge(out):
         out.row, out.col, out.edge = out.row[1:], out.col[1:], out.edge[1:]
         return out
+
     data = _data('random')
     torch.manual_seed(1)
     a = next(iter(NeighborLoader(data, [3, 2], batch_size=8, device='cpu')))
@@ -162,6 +173,7 @@ def test_transform_sampler_output_that_replaces_edges():
 
 # ---------------------------------------------------------------------------
 # the user's attributes
+
 
 @pytest.mark.parametrize('device', DEVICES)
 def test_user_n_id_and_e_id_are_kept(device):
@@ -181,6 +193,7 @@ def test_user_n_id_and_e_id_are_kept(device):
 def test_user_ids_equal_pygs_loader():
     _pyg_backend()
     from torch_geometric.loader import NeighborLoader as PyGLoader
+
     data = _data('random')
     data.edge_index = data.edge_index[:, torch.argsort(data.edge_index[1] * data.num_nodes + data.edge_index[0])]
     data.n_id = torch.arange(data.num_nodes).flip(0)
@@ -212,6 +225,7 @@ def test_numpy_attributes_are_gathered(device):
 def test_numpy_attributes_equal_pygs_loader():
     _pyg_backend()
     from torch_geometric.loader import NeighborLoader as PyGLoader
+
     data = _data('random')
     data.feat = data.x.numpy().copy()
     kw = dict(num_neighbors=[5000], input_nodes=torch.arange(8), batch_size=8)
@@ -223,6 +237,7 @@ def test_numpy_attributes_equal_pygs_loader():
 # ---------------------------------------------------------------------------
 # order
 
+
 def test_unsorted_graph_equals_pygs_as_sets():
     """Without ``is_sorted``, covering fan-outs give PyG's batch as sets of
     nodes and edges (pyg-lib's sort by target does not keep the edge order
@@ -230,12 +245,13 @@ def test_unsorted_graph_equals_pygs_as_sets():
     edge (test_sampler.test_batches_equal_pygs_sampler)."""
     _pyg_backend()
     from torch_geometric.loader import NeighborLoader as PyGLoader
+
     data = _data('hub')  # a target of 3,000 in-edges, in random edge order
     kw = dict(num_neighbors=[5000, 5000], input_nodes=torch.arange(0, 40, 3), batch_size=7)
     ours, ref = list(NeighborLoader(data, device='cpu', **kw)), list(PyGLoader(data, **kw))
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref):
-        assert torch.equal(a.n_id[:a.batch_size], b.n_id[:b.batch_size])
+        assert torch.equal(a.n_id[: a.batch_size], b.n_id[: b.batch_size])
         assert set(a.n_id.tolist()) == set(b.n_id.tolist())
         assert _global_edges(a) == _global_edges(b)
         if getattr(b, 'num_sampled_nodes', None) is not None:  # (torch_sparse's path sets none)
@@ -244,6 +260,7 @@ def test_unsorted_graph_equals_pygs_as_sets():
 
 # ---------------------------------------------------------------------------
 # errors
+
 
 def test_loader_input_errors():
     ei, N = graph('random')
@@ -259,8 +276,9 @@ def test_loader_input_errors():
     bad[1, 17] = N + 5
     with pytest.raises(IndexError, match=rf'\[0, {N}\); edge 17 \(target\) is {N + 5}'):
         NeighborLoader(Data(edge_index=bad, num_nodes=N), [3], device='cpu')
-    loader = NeighborLoader(Data(edge_index=ei, num_nodes=N), [3], input_nodes=torch.tensor([4, 9, N + 2, -1]),
-                            batch_size=4, device='cpu')
+    loader = NeighborLoader(
+        Data(edge_index=ei, num_nodes=N), [3], input_nodes=torch.tensor([4, 9, N + 2, -1]), batch_size=4, device='cpu'
+    )
     with pytest.raises(IndexError, match=rf'seed nodes must lie in \[0, {N}\); position 2 is {N + 2}'):
         next(iter(loader))
     with pytest.raises(NotImplementedError, match='heterogeneous'):
@@ -270,8 +288,10 @@ def test_loader_input_errors():
 # ---------------------------------------------------------------------------
 # the sampler on the CPU
 
+
 def _pyg_lib():
     import torch_geometric.typing as t
+
     if not t.WITH_PYG_LIB:
         pytest.skip('pyg-lib (PyG\'s default sampler, optional) is not installed')
 
@@ -286,6 +306,7 @@ def test_cpu_loader_samples_with_pyg_lib(subgraph_type):
     from torch_geometric.loader import NeighborLoader as PyGLoader
 
     import pyg_tc.nn
+
     data = _data('hub')
     kw = dict(num_neighbors=[4, 3], batch_size=16, shuffle=True, subgraph_type=subgraph_type)
     loader = NeighborLoader(data, device='cpu', **kw)
@@ -306,6 +327,7 @@ def test_cpu_loader_samples_with_pyg_lib(subgraph_type):
 
 def test_cpu_sampler_backends():
     import torch_geometric.typing as t
+
     data = _data('random')
     ref = NeighborSampler(data, [3], device='cpu', cpu_sampler='reference')
     assert ref.sampler == 'reference' and 'sampler=reference' in repr(ref)
@@ -314,8 +336,9 @@ def test_cpu_sampler_backends():
     if t.WITH_PYG_LIB or t.WITH_TORCH_SPARSE:
         s = NeighborSampler(data, [3], device='cpu', cpu_sampler='pyg')
         assert s.sampler == 'pyg'
-        loader = NeighborLoader(data, [3], input_nodes=torch.tensor([0, data.num_nodes]), batch_size=2,
-                                device='cpu', cpu_sampler='pyg')
+        loader = NeighborLoader(
+            data, [3], input_nodes=torch.tensor([0, data.num_nodes]), batch_size=2, device='cpu', cpu_sampler='pyg'
+        )
         with pytest.raises(IndexError, match=rf'position 1 is {data.num_nodes}'):  # (PyG's own would crash)
             next(iter(loader))
     else:

@@ -4,6 +4,7 @@ real rows of a padded batch equal to the unpadded batch's, no host
 synchronisation in a layer's forward + backward on a padded batch (on the
 CPU a dispatch mode that rejects every data-dependent op; on CUDA
 ``torch.cuda.set_sync_debug_mode('error')``), and the seed loss."""
+
 from __future__ import annotations
 
 import copy
@@ -33,14 +34,23 @@ class NoHostSync(TorchDispatchMode):
     size depends on the data: what a CUDA-graph capture cannot contain (on
     the CPU, where ``set_sync_debug_mode`` sees nothing). pyg_tc's ops are
     seen as one call each (their own implementations are the kernels)."""
-    BAD = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default,
-           aten._unique2.default, aten.unique_dim.default, aten.bincount.default, aten.unique_consecutive.default}
+
+    BAD = {
+        aten._local_scalar_dense.default,
+        aten.nonzero.default,
+        aten.masked_select.default,
+        aten._unique2.default,
+        aten.unique_dim.default,
+        aten.bincount.default,
+        aten.unique_consecutive.default,
+    }
 
     def __enter__(self):
         self._tolist = torch.Tensor.tolist  # (reads CPU memory without a dispatch)
 
         def tolist(t):
             raise AssertionError('host synchronisation: tolist')
+
         torch.Tensor.tolist = tolist
         return super().__enter__()
 
@@ -52,8 +62,10 @@ class NoHostSync(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in self.BAD:
             raise AssertionError(f'host synchronisation: {func}')
-        if func in (aten.repeat_interleave.Tensor, aten.repeat_interleave.self_Tensor) and \
-                kwargs.get('output_size') is None:
+        if (
+            func in (aten.repeat_interleave.Tensor, aten.repeat_interleave.self_Tensor)
+            and kwargs.get('output_size') is None
+        ):
             raise AssertionError(f'{func} without output_size (data-dependent size)')
         if func is aten.index.Tensor and any(t is not None and t.dtype == torch.bool for t in args[1]):
             raise AssertionError('boolean-mask indexing (data-dependent size)')
@@ -62,8 +74,13 @@ class NoHostSync(TorchDispatchMode):
 
 def test_no_host_sync_mode_catches_what_it_should():
     t = torch.arange(5)
-    for bad in (lambda: int(t.sum()), lambda: t.nonzero(), lambda: t[t > 2], lambda: t.tolist(),
-                lambda: torch.repeat_interleave(t, t)):
+    for bad in (
+        lambda: int(t.sum()),
+        lambda: t.nonzero(),
+        lambda: t[t > 2],
+        lambda: t.tolist(),
+        lambda: torch.repeat_interleave(t, t),
+    ):
         with pytest.raises(AssertionError), NoHostSync():
             bad()
 
@@ -76,7 +93,7 @@ def test_pad_graph_invariants(kind, extra):
     R, E = N + extra[0], ei.size(1) + extra[1]
     p = g.pad(R, E).validate()
     assert (p.num_rows, p.num_cols, p.num_edges, p.padded, p.real_size) == (R, R, E, True, (N, ei.size(1)))
-    assert torch.equal(p.rowptr[:N + 1], g.rowptr) and bool((p.rowptr[N:] == ei.size(1)).all())
+    assert torch.equal(p.rowptr[: N + 1], g.rowptr) and bool((p.rowptr[N:] == ei.size(1)).all())
     assert torch.equal(p.degree()[:N], g.degree()) and not bool(p.degree()[N:].any())
     q = -(-E // p.chunk)
     for s, rp in ((p.sched, p.rowptr), (p.t_sched, p.t_rowptr)):
@@ -94,9 +111,12 @@ def test_pad_graph_invariants(kind, extra):
     # emulation sums a hub's chunks in another order than the reference (fp32: atol for the hub's sums)
     for t in (False, True):
         for reduce in ('sum', 'mean', 'max'):
-            torch.testing.assert_close(emulate_csr_spmm(p, x, reduce=reduce, transpose=t),
-                                       pyg_tc.ops.spmm(x, p.transpose() if t else p, reduce=reduce),
-                                       atol=1e-4, rtol=1e-5)
+            torch.testing.assert_close(
+                emulate_csr_spmm(p, x, reduce=reduce, transpose=t),
+                pyg_tc.ops.spmm(x, p.transpose() if t else p, reduce=reduce),
+                atol=1e-4,
+                rtol=1e-5,
+            )
     logits, xh = torch.randn(E, 2, generator=gen), torch.randn(R, 2, 3, generator=gen)
     emu, _ = emulate_attention(p, xh, logits)
     alpha, n = edge_softmax(p, logits), ei.size(1)  # (padding slots: 0)
@@ -114,8 +134,13 @@ def _data(seed=0, N=300, E=2000, loops=True):
     ei = torch.randint(0, N, (2, E), generator=g)
     if loops:  # self loops and a repeated edge, as real graphs have
         ei = torch.cat([ei, torch.tensor([[5, 7, 9, 9], [5, 7, 3, 3]])], 1)
-    return Data(x=torch.randn(N, 13, generator=g), y=torch.randint(0, 5, (N,), generator=g), edge_index=ei,
-                edge_attr=torch.randn(ei.size(1), 3, generator=g), edge_weight=torch.rand(ei.size(1), generator=g))
+    return Data(
+        x=torch.randn(N, 13, generator=g),
+        y=torch.randint(0, 5, (N,), generator=g),
+        edge_index=ei,
+        edge_attr=torch.randn(ei.size(1), 3, generator=g),
+        edge_weight=torch.rand(ei.size(1), generator=g),
+    )
 
 
 def _batches(device, n=3, self_loops=True, **kw):
@@ -149,7 +174,7 @@ def test_buckets():
 
 
 def test_padded_batch_fields():
-    (b, p), = _batches('cpu', n=1)
+    ((b, p),) = _batches('cpu', n=1)
     n, E = b.num_nodes, b.edge_index.size(1)
     N, P = p.bucket
     assert (p.num_nodes, p.x.size(0), p.y.size(0), p.n_id.size(0)) == (N, N, N, N)
@@ -211,7 +236,7 @@ def test_maxk_models_equal_on_real_rows(conv, device):
     model = MaxKGNN(conv, 13, 32, 5, num_layers=3, k=8, dropout=0.0).to(device)
     for b, p in _batches(device, self_loops=False):
         out, pout = model(b.x, b.edge_index), model(p.x, p.edge_index)
-        torch.testing.assert_close(pout[:b.num_nodes], out, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(pout[: b.num_nodes], out, atol=1e-5, rtol=1e-5)
         g1 = torch.autograd.grad(seed_loss(out, b), list(model.parameters()))
         g2 = torch.autograd.grad(seed_loss(pout, p), list(model.parameters()))
         for a, c in zip(g2, g1):
@@ -233,7 +258,7 @@ def test_no_host_sync_on_padded_batches(name):
     with NoHostSync():
         out = _call(name, layer, bare)
         seed_loss(out, bare).backward()
-    torch.testing.assert_close(out[:b.num_nodes], _call(name, layer, b))  # the real rows: the unpadded batch's
+    torch.testing.assert_close(out[: b.num_nodes], _call(name, layer, b))  # the real rows: the unpadded batch's
 
 
 @pytest.mark.cuda
@@ -252,11 +277,11 @@ def test_no_host_sync_on_padded_batches_cuda(name):
 
 
 def test_seed_loss_is_pygs_loss():
-    (b, p), = _batches('cpu', n=1)
+    ((b, p),) = _batches('cpu', n=1)
     out = torch.randn(p.num_nodes, 5)
-    ref = torch.nn.functional.cross_entropy(out[:b.batch_size], b.y[:b.batch_size])
+    ref = torch.nn.functional.cross_entropy(out[: b.batch_size], b.y[: b.batch_size])
     torch.testing.assert_close(seed_loss(out, p), ref)
-    torch.testing.assert_close(seed_loss(out[:b.num_nodes], b), ref)
+    torch.testing.assert_close(seed_loss(out[: b.num_nodes], b), ref)
     p.seed_mask[3:] = False  # a short last batch: only its real seeds count
     torch.testing.assert_close(seed_loss(out, p), torch.nn.functional.cross_entropy(out[:3], b.y[:3]))
 
@@ -267,6 +292,7 @@ def test_agnn_graph_without_loops_of_a_padded_graph(kind):
     same real edges remain (not none: every position is listed there, loops
     by their row), and no padding slot becomes an edge."""
     from pyg_tc.nn.agnn import _without_loops
+
     ei, N = graph(kind)
     ei = torch.cat([ei, torch.arange(0, N, 3).repeat(2, 1)], 1)  # some self loops
     g = CSRGraph.from_coo(ei[0], ei[1], N, N)
@@ -274,6 +300,7 @@ def test_agnn_graph_without_loops_of_a_padded_graph(kind):
 
     def edges(h):
         return sorted(zip(h.row().tolist(), h.col.tolist()))
+
     want = edges(_without_loops(g))
     assert want and len(want) < g.num_edges
     got = _without_loops(p)

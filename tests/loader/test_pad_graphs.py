@@ -4,6 +4,7 @@ PyG batch (GIN, GCN, GAT; add, mean and max readouts); the padding is where
 the module doc says; GraphLoader pads in its collate function, in worker
 processes too, with the CSR attached; a batch larger than every bucket comes
 unpadded; CapturedStep's default loss is the graph loss."""
+
 from __future__ import annotations
 
 import copy
@@ -20,10 +21,13 @@ from pyg_tc.formats import has_graph
 from pyg_tc.loader import GraphBucket, GraphLoader, PadGraphs, graph_buckets, graph_loss, step_loss
 
 POOLS = {'add': global_add_pool, 'mean': global_mean_pool, 'max': global_max_pool}
-CONVS = {'gin': lambda i, o: pyg_tc.nn.GINConv(torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(),
-                                                                   torch.nn.Linear(o, o))),
-         'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o),
-         'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False)}
+CONVS = {
+    'gin': lambda i, o: pyg_tc.nn.GINConv(
+        torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o))
+    ),
+    'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o),
+    'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False),
+}
 
 
 def _molecules(count=40, seed=0):
@@ -37,8 +41,14 @@ def _molecules(count=40, seed=0):
         extra = torch.randint(0, n, (2, max(n // 10, 1)), generator=g)  # a few rings
         ei = torch.cat([torch.stack([src, dst]), extra], 1)
         ei = torch.cat([ei, ei.flip(0)], 1)
-        out.append(Data(x=torch.randn(n, 8, generator=g), edge_index=ei, y=torch.randint(0, 3, (1,), generator=g),
-                        edge_attr=torch.randn(ei.size(1), 2, generator=g)))
+        out.append(
+            Data(
+                x=torch.randn(n, 8, generator=g),
+                edge_index=ei,
+                y=torch.randint(0, 3, (1,), generator=g),
+                edge_attr=torch.randn(ei.size(1), 2, generator=g),
+            )
+        )
     return out
 
 
@@ -92,7 +102,7 @@ def test_where_the_padding_goes():
     assert b.edge_attr.shape == (E + 20, 2) and bool((b.edge_attr[E:] == 0).all())
     ei = b.edge_index.as_tensor()
     assert bool((ei[:, E:] == n + 9).all())  # padding edges: loops of the last padded row
-    assert bool((ei[1, 1:E] >= ei[1, :E - 1]).all())  # real edges in CSR order ...
+    assert bool((ei[1, 1:E] >= ei[1, : E - 1]).all())  # real edges in CSR order ...
     key = lambda s, d, a: (int(s), int(d), tuple(a.tolist()))  # noqa: E731
     assert sorted(map(key, *ei[:, :E], b.edge_attr[:E])) == sorted(map(key, *plain.edge_index, plain.edge_attr))
     assert has_graph(b.edge_index) and (b.num_real_graphs, b.num_real_nodes, b.num_real_edges) == (G, n, E)
@@ -124,7 +134,7 @@ def test_graph_loader_pads_in_its_collate_function(workers):
     assert len(got) == len(plain)
     for a, b in zip(got, plain):
         assert a.get('bucket') is not None and has_graph(a.edge_index), 'padded, CSR attached'
-        assert a.num_real_graphs == b.num_graphs and torch.equal(a.y[:b.num_graphs], b.y)
+        assert a.num_real_graphs == b.num_graphs and torch.equal(a.y[: b.num_graphs], b.y)
     unpadded = next(iter(GraphLoader(data, batch_size=8)))
     assert unpadded.get('bucket') is None and has_graph(unpadded.edge_index)
     ei = unpadded.edge_index.as_tensor()
@@ -137,6 +147,7 @@ def test_graph_loader_pads_in_its_collate_function(workers):
 
 def torch_geometric_gcn(conv):
     import torch_geometric.nn as pyg_nn
+
     ref = pyg_nn.GCNConv(8, 4)
     ref.load_state_dict(conv.state_dict())
     return ref
@@ -175,6 +186,7 @@ def test_captured_graph_classification_equals_the_eager_loop(conv):
 
     def forward(model, b):
         return model(b.x, b.edge_index, b.batch, b.num_graphs)
+
     step = pyg_tc.loader.CapturedStep(m2, o2, forward=forward)
     eager, captured = [], []
     for _ in range(2):
@@ -209,6 +221,7 @@ class MLPNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
         from torch_geometric.nn import MLP
+
         self.convs = torch.nn.ModuleList(pyg_tc.nn.GINConv(MLP([8 if i == 0 else 16, 16, 16])) for i in range(2))
         self.head = torch.nn.Linear(16, 3)
 
@@ -239,8 +252,9 @@ def test_batch_norm_over_the_real_rows_of_a_padded_batch():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=k)
     # outside padding() (or in eval mode) it is PyG's batch norm
     plain = _batches()[0]
-    torch.testing.assert_close(model(plain.x, plain.edge_index, plain.batch),
-                               ref(plain.x, plain.edge_index, plain.batch), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        model(plain.x, plain.edge_index, plain.batch), ref(plain.x, plain.edge_index, plain.batch), atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.cuda
@@ -257,5 +271,5 @@ def test_captured_forward_on_padded_graph_batches():
         for p, b in zip(plain, padded):
             with torch.no_grad():
                 want = model(p.x, p.edge_index, p.batch)
-            torch.testing.assert_close(infer(b)[:p.num_graphs], want, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(infer(b)[: p.num_graphs], want, atol=1e-4, rtol=1e-4)
     assert infer.replays > 0 and 1 <= len(infer.graphs) <= len(buckets)

@@ -4,6 +4,7 @@ a build from the padded edges), PyG's models with ``trim_to_layer`` on the
 padded batch (the seeds' outputs and gradients of the unpadded batch), no
 format build and no device read in the padding or the trimmed step, and the
 step (eager on the CPU; captured == eager on CUDA)."""
+
 from __future__ import annotations
 
 import copy
@@ -16,8 +17,15 @@ from torch_geometric.data import Data
 
 import pyg_tc.nn
 from pyg_tc.formats.csr import CSRGraph
-from pyg_tc.loader import (CapturedStep, HopBucket, NeighborLoader, PadHops, buckets_from_batches, seed_loss,
-                           trimmed_forward)
+from pyg_tc.loader import (
+    CapturedStep,
+    HopBucket,
+    NeighborLoader,
+    PadHops,
+    buckets_from_batches,
+    seed_loss,
+    trimmed_forward,
+)
 
 from ..conftest import forbid_device_reads
 from .test_step import _train
@@ -29,8 +37,10 @@ FANOUT = {'random': (5, 4, 3), 'hub': (-1, 3, 2)}
 def bucket_of(b, extra_nodes=(1, 3, 2, 5), extra_edges=(7, 0, 11)) -> HopBucket:
     """A bucket ``extra`` above the batch's hop counts (a hop with no edge
     padding included)."""
-    return HopBucket(tuple(n + x for n, x in zip(b.num_sampled_nodes, extra_nodes)),
-                     tuple(e + x for e, x in zip(b.num_sampled_edges, extra_edges)))
+    return HopBucket(
+        tuple(n + x for n, x in zip(b.num_sampled_nodes, extra_nodes)),
+        tuple(e + x for e, x in zip(b.num_sampled_edges, extra_edges)),
+    )
 
 
 def padded(data='random', self_loops=False, **kw):
@@ -75,7 +85,7 @@ def test_layout(data):
         assert (ei[0, pad] == O[h + 1] - 1).all() and (ei[1, pad] == O[h] - 1).all()
         assert not mask[O[h] - 1] and not mask[O[h + 1] - 1]
     assert mask[ei[0][mask[ei[1]]]].all()  # real rows have real neighbours only
-    assert torch.equal(b.input_id[:ref.batch_size], ref.input_id)
+    assert torch.equal(b.input_id[: ref.batch_size], ref.input_id)
 
 
 @pytest.mark.parametrize('data', ['random', 'hub'])
@@ -96,7 +106,7 @@ def test_graph_is_valid_and_equals_a_build(data):
         t = g.trimmed(ends[j], nodes[j], nodes[j])
         assert t is not None and t.static_shapes
         t.validate()
-        r = CSRGraph.from_coo(ei[0, :ends[j]], ei[1, :ends[j]], nodes[j], nodes[j])
+        r = CSRGraph.from_coo(ei[0, : ends[j]], ei[1, : ends[j]], nodes[j], nodes[j])
         for name in ('rowptr', 'col', 't_rowptr', 't_col', 't_perm'):
             assert torch.equal(getattr(t, name), getattr(r, name)), name
 
@@ -133,17 +143,22 @@ def test_gat_with_edge_features_on_per_hop_batches(data, monkeypatch):
     ref, b, _ = padded(data, self_loops=True)
     torch.manual_seed(0)
     model = pyg_nn.models.GAT(8, 16, num_layers=3, out_channels=5, edge_dim=2)
-    model.convs = torch.nn.ModuleList(pyg_tc.nn.GATConv(c.in_channels, c.out_channels, edge_dim=2)
-                                      for c in model.convs)
+    model.convs = torch.nn.ModuleList(pyg_tc.nn.GATConv(c.in_channels, c.out_channels, edge_dim=2) for c in model.convs)
     for c in model.convs:
         torch.nn.init.normal_(c.lin_edge.weight)
 
     def go(x):
         model.zero_grad()
-        out = model(x.x, x.edge_index, edge_attr=x.edge_attr, num_sampled_nodes_per_hop=x.num_sampled_nodes,
-                    num_sampled_edges_per_hop=x.num_sampled_edges)[:ref.batch_size]
+        out = model(
+            x.x,
+            x.edge_index,
+            edge_attr=x.edge_attr,
+            num_sampled_nodes_per_hop=x.num_sampled_nodes,
+            num_sampled_edges_per_hop=x.num_sampled_edges,
+        )[: ref.batch_size]
         out.square().sum().backward()
         return out.detach(), [p.grad.clone() for p in model.parameters()]
+
     want = go(ref)
     forbid_device_reads(monkeypatch)
     got = go(b)
@@ -179,9 +194,11 @@ def test_a_batch_that_fits_no_bucket_comes_back_unpadded():
     b = batch()
     ns, es = list(b.num_sampled_nodes), list(b.num_sampled_edges)
     n, E = b.num_nodes, b.edge_index.size(1)
-    small = [HopBucket(tuple(ns[:1]) + tuple(v + 1 for v in ns[1:]), tuple(es)),  # the seed block is full
-             HopBucket(tuple(v + 1 for v in ns), tuple(es[:-1]) + (es[-1] - 1,)),  # one edge too many
-             HopBucket(tuple(v + 1 for v in ns[:-1]), tuple(es[:-1]))]  # fewer hops
+    small = [
+        HopBucket(tuple(ns[:1]) + tuple(v + 1 for v in ns[1:]), tuple(es)),  # the seed block is full
+        HopBucket(tuple(v + 1 for v in ns), tuple(es[:-1]) + (es[-1] - 1,)),  # one edge too many
+        HopBucket(tuple(v + 1 for v in ns[:-1]), tuple(es[:-1])),
+    ]  # fewer hops
     out = PadHops([bk for bk in small if bk.num_nodes[0] > 16], 16)(b)
     assert out.get('bucket') is None and out.num_nodes == n and out.edge_index.size(1) == E
     assert out.num_sampled_nodes == ns and out.num_real_sampled_nodes == ns
@@ -208,8 +225,11 @@ def test_smallest_fitting_bucket_and_errors():
 
 def _data(N=400, E=3000, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return Data(x=torch.randn(N, 16, generator=g), y=torch.randint(0, 4, (N,), generator=g),
-                edge_index=torch.randint(0, N, (2, E), generator=g))
+    return Data(
+        x=torch.randn(N, 16, generator=g),
+        y=torch.randint(0, 4, (N,), generator=g),
+        edge_index=torch.randint(0, N, (2, E), generator=g),
+    )
 
 
 def test_buckets_from_batches_per_hop():
@@ -246,8 +266,7 @@ class Trimmed(torch.nn.Module):
 def _loader(device, pad=True, self_loops=False):
     loader = NeighborLoader(_data(), [5, 3], batch_size=32, device=device, shuffle=True)
     torch.manual_seed(123)
-    buckets = buckets_from_batches(loader, num_batches=6, levels=2, node_multiple=16, edge_multiple=64,
-                                   per_hop=True)
+    buckets = buckets_from_batches(loader, num_batches=6, levels=2, node_multiple=16, edge_multiple=64, per_hop=True)
     if pad:
         loader.transform = PadHops(buckets, 32, self_loops=self_loops)
     return loader
@@ -260,6 +279,7 @@ def _eager(model, opt):
         loss.backward()
         opt.step()
         return loss.detach()
+
     return step
 
 
@@ -284,6 +304,7 @@ def test_bucket_key_survives_data_to():
     """``Data.to`` turns a HopBucket's per-hop tuples into lists; the
     CapturedStep's key for it is still hashable and the same as before."""
     from pyg_tc.loader.step import _key
+
     b = batch('hub', fanout=FANOUT['hub'])
     bk = bucket_of(b)
     moved = PadHops([bk], b.batch_size)(b).to('cpu')

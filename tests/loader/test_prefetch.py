@@ -3,6 +3,7 @@ thread are the batches of the loader without prefetching (same seed, same
 epochs), the thread stops when the loop stops, its errors reach the loop; on
 CUDA a captured step over a prefetching loader trains as over a plain one
 (the thread's CUDA calls do not break the capture)."""
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,12 @@ from .test_step import _train
 
 def _data(N=300, E=2500, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return Data(x=torch.randn(N, 8, generator=g), y=torch.randint(0, 4, (N,), generator=g),
-                edge_index=torch.randint(0, N, (2, E), generator=g), edge_attr=torch.randn(E, generator=g))
+    return Data(
+        x=torch.randn(N, 8, generator=g),
+        y=torch.randint(0, 4, (N,), generator=g),
+        edge_index=torch.randint(0, N, (2, E), generator=g),
+        edge_attr=torch.randn(E, generator=g),
+    )
 
 
 def _epochs(loader, epochs=2):
@@ -50,8 +55,17 @@ def test_same_batches_as_without_prefetch(device, prefetch):
     cpu_sampler = 'reference' if device == 'cpu' else 'auto'
 
     def loader(p):
-        return NeighborLoader(data, [4, 3], batch_size=40, shuffle=True, device=device, prefetch=p, cpu_sampler=cpu_sampler,
-                              transform=lambda b: b.update(dict(doubled=2 * b.x)))
+        return NeighborLoader(
+            data,
+            [4, 3],
+            batch_size=40,
+            shuffle=True,
+            device=device,
+            prefetch=p,
+            cpu_sampler=cpu_sampler,
+            transform=lambda b: b.update(dict(doubled=2 * b.x)),
+        )
+
     plain, ahead = _epochs(loader(0)), _epochs(loader(prefetch))
     assert len(plain) == len(ahead) == 2 * 8
     for a, b in zip(plain, ahead):
@@ -99,6 +113,7 @@ def test_errors_reach_the_loop_at_their_batch():
         if len(seen) == 3:
             raise RuntimeError('bad batch')
         return b
+
     loader = NeighborLoader(_data(), [3], batch_size=50, device='cpu', prefetch=2, transform=transform)
     it = iter(loader)
     next(it), next(it)
@@ -122,13 +137,14 @@ class _Trimmed(torch.nn.Module):
     def __init__(self):
         super().__init__()
         import pyg_tc.nn
+
         self.c1, self.c2 = pyg_tc.nn.SAGEConv(8, 16), pyg_tc.nn.SAGEConv(16, 4)
 
     def forward(self, x, edge_index, num_sampled_nodes_per_hop, num_sampled_edges_per_hop):
         from torch_geometric.utils import trim_to_layer
+
         for i, conv in enumerate((self.c1, self.c2)):
-            x, edge_index, _ = trim_to_layer(i, num_sampled_nodes_per_hop, num_sampled_edges_per_hop, x,
-                                             edge_index)
+            x, edge_index, _ = trim_to_layer(i, num_sampled_nodes_per_hop, num_sampled_edges_per_hop, x, edge_index)
             x = conv(x, edge_index)
             x = x.relu() if i == 0 else x
         return x
@@ -141,8 +157,7 @@ def test_captured_step_over_a_prefetching_loader():
     data = _data().to('cuda')
     probe = NeighborLoader(data, [4, 3], batch_size=32, device='cuda', shuffle=True)
     torch.manual_seed(1)
-    buckets = buckets_from_batches(probe, num_batches=6, levels=2, per_hop=True, node_multiple=32,
-                                   edge_multiple=128)
+    buckets = buckets_from_batches(probe, num_batches=6, levels=2, per_hop=True, node_multiple=32, edge_multiple=128)
     torch.manual_seed(0)
     model = _Trimmed().cuda()
     runs = []
@@ -150,8 +165,9 @@ def test_captured_step_over_a_prefetching_loader():
         m = copy.deepcopy(model)
         opt = torch.optim.Adam(m.parameters(), lr=1e-2, capturable=True)
         step = CapturedStep(m, opt, forward=trimmed_forward)
-        loader = NeighborLoader(data, [4, 3], batch_size=32, device='cuda', shuffle=True, prefetch=p,
-                                transform=PadHops(buckets, 32))
+        loader = NeighborLoader(
+            data, [4, 3], batch_size=32, device='cuda', shuffle=True, prefetch=p, transform=PadHops(buckets, 32)
+        )
         runs.append(_train(step, loader))
         assert step.replays > 0
     torch.testing.assert_close(runs[0], runs[1], atol=1e-5, rtol=1e-5)

@@ -1,6 +1,7 @@
 """pyg_tc.loader: the neighbour sampler's semantics (PyG's), its uniformity,
 reproducibility and errors, on the CPU reference; the GPU kernel against the
 reference bit for bit (``cuda``)."""
+
 from __future__ import annotations
 
 import pytest
@@ -63,14 +64,20 @@ def bfs_oracle(edge_index, N, seeds, hops):
 
 
 def sample(edge_index, N, seeds, fanouts, replace=False, device='cpu', rng=7):
-    s = NeighborSampler(Data(edge_index=edge_index, num_nodes=N), fanouts, replace=replace, device=device,
-                        cpu_sampler='reference' if device == 'cpu' else 'auto')
+    s = NeighborSampler(
+        Data(edge_index=edge_index, num_nodes=N),
+        fanouts,
+        replace=replace,
+        device=device,
+        cpu_sampler='reference' if device == 'cpu' else 'auto',
+    )
     torch.manual_seed(rng)
     return s._sample(torch.as_tensor(seeds))
 
 
 # ---------------------------------------------------------------------------
 # semantics
+
 
 @pytest.mark.parametrize('kind', ['random', 'sparse', 'hub'])
 @pytest.mark.parametrize('fanouts', [[-1], [-1, -1], [10_000, -1, 10_000]])
@@ -87,6 +94,7 @@ def test_full_fanout_equals_bfs(kind, fanouts):
 
 def _pyg_backend():
     import torch_geometric.typing as t
+
     if not (t.WITH_PYG_LIB or t.WITH_TORCH_SPARSE):
         pytest.skip("PyG's sampler needs pyg-lib or torch_sparse (optional)")
 
@@ -98,11 +106,17 @@ def test_batches_equal_pygs_sampler(kind):
     same edges, e_id, features, labels, edge attributes and hop counts."""
     _pyg_backend()
     from torch_geometric.loader import NeighborLoader as PyGLoader
+
     ei, N = graph(kind)
     ei = ei[:, torch.argsort(ei[1] * N + ei[0])]  # sorted by target, is_sorted=True: one CSC order for both
     g = torch.Generator().manual_seed(3)
-    data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 5, generator=g), y=torch.randint(0, 4, (N,), generator=g),
-                edge_attr=torch.randn(ei.size(1), 3, generator=g))
+    data = Data(
+        edge_index=ei,
+        num_nodes=N,
+        x=torch.randn(N, 5, generator=g),
+        y=torch.randint(0, 4, (N,), generator=g),
+        edge_attr=torch.randn(ei.size(1), 3, generator=g),
+    )
     seeds = torch.randperm(N, generator=g)[:20]
     kw = dict(num_neighbors=[5000, 5000], input_nodes=seeds, batch_size=8, is_sorted=True)
     ours, ref = list(NeighborLoader(data, **kw, device='cpu')), list(PyGLoader(data, **kw))
@@ -138,7 +152,7 @@ def test_partial_fanout_invariants():
         first.setdefault(v, len(first))
     new = [v for v in first if v >= 20]
     assert new == sorted(new)  # ids given in order of first appearance
-    graph_, = [out.pyg_tc_graph[1]]
+    (graph_,) = [out.pyg_tc_graph[1]]
     assert torch.equal(graph_.col.long(), row) and graph_.num_rows == n_id.numel()
     graph_.validate()
 
@@ -151,6 +165,7 @@ def test_inclusion_frequencies_are_uniform(replace):
     neighbour. A sampler that favours some neighbours fails: torch_sparse's
     gives 172."""
     from scipy.stats import chi2
+
     src = torch.arange(1, 41)
     ei = torch.stack([src, torch.zeros(40, dtype=torch.long)])
     out = sample(ei, 41, [0] * 6000, [4], replace=replace)  # each repeated seed draws on its own
@@ -180,6 +195,7 @@ def test_reproducible_and_new_each_batch():
     def epoch(seed):
         torch.manual_seed(seed)
         return [b.n_id for b in NeighborLoader(data, [3, 2], batch_size=50, shuffle=True, device='cpu')]
+
     a, b, c = epoch(0), epoch(0), epoch(1)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not all(torch.equal(x, y) for x, y in zip(a, c))
@@ -198,6 +214,7 @@ def test_repeated_seeds_keep_their_places():
 # ---------------------------------------------------------------------------
 # loaders
 
+
 def test_loader_batch_fields_and_format():
     """PyG's fields, the CSR attached (sorted by target), PyG's layer and
     pyg_tc's give the same output on it, trim_to_layer works."""
@@ -205,11 +222,22 @@ def test_loader_batch_fields_and_format():
     from torch_geometric.utils import trim_to_layer
 
     import pyg_tc.nn
+
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 6), y=torch.arange(N))
     b = next(iter(NeighborLoader(data, [4, 3], batch_size=16, device='cpu')))
-    assert set(b.keys()) == {'x', 'y', 'edge_index', 'num_nodes', 'n_id', 'e_id', 'num_sampled_nodes',
-                             'num_sampled_edges', 'input_id', 'batch_size'}
+    assert set(b.keys()) == {
+        'x',
+        'y',
+        'edge_index',
+        'num_nodes',
+        'n_id',
+        'e_id',
+        'num_sampled_nodes',
+        'num_sampled_edges',
+        'input_id',
+        'batch_size',
+    }
     assert isinstance(b.edge_index, TCEdgeIndex) and b.edge_index.sort_order == 'col'
     assert torch.equal(b.y, b.n_id) and b.batch_size == 16
     torch.manual_seed(0)
@@ -229,6 +257,7 @@ def test_layers_build_no_format(monkeypatch):
     the self-loop graph they aggregate over, as PyG's add_self_loops does)."""
     import pyg_tc.nn
     from pyg_tc.formats.csr import CSRGraph
+
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 6))
     b = next(iter(NeighborLoader(data, [4, 3], batch_size=16, device='cpu')))
@@ -236,6 +265,7 @@ def test_layers_build_no_format(monkeypatch):
 
     def boom(*a, **k):
         raise AssertionError('a format was built')
+
     for name in ('from_coo', 'from_csr', '_finish'):
         monkeypatch.setattr(CSRGraph, name, classmethod(boom))
     for conv in (pyg_tc.nn.SAGEConv(6, 4), pyg_tc.nn.GCNConv(6, 4), pyg_tc.nn.GINConv(torch.nn.Linear(6, 4))):
@@ -246,6 +276,7 @@ def test_pyg_loader_with_our_sampler():
     """``torch_geometric.loader.NeighborLoader(..., neighbor_sampler=...)``:
     PyG's loader makes the batch (on the CPU here), from our samples."""
     from torch_geometric.loader import NeighborLoader as PyGLoader
+
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 6), edge_attr=torch.randn(ei.size(1), 2))
     s = NeighborSampler(data, [4, 3], device='cpu', cpu_sampler='reference')
@@ -262,8 +293,9 @@ def test_link_loader(mode):
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 3))
     label_index = ei[:, :40]
-    loader = LinkNeighborLoader(data, [3, 2], edge_label_index=label_index, batch_size=10,
-                                neg_sampling=dict(mode=mode, amount=2), device='cpu')
+    loader = LinkNeighborLoader(
+        data, [3, 2], edge_label_index=label_index, batch_size=10, neg_sampling=dict(mode=mode, amount=2), device='cpu'
+    )
     b = next(iter(loader))
     assert isinstance(b.edge_index, TCEdgeIndex)
     if mode == 'binary':
@@ -277,6 +309,7 @@ def test_link_loader(mode):
 
 # ---------------------------------------------------------------------------
 # errors
+
 
 def test_errors():
     ei, N = graph('random')
@@ -298,6 +331,7 @@ def test_errors():
         NeighborSampler(data, [3], disjoint=True, device='cpu', cpu_sampler='reference')
     with pytest.raises(NotImplementedError, match="PyG"):
         from torch_geometric.data import HeteroData
+
         NeighborSampler(HeteroData(), [3], device='cpu')
     with pytest.raises(IndexError, match='edge_index'):
         NeighborSampler(Data(edge_index=torch.tensor([[0], [5]]), num_nodes=3), [2], device='cpu')
@@ -311,17 +345,27 @@ def test_errors():
 # ---------------------------------------------------------------------------
 # the GPU kernel
 
+
 @cuda_only
 @pytest.mark.parametrize('kind', ['random', 'sparse', 'hub'])
-@pytest.mark.parametrize('fanouts,replace', [([4, 3], False), ([4, 3], True), ([-1, 2], False), ([0, 5], False),
-                                             ([25, 10, 5], False), ([3000], False), ([3, -1], True)])
+@pytest.mark.parametrize(
+    'fanouts,replace',
+    [
+        ([4, 3], False),
+        ([4, 3], True),
+        ([-1, 2], False),
+        ([0, 5], False),
+        ([25, 10, 5], False),
+        ([3000], False),
+        ([3, -1], True),
+    ],
+)
 @pytest.mark.parametrize('memory', ['device', 'pinned'])
 def test_gpu_equals_reference(kind, fanouts, replace, memory):
     ei, N = graph(kind)
     seeds = torch.randint(0, N, (40,), generator=torch.Generator().manual_seed(2))
     cpu = sample(ei, N, seeds, fanouts, replace)
-    s = NeighborSampler(Data(edge_index=ei, num_nodes=N), fanouts, replace=replace, device='cuda',
-                        graph_memory=memory)
+    s = NeighborSampler(Data(edge_index=ei, num_nodes=N), fanouts, replace=replace, device='cuda', graph_memory=memory)
     assert s.graph_memory == ('pinned' if memory == 'pinned' else 'cuda')
     for _ in range(2):  # the state arrays are left clean: a second call gives the same batch
         torch.manual_seed(7)
@@ -342,6 +386,7 @@ def test_gpu_equals_reference(kind, fanouts, replace, memory):
 @pytest.mark.parametrize('where', ['cuda', 'pinned'])
 def test_gather_rows(dtype, width, where):
     from pyg_tc.ops.neighbor import gather_rows
+
     x = (torch.randn(300, width) * 100).to(dtype)
     place = (lambda t: t.cuda()) if where == 'cuda' else (lambda t: t.contiguous().pin_memory())
     idx = torch.randint(0, 300, (77,), device='cuda')
@@ -359,6 +404,7 @@ def test_gpu_loader_matches_cpu_loader():
     gathered from device and from pinned memory), layers equal PyG's."""
     import pyg_tc.nn
     from torch_geometric.nn import SAGEConv
+
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 6), y=torch.arange(N), edge_attr=torch.randn(ei.size(1)))
     batches = {}
@@ -400,6 +446,7 @@ def test_deferred_format_is_built_once_and_only_when_needed(monkeypatch, device)
 
     from pyg_tc.formats.csr import CSRGraph
     from pyg_tc.loader import PadHops, buckets_from_batches
+
     torch.manual_seed(0)
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 4))

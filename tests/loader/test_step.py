@@ -2,6 +2,7 @@
 a bucket; on the CPU (and for batches outside every bucket) it is the eager
 step; on CUDA the captured step's loss curve over an epoch equals the eager
 loop's, with one graph per bucket."""
+
 from __future__ import annotations
 
 import copy
@@ -17,15 +18,21 @@ from pyg_tc.loader.step import _Captured, _flat, _static_copy, check_capturable
 
 def _data(N=400, E=3000, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return Data(x=torch.randn(N, 16, generator=g), y=torch.randint(0, 4, (N,), generator=g),
-                edge_index=torch.randint(0, N, (2, E), generator=g))
+    return Data(
+        x=torch.randn(N, 16, generator=g),
+        y=torch.randint(0, 4, (N,), generator=g),
+        edge_index=torch.randint(0, N, (2, E), generator=g),
+    )
 
 
 class Net(torch.nn.Module):
     def __init__(self, conv):
         super().__init__()
-        make = {'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o), 'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o),
-                'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False)}[conv]
+        make = {
+            'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o),
+            'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o),
+            'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False),
+        }[conv]
         self.c1, self.c2 = make(16, 32), make(32, 4)
 
     def forward(self, x, edge_index):
@@ -89,6 +96,7 @@ def _eager(model, opt):
         loss.backward()
         opt.step()
         return loss.detach()
+
     return step
 
 
@@ -161,6 +169,7 @@ def test_captured_and_eager_steps_mixed_with_a_scaler():
         s1.step(o1)
         s1.update()
         return loss.detach()
+
     step = CapturedStep(m2, o2, scaler=s2)
     a = _train(eager, loader)
     b = _train(step, loader)

@@ -4,6 +4,7 @@ loss curve and parameters equal the eager DDP loop's on every rank, the
 ranks hold identical parameters (the all-reduce is inside the graphs), and
 the ranks stay in lockstep although their batches (each rank samples its own)
 fall into the shared buckets in different orders."""
+
 from __future__ import annotations
 
 import itertools
@@ -17,7 +18,6 @@ import torch
 from tests.loader.test_step import Net, _data, _eager
 
 CONVS = ('sage', 'gat')
-
 
 
 def _free_port() -> int:
@@ -37,9 +37,11 @@ def _train(rank: int, captured: bool, conv: str) -> tuple:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches
+
     dev = torch.device('cuda', rank)
-    loader = NeighborLoader(_data(seed=rank), [5, 3], batch_size=32, device=dev, shuffle=True,
-                            generator=torch.Generator().manual_seed(rank))
+    loader = NeighborLoader(
+        _data(seed=rank), [5, 3], batch_size=32, device=dev, shuffle=True, generator=torch.Generator().manual_seed(rank)
+    )
     torch.manual_seed(123 + rank)
     buckets = buckets_from_batches(loader, num_batches=6, levels=2, node_multiple=64, edge_multiple=256)
     t = torch.tensor(buckets, device=dev)
@@ -64,6 +66,7 @@ def _train(rank: int, captured: bool, conv: str) -> tuple:
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
+
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
     dist.init_process_group('nccl', rank=rank, world_size=world, timeout=timedelta(seconds=120))
@@ -73,9 +76,19 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
             l_cap, p_cap, step = _run(rank, True, conv)
             every = [torch.empty_like(p_cap) for _ in range(world)]
             dist.all_gather(every, p_cap)
-            torch.save(dict(eager=l_eager, captured=l_cap, p_eager=p_eager.cpu(), p_cap=p_cap.cpu(),
-                            ranks=[t.cpu() for t in every], replays=step.replays, eager_steps=step.eager_steps,
-                            graphs=len(step.graphs)), os.path.join(out, f'{conv}_rank{rank}.pt'))
+            torch.save(
+                dict(
+                    eager=l_eager,
+                    captured=l_cap,
+                    p_eager=p_eager.cpu(),
+                    p_cap=p_cap.cpu(),
+                    ranks=[t.cpu() for t in every],
+                    replays=step.replays,
+                    eager_steps=step.eager_steps,
+                    graphs=len(step.graphs),
+                ),
+                os.path.join(out, f'{conv}_rank{rank}.pt'),
+            )
             step.close()  # its graphs hold NCCL work: freed before the process group goes
             assert not step.graphs
     finally:
@@ -106,6 +119,7 @@ def test_ddp_under_the_default_stream_is_refused():
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from pyg_tc.loader import CapturedStep
+
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(_free_port()))
     dist.init_process_group('nccl', rank=0, world_size=1)
     try:

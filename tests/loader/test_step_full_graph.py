@@ -5,6 +5,7 @@ comes, and 200 captured steps give the eager loop's losses and parameters
 for every pyg_tc layer (GAT / GATv2 with attention and feature dropout
 included); a forward replay reads features changed in place; new data runs
 eagerly; a step that synchronises raises naming the fix."""
+
 from __future__ import annotations
 
 import copy
@@ -22,8 +23,9 @@ from ..conftest import DEVICES
 LAYERS = {
     'gcn': lambda i, o: pyg_tc.nn.GCNConv(i, o, cached=True),
     'sage': lambda i, o: pyg_tc.nn.SAGEConv(i, o),
-    'gin': lambda i, o: pyg_tc.nn.GINConv(torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(),
-                                                              torch.nn.Linear(o, o))),
+    'gin': lambda i, o: pyg_tc.nn.GINConv(
+        torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o))
+    ),
     'gat': lambda i, o: pyg_tc.nn.GATConv(i, o, heads=2, concat=False, dropout=0.5),
     'gatv2': lambda i, o: pyg_tc.nn.GATv2Conv(i, o, heads=2, concat=False, dropout=0.5),
     'agnn': lambda i, o: pyg_tc.nn.AGNNConv(requires_grad=True),
@@ -37,8 +39,11 @@ class Net(torch.nn.Module):
         super().__init__()
         self.kind = kind
         if kind == 'agnn':
-            self.lin1, self.conv, self.lin2 = (torch.nn.Linear(cin, hidden), LAYERS[kind](hidden, hidden),
-                                               torch.nn.Linear(hidden, classes))
+            self.lin1, self.conv, self.lin2 = (
+                torch.nn.Linear(cin, hidden),
+                LAYERS[kind](hidden, hidden),
+                torch.nn.Linear(hidden, classes),
+            )
         else:
             self.c1, self.c2 = LAYERS[kind](cin, hidden), LAYERS[kind](hidden, classes)
 
@@ -53,8 +58,12 @@ def _graph(device, N=600, E=3000, seed=0):
     g = torch.Generator().manual_seed(seed)
     mask = torch.zeros(N, dtype=torch.bool)
     mask[torch.randperm(N, generator=g)[:60]] = True
-    return Data(x=torch.randn(N, 32, generator=g), y=torch.randint(0, 5, (N,), generator=g),
-                edge_index=torch.randint(0, N, (2, E), generator=g), train_mask=mask).to(device)
+    return Data(
+        x=torch.randn(N, 32, generator=g),
+        y=torch.randint(0, 5, (N,), generator=g),
+        edge_index=torch.randint(0, N, (2, E), generator=g),
+        train_mask=mask,
+    ).to(device)
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -158,6 +167,7 @@ def test_a_step_that_synchronises_raises_naming_the_fix():
 
     def indexed(out, d):
         return F.cross_entropy(out[d.train_mask], d.y[d.train_mask])
+
     step = CapturedStep(model, torch.optim.Adam(model.parameters(), lr=0.01, capturable=True), loss_fn=indexed)
     before = [p.detach().clone() for p in model.parameters()]
     step(data)
@@ -181,6 +191,7 @@ def test_captured_where_eager_takes_pygs_path(kind, monkeypatch):
     """Where ``backend='auto'`` runs PyG's path eagerly (small graphs), the
     captured step runs pyg_tc's kernels and still trains as the eager loop."""
     from pyg_tc.ops import dispatch
+
     monkeypatch.setattr(dispatch, 'PYG_WHERE_FASTER', True)
     # (eagerly PyG's path, captured pyg_tc's kernels: the losses agree, the parameters to round-off)
     assert _eager_and_captured(kind, 50, params=False).replays == 49

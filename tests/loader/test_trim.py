@@ -2,6 +2,7 @@
 ``edge_index`` resolves to a graph derived from the batch's
 (:meth:`pyg_tc.formats.CSRGraph.trimmed`), with no format build and no
 synchronisation, and gives PyG's results."""
+
 from __future__ import annotations
 
 import functools
@@ -21,11 +22,15 @@ from pyg_tc.ops.csr import spmm_graph
 
 from ..conftest import DEVICES, cuda_only
 
-MODELS = {'sage': (pyg_nn.models.GraphSAGE, lambda c: pyg_tc.nn.SAGEConv(c.in_channels, c.out_channels)),
-          'gcn': (pyg_nn.models.GCN, lambda c: pyg_tc.nn.GCNConv(c.in_channels, c.out_channels)),
-          'gat': (pyg_nn.models.GAT, lambda c: pyg_tc.nn.GATConv(c.in_channels, c.out_channels)),
-          'gatv2': (functools.partial(pyg_nn.models.GAT, v2=True),
-                    lambda c: pyg_tc.nn.GATv2Conv(c.in_channels, c.out_channels))}
+MODELS = {
+    'sage': (pyg_nn.models.GraphSAGE, lambda c: pyg_tc.nn.SAGEConv(c.in_channels, c.out_channels)),
+    'gcn': (pyg_nn.models.GCN, lambda c: pyg_tc.nn.GCNConv(c.in_channels, c.out_channels)),
+    'gat': (pyg_nn.models.GAT, lambda c: pyg_tc.nn.GATConv(c.in_channels, c.out_channels)),
+    'gatv2': (
+        functools.partial(pyg_nn.models.GAT, v2=True),
+        lambda c: pyg_tc.nn.GATv2Conv(c.in_channels, c.out_channels),
+    ),
+}
 
 
 def batch(kind: str = 'random', fanout=(5, 4, 3), batch_size: int = 16, seed: int = 0, device='cpu'):
@@ -60,9 +65,12 @@ def models(kind: str, device='cpu'):
 def run(model, b, edge_index, trim: bool):
     """Seed outputs and parameter gradients of a loss over them."""
     model.zero_grad()
-    kw = dict(num_sampled_nodes_per_hop=b.num_sampled_nodes, num_sampled_edges_per_hop=b.num_sampled_edges) if trim \
+    kw = (
+        dict(num_sampled_nodes_per_hop=b.num_sampled_nodes, num_sampled_edges_per_hop=b.num_sampled_edges)
+        if trim
         else {}
-    out = model(b.x, edge_index, **kw)[:b.batch_size]
+    )
+    out = model(b.x, edge_index, **kw)[: b.batch_size]
     out.square().sum().backward()
     return out.detach(), [p.grad.clone() for p in model.parameters()]
 
@@ -96,6 +104,7 @@ def count_builds(monkeypatch) -> list:
     def counted(cls, *a, **k):
         built.append([f.function for f in inspect.stack()[1:]])
         return real(cls, *a, **k)
+
     monkeypatch.setattr(CSRGraph, 'from_coo', classmethod(counted))
     return built
 
@@ -182,12 +191,12 @@ def test_not_a_hop_boundary_or_not_a_prefix_is_built():
     assert g.trimmed(ends[2], nodes[0], nodes[2]) is None  # hop-2 edges point to hop-1 nodes
     assert g.trimmed(ends[2], nodes[2], nodes[1]) is None  # ... from hop-2 nodes
     assert g.trimmed(g.num_edges, N, N) is g
-    mid = b.edge_index[:, :ends[1] + 1]
+    mid = b.edge_index[:, : ends[1] + 1]
     assert isinstance(mid, TCEdgeIndex)  # a prefix, but no hop boundary: built
     r = get_graph(mid, size=(N, N))[0]
     assert torch.equal(r.rowptr, CSRGraph.from_coo(mid.as_tensor()[0], mid.as_tensor()[1], N, N).rowptr)
     assert not any(k[0] == 'trimmed' and k[1] == ends[1] + 1 for k in g.derived_keys())
-    tail = b.edge_index[:, 1:ends[2] + 1]  # not a prefix
+    tail = b.edge_index[:, 1 : ends[2] + 1]  # not a prefix
     assert not isinstance(tail, TCEdgeIndex)
     # an in-place write to the batch after slicing: the slice no longer derives from it
     cut = b.edge_index.narrow(1, 0, ends[2])
@@ -210,6 +219,7 @@ def test_derivation_reads_nothing_from_the_device(monkeypatch):
 
     def boom(*a, **k):
         raise AssertionError('the derivation read a value from the device')
+
     for name in ('item', 'tolist', '__int__', '__bool__', '__float__', '__index__', 'nonzero'):
         monkeypatch.setattr(torch.Tensor, name, boom)
     monkeypatch.setattr(torch, 'nonzero', boom)
@@ -230,11 +240,11 @@ def test_hop_counts_must_describe_the_batch():
     g = b.edge_index._pyg_tc_graph[1]
     args = (g.rowptr, g.col, g.row(), g.num_rows)
     with pytest.raises(ValueError, match='hop node counts'):
-        CSRGraph.from_sampled(*args, num_sampled_nodes=b.num_sampled_nodes[:-1],
-                              num_sampled_edges=b.num_sampled_edges)
+        CSRGraph.from_sampled(*args, num_sampled_nodes=b.num_sampled_nodes[:-1], num_sampled_edges=b.num_sampled_edges)
     with pytest.raises(ValueError, match='hop node counts'):
-        CSRGraph.from_sampled(*args, num_sampled_nodes=b.num_sampled_nodes,
-                              num_sampled_edges=[e + 1 for e in b.num_sampled_edges])
+        CSRGraph.from_sampled(
+            *args, num_sampled_nodes=b.num_sampled_nodes, num_sampled_edges=[e + 1 for e in b.num_sampled_edges]
+        )
     assert g.to('cpu').sampled_hops == g.sampled_hops == (tuple(b.num_sampled_nodes), tuple(b.num_sampled_edges), 5)
     assert CSRGraph.from_sampled(*args).trimmed(b.num_sampled_edges[0], g.num_rows, g.num_rows) is None
 

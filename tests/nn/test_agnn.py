@@ -1,6 +1,7 @@
 """pyg_tc.nn.AGNNConv and GCNConv(backend='sgt') against PyG's layers with
 the same weights: outputs and gradients, every backend, with and without
 self loops, on CPU and CUDA."""
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ tiny graphs, TorchScript, torch.package, torch.compile, PyG's inspector),
 checked against PyG's own layer with the same weights. Each test is the
 regression test of a bug found by running PyG's test suite with pyg_tc's
 layers swapped in (issue: drop-in fidelity)."""
+
 import copy
 import io
 import warnings
@@ -36,8 +37,7 @@ def pair(kind, in_ch=8, out_ch=4, seed=0, device='cpu', **kw):
     """(PyG layer, pyg_tc layer) with the same non-trivial weights."""
     torch.manual_seed(seed)
     if kind == 'gin':
-        mlp = torch.nn.Sequential(torch.nn.Linear(in_ch, 16), torch.nn.ReLU(),
-                                  torch.nn.Linear(16, out_ch))
+        mlp = torch.nn.Sequential(torch.nn.Linear(in_ch, 16), torch.nn.ReLU(), torch.nn.Linear(16, out_ch))
         ref = pyg_nn.GINConv(copy.deepcopy(mlp), **kw)
         ours = pyg_tc.nn.GINConv(copy.deepcopy(mlp), **kw)
     elif kind == 'agnn':
@@ -94,6 +94,7 @@ def call_args(kind, x, ei, w=None):
 # ---------------------------------------------------------------------------
 # 1. explainability, hooks, decomposed_layers: PyG's message passing per call
 
+
 class TwoLayer(torch.nn.Module):
     def __init__(self, lib, kind):
         super().__init__()
@@ -121,10 +122,14 @@ def test_gnn_explainer_matches_pyg(kind):
     ours.load_state_dict(ref.state_dict())
     masks = []
     for model in (ref, ours):
-        explainer = Explainer(model, GNNExplainer(epochs=15), explanation_type='model',
-                              node_mask_type='attributes', edge_mask_type='object',
-                              model_config=dict(mode='multiclass_classification',
-                                                task_level='node', return_type='log_probs'))
+        explainer = Explainer(
+            model,
+            GNNExplainer(epochs=15),
+            explanation_type='model',
+            node_mask_type='attributes',
+            edge_mask_type='object',
+            model_config=dict(mode='multiclass_classification', task_level='node', return_type='log_probs'),
+        )
         torch.manual_seed(1)
         masks.append(explainer(x, ei, index=3))
     assert masks[1].edge_mask.abs().sum() > 0
@@ -139,8 +144,7 @@ def test_message_hooks_and_decomposed_layers(kind):
     ref, ours = pair(kind)
     seen = {}
     for name, layer in (('ref', ref), ('ours', ours)):
-        layer.register_message_forward_hook(
-            lambda mod, inputs, out, name=name: seen.update({name: out.shape}))
+        layer.register_message_forward_hook(lambda mod, inputs, out, name=name: seen.update({name: out.shape}))
     same_call(ref, ours, call_args(kind, x, ei))
     assert seen['ours'] == seen['ref']  # the hook saw PyG's per-edge messages
     if kind == 'gcn':  # (PyG's decomposition chunks tensors only: not SAGE's / GIN's pairs)
@@ -158,6 +162,7 @@ def test_fast_path_is_the_default(kind):
 
     def boom(*args, **kwargs):
         raise AssertionError('PyG message passing used')
+
     ours.propagate = boom
     same_call(ref, ours, call_args(kind, torch.randn(n, 8), ei))
     set_masks(ours, torch.ones(ei.size(1)), ei)  # explain on: PyG's path
@@ -190,8 +195,17 @@ def test_static_graph(kind, node_dim, backend, device):
 # ---------------------------------------------------------------------------
 # 3. mean / max aggregation on every backend
 
-AGGR_CASES = [('gcn', 'mean'), ('gcn', 'max'), ('sage', 'mean'), ('sage', 'max'),
-              ('sage', 'sum'), ('gin', 'mean'), ('gin', 'max'), ('agnn', 'mean'), ('agnn', 'max')]
+AGGR_CASES = [
+    ('gcn', 'mean'),
+    ('gcn', 'max'),
+    ('sage', 'mean'),
+    ('sage', 'max'),
+    ('sage', 'sum'),
+    ('gin', 'mean'),
+    ('gin', 'max'),
+    ('agnn', 'mean'),
+    ('agnn', 'max'),
+]
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -233,6 +247,7 @@ def test_gin_mean_on_tensor_cores_runs(backend, device):
 # ---------------------------------------------------------------------------
 # 4. cached=True passes gradients to edge_weight on the call that fills it
 
+
 def test_cached_gcn_edge_weight_gradient():
     ei, n = make_graph('self_loops')
     ei = unique_loops(ei)
@@ -266,29 +281,37 @@ def test_cached_gcn_shares_the_structure_normalisation():
 # ---------------------------------------------------------------------------
 # 5. float64 all the way
 
+
 def test_gcn_norm_in_float64():
     ei, n = make_graph('self_loops')
-    w = (torch.rand(ei.size(1), dtype=torch.float64) + 0.5)
+    w = torch.rand(ei.size(1), dtype=torch.float64) + 0.5
     g, _ = get_graph(ei, size=(n, n))
     for ew in (None, w):
         value, diag = gcn_norm_csr(g, ew, dtype=torch.float64)
         assert value.dtype == diag.dtype == torch.float64
         ref_ei, ref_w = gcn_norm(ei, ew, n, dtype=torch.float64)
-        dense = torch.zeros(n, n, dtype=torch.float64).index_put_(
-            (ref_ei[1], ref_ei[0]), ref_w, accumulate=True)
+        dense = torch.zeros(n, n, dtype=torch.float64).index_put_((ref_ei[1], ref_ei[0]), ref_w, accumulate=True)
         ours = torch.zeros(n, n, dtype=torch.float64).index_put_(
-            (g.row().long(), g.col.long()), value, accumulate=True) + torch.diag(diag)
+            (g.row().long(), g.col.long()), value, accumulate=True
+        ) + torch.diag(diag)
         torch.testing.assert_close(ours, dense, rtol=1e-12, atol=1e-14)
 
 
-GRADCHECK = [('gcn', {}), ('gcn', {'aggr': 'mean'}), ('gcn', {'improved': True}),
-             ('gcn', {'normalize': False}), ('sage', {}), ('sage', {'aggr': 'max'}),
-             ('sage', {'project': True, 'normalize': True}), ('gin', {'train_eps': True}),
-             ('agnn', {}), ('agnn', {'add_self_loops': False})]
+GRADCHECK = [
+    ('gcn', {}),
+    ('gcn', {'aggr': 'mean'}),
+    ('gcn', {'improved': True}),
+    ('gcn', {'normalize': False}),
+    ('sage', {}),
+    ('sage', {'aggr': 'max'}),
+    ('sage', {'project': True, 'normalize': True}),
+    ('gin', {'train_eps': True}),
+    ('agnn', {}),
+    ('agnn', {'add_self_loops': False}),
+]
 
 
-@pytest.mark.parametrize('kind,kw', GRADCHECK, ids=[f'{k}-{"-".join(map(str, kw.items()))}'
-                                                   for k, kw in GRADCHECK])
+@pytest.mark.parametrize('kind,kw', GRADCHECK, ids=[f'{k}-{"-".join(map(str, kw.items()))}' for k, kw in GRADCHECK])
 def test_gradcheck_float64(kind, kw):
     """gradcheck w.r.t. x, edge_weight (GCN) and every parameter (before: the
     GCN normalisation ran in float32 and edge_weight failed)."""
@@ -305,9 +328,10 @@ def test_gradcheck_float64(kind, kw):
         inputs.append(w)
 
     def f(x, *rest):
-        ps = dict(zip(names, rest[:len(names)]))
-        args = (x, ei) + tuple(rest[len(names):])
+        ps = dict(zip(names, rest[: len(names)]))
+        args = (x, ei) + tuple(rest[len(names) :])
         return torch.func.functional_call(layer, ps, args)
+
     assert f(*inputs).dtype == torch.float64
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5)
 
@@ -315,8 +339,13 @@ def test_gradcheck_float64(kind, kw):
 # ---------------------------------------------------------------------------
 # 6. EdgeIndex with 0 or 1 edges, every backend, after every transform
 
-TRANSFORMS = {'none': None, 'degree_bucket': T.DegreeBucketTransform(),
-              'sgt': T.SGTTransform(), 'cbsr': T.CBSRTransform(), 'reorder': T.ReorderTransform()}
+TRANSFORMS = {
+    'none': None,
+    'degree_bucket': T.DegreeBucketTransform(),
+    'sgt': T.SGTTransform(),
+    'cbsr': T.CBSRTransform(),
+    'reorder': T.ReorderTransform(),
+}
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -349,6 +378,7 @@ def test_cbsr_transform_rebuilds_other_group_size():
 
 # ---------------------------------------------------------------------------
 # 7. TorchScript, torch.package, torch.compile, PyG's inspector and cheatsheet
+
 
 class Net(torch.nn.Module):
     def __init__(self, lib):
@@ -415,8 +445,7 @@ def test_compile_fresh_graph_has_no_graph_breaks():
     torch.manual_seed(0)
     model = pyg_nn.models.GraphSAGE(8, 16, num_layers=2)
     tc_model = pyg_nn.models.GraphSAGE(8, 16, num_layers=2)
-    tc_model.convs = torch.nn.ModuleList(pyg_tc.nn.SAGEConv(c.in_channels, c.out_channels)
-                                         for c in model.convs)
+    tc_model.convs = torch.nn.ModuleList(pyg_tc.nn.SAGEConv(c.in_channels, c.out_channels) for c in model.convs)
     tc_model.load_state_dict(model.state_dict())
     x = torch.randn(30, 8)
     ei = torch.randint(0, 30, (2, 90))
@@ -429,11 +458,20 @@ def test_compile_fresh_graph_has_no_graph_breaks():
 @pytest.mark.parametrize('name', ['GCNConv', 'SAGEConv', 'GINConv', 'AGNNConv'])
 def test_inspector_and_cheatsheet_see_pyg_layer(name, monkeypatch):
     ours, ref = getattr(pyg_tc.nn, name), getattr(pyg_nn, name)
-    assert Inspector(ours).get_params_from_method_call(ours.propagate) == \
-        Inspector(ref).get_params_from_method_call(ref.propagate)
-    checks = ('paper_title', 'paper_link', 'supports_sparse_tensor', 'supports_edge_weights',
-              'supports_edge_features', 'supports_bipartite_graphs', 'supports_static_graphs',
-              'supports_lazy_initialization', 'processes_heterogeneous_graphs')
+    assert Inspector(ours).get_params_from_method_call(ours.propagate) == Inspector(ref).get_params_from_method_call(
+        ref.propagate
+    )
+    checks = (
+        'paper_title',
+        'paper_link',
+        'supports_sparse_tensor',
+        'supports_edge_weights',
+        'supports_edge_features',
+        'supports_bipartite_graphs',
+        'supports_static_graphs',
+        'supports_lazy_initialization',
+        'processes_heterogeneous_graphs',
+    )
     expected = {c: getattr(cheatsheet, c)(name) for c in checks}
     monkeypatch.setitem(conv_module.__dict__, name, ours)  # the cheatsheet looks classes up there
     assert {c: getattr(cheatsheet, c)(name) for c in checks} == expected
@@ -442,6 +480,7 @@ def test_inspector_and_cheatsheet_see_pyg_layer(name, monkeypatch):
 
 # ---------------------------------------------------------------------------
 # size / flow='target_to_source' (bipartite) as PyG
+
 
 @pytest.mark.parametrize('kind', ['sage', 'gin'])
 def test_target_to_source_bipartite(kind):

@@ -4,6 +4,7 @@ features, on real graphs (Cora, CiteSeer, Tolokers), every option, every
 adjacency type, returned attention weights, dropout, PyG's paths
 (explain, hooks, TorchScript), pickling and torch.package, torch.compile
 and a float64 gradcheck."""
+
 from __future__ import annotations
 
 import copy
@@ -28,6 +29,7 @@ CLASSES = {'v1': (pyg_nn.GATConv, GATConv), 'v2': (pyg_nn.GATv2Conv, GATv2Conv)}
 # ---------------------------------------------------------------------------
 # data and helpers
 
+
 @pytest.fixture(scope='module', autouse=True)
 def _one_thread():
     """One intra-op thread: these tensors are small, and on a loaded 2-core
@@ -43,6 +45,7 @@ def datasets(tmp_path_factory):
     """Cora, CiteSeer and Tolokers (``Data`` objects), loaded from private copies of
     ``$PYG_TC_DATA`` (PyG writes ``processed/`` beside ``raw/``); skips without it."""
     from torch_geometric.datasets import HeterophilousGraphDataset, Planetoid
+
     out = {}
     for name in ('Cora', 'CiteSeer'):
         out[name] = Planetoid(str(writable_copy(tmp_path_factory, f'planetoid/{name}')), name)[0]
@@ -87,8 +90,7 @@ def _run(layer, x, adj, edge_attr, g, kw):
     leaves.update({f'grad of x{i}': t for i, t in enumerate(xs) if t is not None})
     if edge_attr is not None:
         leaves['grad of edge_attr'] = edge_attr
-    grads = torch.autograd.grad((out * g.to(out.dtype)).sum(), list(leaves.values()),
-                                allow_unused=True)
+    grads = torch.autograd.grad((out * g.to(out.dtype)).sum(), list(leaves.values()), allow_unused=True)
     out = out.detach()
     out.g = g
     return out, dict(zip(leaves, grads))
@@ -106,8 +108,7 @@ def compare(ref, ours, x, adj, edge_attr=None, ref_adj=None, **kw):
     ref_adj = adj if ref_adj is None else ref_adj
     torch.manual_seed(1)
     want, r_grads = _run(ref, _as(x, torch.float32), ref_adj, _as(edge_attr, torch.float32), None, kw)
-    got, o_grads = _run(ours, _as(x, torch.float32), adj, _as(edge_attr, torch.float32),
-                        want.g, kw)
+    got, o_grads = _run(ours, _as(x, torch.float32), adj, _as(edge_attr, torch.float32), want.g, kw)
     assert got.shape == want.shape and got.dtype == want.dtype
     assert o_grads.keys() == r_grads.keys()
     pairs = [('output', want, got)] + [(k, r_grads[k], o_grads[k]) for k in r_grads]
@@ -122,8 +123,7 @@ def compare(ref, ours, x, adj, edge_attr=None, ref_adj=None, **kw):
             off.append(name)
     if off:
         ref64 = copy.deepcopy(ref).double()
-        want64, t_grads = _run(ref64, _as(x, torch.float64), ref_adj,
-                               _as(edge_attr, torch.float64), want.g, kw)
+        want64, t_grads = _run(ref64, _as(x, torch.float64), ref_adj, _as(edge_attr, torch.float64), want.g, kw)
         truths = {'output': want64, **t_grads}
         for name, theirs, mine in pairs:
             if name not in off:
@@ -132,13 +132,15 @@ def compare(ref, ours, x, adj, edge_attr=None, ref_adj=None, **kw):
             scale = truth.abs().max().clamp(min=1).item()
             pyg_err = (theirs.double() - truth).abs().max().item()
             err = (mine.double() - truth).abs().max().item()
-            assert err <= max(1e-5 * scale, 8 * pyg_err), \
+            assert err <= max(1e-5 * scale, 8 * pyg_err), (
                 f'{name}: error {err:.3g} (PyG fp32: {pyg_err:.3g}, scale {scale:.3g})'
+            )
     return got
 
 
 # ---------------------------------------------------------------------------
 # real graphs
+
 
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('channels', [1, 8, 41, 64])
@@ -159,8 +161,9 @@ def test_cora_grid(datasets, version, heads, channels, device):
 
 
 @pytest.mark.parametrize('device', DEVICES)
-@pytest.mark.parametrize('name,heads,channels', [
-    ('Cora', 8, 64), ('CiteSeer', 1, 41), ('CiteSeer', 8, 8), ('Tolokers', 2, 8)])
+@pytest.mark.parametrize(
+    'name,heads,channels', [('Cora', 8, 64), ('CiteSeer', 1, 41), ('CiteSeer', 8, 8), ('Tolokers', 2, 8)]
+)
 @pytest.mark.parametrize('version', ['v1', 'v2'])
 def test_real_graphs(datasets, version, name, heads, channels, device):
     data = datasets[name].to(device)
@@ -173,25 +176,34 @@ def test_real_graphs(datasets, version, name, heads, channels, device):
 # options and graph shapes
 
 OPTIONS = [
-    ('v1', {}), ('v2', {}),
-    ('v1', {'edge_dim': 4}), ('v2', {'edge_dim': 4}),
-    ('v1', {'edge_dim': 4, 'fill_value': 'add'}), ('v2', {'edge_dim': 4, 'fill_value': 'add'}),
-    ('v1', {'edge_dim': 4, 'fill_value': 0.5}), ('v2', {'edge_dim': 4, 'fill_value': -1.5}),
+    ('v1', {}),
+    ('v2', {}),
+    ('v1', {'edge_dim': 4}),
+    ('v2', {'edge_dim': 4}),
+    ('v1', {'edge_dim': 4, 'fill_value': 'add'}),
+    ('v2', {'edge_dim': 4, 'fill_value': 'add'}),
+    ('v1', {'edge_dim': 4, 'fill_value': 0.5}),
+    ('v2', {'edge_dim': 4, 'fill_value': -1.5}),
     ('v1', {'edge_dim': 4, 'fill_value': 'max'}),
     ('v1', {'edge_dim': 4, 'fill_value': torch.tensor([0.1, 0.2, 0.3, 0.4])}),
-    ('v1', {'edge_dim': 1}), ('v2', {'edge_dim': 1}),
-    ('v1', {'add_self_loops': False}), ('v2', {'add_self_loops': False, 'edge_dim': 4}),
-    ('v1', {'concat': False}), ('v2', {'concat': False}),
-    ('v1', {'residual': True}), ('v2', {'residual': True}),
-    ('v2', {'share_weights': True}), ('v2', {'share_weights': True, 'edge_dim': 4}),
-    ('v1', {'bias': False, 'negative_slope': 0.05}), ('v2', {'bias': False, 'negative_slope': 0.5}),
+    ('v1', {'edge_dim': 1}),
+    ('v2', {'edge_dim': 1}),
+    ('v1', {'add_self_loops': False}),
+    ('v2', {'add_self_loops': False, 'edge_dim': 4}),
+    ('v1', {'concat': False}),
+    ('v2', {'concat': False}),
+    ('v1', {'residual': True}),
+    ('v2', {'residual': True}),
+    ('v2', {'share_weights': True}),
+    ('v2', {'share_weights': True, 'edge_dim': 4}),
+    ('v1', {'bias': False, 'negative_slope': 0.05}),
+    ('v2', {'bias': False, 'negative_slope': 0.5}),
     ('v1', {'edge_dim': 4, 'residual': True, 'concat': False, 'add_self_loops': False}),
 ]
 
 
 def _opt_id(o):
-    return o[0] + '-' + '-'.join(f'{k}={v if not torch.is_tensor(v) else "tensor"}'
-                                 for k, v in o[1].items())
+    return o[0] + '-' + '-'.join(f'{k}={v if not torch.is_tensor(v) else "tensor"}' for k, v in o[1].items())
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -330,8 +342,9 @@ def test_attention_weights_with_edge_features_and_gradient(version):
     _close(oo, ro, 'output')
     _close(o_alpha, r_alpha, 'alpha')
     g = torch.randn_like(r_alpha)
-    _close(torch.autograd.grad((o_alpha * g).sum(), x)[0],
-           torch.autograd.grad((r_alpha * g).sum(), x)[0], 'grad of alpha')
+    _close(
+        torch.autograd.grad((o_alpha * g).sum(), x)[0], torch.autograd.grad((r_alpha * g).sum(), x)[0], 'grad of alpha'
+    )
 
 
 def test_csr_graph_adjacency(datasets):
@@ -349,8 +362,10 @@ def test_csr_graph_adjacency(datasets):
 # ---------------------------------------------------------------------------
 # layer contract
 
-@pytest.mark.parametrize('kw', [{}, {'edge_dim': 3, 'residual': True}, {'share_weights': True},
-                                {'bias': False, 'concat': False}])
+
+@pytest.mark.parametrize(
+    'kw', [{}, {'edge_dim': 3, 'residual': True}, {'share_weights': True}, {'bias': False, 'concat': False}]
+)
 @pytest.mark.parametrize('version', ['v1', 'v2'])
 def test_state_dict_and_subclass(version, kw):
     if version == 'v1' and 'share_weights' in kw:
@@ -376,6 +391,7 @@ def test_cheatsheet_same_as_pyg(monkeypatch):
     source) say the same of pyg_tc's layers as of PyG's."""
     import torch_geometric.nn.conv as conv_mod
     from torch_geometric.nn.conv import utils
+
     names = [n for n in dir(utils) if n.startswith(('supports_', 'processes_', 'paper_'))]
     for name, cls in (('GATConv', GATConv), ('GATv2Conv', GATv2Conv)):
         want = {n: getattr(utils, n)(name) for n in names}
@@ -429,12 +445,14 @@ def test_fast_path_is_the_default_and_explain_matches_pyg():
     explanation."""
     from torch_geometric.explain import Explainer
     from torch_geometric.explain.algorithm import GNNExplainer
+
     ei, n = make_graph('self_loops')
     x = torch.randn(n, 8)
     ref, ours = _two_layer_pair()
 
     def boom(*args, **kwargs):
         raise AssertionError('PyG message passing used')
+
     for conv in (ours.c1, ours.c2):
         conv.propagate = conv.edge_updater = boom
     _close(ours(x, ei), ref(x, ei), 'output')
@@ -442,10 +460,14 @@ def test_fast_path_is_the_default_and_explain_matches_pyg():
         del conv.propagate, conv.edge_updater
     masks = []
     for model in (ref, ours):
-        explainer = Explainer(model, GNNExplainer(epochs=10), explanation_type='model',
-                              node_mask_type='attributes', edge_mask_type='object',
-                              model_config=dict(mode='multiclass_classification',
-                                                task_level='node', return_type='log_probs'))
+        explainer = Explainer(
+            model,
+            GNNExplainer(epochs=10),
+            explanation_type='model',
+            node_mask_type='attributes',
+            edge_mask_type='object',
+            model_config=dict(mode='multiclass_classification', task_level='node', return_type='log_probs'),
+        )
         torch.manual_seed(1)
         masks.append(explainer(x, ei, index=3))
     assert masks[1].edge_mask.abs().sum() > 0
@@ -490,6 +512,7 @@ def test_torchscript_as_pyg():
 # ---------------------------------------------------------------------------
 # dropout
 
+
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('version', ['v1', 'v2'])
 def test_dropout(version, device):
@@ -527,6 +550,7 @@ def test_plain_edge_index_keeps_one_graph():
     from pyg_tc.formats.carrier import format_bytes, has_graph
     from pyg_tc.nn import AGNNConv
     from pyg_tc.formats.loops import loops_from_edges
+
     torch.manual_seed(0)
     N, E = 300, 2000
     ei = torch.randint(0, N, (2, E))
@@ -560,6 +584,7 @@ def test_plain_edge_index_keeps_one_graph():
 
 # ---------------------------------------------------------------------------
 # torch.compile and gradcheck
+
 
 @pytest.mark.parametrize('device', DEVICES)
 def test_torch_compile_no_graph_breaks(device):
@@ -620,6 +645,7 @@ def test_loops_merged_into_target_ordered_edges(kind, num_loops, device):
     graph and edge ids as the sorted construction."""
     from pyg_tc.formats import CSRGraph
     from pyg_tc.formats.loops import _append_loops, _merge_loops
+
     ei, n = make_graph(kind, device)
     N = n if isinstance(n, int) else max(n)
     ei = ei[:, ei[0] != ei[1]]
@@ -647,6 +673,7 @@ def test_att_logits_equal_pygs_expression(device, H, C, k):
     head) equal PyG's ``(x * att).sum(-1)``, values and gradients (float64
     gradcheck), and under autocast keep PyG's expression and dtypes."""
     from pyg_tc.nn.gat import att_logits
+
     g = torch.Generator().manual_seed(H * 10 + k)
     x = torch.randn(37, H, C, generator=g, dtype=torch.float64).to(device).requires_grad_()
     atts = [torch.randn(1, H, C, generator=g, dtype=torch.float64).to(device).requires_grad_() for _ in range(k)]

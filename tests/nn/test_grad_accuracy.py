@@ -15,6 +15,7 @@ The fused attention layers save their softmax's log-sum-exp in float64, so
 the backward's recomputed weights are as exact as PyG's, and sum the
 attention vectors' gradients over rows in float64 (sums of terms that nearly
 cancel)."""
+
 import copy
 import math
 
@@ -31,14 +32,26 @@ N, E = 3000, 20_000
 BOUND = 2.0
 SEEDS = 8
 
-CASES = [('gcn', 128, 16, {}), ('gcn', 8, 16, {}), ('gcn', 128, 16, {'normalize': False}),
-         ('sage', 128, 16, {}), ('sage', 8, 16, {}), ('sage', 128, 16, {'aggr': 'max'}),
-         ('sage', 128, 16, {'project': True}), ('sage', 128, 16, {'normalize': True}),
-         ('sage', 8, 16, {'root_weight': False}), ('sage', 8, 16, {'aggr': 'sum'}),
-         ('gin', 128, 16, {}), ('gin', 8, 16, {'train_eps': True}),
-         ('gat', 128, 16, {}), ('gat', 8, 16, {'concat': False}),
-         ('gatv2', 128, 16, {}), ('gatv2', 8, 16, {}),
-         ('agnn', 16, 16, {}), ('agnn', 16, 16, {'requires_grad': True})]
+CASES = [
+    ('gcn', 128, 16, {}),
+    ('gcn', 8, 16, {}),
+    ('gcn', 128, 16, {'normalize': False}),
+    ('sage', 128, 16, {}),
+    ('sage', 8, 16, {}),
+    ('sage', 128, 16, {'aggr': 'max'}),
+    ('sage', 128, 16, {'project': True}),
+    ('sage', 128, 16, {'normalize': True}),
+    ('sage', 8, 16, {'root_weight': False}),
+    ('sage', 8, 16, {'aggr': 'sum'}),
+    ('gin', 128, 16, {}),
+    ('gin', 8, 16, {'train_eps': True}),
+    ('gat', 128, 16, {}),
+    ('gat', 8, 16, {'concat': False}),
+    ('gatv2', 128, 16, {}),
+    ('gatv2', 8, 16, {}),
+    ('agnn', 16, 16, {}),
+    ('agnn', 16, 16, {'requires_grad': True}),
+]
 
 
 def _grads(layer, x, ei, dtype):
@@ -66,8 +79,14 @@ def _distances(kind, cin, cout, kw, device, seed):
     theirs = _grads(ref.to(device), x, ei, torch.float32)
     mine = _grads(ours.to(device), x, ei, torch.float32)
     assert mine.keys() == theirs.keys() == want.keys()
-    return {name: ((mine[name].double() - w).abs().max().item(), (theirs[name].double() - w).abs().max().item(),
-                   w.abs().max().item()) for name, w in want.items()}
+    return {
+        name: (
+            (mine[name].double() - w).abs().max().item(),
+            (theirs[name].double() - w).abs().max().item(),
+            w.abs().max().item(),
+        )
+        for name, w in want.items()
+    }
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -83,4 +102,5 @@ def test_gradients_as_close_to_float64_as_pygs(device, kind, cin, cout, kw):
             e_ours, e_pyg, scale = first[name]
         # (a floor of a few float32 units of the gradient's scale: where PyG's sum happens to be exact)
         assert e_ours <= BOUND * e_pyg + 4e-7 * scale, (
-            f'{name}: pyg_tc {e_ours:.3g} from float64, PyG {e_pyg:.3g} (scale {scale:.3g})')
+            f'{name}: pyg_tc {e_ours:.3g} from float64, PyG {e_pyg:.3g} (scale {scale:.3g})'
+        )

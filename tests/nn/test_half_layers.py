@@ -6,6 +6,7 @@ node-feature input at most once per layer (and its output at most once, to
 PyG's dtype), trains with ``torch.amp.GradScaler``, and compiles without graph
 breaks; the same models after ``.half()`` / ``.bfloat16()``. Plus the float16
 overflow notice of unweighted sums (docs/halfgnn.md, "Overflow policy")."""
+
 import warnings
 
 import pytest
@@ -37,8 +38,11 @@ class Net(torch.nn.Module):
         elif kind == 'sage':
             convs = [L.SAGEConv(CIN, HID), L.SAGEConv(HID, COUT)]
         elif kind == 'gin':
-            mlp = lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(),  # noqa: E731
-                                                   torch.nn.Linear(o, o))
+            mlp = lambda i, o: torch.nn.Sequential(
+                torch.nn.Linear(i, o),
+                torch.nn.ReLU(),  # noqa: E731
+                torch.nn.Linear(o, o),
+            )
             convs = [L.GINConv(mlp(CIN, HID), train_eps=True), L.GINConv(mlp(HID, COUT))]
         elif kind in ('gat', 'gatv2'):
             cls = L.GATConv if kind == 'gat' else L.GATv2Conv
@@ -107,8 +111,14 @@ class Casts(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten._to_copy.default and self.current is not None:
             t, dt = args[0], kwargs.get('dtype')
-            if (t.is_floating_point() and t.dim() >= 2 and t.size(0) == N and t[0].numel() > 1
-                    and dt is not None and dt != t.dtype):
+            if (
+                t.is_floating_point()
+                and t.dim() >= 2
+                and t.size(0) == N
+                and t[0].numel() > 1
+                and dt is not None
+                and dt != t.dtype
+            ):
                 self.current.append((tuple(t.shape), t.dtype, dt))
         return func(*args, **kwargs)
 
@@ -158,8 +168,9 @@ def test_autocast_half_layers(kind, dtype):
         with Casts(net) as rec:
             net(x, ei)
     assert dts and dts == _pyg_dtypes(kind, net, x, ei, dtype)  # every layer returns PyG's dtype
-    expected = {'gcn': torch.float32, 'gat': torch.float32, 'gatv2': torch.float32,
-                'agnn': torch.float32}.get(kind, dtype)
+    expected = {'gcn': torch.float32, 'gat': torch.float32, 'gatv2': torch.float32, 'agnn': torch.float32}.get(
+        kind, dtype
+    )
     assert dts[-1] == expected  # (the rule, so that a change in PyG shows up here)
     # per layer call, at most one cast of node features to half (its Linears'
     # autocast casts included) and at most one to PyG's output dtype

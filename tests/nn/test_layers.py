@@ -1,5 +1,6 @@
 """pyg_tc layers against PyG's own layers with the same weights: outputs and
 every gradient, on real graphs, for every adjacency type PyG accepts."""
+
 import copy
 import io
 
@@ -18,6 +19,7 @@ from ..conftest import DEVICES, writable_copy
 def real(request, tmp_path_factory):
     """The real Planetoid graph from ``$PYG_TC_DATA`` (skips without it)."""
     from torch_geometric.datasets import Planetoid
+
     name = request.param
     return Planetoid(str(writable_copy(tmp_path_factory, f'planetoid/{name}')), name)[0]
 
@@ -40,11 +42,17 @@ def make_pair(kind, in_ch, out_ch, **kw):
 
 
 LAYERS = [
-    ('gcn', {}), ('gcn', {'improved': True}), ('gcn', {'add_self_loops': False}),
+    ('gcn', {}),
+    ('gcn', {'improved': True}),
+    ('gcn', {'add_self_loops': False}),
     ('gcn', {'normalize': False, 'add_self_loops': False}),
-    ('sage', {}), ('sage', {'aggr': 'sum'}), ('sage', {'aggr': 'max'}),
-    ('sage', {'normalize': True, 'root_weight': False}), ('sage', {'project': True}),
-    ('gin', {}), ('gin', {'train_eps': True, 'eps': 0.25}),
+    ('sage', {}),
+    ('sage', {'aggr': 'sum'}),
+    ('sage', {'aggr': 'max'}),
+    ('sage', {'normalize': True, 'root_weight': False}),
+    ('sage', {'project': True}),
+    ('gin', {}),
+    ('gin', {'train_eps': True, 'eps': 0.25}),
 ]
 
 
@@ -64,7 +72,9 @@ def check_same(ref_out, out, ref_grads, our_grads, rtol=1e-5, atol=1e-5):
         torch.testing.assert_close(b, a, rtol=rtol, atol=atol * a.abs().max().clamp(min=1).item())
 
 
-@pytest.mark.parametrize('kind,kw', LAYERS, ids=[f'{k}-{"-".join(f"{a}={b}" for a, b in kw.items())}' for k, kw in LAYERS])
+@pytest.mark.parametrize(
+    'kind,kw', LAYERS, ids=[f'{k}-{"-".join(f"{a}={b}" for a, b in kw.items())}' for k, kw in LAYERS]
+)
 @pytest.mark.parametrize('device', DEVICES)
 def test_matches_pyg_on_real_graph(real, kind, kw, device):
     data = real.to(device)
@@ -80,8 +90,9 @@ def test_matches_pyg_on_real_graph(real, kind, kw, device):
     ref_out = ref(x, data.edge_index, *args)
     out = ours(x, data.edge_index, *args)
     params = [x] + ([ew] if ew is not None else [])
-    check_same(ref_out, out, grads(ref_out, params + list(ref.parameters())),
-               grads(out, params + list(ours.parameters())))
+    check_same(
+        ref_out, out, grads(ref_out, params + list(ref.parameters())), grads(out, params + list(ours.parameters()))
+    )
 
 
 @pytest.mark.parametrize('adj_kind', ['edge_index', 'EdgeIndex', 'torch_csr', 'transform', 'int32'])
@@ -98,6 +109,7 @@ def test_adjacency_types(cora, adj_kind, kind):
         adj = data.edge_index.int()
     elif adj_kind == 'EdgeIndex':
         from torch_geometric import EdgeIndex
+
         adj = EdgeIndex(data.edge_index, sparse_size=(N, N))
     elif adj_kind == 'torch_csr':
         # PyG's sparse path: adj_t with rows = targets. For GCN, PyG itself is the
@@ -108,8 +120,7 @@ def test_adjacency_types(cora, adj_kind, kind):
         adj = DegreeBucketTransform(validate=True)(data).edge_index
         assert isinstance(adj, pyg_tc.formats.TCEdgeIndex)
     out = ours(x, adj)
-    check_same(ref_out, out, grads(ref_out, [x] + list(ref.parameters())),
-               grads(out, [x] + list(ours.parameters())))
+    check_same(ref_out, out, grads(ref_out, [x] + list(ref.parameters())), grads(out, [x] + list(ours.parameters())))
 
 
 def test_duplicate_self_loops_documented_difference(cora):
@@ -161,8 +172,7 @@ def test_bipartite_sage_and_gin():
     for kind in ('sage', 'gin'):
         ref, ours = make_pair(kind, 12, 6)
         torch.testing.assert_close(ours((x_src, x_dst), ei), ref((x_src, x_dst), ei))
-        torch.testing.assert_close(ours((x_src, None), ei, size=(50, 30)),
-                                   ref((x_src, None), ei, size=(50, 30)))
+        torch.testing.assert_close(ours((x_src, None), ei, size=(50, 30)), ref((x_src, None), ei, size=(50, 30)))
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -238,6 +248,7 @@ def test_sage_dense_part_folds_and_matches_pyg(dims, bias, device, monkeypatch):
     an aggregation, ``_sage_root`` after a transform-first one): PyG's outputs and
     gradients, the fold taken, and not taken under a hook."""
     from pyg_tc.nn import conv as C
+
     calls = []
     for name in ('_sage_dense', '_sage_root'):
         monkeypatch.setattr(C, name, (lambda f, n: lambda *a: calls.append(n) or f(*a))(getattr(C, name), name))
@@ -267,6 +278,7 @@ def test_sage_dense_part_folds_and_matches_pyg(dims, bias, device, monkeypatch):
 def test_sage_dense_part_gradcheck(fn):
     """float64 gradcheck and gradgradcheck of the folded dense part."""
     from pyg_tc.nn.conv import _sage_dense, _sage_root
+
     g = torch.Generator().manual_seed(1)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_()  # noqa: E731
     if fn == 'dense':

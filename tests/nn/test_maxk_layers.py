@@ -1,6 +1,7 @@
 """Layers with CBSR (MaxK) input against PyG's own layers fed the dense
 MaxK output with the same weights (outputs and every gradient), MaxK and the
 MaxKGNN model."""
+
 import copy
 
 import pytest
@@ -17,8 +18,9 @@ from .test_layers import LAYERS, check_same, grads, make_pair, real  # noqa: F40
 CBSR_LAYERS = [(k, kw) for k, kw in LAYERS]
 
 
-@pytest.mark.parametrize('kind,kw', CBSR_LAYERS,
-                         ids=[f'{k}-{"-".join(f"{a}={b}" for a, b in kw.items())}' for k, kw in CBSR_LAYERS])
+@pytest.mark.parametrize(
+    'kind,kw', CBSR_LAYERS, ids=[f'{k}-{"-".join(f"{a}={b}" for a, b in kw.items())}' for k, kw in CBSR_LAYERS]
+)
 @pytest.mark.parametrize('device', DEVICES)
 def test_cbsr_input_matches_pyg(real, kind, kw, device):  # noqa: F811 (the fixture)
     data = real.to(device)
@@ -82,8 +84,11 @@ def test_maxkgnn_matches_dense_equivalent(conv, device):
     x = torch.randn(n, 12, device=device)
     model = MaxKGNN(conv, 12, 32, 3, num_layers=2, k=4).to(device).eval()
     ref = copy.deepcopy(model)
-    make = {'sage': lambda: pyg_nn.SAGEConv(32, 32), 'gcn': lambda: pyg_nn.GCNConv(32, 32),
-            'gin': lambda: pyg_nn.GINConv(torch.nn.Linear(32, 32))}[conv]
+    make = {
+        'sage': lambda: pyg_nn.SAGEConv(32, 32),
+        'gcn': lambda: pyg_nn.GCNConv(32, 32),
+        'gin': lambda: pyg_nn.GINConv(torch.nn.Linear(32, 32)),
+    }[conv]
     ref.convs = torch.nn.ModuleList(make().to(device) for _ in range(2))
     for a, b in zip(ref.convs, model.convs):
         a.load_state_dict(b.state_dict())
@@ -91,6 +96,7 @@ def test_maxkgnn_matches_dense_equivalent(conv, device):
     class Dense(torch.nn.Module):
         def forward(self, h):
             return MaxK(4)(h).to_dense()
+
     ref.act = Dense()
     torch.testing.assert_close(model(x, ei), ref(x, ei), rtol=1e-4, atol=1e-4)
 

@@ -1,6 +1,7 @@
 """Formats per mini-batch: the transform applied to each sampled subgraph
 (on the CPU, or on the GPU after moving the batch), and layers on the batch
 matching PyG's on the same batch."""
+
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
@@ -17,8 +18,7 @@ def batches(data, seeds_per_batch=64, hops=2, count=3):
     g = torch.Generator().manual_seed(0)
     for _ in range(count):
         seeds = torch.randint(0, data.num_nodes, (seeds_per_batch,), generator=g)
-        subset, ei, _, _ = k_hop_subgraph(seeds, hops, data.edge_index, relabel_nodes=True,
-                                          num_nodes=data.num_nodes)
+        subset, ei, _, _ = k_hop_subgraph(seeds, hops, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes)
         yield Data(x=data.x[subset], edge_index=ei, num_nodes=subset.numel())
 
 
@@ -42,8 +42,8 @@ def test_neighbor_loader_transform(cora):
     """The real loader, where neighbour sampling is available (pyg-lib or
     torch-sparse; neither is installed on the project's machines)."""
     from torch_geometric.loader import NeighborLoader
-    loader = NeighborLoader(cora, num_neighbors=[5, 5], batch_size=64,
-                            transform=DegreeBucketTransform())
+
+    loader = NeighborLoader(cora, num_neighbors=[5, 5], batch_size=64, transform=DegreeBucketTransform())
     try:
         batch = next(iter(loader))
     except ImportError as e:

@@ -28,12 +28,16 @@ class Net(torch.nn.Module):
 
     def __init__(self, lib, kind: str, dims, plain: bool = False, hetero: bool = False):
         super().__init__()
-        make = {'sage': lambda i, o: lib.SAGEConv(i, o),
-                'gcn': lambda i, o: lib.GCNConv(i, o),
-                'gat': (lambda i, o: lib.GATConv((-1, -1), o, heads=2, concat=False, add_self_loops=False))
-                if hetero else (lambda i, o: lib.GATConv(i, o, heads=2, concat=False)),
-                'gin': lambda i, o: lib.GINConv(torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(),
-                                                                    torch.nn.Linear(o, o)))}[kind]
+        make = {
+            'sage': lambda i, o: lib.SAGEConv(i, o),
+            'gcn': lambda i, o: lib.GCNConv(i, o),
+            'gat': (lambda i, o: lib.GATConv((-1, -1), o, heads=2, concat=False, add_self_loops=False))
+            if hetero
+            else (lambda i, o: lib.GATConv(i, o, heads=2, concat=False)),
+            'gin': lambda i, o: lib.GINConv(
+                torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o))
+            ),
+        }[kind]
         self.convs = torch.nn.ModuleList(make(i, o) for i, o in zip(dims[:-1], dims[1:]))
         self.plain = plain  # PyG's layers get a plain edge_index
 
@@ -87,14 +91,18 @@ def test_neighbor_loader_training_matches_pyg(cora, kind, device):
     """3-layer node classification on NeighborLoader batches (fan-out [10, 5, 5],
     the format built per batch by the loader's transform)."""
     from torch_geometric.loader import NeighborLoader
-    batches = sampled_batches(lambda: NeighborLoader(
-        cora, num_neighbors=[10, 5, 5], batch_size=128, shuffle=True, transform=DegreeBucketTransform()))
+
+    batches = sampled_batches(
+        lambda: NeighborLoader(
+            cora, num_neighbors=[10, 5, 5], batch_size=128, shuffle=True, transform=DegreeBucketTransform()
+        )
+    )
     assert isinstance(batches[0].edge_index, pyg_tc.formats.TCEdgeIndex)
     ref, ours = twins(kind, [cora.num_features, 32, 32, 7], device)
 
     def loss_fn(model, b):
-        out = model(b.x, b.edge_index)[:b.batch_size]
-        return F.cross_entropy(out, b.y[:b.batch_size])
+        out = model(b.x, b.edge_index)[: b.batch_size]
+        return F.cross_entropy(out, b.y[: b.batch_size])
 
     want, got = train_both(ref, ours, batches, loss_fn, device)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
@@ -106,9 +114,17 @@ def test_link_neighbor_loader_training_matches_pyg(cora, device):
     """Link prediction: a 2-layer SAGE encoder and a dot-product decoder on
     LinkNeighborLoader batches with negative sampling."""
     from torch_geometric.loader import LinkNeighborLoader
-    batches = sampled_batches(lambda: LinkNeighborLoader(
-        cora, num_neighbors=[10, 5], batch_size=64, shuffle=True, neg_sampling_ratio=1.0,
-        transform=DegreeBucketTransform()))
+
+    batches = sampled_batches(
+        lambda: LinkNeighborLoader(
+            cora,
+            num_neighbors=[10, 5],
+            batch_size=64,
+            shuffle=True,
+            neg_sampling_ratio=1.0,
+            transform=DegreeBucketTransform(),
+        )
+    )
     ref, ours = twins('sage', [cora.num_features, 32, 16], device)
 
     def loss_fn(model, b):
@@ -124,6 +140,7 @@ def test_link_neighbor_loader_training_matches_pyg(cora, device):
 def tu_dataset(request, tmp_path_factory):
     """The real TU dataset from ``$PYG_TC_DATA`` (skips without it)."""
     from torch_geometric.datasets import TUDataset
+
     return TUDataset(str(writable_copy(tmp_path_factory, f'tu/{request.param}')), request.param)
 
 
@@ -134,6 +151,7 @@ def test_graph_classification_dataloader_matches_pyg(tu_dataset, kind, device):
     batched graph's format built once per batch by the transform: a format
     attached to single graphs does not survive collation)."""
     from torch_geometric.loader import DataLoader
+
     ds = tu_dataset[:256]
     torch.manual_seed(0)
     batches = [DegreeBucketTransform()(b) for _, b in zip(range(STEPS), DataLoader(ds, batch_size=32, shuffle=True))]
@@ -161,6 +179,7 @@ def hetero_graph(cora):
     """Cora split into two node types by id parity ('a' even, 'b' odd), its
     edges typed by their endpoints (four relations, all non-empty)."""
     from torch_geometric.data import HeteroData
+
     cora = cora.cpu()  # built on the CPU (the fixture may live on the GPU); callers move it
     n = cora.num_nodes
     kind = torch.arange(n) % 2
@@ -183,6 +202,7 @@ def test_to_hetero_matches_pyg(cora, kind, device):
     """``to_hetero`` of a pyg_tc model against ``to_hetero`` of PyG's, same
     weights: outputs and gradients per node type."""
     from torch_geometric.nn import to_hetero
+
     data = hetero_graph(cora).to(device)
     dims = [-1, 32, 7]
     torch.manual_seed(0)
@@ -212,12 +232,15 @@ def test_hetero_conv_matches_pyg(cora, device):
     data = hetero_graph(cora).to(device)
 
     def make(lib):
-        return pyg_nn.HeteroConv({
-            ('a', 'to', 'a'): lib.GCNConv(-1, 16),
-            ('a', 'to', 'b'): lib.SAGEConv((-1, -1), 16),
-            ('b', 'to', 'a'): lib.GATConv((-1, -1), 16, add_self_loops=False),
-            ('b', 'to', 'b'): lib.GINConv(torch.nn.Linear(cora.num_features, 16)),
-        }, aggr='sum')
+        return pyg_nn.HeteroConv(
+            {
+                ('a', 'to', 'a'): lib.GCNConv(-1, 16),
+                ('a', 'to', 'b'): lib.SAGEConv((-1, -1), 16),
+                ('b', 'to', 'a'): lib.GATConv((-1, -1), 16, add_self_loops=False),
+                ('b', 'to', 'b'): lib.GINConv(torch.nn.Linear(cora.num_features, 16)),
+            },
+            aggr='sum',
+        )
 
     torch.manual_seed(0)
     ref = make(pyg_nn).to(device)

@@ -5,6 +5,7 @@ weights: hooks on the submodules PyG's forward calls (``aggr_module``, SAGE's
 ``torch.autocast`` (and of half models) are PyG's; GINConv promotes half and
 integer features as PyG does; GAT's edge-feature errors name the user's
 shapes."""
+
 import copy
 
 import pytest
@@ -28,8 +29,9 @@ def build(lib, kind, cin=CIN, cout=COUT, **kw):
         return lib.SAGEConv(cin, cout, **kw)
     if kind == 'gin':
         torch.manual_seed(5)
-        return lib.GINConv(torch.nn.Sequential(torch.nn.Linear(cin, cout), torch.nn.ReLU(),
-                                               torch.nn.Linear(cout, cout)), **kw)
+        return lib.GINConv(
+            torch.nn.Sequential(torch.nn.Linear(cin, cout), torch.nn.ReLU(), torch.nn.Linear(cout, cout)), **kw
+        )
     if kind == 'agnn':
         return lib.AGNNConv(**kw)
     cls = lib.GATConv if kind == 'gat' else lib.GATv2Conv
@@ -56,13 +58,16 @@ def graph(seed=0):
 
 def kernel_path_only(layer):
     """Make PyG's message passing raise on ``layer`` (the kernel path never calls it)."""
+
     def boom(*args, **kwargs):
         raise AssertionError('PyG message passing used')
+
     layer.propagate = boom
 
 
 # ---------------------------------------------------------------------------
 # hooks on submodules
+
 
 @pytest.mark.parametrize('kind', KINDS)
 def test_aggr_module_hooks_fire_as_in_pyg(kind):
@@ -76,11 +81,14 @@ def test_aggr_module_hooks_fire_as_in_pyg(kind):
         rec = seen[name] = {'pre': [], 'fwd': [], 'bwd': 0}
         handles = [
             layer.aggr_module.register_forward_pre_hook(
-                lambda m, args, rec=rec: rec['pre'].append(tuple(args[0].shape))),
+                lambda m, args, rec=rec: rec['pre'].append(tuple(args[0].shape))
+            ),
             layer.aggr_module.register_forward_hook(
-                lambda m, args, out, rec=rec: rec['fwd'].append(out.detach().clone())),
+                lambda m, args, out, rec=rec: rec['fwd'].append(out.detach().clone())
+            ),
             layer.aggr_module.register_full_backward_hook(
-                lambda m, gin, gout, rec=rec: rec.__setitem__('bwd', rec['bwd'] + 1)),
+                lambda m, gin, gout, rec=rec: rec.__setitem__('bwd', rec['bwd'] + 1)
+            ),
         ]
         xi = x.clone().requires_grad_()
         out = layer(xi, ei)
@@ -103,8 +111,7 @@ class Model(torch.nn.Module):
     def __init__(self, lib, kind):
         super().__init__()
         self.conv1 = build(lib, kind)
-        self.conv2 = build(lib, kind, cin=COUT * (2 if kind.startswith('gat') else 1)
-                           if kind != 'agnn' else CIN)
+        self.conv2 = build(lib, kind, cin=COUT * (2 if kind.startswith('gat') else 1) if kind != 'agnn' else CIN)
 
     def forward(self, x, edge_index):
         return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
@@ -137,7 +144,8 @@ def test_sage_lin_l_hook_sees_pyg_input():
     shapes = {}
     for name, layer in (('ref', ref), ('ours', ours)):
         layer.lin_l.register_forward_hook(
-            lambda m, args, out, name=name: shapes.setdefault(name, []).append(tuple(args[0].shape)))
+            lambda m, args, out, name=name: shapes.setdefault(name, []).append(tuple(args[0].shape))
+        )
     kernel_path_only(ours)  # (a hook on lin_l does not need PyG's path)
     torch.testing.assert_close(ours(x, ei), ref(x, ei), rtol=1e-5, atol=1e-5)
     assert shapes['ours'] == shapes['ref'] == [(N, CIN)]
@@ -151,7 +159,8 @@ def test_gat_lin_edge_hook_fires_as_in_pyg(kind):
     seen = {}
     for name, layer in (('ref', ref), ('ours', ours)):
         layer.lin_edge.register_forward_hook(
-            lambda m, args, out, name=name: seen.setdefault(name, []).append(args[0].clone()))
+            lambda m, args, out, name=name: seen.setdefault(name, []).append(args[0].clone())
+        )
     torch.testing.assert_close(ours(x, ei, ea), ref(x, ei, ea), rtol=1e-5, atol=1e-5)
     assert len(seen['ours']) == len(seen['ref']) == 1
     torch.testing.assert_close(seen['ours'][0], seen['ref'][0])
@@ -165,8 +174,7 @@ def test_global_module_hooks_keep_the_kernel_path(kind):
     ei, x = graph()
     ref, ours = pair(kind)
     seen = []
-    handle = torch.nn.modules.module.register_module_forward_hook(
-        lambda m, args, out: seen.append(type(m).__name__))
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: seen.append(type(m).__name__))
     try:
         kernel_path_only(ours)
         out = ours(x, ei)
@@ -180,14 +188,25 @@ def test_global_module_hooks_keep_the_kernel_path(kind):
 # dtypes under autocast and of half models
 
 CONFIGS = [
-    ('gcn', {}, {}), ('gcn', {'bias': False}, {}), ('gcn', {'normalize': False, 'bias': False}, {}),
-    ('gcn', {'normalize': False, 'bias': False}, {'edge_weight'}), ('gcn', {}, {'edge_weight'}),
-    ('sage', {}, {}), ('sage', {'normalize': True, 'aggr': 'sum'}, {}), ('sage', {'project': True}, {}),
-    ('gin', {}, {}), ('gin', {'train_eps': True}, {}),
-    ('agnn', {}, {}), ('agnn', {'requires_grad': False}, {}),
-    ('gat', {}, {}), ('gat', {'bias': False}, {}), ('gat', {'concat': False}, {}),
-    ('gat', {'residual': True}, {}), ('gat', {'edge_dim': 3}, {'edge_attr'}),
-    ('gatv2', {}, {}), ('gatv2', {'bias': False, 'concat': False}, {}),
+    ('gcn', {}, {}),
+    ('gcn', {'bias': False}, {}),
+    ('gcn', {'normalize': False, 'bias': False}, {}),
+    ('gcn', {'normalize': False, 'bias': False}, {'edge_weight'}),
+    ('gcn', {}, {'edge_weight'}),
+    ('sage', {}, {}),
+    ('sage', {'normalize': True, 'aggr': 'sum'}, {}),
+    ('sage', {'project': True}, {}),
+    ('gin', {}, {}),
+    ('gin', {'train_eps': True}, {}),
+    ('agnn', {}, {}),
+    ('agnn', {'requires_grad': False}, {}),
+    ('gat', {}, {}),
+    ('gat', {'bias': False}, {}),
+    ('gat', {'concat': False}, {}),
+    ('gat', {'residual': True}, {}),
+    ('gat', {'edge_dim': 3}, {'edge_attr'}),
+    ('gatv2', {}, {}),
+    ('gatv2', {'bias': False, 'concat': False}, {}),
     ('gatv2', {'edge_dim': 3, 'residual': True}, {'edge_attr'}),
 ]
 
@@ -217,8 +236,10 @@ def _err(out, grads, out_t, grads_t):
     """Largest error of an output and its gradients against ``out_t`` /
     ``grads_t``, relative to each one's largest magnitude (at least 1)."""
     pairs = [(out, out_t)] + [(a, b) for a, b in zip(grads, grads_t) if b is not None]
-    return max(float((a.detach().float() - b.detach().float()).abs().max() /
-                     b.detach().float().abs().max().clamp(min=1)) for a, b in pairs)
+    return max(
+        float((a.detach().float() - b.detach().float()).abs().max() / b.detach().float().abs().max().clamp(min=1))
+        for a, b in pairs
+    )
 
 
 def _check(ref, ours, args, kw, ctx, tol, truth=None):
@@ -241,8 +262,10 @@ def _check(ref, ours, args, kw, ctx, tol, truth=None):
     return out_o.dtype
 
 
-CONFIG_IDS = [f'{k}-{"-".join(f"{a}={b}" for a, b in kw.items()) or "default"}'
-              f'{"-" + "-".join(sorted(extra)) if extra else ""}' for k, kw, extra in CONFIGS]
+CONFIG_IDS = [
+    f'{k}-{"-".join(f"{a}={b}" for a, b in kw.items()) or "default"}{"-" + "-".join(sorted(extra)) if extra else ""}'
+    for k, kw, extra in CONFIGS
+]
 
 
 @pytest.mark.parametrize('dtype', HALF, ids=dtype_id)
@@ -256,9 +279,12 @@ def test_cpu_autocast_dtype_as_pyg(kind, kw, extra, dtype):
     ref, ours = pair(kind, **kw)
     args, kwargs = _args(kind, x, ei, extra)
     got = _check(ref, ours, args, kwargs, lambda: torch.autocast('cpu', dtype), 5e-2)
-    expected = dtype if kind in ('sage', 'gin') or (kind == 'gcn' and not kw.get('bias', True)
-                                                    and not kw.get('normalize', True)
-                                                    and not extra) else torch.float32
+    expected = (
+        dtype
+        if kind in ('sage', 'gin')
+        or (kind == 'gcn' and not kw.get('bias', True) and not kw.get('normalize', True) and not extra)
+        else torch.float32
+    )
     assert got == expected  # (the rule, so that a change in PyG shows up here)
 
 
@@ -339,9 +365,9 @@ def test_compile_under_cpu_autocast_no_graph_breaks(kind):
 # ---------------------------------------------------------------------------
 # GINConv's type promotion
 
+
 @pytest.mark.parametrize('train_eps', [False, True])
-@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16, torch.int64, torch.int32],
-                         ids=dtype_id)
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16, torch.int64, torch.int32], ids=dtype_id)
 def test_gin_promotes_features_as_pyg(dtype, train_eps):
     """Half or integer features with an fp32 ``nn``: PyG adds ``(1 + eps) *
     x`` (fp32) to the aggregation, which promotes it; so does pyg_tc."""
@@ -365,6 +391,7 @@ def test_gin_promotes_features_as_pyg(dtype, train_eps):
 
 # ---------------------------------------------------------------------------
 # GAT's edge-feature errors
+
 
 @pytest.mark.parametrize('loops', [True, False])
 @pytest.mark.parametrize('kind', ['gat', 'gatv2'])

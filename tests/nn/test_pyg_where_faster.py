@@ -7,6 +7,7 @@ the kernels at once); never
 with another backend, inside ``kernel_paths()`` (what CapturedStep uses) or
 with ``PYG_WHERE_FASTER`` off (the suite's default). Results equal PyG's layer
 with the same weights either way."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,10 +29,22 @@ MAKE = {
     'agnn': lambda lib, **kw: lib.AGNNConv(**kw),
 }
 #: (layer, device type) -> PyG's path on a small graph
-PYG_PATH = {('gcn', 'cpu'): True, ('gcn_uncached', 'cpu'): True, ('sage', 'cpu'): False, ('gin', 'cpu'): True,
-            ('gat', 'cpu'): True, ('gatv2', 'cpu'): True, ('agnn', 'cpu'): True,
-            ('gcn', 'cuda'): True, ('gcn_uncached', 'cuda'): False, ('sage', 'cuda'): True, ('gin', 'cuda'): False,
-            ('gat', 'cuda'): False, ('gatv2', 'cuda'): False, ('agnn', 'cuda'): False}
+PYG_PATH = {
+    ('gcn', 'cpu'): True,
+    ('gcn_uncached', 'cpu'): True,
+    ('sage', 'cpu'): False,
+    ('gin', 'cpu'): True,
+    ('gat', 'cpu'): True,
+    ('gatv2', 'cpu'): True,
+    ('agnn', 'cpu'): True,
+    ('gcn', 'cuda'): True,
+    ('gcn_uncached', 'cuda'): False,
+    ('sage', 'cuda'): True,
+    ('gin', 'cuda'): False,
+    ('gat', 'cuda'): False,
+    ('gatv2', 'cuda'): False,
+    ('agnn', 'cuda'): False,
+}
 
 
 @pytest.fixture
@@ -46,6 +59,7 @@ def _spied(layer):
     def spy(*args):
         calls.append(1)
         return run(*args)
+
     layer._run_pyg = spy
     return calls
 
@@ -82,6 +96,7 @@ def test_auto_takes_pygs_path_where_faster(where_faster, kind, device):
 @pytest.mark.parametrize('kind', sorted(MAKE))
 def test_a_small_graph_with_its_csr_runs_the_kernels_at_once(where_faster, kind):
     from pyg_tc.formats.carrier import attach
+
     ref, ours = _pair(kind, 'cuda')
     calls = _spied(ours)
     x, ei = _inputs('cuda')

@@ -15,6 +15,7 @@ GATv2 with and without edge features, dropout (the kernels draw the same
 Philox mask), split rows of a power-law graph, determinism, NaN safety,
 empty graphs, noncontiguous and misaligned inputs, the wide-head fallback.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -26,9 +27,20 @@ from torch_geometric.utils import softmax as pyg_softmax
 import pyg_tc
 from pyg_tc.formats import CSRGraph
 from pyg_tc.ops import attn
-from pyg_tc.ops.attn import (attention_weights, dropout_keep, edge_softmax,
-                             gat_attention, gat_logits, gat_reference, gatv2_attention,
-                             gatv2_logits, gatv2_reference, new_rng, philox4x32, philox_uniform)
+from pyg_tc.ops.attn import (
+    attention_weights,
+    dropout_keep,
+    edge_softmax,
+    gat_attention,
+    gat_logits,
+    gat_reference,
+    gatv2_attention,
+    gatv2_logits,
+    gatv2_reference,
+    new_rng,
+    philox4x32,
+    philox_uniform,
+)
 from pyg_tc.testing import emulate_attention
 
 from ..conftest import DTYPES, GRAPH_KINDS, dtype_id, make_graph, sizes
@@ -54,8 +66,8 @@ def acc_of(dtype):
 # ---------------------------------------------------------------------------
 # graphs
 
-def rmat(scale: int = 14, num_edges: int = 100_000, seed: int = 0,
-         probs=(0.57, 0.19, 0.19, 0.05)) -> torch.Tensor:
+
+def rmat(scale: int = 14, num_edges: int = 100_000, seed: int = 0, probs=(0.57, 0.19, 0.19, 0.05)) -> torch.Tensor:
     """R-MAT edge_index (power law; node 0 is the heaviest target: about
     ``E * 0.76^scale`` in-edges) on ``2^scale`` nodes."""
     g = _gen(seed)
@@ -72,10 +84,10 @@ def rmat(scale: int = 14, num_edges: int = 100_000, seed: int = 0,
 def hub_graph(degree: int = 700_000, num_src: int = 1000, num_dst: int = 5, seed: int = 9):
     """Row 0 with ``degree`` in-edges, plus a few light rows and an empty one."""
     g = _gen(seed)
-    hub = torch.stack([torch.randint(0, num_src, (degree,), generator=g),
-                       torch.zeros(degree, dtype=torch.long)])
-    light = torch.stack([torch.randint(0, num_src, (20,), generator=g),
-                         torch.randint(1, num_dst - 1, (20,), generator=g)])
+    hub = torch.stack([torch.randint(0, num_src, (degree,), generator=g), torch.zeros(degree, dtype=torch.long)])
+    light = torch.stack(
+        [torch.randint(0, num_src, (20,), generator=g), torch.randint(1, num_dst - 1, (20,), generator=g)]
+    )
     return torch.cat([hub, light], 1), num_src, num_dst
 
 
@@ -105,6 +117,7 @@ def tiny_graph(chunk: int = 2):
 # ---------------------------------------------------------------------------
 # inputs, calls, comparisons
 
+
 def gat_inputs(g, H, C, dtype=F64, device='cpu', seed=0, terms=GAT_TERMS, scale=1.0):
     """GAT inputs ``{x, a_src, a_dst, score}`` (absent terms omitted); the
     score terms are fp32 (fp64 for fp64), times ``scale``."""
@@ -122,9 +135,11 @@ def gat_inputs(g, H, C, dtype=F64, device='cpu', seed=0, terms=GAT_TERMS, scale=
 def gatv2_inputs(g, H, C, dtype=F64, device='cpu', seed=0, edge=True, scale=1.0):
     """GATv2 inputs ``{x, x_r, att, edge}``; ``att`` (fp32 / fp64) times ``scale``."""
     gen = _gen(seed)
-    out = {'x': torch.randn(g.num_cols, H, C, generator=gen, dtype=F64).to(dtype),
-           'x_r': torch.randn(g.num_rows, H, C, generator=gen, dtype=F64).to(dtype),
-           'att': (torch.randn(H, C, generator=gen, dtype=F64) * scale).to(acc_of(dtype))}
+    out = {
+        'x': torch.randn(g.num_cols, H, C, generator=gen, dtype=F64).to(dtype),
+        'x_r': torch.randn(g.num_rows, H, C, generator=gen, dtype=F64).to(dtype),
+        'att': (torch.randn(H, C, generator=gen, dtype=F64) * scale).to(acc_of(dtype)),
+    }
     if edge:
         out['edge'] = torch.randn(g.num_edges, H, C, generator=gen, dtype=F64).to(dtype)
     return {k: v.to(device) for k, v in out.items()}
@@ -137,10 +152,10 @@ def make_inputs(model, g, H, C, dtype=F64, device='cpu', seed=0, **kw):
 
 def call(model, g, inp, slope=0.2, dropout=0.0, rng=None, backend='auto'):
     if model == 'gat':
-        return gat_attention(g, inp['x'], inp.get('a_src'), inp.get('a_dst'), inp.get('score'),
-                             slope, dropout, rng, backend=backend)
-    return gatv2_attention(g, inp['x'], inp['x_r'], inp['att'], inp.get('edge'), slope, dropout,
-                           rng, backend=backend)
+        return gat_attention(
+            g, inp['x'], inp.get('a_src'), inp.get('a_dst'), inp.get('score'), slope, dropout, rng, backend=backend
+        )
+    return gatv2_attention(g, inp['x'], inp['x_r'], inp['att'], inp.get('edge'), slope, dropout, rng, backend=backend)
 
 
 def logits_of(model, g, inp, slope=0.2):
@@ -148,8 +163,7 @@ def logits_of(model, g, inp, slope=0.2):
     x = inp['x']
     acc = acc_of(x.dtype)
     if model == 'gat':
-        return gat_logits(g.rowptr, g.col, inp.get('a_src'), inp.get('a_dst'), inp.get('score'),
-                          slope, x.size(1), acc)
+        return gat_logits(g.rowptr, g.col, inp.get('a_src'), inp.get('a_dst'), inp.get('score'), slope, x.size(1), acc)
     return gatv2_logits(g.rowptr, g.col, x, inp['x_r'], inp['att'], inp.get('edge'), slope, acc)
 
 
@@ -167,8 +181,7 @@ def fwd_bwd(model, g, inp, go, gl, **kw):
     # detach() aliases keep the inputs' layout (strides, storage offset)
     leaves = {k: v.detach().requires_grad_(True) for k, v in inp.items()}
     out, lse = call(model, g, leaves, **kw)
-    gl = torch.where(torch.isfinite(lse.detach()), gl.to(lse.dtype),
-                     torch.zeros_like(gl, dtype=lse.dtype))
+    gl = torch.where(torch.isfinite(lse.detach()), gl.to(lse.dtype), torch.zeros_like(gl, dtype=lse.dtype))
     # (GAT without score terms: lse depends on nothing that needs a gradient)
     pairs = [(t, gt) for t, gt in ((out, go.to(out.dtype)), (lse, gl)) if t.requires_grad]
     torch.autograd.backward([t for t, _ in pairs], [gt for _, gt in pairs])
@@ -197,13 +210,16 @@ def near(got, ref, tol, what=''):
     bad = err > tol * (r.abs() + scale)
     if bad.any():
         i = int(bad.nonzero()[0])
-        raise AssertionError(f'{what}: {int(bad.sum())} / {bad.numel()} entries off (tol {tol}); '
-                             f'max err {err.max().item():.3g}, scale {scale:.3g}; first: got '
-                             f'{g[i].item()}, expected {r[i].item()}')
+        raise AssertionError(
+            f'{what}: {int(bad.sum())} / {bad.numel()} entries off (tol {tol}); '
+            f'max err {err.max().item():.3g}, scale {scale:.3g}; first: got '
+            f'{g[i].item()}, expected {r[i].item()}'
+        )
 
 
-def check_against_reference(model, g, inp, dtype, slope=0.2, dropout=0.0, rng=None, what='',
-                            fwd_tol=None, bwd_tol=None, grads=True):
+def check_against_reference(
+    model, g, inp, dtype, slope=0.2, dropout=0.0, rng=None, what='', fwd_tol=None, bwd_tol=None, grads=True
+):
     """Run ``inp`` (dtype) through the default backend and the fp64 reference of
     the same values; compare out, lse and (with ``grads``) every gradient."""
     H, C = inp['x'].shape[1:]
@@ -212,8 +228,9 @@ def check_against_reference(model, g, inp, dtype, slope=0.2, dropout=0.0, rng=No
     bwd_tol = bwd_tol or BWD_TOL[dtype]
     if grads:
         out, lse, gr = fwd_bwd(model, g, inp, go, gl, slope=slope, dropout=dropout, rng=rng)
-        rout, rlse, rgr = fwd_bwd(model, g, as64(inp), go.double(), gl.double(), slope=slope,
-                                  dropout=dropout, rng=rng, backend='reference')
+        rout, rlse, rgr = fwd_bwd(
+            model, g, as64(inp), go.double(), gl.double(), slope=slope, dropout=dropout, rng=rng, backend='reference'
+        )
     else:
         with torch.no_grad():
             out, lse = call(model, g, inp, slope, dropout, rng)
@@ -231,6 +248,7 @@ def check_against_reference(model, g, inp, dtype, slope=0.2, dropout=0.0, rng=No
 
 # ---------------------------------------------------------------------------
 # independent oracle (PyG's softmax, no pyg_tc code) in the original edge order
+
 
 def oracle(model, ei, nd, inp, slope=0.2, keep=None, perm=None):
     """fp64 ``(out, lse)``; ``inp`` per-edge tensors in CSR order (``perm``:
@@ -269,10 +287,13 @@ def oracle(model, ei, nd, inp, slope=0.2, keep=None, perm=None):
 # Philox 4x32-10
 
 KAT = [  # Random123 kat_vectors: philox4x32 10 rounds (counter, key, output)
-    ((0, 0, 0, 0), (0, 0), (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)),
-    ((0xffffffff,) * 4, (0xffffffff,) * 2, (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
-    ((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), (0xa4093822, 0x299f31d0),
-     (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1)),
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
@@ -292,14 +313,15 @@ def test_philox_uniform_counter_layout():
     """Counter (idx_lo, idx_hi, offset_lo, offset_hi), key (seed_lo, seed_hi)
     of the two's-complement int64 seed / offset; 24-bit uniforms in [0, 1)."""
     M = 0xFFFFFFFF
-    for seed, offset in ((0, 0), (123456789012345, 987654321), (-5, -(2 ** 62))):
-        idx = torch.tensor([0, 1, 7, 2 ** 32 + 3, 2 ** 40 + 5], dtype=torch.int64)
+    for seed, offset in ((0, 0), (123456789012345, 987654321), (-5, -(2**62))):
+        idx = torch.tensor([0, 1, 7, 2**32 + 3, 2**40 + 5], dtype=torch.int64)
         u = philox_uniform(torch.tensor([seed, offset]), idx)
         s, o = seed & ((1 << 64) - 1), offset & ((1 << 64) - 1)
-        c0, _, _, _ = philox4x32(idx & M, idx >> 32, torch.tensor(o & M), torch.tensor(o >> 32),
-                                 torch.tensor(s & M), torch.tensor(s >> 32))
+        c0, _, _, _ = philox4x32(
+            idx & M, idx >> 32, torch.tensor(o & M), torch.tensor(o >> 32), torch.tensor(s & M), torch.tensor(s >> 32)
+        )
         assert u.dtype == torch.float32
-        assert torch.equal(u, (c0 >> 8).float() / 2 ** 24)
+        assert torch.equal(u, (c0 >> 8).float() / 2**24)
     u = philox_uniform(torch.tensor([3, 4]), torch.arange(100_000))
     assert float(u.min()) >= 0 and float(u.max()) < 1
     assert abs(float(u.mean()) - 0.5) < 0.005
@@ -327,8 +349,12 @@ def test_dropout_determinism_and_independence():
     assert torch.equal(a.view(-1), dropout_keep(base, E * H, 1, p, 'cpu').view(-1))
     # a prefix of the edges draws the same mask
     assert torch.equal(a[:100], dropout_keep(base, 100, H, p, 'cpu'))
-    for other in (torch.tensor([12, 5]), torch.tensor([11, 6]), torch.tensor([11 + 2 ** 32, 5]),
-                  torch.tensor([11, 5 + 2 ** 32])):
+    for other in (
+        torch.tensor([12, 5]),
+        torch.tensor([11, 6]),
+        torch.tensor([11 + 2**32, 5]),
+        torch.tensor([11, 5 + 2**32]),
+    ):
         b = dropout_keep(other, E, H, p, 'cpu')
         agree = float(((a != 0) == (b != 0)).double().mean())
         assert abs(agree - 0.5) < 0.02, f'{other.tolist()}: masks agree on {agree:.3f}'
@@ -359,6 +385,7 @@ def test_new_rng_follows_manual_seed():
 # ---------------------------------------------------------------------------
 # references against the independent oracle
 
+
 @pytest.mark.parametrize('dropout', [0.0, 0.3])
 @pytest.mark.parametrize('model', MODELS)
 @pytest.mark.parametrize('kind', GRAPH_KINDS)
@@ -369,11 +396,9 @@ def test_reference_matches_oracle(kind, model, dropout):
     with torch.no_grad():
         out, lse = call(model, g, inp, dropout=dropout, rng=rng, backend='reference')
     if model == 'gat':
-        direct = gat_reference(g.rowptr, g.col, inp['x'], inp['a_src'], inp['a_dst'],
-                               inp['score'], 0.2, dropout, rng)
+        direct = gat_reference(g.rowptr, g.col, inp['x'], inp['a_src'], inp['a_dst'], inp['score'], 0.2, dropout, rng)
     else:
-        direct = gatv2_reference(g.rowptr, g.col, inp['x'], inp['x_r'], inp['att'], inp['edge'],
-                                 0.2, dropout, rng)
+        direct = gatv2_reference(g.rowptr, g.col, inp['x'], inp['x_r'], inp['att'], inp['edge'], 0.2, dropout, rng)
     assert torch.equal(out, direct[0]) and torch.equal(lse, direct[1])
     keep = dropout_keep(rng, g.num_edges, 3, dropout, 'cpu') if dropout else None
     rout, rlse = oracle(model, ei, nd, inp, keep=keep, perm=g.perm)
@@ -428,6 +453,7 @@ def test_attention_weights():
 # ---------------------------------------------------------------------------
 # the custom backward ops against autograd through the references
 
+
 @pytest.mark.parametrize('dropout', [0.0, 0.4])
 @pytest.mark.parametrize('model', MODELS)
 @pytest.mark.parametrize('kind', GRAPH_KINDS)
@@ -442,8 +468,7 @@ def test_custom_backward_matches_autograd(kind, model, dropout):
 def test_custom_backward_gat_terms(terms):
     g, _, _, _ = build('self_loops')
     inp = gat_inputs(g, 2, 6, terms=terms, seed=5)
-    check_against_reference('gat', g, inp, F64, dropout=0.2, rng=torch.tensor([1, 1]),
-                            what='+'.join(terms))
+    check_against_reference('gat', g, inp, F64, dropout=0.2, rng=torch.tensor([1, 1]), what='+'.join(terms))
     check_against_reference('gat', g, inp, F64, slope=1.0, what='+'.join(terms) + ' slope 1')
 
 
@@ -490,6 +515,7 @@ def test_backends_and_no_grad_agree():
 # ---------------------------------------------------------------------------
 # gradcheck
 
+
 def test_gradcheck_gat():
     g = tiny_graph()
     inp = {k: v.requires_grad_(True) for k, v in gat_inputs(g, 2, 3, seed=10).items()}
@@ -497,15 +523,13 @@ def test_gradcheck_gat():
 
     def fn(*ts, dropout=0.0):
         d = dict(zip(names, ts))
-        return gat_attention(g, d['x'], d['a_src'], d['a_dst'], d['score'], 0.2, dropout,
-                             torch.tensor([3, 7]))
+        return gat_attention(g, d['x'], d['a_src'], d['a_dst'], d['score'], 0.2, dropout, torch.tensor([3, 7]))
 
     torch.autograd.gradcheck(fn, tuple(inp.values()))
     torch.autograd.gradcheck(lambda *ts: fn(*ts, dropout=0.5), tuple(inp.values()))
     # a term without gradient, one absent
     x, a_src = inp['x'], inp['a_src'].detach()
-    torch.autograd.gradcheck(lambda xx, sc: gat_attention(g, xx, a_src, None, sc, 1.0),
-                             (x, inp['score']))
+    torch.autograd.gradcheck(lambda xx, sc: gat_attention(g, xx, a_src, None, sc, 1.0), (x, inp['score']))
 
 
 def test_gradcheck_gatv2():
@@ -515,13 +539,13 @@ def test_gradcheck_gatv2():
 
     def fn(*ts, dropout=0.0, edge=True):
         d = dict(zip(names, ts))
-        return gatv2_attention(g, d['x'], d['x_r'], d['att'], d['edge'] if edge else None, 0.2,
-                               dropout, torch.tensor([3, 8]))
+        return gatv2_attention(
+            g, d['x'], d['x_r'], d['att'], d['edge'] if edge else None, 0.2, dropout, torch.tensor([3, 8])
+        )
 
     torch.autograd.gradcheck(fn, tuple(inp.values()))
     torch.autograd.gradcheck(lambda *ts: fn(*ts, dropout=0.5), tuple(inp.values()))
-    torch.autograd.gradcheck(lambda *ts: fn(*ts, edge=False)[0], tuple(inp.values())[:3] +
-                             (inp['edge'].detach(),))
+    torch.autograd.gradcheck(lambda *ts: fn(*ts, edge=False)[0], tuple(inp.values())[:3] + (inp['edge'].detach(),))
 
 
 def test_gradcheck_edge_softmax():
@@ -534,6 +558,7 @@ def test_gradcheck_edge_softmax():
 
 # ---------------------------------------------------------------------------
 # edge softmax
+
 
 @pytest.mark.parametrize('kind', GRAPH_KINDS)
 def test_edge_softmax(kind):
@@ -553,6 +578,7 @@ def test_edge_softmax(kind):
 
 # ---------------------------------------------------------------------------
 # CPU emulation of the forward kernel's schedule
+
 
 @pytest.mark.parametrize('dropout', [0.0, 0.3])
 @pytest.mark.parametrize('chunk', [1, 4, 256])
@@ -581,8 +607,7 @@ def test_emulate_attention_low_precision(kind, chunk, dtype):
     inp = gat_inputs(g, 2, 8, dtype, seed=17, scale=3.0)
     out, lse = emulate_attention(g, inp['x'], logits_of('gat', g, inp), 0.2, torch.tensor([1, 2]))
     assert out.dtype == dtype and lse.dtype == torch.float64
-    rout, rlse = call('gat', g, as64(inp), dropout=0.2, rng=torch.tensor([1, 2]),
-                      backend='reference')
+    rout, rlse = call('gat', g, as64(inp), dropout=0.2, rng=torch.tensor([1, 2]), backend='reference')
     near(out, rout, FWD_TOL[dtype] if dtype != torch.float32 else 1e-5, 'out')
     near(lse, rlse, 1e-5, 'lse')
 
@@ -609,8 +634,19 @@ def test_emulate_shows_schedule_bugs():
         k = int(pick.nonzero()[0])
         keep = torch.ones(u.size(0), dtype=torch.bool)
         keep[k] = False
-        bad = CSRGraph(g.rowptr, g.col, g.perm, g.t_rowptr, g.t_col, g.t_perm,
-                       g.sched._replace(units=u[keep]), g.t_sched, g.num_rows, g.num_cols, g.chunk)
+        bad = CSRGraph(
+            g.rowptr,
+            g.col,
+            g.perm,
+            g.t_rowptr,
+            g.t_col,
+            g.t_perm,
+            g.sched._replace(units=u[keep]),
+            g.t_sched,
+            g.num_rows,
+            g.num_cols,
+            g.chunk,
+        )
         out, lse = emulate_attention(bad, inp['x'], s)
         row = int(u[k, 0])
         assert torch.isnan(out[row]).all() and torch.isnan(lse[row]).all()
@@ -618,6 +654,7 @@ def test_emulate_shows_schedule_bugs():
 
 # ---------------------------------------------------------------------------
 # empty graphs
+
 
 @pytest.mark.parametrize('model', MODELS)
 def test_empty_graphs(model):
@@ -639,6 +676,7 @@ def test_empty_graphs(model):
 
 # ---------------------------------------------------------------------------
 # input validation
+
 
 def test_validation_errors():
     g, _, ns, nd = build('bipartite')
@@ -667,8 +705,7 @@ def test_validation_errors():
     for p in (-0.1, 1.0, 1.5, float('nan')):
         with pytest.raises(ValueError, match='dropout must lie in'):
             gat_attention(g, x, **ok, dropout=p)
-    for rng in (torch.tensor([1, 2], dtype=torch.int32), torch.tensor([1, 2, 3]),
-                torch.tensor([1.0, 2.0]), [1, 2]):
+    for rng in (torch.tensor([1, 2], dtype=torch.int32), torch.tensor([1, 2, 3]), torch.tensor([1.0, 2.0]), [1, 2]):
         with pytest.raises(ValueError, match='rng must be an int64 tensor'):
             gat_attention(g, x, **ok, dropout=0.5, rng=rng)
     with pytest.raises(ValueError, match='backend'):
@@ -702,14 +739,13 @@ def test_validation_errors():
 # ---------------------------------------------------------------------------
 # opcheck
 
+
 def _gat_args(g, inp, slope=0.2, dropout=0.0, rng=None):
-    return (*attn._graph_args(g), inp['x'], inp.get('a_src'), inp.get('a_dst'), inp.get('score'),
-            slope, dropout, rng)
+    return (*attn._graph_args(g), inp['x'], inp.get('a_src'), inp.get('a_dst'), inp.get('score'), slope, dropout, rng)
 
 
 def _gatv2_args(g, inp, slope=0.2, dropout=0.0, rng=None):
-    return (*attn._graph_args(g), inp['x'], inp['x_r'], inp['att'], inp.get('edge'), slope,
-            dropout, rng)
+    return (*attn._graph_args(g), inp['x'], inp['x_r'], inp['att'], inp.get('edge'), slope, dropout, rng)
 
 
 def _opcheck_all(g, dtype, device, test_utils=None):
@@ -718,8 +754,7 @@ def _opcheck_all(g, dtype, device, test_utils=None):
     rng = torch.tensor([3, 4], device=device)
     H, C = 2, 8
     for terms, dropout in ((GAT_TERMS, 0.0), (('a_src', 'score'), 0.3), ((), 0.0)):
-        inp = {k: v.requires_grad_(True) for k, v in
-               gat_inputs(g, H, C, dtype, device, seed=21, terms=terms).items()}
+        inp = {k: v.requires_grad_(True) for k, v in gat_inputs(g, H, C, dtype, device, seed=21, terms=terms).items()}
         args = _gat_args(g, inp, 0.2, dropout, rng if dropout else None)
         torch.library.opcheck(ops.attn_gat.default, args, **kw)
         out, lse = ops.attn_gat(*args)
@@ -730,16 +765,14 @@ def _opcheck_all(g, dtype, device, test_utils=None):
         for need_row in (False, True):
             torch.library.opcheck(ops.attn_gat_backward.default, bargs + (need_row,), **kw)
     for edge, dropout in ((True, 0.0), (False, 0.3)):
-        inp = {k: v.requires_grad_(True) for k, v in
-               gatv2_inputs(g, H, C, dtype, device, seed=22, edge=edge).items()}
+        inp = {k: v.requires_grad_(True) for k, v in gatv2_inputs(g, H, C, dtype, device, seed=22, edge=edge).items()}
         args = _gatv2_args(g, inp, 0.2, dropout, rng if dropout else None)
         torch.library.opcheck(ops.attn_gatv2.default, args, **kw)
         out, lse = ops.attn_gatv2(*args)
         go, gl = upstream(g, H, C, dtype, device)
         delta = attn._delta(go, out.detach(), None)
         d = {k: v.detach() for k, v in inp.items()}
-        bargs = (*_gatv2_args(g, d, 0.2, dropout, rng if dropout else None), go, lse.detach(),
-                 delta)
+        bargs = (*_gatv2_args(g, d, 0.2, dropout, rng if dropout else None), go, lse.detach(), delta)
         for need_edge in (False, True):
             torch.library.opcheck(ops.attn_gatv2_backward.default, bargs + (need_edge,), **kw)
 
@@ -756,6 +789,7 @@ def test_opcheck(dtype):
 
 # ---------------------------------------------------------------------------
 # NaN safety of the reference (and the emulation): huge logits, a 700K-edge row
+
 
 @pytest.fixture(scope='module')
 def hub700k():
@@ -795,6 +829,7 @@ def test_reference_nan_safety_gradients(hub700k):
 
 # ===========================================================================
 # CUDA: the fused kernels against the fp64 reference of the same inputs
+
 
 def cuda_graph(kind, chunk=None):
     g, ei, ns, nd = build(kind, 'cuda', chunk)
@@ -875,14 +910,15 @@ def test_cuda_dropout_mask_through_kernel(p):
     ar = torch.arange(n, device='cuda')
     g = CSRGraph.from_coo(ar, ar, n, n)
     x = torch.ones(n, H, 1, device='cuda')
-    rng = torch.tensor([-7, 2 ** 40 + 3], device='cuda')
+    rng = torch.tensor([-7, 2**40 + 3], device='cuda')
     keep = dropout_keep(rng, n, H, p, 'cuda')
     for model in MODELS:
         if model == 'gat':
             out, _ = gat_attention(g, x, torch.randn(n, H, device='cuda'), dropout=p, rng=rng)
         else:
-            out, _ = gatv2_attention(g, x, torch.randn(n, H, 1, device='cuda'),
-                                     torch.randn(H, 1, device='cuda'), dropout=p, rng=rng)
+            out, _ = gatv2_attention(
+                g, x, torch.randn(n, H, 1, device='cuda'), torch.randn(H, 1, device='cuda'), dropout=p, rng=rng
+            )
         out = out.view(n, H)
         assert torch.equal(out != 0, keep != 0), model
         torch.testing.assert_close(out, keep, rtol=1e-6, atol=0)
@@ -938,9 +974,14 @@ def test_cuda_nan_safety(model, C, dtype):
     g, _, _, _ = build('hub700k', 'cuda')
     assert g.sched.num_slots > 0
     inp = make_inputs(model, g, 1, C, dtype, 'cuda', seed=39, scale=1e3)
-    out, lse = check_against_reference(model, g, inp, dtype,
-                                       fwd_tol=1e-4 if dtype == torch.float32 else None,
-                                       bwd_tol=1e-3 if dtype == torch.float32 else None)
+    out, lse = check_against_reference(
+        model,
+        g,
+        inp,
+        dtype,
+        fwd_tol=1e-4 if dtype == torch.float32 else None,
+        bwd_tol=1e-3 if dtype == torch.float32 else None,
+    )
     assert torch.isfinite(out).all() and torch.isfinite(lse[g.degree() > 0]).all()
 
 
@@ -979,12 +1020,14 @@ def test_cuda_noncontiguous_and_misaligned(C):
         return t
 
     for make in (nc, misaligned):
-        gat = {'x': make(ns, H, C), 'a_src': torch.randn(H, ns).cuda().t(),
-               'a_dst': torch.randn(nd, 2 * H).cuda()[:, ::2],
-               'score': torch.randn(H, E).cuda().t()}
+        gat = {
+            'x': make(ns, H, C),
+            'a_src': torch.randn(H, ns).cuda().t(),
+            'a_dst': torch.randn(nd, 2 * H).cuda()[:, ::2],
+            'score': torch.randn(H, E).cuda().t(),
+        }
         check_against_reference('gat', g, gat, torch.float32, what=f'gat {make.__name__}')
-        v2 = {'x': make(ns, H, C), 'x_r': make(nd, H, C), 'att': torch.randn(C, H).cuda().t(),
-              'edge': make(E, H, C)}
+        v2 = {'x': make(ns, H, C), 'x_r': make(nd, H, C), 'att': torch.randn(C, H).cuda().t(), 'edge': make(E, H, C)}
         check_against_reference('gatv2', g, v2, torch.float32, what=f'gatv2 {make.__name__}')
 
 
@@ -1005,8 +1048,7 @@ def test_cuda_wide_head_falls_back_to_reference():
 def test_cuda_opcheck(dtype):
     pyg_tc.ops.ensure()
     g = cuda_graph('hub', 64)
-    _opcheck_all(g, dtype, 'cuda',
-                 test_utils=('test_schema', 'test_faketensor', 'test_aot_dispatch_static'))
+    _opcheck_all(g, dtype, 'cuda', test_utils=('test_schema', 'test_faketensor', 'test_aot_dispatch_static'))
 
 
 @cuda

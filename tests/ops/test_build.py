@@ -2,6 +2,7 @@
 ``csr_padded_schedules``, ``csr_pad_hops``) give
 the pure-PyTorch builders' tensors bit for bit; on the CPU the ops run those
 builders (their references)."""
+
 import pytest
 import torch
 
@@ -38,8 +39,9 @@ def test_schedules_op(chunk, device):
     ref = build_schedules_torch(rowptrs, chunk)
     assert flat[-1].tolist() == [s.num_slots for s in ref]
     for i, s in enumerate(ref):
-        for a, b, name in zip(flat[3 * i:3 * i + 3], (s.units, s.heavy_rows, s.heavy_ptr),
-                              ('units', 'heavy_rows', 'heavy_ptr')):
+        for a, b, name in zip(
+            flat[3 * i : 3 * i + 3], (s.units, s.heavy_rows, s.heavy_ptr), ('units', 'heavy_rows', 'heavy_ptr')
+        ):
             assert torch.equal(a.cpu(), b), (i, name)
 
 
@@ -72,8 +74,9 @@ def test_padded_schedules_op(chunk, extra, device):
         flat = _library.op('csr_padded_schedules')([rp.to(device), rp.to(device)], chunk, E)
         ref = padded_schedule(rp, chunk, E)
         assert len(flat) == 6
-        for a, b, name in zip(flat, (ref.units, ref.heavy_rows, ref.heavy_ptr) * 2, ('units', 'heavy_rows',
-                                                                                     'heavy_ptr') * 2):
+        for a, b, name in zip(
+            flat, (ref.units, ref.heavy_rows, ref.heavy_ptr) * 2, ('units', 'heavy_rows', 'heavy_ptr') * 2
+        ):
             assert a.dtype == torch.int32 and torch.equal(a.cpu(), b), (rp.tolist()[:8], E, name)
         got = padded_schedules([rp.to(device)], chunk, E)[0]
         assert got.num_slots == ref.num_slots == 3 * (-(-E // chunk))
@@ -136,10 +139,12 @@ def _hop_batch(nodes, edges, seed=0):
 
 
 #: (real nodes per hop, real edges per hop, padded nodes, padded edges)
-HOP_CASES = [([4, 9, 20], [12, 30], [6, 10, 33], [12, 41]),  # a full edge block
-             ([3, 0, 0], [0, 0], [4, 1, 2], [5, 0]),  # empty hops
-             ([5], [], [8], []),  # seeds only
-             ([64, 300, 900, 1500], [700, 2400, 3000], [80, 400, 1000, 1600], [1024, 2560, 4096])]
+HOP_CASES = [
+    ([4, 9, 20], [12, 30], [6, 10, 33], [12, 41]),  # a full edge block
+    ([3, 0, 0], [0, 0], [4, 1, 2], [5, 0]),  # empty hops
+    ([5], [], [8], []),  # seeds only
+    ([64, 300, 900, 1500], [700, 2400, 3000], [80, 400, 1000, 1600], [1024, 2560, 4096]),
+]
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -148,6 +153,7 @@ def test_pad_hops_op(case, device):
     """``csr_pad_hops`` gives ``pad_hops_reference``'s tensors bit for bit,
     and the padded CSR keeps every real row's neighbours (renumbered)."""
     from pyg_tc.formats.csr import pad_hops_reference
+
     n, e, N, P = HOP_CASES[case]
     rowptr, col = _hop_batch(n, e, seed=case)
     got = _library.op('csr_pad_hops')(rowptr.to(device), col.to(device), n, e, N, P)
@@ -159,17 +165,19 @@ def test_pad_hops_op(case, device):
     assert out_ptr.numel() == sum(N) + 1 and out_col.numel() == sum(P) and int(node_mask.sum()) == sum(n)
     for v in range(sum(n)):  # each real row: its neighbours, renumbered, in order
         w = int(node_index[v])
-        nb = node_index[col[rowptr[v]:rowptr[v + 1]].long()]
-        assert torch.equal(out_col[out_ptr[w]:out_ptr[w + 1]].long(), nb)
-        assert bool((out_rows[out_ptr[w]:out_ptr[w + 1]] == w).all())
+        nb = node_index[col[rowptr[v] : rowptr[v + 1]].long()]
+        assert torch.equal(out_col[out_ptr[w] : out_ptr[w + 1]].long(), nb)
+        assert bool((out_rows[out_ptr[w] : out_ptr[w + 1]] == w).all())
     assert torch.equal(out_col[edge_index].long(), node_index[col.long()])
 
 
 @pytest.mark.parametrize('device', DEVICES)
 def test_pad_hops_opcheck(device):
     rowptr, col = _hop_batch([4, 9, 20], [12, 30])
-    torch.library.opcheck(torch.ops.pyg_tc.csr_pad_hops.default,
-                          (rowptr.to(device), col.to(device), [4, 9, 20], [12, 30], [6, 10, 33], [12, 41]))
+    torch.library.opcheck(
+        torch.ops.pyg_tc.csr_pad_hops.default,
+        (rowptr.to(device), col.to(device), [4, 9, 20], [12, 30], [6, 10, 33], [12, 41]),
+    )
 
 
 def test_pad_hops_op_errors():
@@ -185,8 +193,12 @@ def test_pad_hops_op_errors():
 def test_pad_hops_op_errors_on_gpu():
     rowptr, col = _hop_batch([4, 9, 20], [12, 30])
     op = _library.op('csr_pad_hops')
-    for args in (([4, 9, 20], [12, 30], [4, 10, 33], [12, 41]), ([4, 9, 20], [12, 30], [6, 10, 33], [11, 41]),
-                 ([4, 9], [12, 30], [6, 10], [12, 41]), ([4, 9, 21], [12, 30], [6, 10, 33], [12, 41])):
+    for args in (
+        ([4, 9, 20], [12, 30], [4, 10, 33], [12, 41]),
+        ([4, 9, 20], [12, 30], [6, 10, 33], [11, 41]),
+        ([4, 9], [12, 30], [6, 10], [12, 41]),
+        ([4, 9, 21], [12, 30], [6, 10, 33], [12, 41]),
+    ):
         with pytest.raises(RuntimeError, match='csr_pad_hops'):
             op(rowptr.cuda(), col.cuda(), *args)
 

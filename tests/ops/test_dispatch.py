@@ -1,4 +1,5 @@
 """The one dispatch point (pyg_tc.ops.dispatch): vocabulary, rules, fallbacks."""
+
 import pytest
 import torch
 
@@ -48,8 +49,9 @@ def test_every_backend_matches_the_reference(backend, device):
     out = dispatch.aggregate(g, x, w, 'mean', backend=backend)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     a = features(n, 13, torch.float32, device, seed=3)
-    torch.testing.assert_close(dispatch.edge_scores(g, a, x, backend),
-                               dispatch.edge_scores(g, a, x, 'reference'), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        dispatch.edge_scores(g, a, x, backend), dispatch.edge_scores(g, a, x, 'reference'), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -73,8 +75,10 @@ def test_layers_pass_their_backend_down(device):
 # the attention kernels' 2048-byte head; MaxK's 1024 columns; the SSpMM's
 # atomics; the sampled kernel's conditions; AGNN's fused head limit).
 
+
 class _CudaLike(torch.Tensor):
     """A CPU tensor that says it is on CUDA (all choose() asks)."""
+
     @property
     def is_cuda(self):
         return True
@@ -87,18 +91,28 @@ def _OnCuda(*shape: int, dtype: torch.dtype = torch.float32, requires_grad: bool
 @pytest.fixture
 def kernels(monkeypatch):
     """``kernels(loaded)``: CUDA kernels loaded or not, as choose() sees them."""
+
     def set_loaded(loaded: bool = True):
-        monkeypatch.setattr(dispatch, '_use_kernel',
-                            lambda t: t.is_cuda and t.dtype != torch.float64 and loaded)
+        monkeypatch.setattr(dispatch, '_use_kernel', lambda t: t.is_cuda and t.dtype != torch.float64 and loaded)
+
     set_loaded(True)
     return set_loaded
 
 
-@pytest.mark.parametrize('C,H,dtype,expected', [
-    (64, 2, torch.float32, 'csr'), (512, 1, torch.float32, 'csr'), (600, 2, torch.float32, 'reference'),
-    (600, 1, torch.float16, 'csr'), (1024, 1, torch.bfloat16, 'csr'), (1025, 1, torch.float16, 'reference'),
-    (130, 1, torch.float32, 'reference'), (132, 1, torch.float32, 'csr'), (8, 2, torch.float64, 'reference'),
-])
+@pytest.mark.parametrize(
+    'C,H,dtype,expected',
+    [
+        (64, 2, torch.float32, 'csr'),
+        (512, 1, torch.float32, 'csr'),
+        (600, 2, torch.float32, 'reference'),
+        (600, 1, torch.float16, 'csr'),
+        (1024, 1, torch.bfloat16, 'csr'),
+        (1025, 1, torch.float16, 'reference'),
+        (130, 1, torch.float32, 'reference'),
+        (132, 1, torch.float32, 'csr'),
+        (8, 2, torch.float64, 'reference'),
+    ],
+)
 @pytest.mark.parametrize('op', ['attention', 'attention_v2'])
 def test_cuda_attention_head_limit(kernels, op, C, H, dtype, expected):
     g, n = _graph('cpu')
@@ -113,10 +127,15 @@ def test_cuda_attention_head_limit(kernels, op, C, H, dtype, expected):
     assert dispatch.choose(op, 'csr', g, x) == 'reference'
 
 
-@pytest.mark.parametrize('F,dtype,expected', [
-    (16, torch.float32, 'select'), (1024, torch.float16, 'select'), (1025, torch.float32, 'reference'),
-    (16, torch.float64, 'reference'),
-])
+@pytest.mark.parametrize(
+    'F,dtype,expected',
+    [
+        (16, torch.float32, 'select'),
+        (1024, torch.float16, 'select'),
+        (1025, torch.float32, 'reference'),
+        (16, torch.float64, 'reference'),
+    ],
+)
 def test_cuda_maxk_width_limit(kernels, F, dtype, expected):
     x = _OnCuda(5, F, dtype=dtype)
     assert dispatch.choose('maxk', 'auto', None, x) == expected
@@ -149,6 +168,7 @@ def test_cuda_sgt_cells_kernel_or_reference(kernels):
 
 def _sampled_args(x, S, seed=0):
     from pyg_tc.ops.sample import Sampling
+
     return dict(x=x, spec=Sampling(S, 'uniform', seed), seed=seed, checked=dict(value=None, diag=None))
 
 
@@ -157,7 +177,7 @@ def test_cuda_sampled_aggregation_choice(kernels):
     S = 2
     assert g.max_degree() > S
     x = _OnCuda(n, 8)
-    choose = (lambda backend, a: dispatch.choose('sampled_spmm', backend, g, a['x'], args=a))
+    choose = lambda backend, a: dispatch.choose('sampled_spmm', backend, g, a['x'], args=a)
     assert choose('auto', _sampled_args(x, S)) == 'kernel'
     assert choose('csr', _sampled_args(x, S)) == 'kernel'
     assert choose('sgt', _sampled_args(x, S)) == 'capped'
@@ -176,10 +196,17 @@ def test_cuda_sampled_aggregation_choice(kernels):
     assert choose('auto', _sampled_args(x, S)) == 'capped'
 
 
-@pytest.mark.parametrize('F,dtype,fused', [
-    (16, torch.float32, True), (512, torch.float32, True), (600, torch.float32, False),
-    (1024, torch.float16, True), (256, torch.float64, True), (257, torch.float64, False),
-])
+@pytest.mark.parametrize(
+    'F,dtype,fused',
+    [
+        (16, torch.float32, True),
+        (512, torch.float32, True),
+        (600, torch.float32, False),
+        (1024, torch.float16, True),
+        (256, torch.float64, True),
+        (257, torch.float64, False),
+    ],
+)
 def test_agnn_fused_or_unfused(kernels, F, dtype, fused):
     """On every device (the head limit of the fused kernel; 'sgt' unfused)."""
     pyg_tc.nn.AGNNConv  # (the layer module declares the family)

@@ -1,4 +1,5 @@
 """Bad input gives clear errors, before any kernel runs."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,11 @@ def graph():
 @pytest.mark.parametrize('adj_kind', ['edge_index', 'TCEdgeIndex', 'CSRGraph'])
 def test_x_on_other_device(adj_kind):
     ei, n = make_graph('random')
-    adj = {'edge_index': lambda: ei, 'TCEdgeIndex': lambda: attach(ei, n),
-           'CSRGraph': lambda: CSRGraph.from_coo(ei[0], ei[1], n, n)}[adj_kind]()
+    adj = {
+        'edge_index': lambda: ei,
+        'TCEdgeIndex': lambda: attach(ei, n),
+        'CSRGraph': lambda: CSRGraph.from_coo(ei[0], ei[1], n, n),
+    }[adj_kind]()
     with pytest.raises(ValueError, match='is on cuda.*graph metadata is on cpu'):
         spmm(features(n, 8, device='cuda'), adj)
     with pytest.raises((ValueError, RuntimeError), match='is on|device'):
@@ -71,8 +75,7 @@ def test_stale_metadata(adj_kind, rows):
 def test_edge_index_out_of_range(where, dtype, device):
     ei, n = make_graph('random', device)
     ei = ei.to(dtype)
-    row, val = {'negative_src': (0, -1), 'negative_dst': (1, -3),
-                'big_src': (0, n), 'big_dst': (1, n + 10)}[where]
+    row, val = {'negative_src': (0, -1), 'negative_dst': (1, -3), 'big_src': (0, n), 'big_dst': (1, n + 10)}[where]
     ei[row, 17] = val
     x = features(n, 8, device=device)
     with pytest.raises(IndexError, match='out of range'):
@@ -163,6 +166,7 @@ def test_sddmm_bad_shapes(graph):
 @pytest.mark.parametrize('device', DEVICES)
 def test_sort_int32_is_stable_and_matches_torch(device):
     from pyg_tc.formats.csr import sort_int32
+
     g = torch.Generator().manual_seed(0)
     for n, num_keys in ((0, 5), (1, 1), (1000, 7), (100_000, 70_000), (50_000, 2**20 + 3)):
         keys = torch.randint(0, num_keys, (n,), generator=g, dtype=torch.int32).to(device)
@@ -204,6 +208,7 @@ def test_raw_ops_raise_on_bad_arguments():
     In a subprocess, so a crash fails this test only."""
     import subprocess
     import sys
+
     r = subprocess.run([sys.executable, '-c', _RAW_CALLS], capture_output=True, text=True, timeout=600)
     out = r.stdout.splitlines()
     assert r.returncode == 0 and out and out[-1] == 'DONE', (r.returncode, out[-5:], r.stderr[-2000:])

@@ -3,6 +3,7 @@ relative error against fp64 at most 1e-3 (issue 17, requirement 2), the
 power-of-two batch scaling needed for it on a 700K hub with GCN weights, and
 no intermediate overflow (a batch whose fp16 total overflows is summed in
 fp32)."""
+
 import pytest
 import torch
 
@@ -17,8 +18,11 @@ def _row(deg, kind, F=64, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(deg, F, generator=g).half()
     dj = torch.randint(1, 20000, (deg,), generator=g).double()
-    w = {'gcn': 1 / torch.sqrt(dj * deg), 'sum': torch.ones(deg, dtype=torch.float64),
-         'mean': torch.full((deg,), 1.0 / deg, dtype=torch.float64)}[kind]
+    w = {
+        'gcn': 1 / torch.sqrt(dj * deg),
+        'sum': torch.ones(deg, dtype=torch.float64),
+        'mean': torch.full((deg,), 1.0 / deg, dtype=torch.float64),
+    }[kind]
     return x, w, (w.unsqueeze(1) * x.double()).sum(0)
 
 
@@ -63,6 +67,7 @@ def test_bf16_two_level_within_3x_its_own_rounding():
 # the CUDA kernel's half2 path against the emulation (same batches, same
 # roundings inside a batch; only the fp32 merge order differs)
 
+
 def _star_graph(deg, small=(1, 2, 3, 4), seed=0, device='cuda'):
     """Row 0: a hub with ``deg`` in-edges from random sources; rows 1..: one
     row per entry of ``small`` with that many in-edges. GCN-like weights."""
@@ -93,6 +98,7 @@ def _emulated_rows(x, ei, w, rows, batch):
 @pytest.mark.parametrize('coop', ['0', '1'])
 def test_kernel_two_level_sum_matches_emulation(dtype, config, coop, monkeypatch):
     from pyg_tc.ops import spmm
+
     monkeypatch.setenv('PYG_TC_SPMM_CONFIG', config)
     monkeypatch.setenv('PYG_TC_SPMM_COOP', coop)
     monkeypatch.setenv('PYG_TC_SPMM_TWO_LEVEL', '1')
@@ -103,8 +109,9 @@ def test_kernel_two_level_sum_matches_emulation(dtype, config, coop, monkeypatch
     batch = 8  # every config: batches of 8 edges from the unit's start
     rows = [0, 1, 2, 3, 4]
     emu = _emulated_rows(x, ei, w, rows, batch)
-    exact = torch.stack([(w[ei[1] == r].double().unsqueeze(1) * x[ei[0, ei[1] == r]].double()).sum(0)
-                         for r in rows]).cpu()
+    exact = torch.stack(
+        [(w[ei[1] == r].double().unsqueeze(1) * x[ei[0, ei[1] == r]].double()).sum(0) for r in rows]
+    ).cpu()
     got = out[rows].cpu()
     # the hub: kernel == emulation up to the fp32 merge order (a few 1e-6),
     # so after the cast nearly every element is bitwise the emulation's
@@ -128,6 +135,7 @@ def test_kernel_no_2048_ceiling_and_overflow_policy(dtype, two_level, monkeypatc
     fp32 (0, not inf); a sum beyond the dtype's range is inf only
     where fp32 exceeds it; the mean of 60000s is 60000."""
     from pyg_tc.ops import spmm
+
     monkeypatch.setenv('PYG_TC_SPMM_TWO_LEVEL', two_level)
     n = 4097
     ei = torch.stack([torch.arange(1, n), torch.zeros(n - 1, dtype=torch.long)]).cuda()
@@ -146,7 +154,7 @@ def test_kernel_no_2048_ceiling_and_overflow_policy(dtype, two_level, monkeypatc
     if dtype == torch.float16:
         assert torch.isinf(total)  # 4096 * 60000 does not fit fp16
     else:
-        assert abs(float(total) / (4096 * float(same[0, 0])) - 1) < 2 ** -7  # two bf16 ulps
+        assert abs(float(total) / (4096 * float(same[0, 0])) - 1) < 2**-7  # two bf16 ulps
 
 
 @pytest.mark.cuda
@@ -155,6 +163,7 @@ def test_sddmm_half_products_overflow_falls_back(dtype):
     """<a, b> with products beyond 65504 whose sum is representable: the half2
     products overflow, the edge is computed again with fp32 products."""
     from pyg_tc.ops import sddmm
+
     a = torch.tensor([[300.0, 300.0] * 8], device='cuda').to(dtype)
     b = torch.tensor([[300.0, -300.0] * 8, [1.0, 2.0] * 8], device='cuda').to(dtype)
     ei = torch.tensor([[0, 1], [0, 0]], device='cuda')
@@ -166,11 +175,13 @@ def test_sddmm_half_products_overflow_falls_back(dtype):
 # ---------------------------------------------------------------------------
 # autocast policy: fp32 CUDA features are aggregated in the autocast dtype
 
+
 @pytest.mark.cuda
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['float16', 'bfloat16'])
 def test_autocast_aggregates_in_half(dtype):
     from pyg_tc.nn import GINConv
     from pyg_tc.ops import sddmm, spmm
+
     ei, w, n = _star_graph(3000)
     x = torch.randn(n, 32, device='cuda', requires_grad=True)
     with torch.autocast('cuda', dtype=dtype):
@@ -197,6 +208,7 @@ def test_gcn_normalisation_stays_fp32_under_autocast():
     """GCN's degrees (a 70K-edge hub: 70K ones in a width-1 SpMM) are not
     cast: the layer under autocast matches the fp32 layer to half rounding."""
     from pyg_tc.nn import GCNConv
+
     ei, w, n = _star_graph(70_000)  # hub degree beyond fp16's 65504
     conv = GCNConv(16, 8).cuda()
     x = torch.randn(n, 16, device='cuda')

@@ -1,5 +1,6 @@
 """MaxK selection, CBSR SpGEMM (forward) and SSpMM (backward): against
 independent dense oracles, on CPU (reference) and CUDA (kernels)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,19 @@ from pyg_tc.ops import cbsr_sspmm_reference
 from pyg_tc.nn import MaxK
 from pyg_tc.ops import cbsr_spmm_graph, maxk, maxk_reference, spmm
 
-from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, dtype_id, edge_weights,
-                        features, make_graph, sizes, spmm_magnitude, spmm_oracle)
+from ..conftest import (
+    DEVICES,
+    DTYPES,
+    GRAPH_KINDS,
+    assert_close_ref,
+    dtype_id,
+    edge_weights,
+    features,
+    make_graph,
+    sizes,
+    spmm_magnitude,
+    spmm_oracle,
+)
 
 
 def oracle_topk(x: torch.Tensor, k: int):
@@ -30,10 +42,12 @@ def oracle_topk(x: torch.Tensor, k: int):
 # ---------------------------------------------------------------------------
 # selection
 
+
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
-@pytest.mark.parametrize('F,k', [(2, 1), (7, 3), (16, 4), (33, 5), (64, 16), (100, 32), (256, 16),
-                                 (256, 255), (300, 64), (1024, 96)])
+@pytest.mark.parametrize(
+    'F,k', [(2, 1), (7, 3), (16, 4), (33, 5), (64, 16), (100, 32), (256, 16), (256, 255), (300, 64), (1024, 96)]
+)
 def test_maxk_matches_oracle(device, dtype, F, k):
     x = features(37, F, dtype, device, seed=F + k)
     out = maxk(x, k)
@@ -50,13 +64,13 @@ def test_maxk_matches_oracle(device, dtype, F, k):
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
 def test_maxk_ties_nan_inf_and_signed_zero(device, dtype):
     rows = [
-        [1.0] * 40,                                    # all tied: lowest columns win
-        [0.0, -0.0] * 20,                              # -0 == +0
-        [float('nan')] + [1.0] * 39,                   # NaN counts as largest
-        [float('-inf')] * 30 + [float('inf')] * 10,    # infinities
-        [3.0, 2.0, 2.0, 2.0, 2.0] + [-1.0] * 35,       # ties straddle the threshold
-        list(range(40)),                               # distinct
-        [1e30] + [1e-30 * i for i in range(39)],       # huge dynamic range
+        [1.0] * 40,  # all tied: lowest columns win
+        [0.0, -0.0] * 20,  # -0 == +0
+        [float('nan')] + [1.0] * 39,  # NaN counts as largest
+        [float('-inf')] * 30 + [float('inf')] * 10,  # infinities
+        [3.0, 2.0, 2.0, 2.0, 2.0] + [-1.0] * 35,  # ties straddle the threshold
+        list(range(40)),  # distinct
+        [1e30] + [1e-30 * i for i in range(39)],  # huge dynamic range
     ]
     x = torch.tensor(rows, dtype=torch.float32).to(dtype).to(device)
     for k in (1, 3, 5, 20, 39):
@@ -114,6 +128,7 @@ def test_maxk_reference_is_the_cpu_op():
 # ---------------------------------------------------------------------------
 # CBSR SpGEMM / SSpMM
 
+
 def _cbsr(n, F, k, dtype, device, seed=0, requires_grad=False):
     x = features(n, F, dtype, device, seed=seed)
     c = maxk(x, k)
@@ -133,8 +148,7 @@ def test_cbsr_spmm_matches_dense(device, dtype, kind, F, k):
     for reduce in ('sum', 'mean'):
         out = spmm(x, ei, reduce=reduce, size=(ns, nd))
         ref = spmm_oracle(dense, ei, nd, reduce=reduce)
-        assert_close_ref(out, ref, spmm_magnitude(dense, ei, nd, reduce=reduce), dtype,
-                         f'{kind} {reduce}')
+        assert_close_ref(out, ref, spmm_magnitude(dense, ei, nd, reduce=reduce), dtype, f'{kind} {reduce}')
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -161,16 +175,23 @@ def test_cbsr_gradients_match_dense(device, dtype, kind, reduce, weighted):
     dense = CBSR(xv, x.indices, F).to_dense()
     ref = spmm_oracle(dense, ei, nd, wd, reduce, diag=dd)
     ref.backward(G.double())
-    mag = spmm_magnitude(G.abs(), ei.flip(0), ns, None if w is None else w.abs(), 'sum') \
-        .gather(1, x.indices.long())
+    mag = spmm_magnitude(G.abs(), ei.flip(0), ns, None if w is None else w.abs(), 'sum').gather(1, x.indices.long())
     assert_close_ref(x.values.grad, xv.grad, mag + 1, dtype, 'grad values')
     if weighted:
         assert w.grad is not None
-        torch.testing.assert_close(w.grad.double(), wd.grad, rtol=5e-2 if dtype != torch.float32
-                                   else 1e-4, atol=5e-2 if dtype != torch.float32 else 1e-4)
+        torch.testing.assert_close(
+            w.grad.double(),
+            wd.grad,
+            rtol=5e-2 if dtype != torch.float32 else 1e-4,
+            atol=5e-2 if dtype != torch.float32 else 1e-4,
+        )
     if diag is not None:
-        torch.testing.assert_close(diag.grad.double(), dd.grad, rtol=5e-2 if dtype != torch.float32
-                                   else 1e-4, atol=5e-2 if dtype != torch.float32 else 1e-4)
+        torch.testing.assert_close(
+            diag.grad.double(),
+            dd.grad,
+            rtol=5e-2 if dtype != torch.float32 else 1e-4,
+            atol=5e-2 if dtype != torch.float32 else 1e-4,
+        )
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -186,12 +207,15 @@ def test_cbsr_sspmm_op_matches_reference(device, dtype, F, k):
     w = edge_weights(g.num_edges, device=device)
     s = g.sched
     for reduce in ('sum', 'mean'):
-        out = torch.ops.pyg_tc.cbsr_sspmm(g.rowptr, g.col, w, G, x.indices, s.units,
-                                          s.heavy_rows, s.heavy_ptr, s.num_slots, None, reduce)
-        ref = cbsr_sspmm_reference(g.rowptr.cpu(), g.col.cpu(), w.double().cpu(), G.double().cpu(),
-                                   x.indices.cpu(), None, reduce)
-        mag = cbsr_sspmm_reference(g.rowptr.cpu(), g.col.cpu(), w.double().abs().cpu(),
-                                   G.double().abs().cpu(), x.indices.cpu(), None, reduce)
+        out = torch.ops.pyg_tc.cbsr_sspmm(
+            g.rowptr, g.col, w, G, x.indices, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, None, reduce
+        )
+        ref = cbsr_sspmm_reference(
+            g.rowptr.cpu(), g.col.cpu(), w.double().cpu(), G.double().cpu(), x.indices.cpu(), None, reduce
+        )
+        mag = cbsr_sspmm_reference(
+            g.rowptr.cpu(), g.col.cpu(), w.double().abs().cpu(), G.double().abs().cpu(), x.indices.cpu(), None, reduce
+        )
         assert_close_ref(out, ref, mag, dtype, f'sspmm {reduce}')
 
 
@@ -231,26 +255,33 @@ def test_cbsr_opcheck_and_gradcheck_fp64():
     w = edge_weights(g.num_edges, torch.float64).requires_grad_(True)
     d = torch.rand(n, dtype=torch.float64, requires_grad=True)
     s = g.sched
-    args = (g.rowptr, g.col, w, x.values, x.indices, 12, s.units, s.heavy_rows, s.heavy_ptr,
-            s.num_slots, d, 'sum')
+    args = (g.rowptr, g.col, w, x.values, x.indices, 12, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, d, 'sum')
     torch.library.opcheck(torch.ops.pyg_tc.cbsr_spmm.default, args)
-    torch.autograd.gradcheck(lambda v, ww, dd: torch.ops.pyg_tc.cbsr_spmm(
-        g.rowptr, g.col, ww, v, x.indices, 12, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, dd,
-        'sum'), (x.values, w, d))
+    torch.autograd.gradcheck(
+        lambda v, ww, dd: torch.ops.pyg_tc.cbsr_spmm(
+            g.rowptr, g.col, ww, v, x.indices, 12, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, dd, 'sum'
+        ),
+        (x.values, w, d),
+    )
     G = torch.randn(n, 12, dtype=torch.float64, requires_grad=True)
-    sargs = (g.rowptr, g.col, None, G, x.indices, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots,
-             None, 'mean')
+    sargs = (g.rowptr, g.col, None, G, x.indices, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, None, 'mean')
     torch.library.opcheck(torch.ops.pyg_tc.cbsr_sspmm.default, sargs)
-    torch.autograd.gradcheck(lambda gg: torch.ops.pyg_tc.cbsr_sspmm(
-        g.rowptr, g.col, None, gg, x.indices, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots,
-        None, 'mean'), (G,))
+    torch.autograd.gradcheck(
+        lambda gg: torch.ops.pyg_tc.cbsr_sspmm(
+            g.rowptr, g.col, None, gg, x.indices, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, None, 'mean'
+        ),
+        (G,),
+    )
     xx = torch.randn(n, 10, dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(torch.ops.pyg_tc.maxk_select.default, (xx, 4))
     torch.autograd.gradcheck(lambda t: torch.ops.pyg_tc.maxk_select(t, 4)[0], (xx,))
     # gradgradcheck of the SpGEMM through the values (SSpMM's backward is SpGEMM)
-    torch.autograd.gradgradcheck(lambda v: torch.ops.pyg_tc.cbsr_spmm(
-        g.rowptr, g.col, None, v, x.indices, 12, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots,
-        None, 'mean'), (x.values,))
+    torch.autograd.gradgradcheck(
+        lambda v: torch.ops.pyg_tc.cbsr_spmm(
+            g.rowptr, g.col, None, v, x.indices, 12, s.units, s.heavy_rows, s.heavy_ptr, s.num_slots, None, 'mean'
+        ),
+        (x.values,),
+    )
 
 
 @pytest.mark.cuda
@@ -260,13 +291,31 @@ def test_cuda_kernels_opcheck(dtype):
     g = CSRGraph.from_coo(ei[0], ei[1], n, n)
     x = _cbsr(n, 64, 8, dtype, 'cuda', requires_grad=True)
     s = g.sched
-    args = (g.rowptr, g.col, None, x.values, x.indices, 64, s.units, s.heavy_rows, s.heavy_ptr,
-            s.num_slots, None, 'mean')
-    torch.library.opcheck(torch.ops.pyg_tc.cbsr_spmm.default, args,
-                          test_utils=('test_schema', 'test_faketensor', 'test_aot_dispatch_static'))
+    args = (
+        g.rowptr,
+        g.col,
+        None,
+        x.values,
+        x.indices,
+        64,
+        s.units,
+        s.heavy_rows,
+        s.heavy_ptr,
+        s.num_slots,
+        None,
+        'mean',
+    )
+    torch.library.opcheck(
+        torch.ops.pyg_tc.cbsr_spmm.default,
+        args,
+        test_utils=('test_schema', 'test_faketensor', 'test_aot_dispatch_static'),
+    )
     xx = features(n, 64, dtype, 'cuda', requires_grad=True)
-    torch.library.opcheck(torch.ops.pyg_tc.maxk_select.default, (xx, 8),
-                          test_utils=('test_schema', 'test_faketensor', 'test_aot_dispatch_static'))
+    torch.library.opcheck(
+        torch.ops.pyg_tc.maxk_select.default,
+        (xx, 8),
+        test_utils=('test_schema', 'test_faketensor', 'test_aot_dispatch_static'),
+    )
 
 
 @pytest.mark.cuda
@@ -310,8 +359,11 @@ def test_maxk_many_ties(device, dtype, F):
         assert torch.equal(out.values, vals)
 
 
-@pytest.mark.parametrize('k', [np.int64(3), np.int32(3), torch.tensor(3), torch.tensor(3, dtype=torch.int32)],
-                         ids=['np.int64', 'np.int32', 'tensor', 'tensor-int32'])
+@pytest.mark.parametrize(
+    'k',
+    [np.int64(3), np.int32(3), torch.tensor(3), torch.tensor(3, dtype=torch.int32)],
+    ids=['np.int64', 'np.int32', 'tensor', 'tensor-int32'],
+)
 def test_maxk_takes_any_integral_k(k):
     """numpy integers and 0-d integer tensors work like the int they hold."""
     x = torch.randn(6, 10)

@@ -2,13 +2,13 @@
 CPU: distinct samples, a pure function of (row, slot, seed), the paper's
 Bucket / FastRand, exactness when nothing is capped, and unbiased sums and
 means over seeds (with edge weights)."""
+
 import pytest
 import torch
 
 from pyg_tc.bench.graphs import rmat
 from pyg_tc.ops import spmm_reference
-from pyg_tc.ops.sample import (FASTRAND_PRIME, SAMPLINGS, row_order, sample_csr, sampled_spmm_reference,
-                               uniform_index)
+from pyg_tc.ops.sample import FASTRAND_PRIME, SAMPLINGS, row_order, sample_csr, sampled_spmm_reference, uniform_index
 
 
 def csr_of(ei, n):
@@ -72,7 +72,7 @@ def test_bucket_and_fastrand_are_the_papers():
         for i in range(deg.numel()):
             k = torch.arange(int(rs[i + 1] - rs[i]))
             want = f(k, int(deg[i])) if deg[i] > 8 else k
-            assert torch.equal(edge[rs[i]:rs[i + 1]] - rowptr[i], want)
+            assert torch.equal(edge[rs[i] : rs[i + 1]] - rowptr[i], want)
 
 
 @pytest.mark.parametrize('reduce', ['sum', 'mean', 'max'])
@@ -97,7 +97,7 @@ def test_estimators():
     out_mean = sampled_spmm_reference(rowptr, col, None, x, S, 'uniform', 9, 'mean')
     deg = rowptr[1:] - rowptr[:-1]
     for i in range(deg.numel()):
-        kept = x[col[edge[rs[i]:rs[i + 1]]]]
+        kept = x[col[edge[rs[i] : rs[i + 1]]]]
         d = int(deg[i])
         want = kept.sum(0) * (d / S if d > S else 1.0)
         torch.testing.assert_close(out_sum[i], want)
@@ -143,6 +143,7 @@ def test_bad_arguments():
 def test_uniform_no_duplicates_reddit_shaped_cuda(S):
     """Requirement 3 on the Reddit-shaped graph (233K nodes, 96.7M edges), on the GPU."""
     from pyg_tc.bench.graphs import load_graph
+
     bg = load_graph('reddit', 'cuda')
     g = bg.csr()
     rs, edge, _ = sample_csr(g.rowptr, S, 'uniform', seed=1)
@@ -151,14 +152,16 @@ def test_uniform_no_duplicates_reddit_shaped_cuda(S):
     assert torch.unique(edge).numel() == edge.numel()
     # the same slots on the CPU (integer arithmetic only: the spec is device-independent)
     cpu = sample_csr(g.rowptr[:2001].cpu(), S, 'uniform', seed=1)[1]
-    assert torch.equal(edge[:cpu.numel()].cpu(), cpu)
+    assert torch.equal(edge[: cpu.numel()].cpu(), cpu)
 
 
 # ---------------------------------------------------------------------------
 # The op (pyg_tc.ops.spmm(max_neighbors=...)) and the layers' switch
 
+
 def _graph(seed=0, n=120, e=4000):
     from pyg_tc.formats import CSRGraph
+
     g = torch.Generator().manual_seed(seed)
     ei = torch.randint(0, n, (2, e), generator=g)
     ei = torch.cat([ei, torch.stack([torch.arange(600) % n, torch.zeros(600, dtype=torch.long)])], 1)  # a hub
@@ -170,6 +173,7 @@ def _graph(seed=0, n=120, e=4000):
 @pytest.mark.parametrize('sampling', SAMPLINGS)
 def test_op_matches_reference(reduce, sampling):
     from pyg_tc.ops import spmm
+
     g, rowptr, col, _ = _graph()
     x = torch.randn(120, 7, dtype=torch.float64)
     w = torch.rand(col.numel(), dtype=torch.float64)
@@ -177,12 +181,12 @@ def test_op_matches_reference(reduce, sampling):
     ref = sampled_spmm_reference(rowptr, col, w, x, 16, sampling, 5, reduce)
     torch.testing.assert_close(out, ref)
     # S >= the largest degree: the exact op, bitwise
-    assert torch.equal(spmm(x, g, w, reduce, max_neighbors=10_000, sampling=sampling),
-                       spmm(x, g, w, reduce))
+    assert torch.equal(spmm(x, g, w, reduce, max_neighbors=10_000, sampling=sampling), spmm(x, g, w, reduce))
 
 
 def test_op_seed_none_draws_from_torch():
     from pyg_tc.ops import spmm
+
     g, *_ = _graph()
     x = torch.randn(120, 4)
     torch.manual_seed(0)
@@ -195,16 +199,18 @@ def test_op_seed_none_draws_from_torch():
 def test_gradients_are_the_samples_transpose():
     """gradcheck in float64: x, the edge weights and diag through the sampled op (fixed seed)."""
     from pyg_tc.ops import spmm
+
     g, *_ = _graph(n=40, e=600)
     x = torch.randn(40, 3, dtype=torch.float64, requires_grad=True)
     w = torch.rand(g.num_edges, dtype=torch.float64, requires_grad=True)
     d = torch.rand(40, dtype=torch.float64, requires_grad=True)
     for reduce in ('sum', 'mean'):
         assert torch.autograd.gradcheck(
-            lambda x, w, d: spmm(x, g, w, reduce, diag=d, max_neighbors=6, seed=3), (x, w, d))
+            lambda x, w, d: spmm(x, g, w, reduce, diag=d, max_neighbors=6, seed=3), (x, w, d)
+        )
     # edges that were not sampled get no gradient
     out = spmm(x, g, w, max_neighbors=6, seed=3)
-    gw, = torch.autograd.grad(out.sum(), w)
+    (gw,) = torch.autograd.grad(out.sum(), w)
     _, edge, _ = sample_csr(g.rowptr, 6, 'uniform', 3)
     kept = torch.zeros(g.num_edges, dtype=torch.bool)
     kept[edge] = True
@@ -214,10 +220,14 @@ def test_gradients_are_the_samples_transpose():
 @pytest.mark.parametrize('kind', ['gcn', 'sage', 'gin'])
 def test_layers_sampled_aggregation(kind):
     import pyg_tc
+
     _, _, _, ei = _graph(1)
     torch.manual_seed(0)
-    conv = {'gcn': lambda: pyg_tc.nn.GCNConv(6, 5), 'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
-            'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5))}[kind]().double()
+    conv = {
+        'gcn': lambda: pyg_tc.nn.GCNConv(6, 5),
+        'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
+        'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5)),
+    }[kind]().double()
     x = torch.rand(120, 6, dtype=torch.float64)
     with torch.no_grad():
         exact = conv(x, ei)
@@ -238,6 +248,7 @@ def test_layers_sampled_aggregation(kind):
 
 def test_switch_arguments():
     import pyg_tc
+
     with pytest.raises(ValueError, match='max_neighbors'):
         with pyg_tc.sampled_aggregation(0):
             pass
@@ -252,10 +263,14 @@ def test_cap_neighbors_transform(kind):
     import pyg_tc
     from torch_geometric.data import Data
     from pyg_tc.transforms import CapNeighbors, DegreeBucketTransform
+
     _, _, _, ei = _graph(2)
     torch.manual_seed(0)
-    conv = {'gcn': lambda: pyg_tc.nn.GCNConv(6, 5), 'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
-            'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5))}[kind]()
+    conv = {
+        'gcn': lambda: pyg_tc.nn.GCNConv(6, 5),
+        'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
+        'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5)),
+    }[kind]()
     x = torch.rand(120, 6)
     data = CapNeighbors(8, 'uniform', seed=4)(Data(x=x, edge_index=ei.clone(), num_nodes=120))
     g = DegreeBucketTransform.graph(data)
@@ -277,22 +292,24 @@ def test_cap_neighbors_transform(kind):
 # ---------------------------------------------------------------------------
 # The kernel op: on the CPU its reference, on CUDA csr_sampled.cu against it
 
+
 def _op_args(g, value, x, S, sampling, seed, reduce, diag=None, order=None):
     return (g.rowptr, g.col, value, x, diag, order, S, SAMPLINGS.index(sampling), seed, reduce)
 
 
 def test_kernel_op_reference_and_gradients_cpu():
     from pyg_tc.ops.sample import sampled_spmm
+
     g, rowptr, col, _ = _graph(n=40, e=600)
     x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)
     w = torch.rand(g.num_edges, dtype=torch.float64, requires_grad=True)
     out = sampled_spmm(*_op_args(g, w, x, 6, 'uniform', 9, 'sum'))
     torch.testing.assert_close(out, sampled_spmm_reference(rowptr, col, w, x, 6, 'uniform', 9, 'sum'))
     for reduce in ('sum', 'mean'):
-        assert torch.autograd.gradcheck(lambda x, w: sampled_spmm(*_op_args(g, w, x, 6, 'uniform', 9, reduce)),
-                                        (x, w))
-    torch.library.opcheck(torch.ops.pyg_tc.sampled_spmm.default,
-                          _op_args(g, w.detach(), x.detach(), 6, 'fastrand', 1, 'mean'))
+        assert torch.autograd.gradcheck(lambda x, w: sampled_spmm(*_op_args(g, w, x, 6, 'uniform', 9, reduce)), (x, w))
+    torch.library.opcheck(
+        torch.ops.pyg_tc.sampled_spmm.default, _op_args(g, w.detach(), x.detach(), 6, 'fastrand', 1, 'mean')
+    )
 
 
 @pytest.mark.cuda
@@ -302,14 +319,16 @@ def test_kernel_op_reference_and_gradients_cpu():
 @pytest.mark.parametrize('sampling', SAMPLINGS)
 def test_kernel_matches_reference_cuda(dtype, F, reduce, sampling):
     from pyg_tc.ops.sample import sampled_spmm
+
     g, rowptr, col, _ = _graph(3, n=300, e=20_000)
     gc = g.to('cuda')
     x = torch.randn(300, F).to(dtype)
     w = torch.rand(g.num_edges)
     order = row_order(gc)
     for S, value, o in ((8, w, None), (8, None, order), (64, w, order), (1, w, order)):
-        out = sampled_spmm(*_op_args(gc, None if value is None else value.cuda(), x.cuda(), S, sampling, 11,
-                                     reduce, order=o)).cpu()
+        out = sampled_spmm(
+            *_op_args(gc, None if value is None else value.cuda(), x.cuda(), S, sampling, 11, reduce, order=o)
+        ).cpu()
         ref = sampled_spmm_reference(rowptr, col, value, x.float(), S, sampling, 11, reduce)
         assert out.dtype == dtype
         tol = 1e-5 if dtype == torch.float32 else 1e-2 if dtype == torch.float16 else 4e-2
@@ -328,6 +347,7 @@ def test_kernel_reddit_shaped_uniform_cuda():
     compare sums of x = the column id (exact in fp32 for these magnitudes)."""
     from pyg_tc.bench.graphs import load_graph
     from pyg_tc.ops.sample import sampled_spmm
+
     g = load_graph('reddit', 'cuda').csr()
     x = torch.arange(g.num_cols, device='cuda', dtype=torch.float32).unsqueeze(1) / g.num_cols
     for S in (32, 128):
@@ -344,10 +364,14 @@ def test_layers_kernel_path_cuda(kind):
     the capped graph and the exact engine run: the same sample, equal results."""
     import pyg_tc
     from pyg_tc.formats import CSRGraph
+
     _, rowptr, col, ei = _graph(1)
     torch.manual_seed(0)
-    conv = {'gcn': lambda: pyg_tc.nn.GCNConv(6, 5), 'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
-            'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5))}[kind]().cuda()
+    conv = {
+        'gcn': lambda: pyg_tc.nn.GCNConv(6, 5),
+        'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
+        'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5)),
+    }[kind]().cuda()
     x, ei = torch.rand(120, 6, device='cuda'), ei.cuda()
     with pyg_tc.sampled_aggregation(8, seed=1):
         with torch.no_grad():
@@ -370,10 +394,15 @@ def test_kernel_feature_slices_cuda(dtype, F):
     into 256-byte slices over blockIdx.y (csr_host.cpp); same result."""
     from pyg_tc.formats import CSRGraph
     from pyg_tc.ops.sample import sampled_spmm
+
     n = 600_000
     gen = torch.Generator(device='cuda').manual_seed(0)
-    dst = torch.cat([torch.randint(0, n, (2_000_000,), device='cuda', generator=gen),
-                     torch.zeros(5000, dtype=torch.long, device='cuda')])  # a capped hub
+    dst = torch.cat(
+        [
+            torch.randint(0, n, (2_000_000,), device='cuda', generator=gen),
+            torch.zeros(5000, dtype=torch.long, device='cuda'),
+        ]
+    )  # a capped hub
     src = torch.randint(0, n, (dst.numel(),), device='cuda', generator=gen)
     g = CSRGraph.from_coo(src, dst, n, n)
     x = torch.randn(n, F, device='cuda', generator=gen).to(dtype)

@@ -1,4 +1,5 @@
 """pyg_tc.ops.sddmm: out[e] = <a[dst_e], b[src_e]> in the original edge order."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,17 +10,28 @@ import pyg_tc
 from pyg_tc.formats import CSRGraph, attach
 from pyg_tc.ops import sddmm
 
-from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, dtype_id, features,
-                      make_graph, random_graph, sddmm_oracle, sizes)
+from ..conftest import (
+    DEVICES,
+    DTYPES,
+    GRAPH_KINDS,
+    assert_close_ref,
+    dtype_id,
+    features,
+    make_graph,
+    random_graph,
+    sddmm_oracle,
+    sizes,
+)
 
 WIDTHS = [1, 3, 16, 33, 64, 256]
 FULL_KINDS = ['random', 'hub']
-REDUCED_DW = [(torch.float32, 1), (torch.float32, 33), (torch.float16, 3), (torch.float16, 16),
-              (torch.bfloat16, 64)]
-CASES = ([pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}')
-          for k in FULL_KINDS for dt in DTYPES for F in WIDTHS]
-         + [pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}')
-            for k in GRAPH_KINDS if k not in FULL_KINDS for dt, F in REDUCED_DW])
+REDUCED_DW = [(torch.float32, 1), (torch.float32, 33), (torch.float16, 3), (torch.float16, 16), (torch.bfloat16, 64)]
+CASES = [pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}') for k in FULL_KINDS for dt in DTYPES for F in WIDTHS] + [
+    pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}')
+    for k in GRAPH_KINDS
+    if k not in FULL_KINDS
+    for dt, F in REDUCED_DW
+]
 
 
 def check(out, a, b, ei, what=''):
@@ -41,8 +53,7 @@ def test_sddmm_matches_oracle(kind, dtype, F, device):
 
 
 @pytest.mark.parametrize('device', DEVICES)
-@pytest.mark.parametrize('adj_kind', ['int32', 'EdgeIndex', 'EdgeIndex_sorted', 'TCEdgeIndex',
-                                      'CSRGraph'])
+@pytest.mark.parametrize('adj_kind', ['int32', 'EdgeIndex', 'EdgeIndex_sorted', 'TCEdgeIndex', 'CSRGraph'])
 def test_sddmm_adjacency_kinds(adj_kind, device):
     ei, n = make_graph('hub', device)
     a = features(n, 24, device=device, seed=1)
@@ -67,8 +78,7 @@ def test_sddmm_adjacency_kinds(adj_kind, device):
 def test_sddmm_sparse_adj_t_csr_order(device):
     """For sparse inputs the result is in the sparse tensor's (CSR) order."""
     ei, n = make_graph('random', device)
-    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1), device=device),
-                                    (n, n)).coalesce()
+    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1), device=device), (n, n)).coalesce()
     csr = adj_t.to_sparse_csr()
     a = features(n, 8, device=device, seed=1)
     b = features(n, 8, device=device, seed=2)
@@ -158,6 +168,7 @@ def test_sddmm_bad_inflight(monkeypatch):
 # ---------------------------------------------------------------------------
 # gradients
 
+
 def test_gradcheck():
     ei = torch.cat([random_graph(6, 5, 12, seed=41), torch.tensor([[0, 1, 2], [4, 4, 4]])], 1)
     gen = torch.Generator().manual_seed(4)
@@ -188,17 +199,32 @@ def test_grads_match_oracle(kind, dtype, device):
     for got, ref, name in ((a.grad, a2.grad, 'a'), (b.grad, b2.grad, 'b')):
         assert got.dtype == dtype, name
         scale = max(1.0, ref.abs().max().item()) if ref.numel() else 1.0
-        torch.testing.assert_close(got.double().cpu(), ref.cpu(), rtol=tol, atol=tol * scale,
-                                   msg=f'grad {name}')
+        torch.testing.assert_close(got.double().cpu(), ref.cpu(), rtol=tol, atol=tol * scale, msg=f'grad {name}')
 
 
 # ---------------------------------------------------------------------------
 # opcheck
 
+
 def sddmm_args(g, a, b):
     s, ts = g.sched, g.t_sched
-    return (g.col, a, b, s.units, g.rowptr, s.heavy_rows, s.heavy_ptr, s.num_slots, g.t_rowptr,
-            g.t_col, g.t_perm, ts.units, ts.heavy_rows, ts.heavy_ptr, ts.num_slots)
+    return (
+        g.col,
+        a,
+        b,
+        s.units,
+        g.rowptr,
+        s.heavy_rows,
+        s.heavy_ptr,
+        s.num_slots,
+        g.t_rowptr,
+        g.t_col,
+        g.t_perm,
+        ts.units,
+        ts.heavy_rows,
+        ts.heavy_ptr,
+        ts.num_slots,
+    )
 
 
 @pytest.mark.parametrize('device', DEVICES)

@@ -1,6 +1,7 @@
 """TC-GNN tensor-core ops (backend='sgt'): SpMM and SDDMM against the fp64
 oracle, gradients, precision modes, warps, split windows, determinism,
 opcheck, errors; and the CPU emulation of both kernels."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,16 +14,30 @@ from pyg_tc.formats.sgt import SGT
 from pyg_tc.testing import emulate_sgt_sddmm, emulate_sgt_spmm
 from pyg_tc.ops import sgt_of, sgt_sddmm_cells, sgt_spmm_cells
 
-from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, dtype_id, edge_weights,
-                        features, make_graph, sddmm_oracle, sizes, spmm_magnitude, spmm_oracle)
+from ..conftest import (
+    DEVICES,
+    DTYPES,
+    GRAPH_KINDS,
+    assert_close_ref,
+    dtype_id,
+    edge_weights,
+    features,
+    make_graph,
+    sddmm_oracle,
+    sizes,
+    spmm_magnitude,
+    spmm_oracle,
+)
 
 WIDTHS = [1, 3, 8, 16, 33, 64, 130]
-CASES = ([pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}')
-          for k in ('random', 'hub') for dt in DTYPES for F in WIDTHS]
-         + [pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}')
-            for k in GRAPH_KINDS if k not in ('random', 'hub')
-            for dt, F in ((torch.float32, 5), (torch.float16, 16), (torch.bfloat16, 64),
-                          (torch.float32, 96))])
+CASES = [
+    pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}') for k in ('random', 'hub') for dt in DTYPES for F in WIDTHS
+] + [
+    pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}')
+    for k in GRAPH_KINDS
+    if k not in ('random', 'hub')
+    for dt, F in ((torch.float32, 5), (torch.float16, 16), (torch.bfloat16, 64), (torch.float32, 96))
+]
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -79,8 +94,7 @@ def test_gradients_match_csr(kind, dtype, device):
     a = features(nd, F, dtype, device, seed=6, requires_grad=True)
     b = features(ns, F, dtype, device, seed=7, requires_grad=True)
     ge = features(ei.size(1), 1, dtype, device, seed=8).view(-1)
-    g2 = {be: torch.autograd.grad(ops.sddmm(a, b, ei, size=(ns, nd), backend=be), (a, b), ge)
-          for be in ('csr', 'sgt')}
+    g2 = {be: torch.autograd.grad(ops.sddmm(a, b, ei, size=(ns, nd), backend=be), (a, b), ge) for be in ('csr', 'sgt')}
     for gc, gs in zip(g2['csr'], g2['sgt']):
         scale = gc.double().abs().max().clamp(min=1)
         assert (gc.double() - gs.double()).abs().max() <= tol * scale
@@ -106,9 +120,10 @@ def test_opcheck(device):
     x = features(n, 12, device=device, seed=1, requires_grad=True)
     cv = torch.rand(s.num_cells, device=device, requires_grad=True)
     d = [s.fwd, s.bwd]
+
     def grp(q):
-        return (q.sched.units, q.cols, q.mask, q.cell_ptr, q.sched.heavy_rows, q.sched.heavy_ptr,
-                q.sched.num_slots)
+        return (q.sched.units, q.cols, q.mask, q.cell_ptr, q.sched.heavy_rows, q.sched.heavy_ptr, q.sched.num_slots)
+
     args = (*grp(d[0]), cv, x, None, n, 1, 2, *grp(d[1]), s.t_cell)
     torch.library.opcheck(torch.ops.pyg_tc.sgt_spmm.default, args)
     args = (*grp(d[0]), x, x.detach().clone().requires_grad_(), s.num_cells, 1, 2, *grp(d[1]), s.t_cell)
@@ -116,6 +131,7 @@ def test_opcheck(device):
 
 
 # ---------------------------------------------------------------- CUDA only
+
 
 def _graph(kind, unit_blocks=None, device='cuda'):
     ei, n = make_graph(kind, device)
@@ -223,6 +239,7 @@ def test_gpu_builder_matches_cpu():
 
 # ---------------------------------------------------------------- errors
 
+
 def test_errors():
     ei, n = make_graph('random')
     x = features(n, 8)
@@ -243,6 +260,7 @@ def test_errors():
 
 
 # ---------------------------------------------------------------- CPU emulation
+
 
 @pytest.mark.parametrize('unit_blocks', [1, 3, None])
 @pytest.mark.parametrize('kind', GRAPH_KINDS)

@@ -1,4 +1,5 @@
 """pyg_tc.ops.spmm against an independent fp64 oracle (tests/conftest.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,9 +12,21 @@ from pyg_tc.formats.carrier import csr_order
 from pyg_tc.testing import emulate_csr_spmm
 from pyg_tc.ops import spmm
 
-from ..conftest import (DEVICES, DTYPES, GRAPH_KINDS, assert_close_ref, cuda_only, dtype_id,
-                      edge_weights, features, make_graph, random_graph, sizes, spmm_magnitude,
-                      spmm_oracle)
+from ..conftest import (
+    DEVICES,
+    DTYPES,
+    GRAPH_KINDS,
+    assert_close_ref,
+    cuda_only,
+    dtype_id,
+    edge_weights,
+    features,
+    make_graph,
+    random_graph,
+    sizes,
+    spmm_magnitude,
+    spmm_oracle,
+)
 
 REDUCES = ['sum', 'mean', 'max']
 WIDTHS = [1, 3, 16, 33, 64, 256]
@@ -21,13 +34,11 @@ FULL_KINDS = ['random', 'hub']
 REDUCED_KINDS = [k for k in GRAPH_KINDS if k not in FULL_KINDS]
 # the full dtype x width cross only for the large graphs; a spread otherwise
 # (scalar path: odd widths; vector path: multiples of 16 bytes)
-REDUCED_DW = [(torch.float32, 1), (torch.float32, 33), (torch.float16, 3), (torch.float16, 16),
-              (torch.bfloat16, 64)]
+REDUCED_DW = [(torch.float32, 1), (torch.float32, 33), (torch.float16, 3), (torch.float16, 16), (torch.bfloat16, 64)]
 
-CASES = ([pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}')
-          for k in FULL_KINDS for dt in DTYPES for F in WIDTHS]
-         + [pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}')
-            for k in REDUCED_KINDS for dt, F in REDUCED_DW])
+CASES = [pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}') for k in FULL_KINDS for dt in DTYPES for F in WIDTHS] + [
+    pytest.param(k, dt, F, id=f'{k}-{dtype_id(dt)}-F{F}') for k in REDUCED_KINDS for dt, F in REDUCED_DW
+]
 
 
 def check(out, x, ei, nd, w=None, reduce='sum', diag=None, what=''):
@@ -38,6 +49,7 @@ def check(out, x, ei, nd, w=None, reduce='sum', diag=None, what=''):
 
 # ---------------------------------------------------------------------------
 # forward
+
 
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('weighted', [False, True], ids=['unweighted', 'weighted'])
@@ -241,6 +253,7 @@ def test_zero_width(reduce, device):
 # ---------------------------------------------------------------------------
 # layout and precision corner cases
 
+
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
 @pytest.mark.parametrize('layout', ['offset', 'transposed'])
@@ -264,16 +277,18 @@ def test_unaligned_and_noncontiguous_x(layout, reduce, dtype, device):
 
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
-@pytest.mark.parametrize('F,unaligned', [(520, False), (1030, False), (520, True)],
-                         ids=['F520', 'F1030', 'F520-unaligned'])
+@pytest.mark.parametrize(
+    'F,unaligned', [(520, False), (1030, False), (520, True)], ids=['F520', 'F1030', 'F520-unaligned']
+)
 @pytest.mark.parametrize('reduce', REDUCES)
 def test_wide_features(F, unaligned, reduce, dtype, device):
     """Widths larger than one feature slice (several blockIdx.y slices), on
     the vector, padded (odd width) and scalar (unaligned) paths; with a row
     heavy enough to be split."""
     ei = random_graph(200, 150, 1500, seed=11, device=device)
-    heavy = torch.stack([torch.randint(0, 200, (600,), generator=torch.Generator().manual_seed(3)),
-                         torch.zeros(600, dtype=torch.long)]).to(device)
+    heavy = torch.stack(
+        [torch.randint(0, 200, (600,), generator=torch.Generator().manual_seed(3)), torch.zeros(600, dtype=torch.long)]
+    ).to(device)
     ei = torch.cat([ei, heavy], 1)
     if unaligned:
         x = features(200 * F + 1, 1, dtype, device).view(-1)[1:].view(200, F)
@@ -332,6 +347,7 @@ def test_deterministic(reduce, F, dtype, device):
 # ---------------------------------------------------------------------------
 # schedule emulation (the CUDA algorithm, run on the CPU)
 
+
 @pytest.mark.parametrize('transpose', [False, True], ids=['forward', 'transpose'])
 @pytest.mark.parametrize('reduce', REDUCES)
 @pytest.mark.parametrize('chunk', [1, 4, 256])
@@ -361,6 +377,7 @@ def test_emulate_spmm(kind, chunk, reduce, transpose):
 # ---------------------------------------------------------------------------
 # real graph
 
+
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
 @pytest.mark.parametrize('reduce', REDUCES)
@@ -381,10 +398,10 @@ def test_cora(cora, reduce, dtype, device):
 # ---------------------------------------------------------------------------
 # gradients
 
+
 def _grad_inputs(n, num_edges, diag_kind, seed):
     # a row with several in-edges, one isolated node (n - 1) and random edges
-    ei = torch.cat([random_graph(n - 1, n - 1, num_edges, seed=seed),
-                    torch.tensor([[3, 5, 1], [0, 0, 0]])], 1)
+    ei = torch.cat([random_graph(n - 1, n - 1, num_edges, seed=seed), torch.tensor([[3, 5, 1], [0, 0, 0]])], 1)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 3, dtype=torch.float64, generator=gen).requires_grad_()
     w = torch.rand(ei.size(1), dtype=torch.float64, generator=gen).requires_grad_()
@@ -435,10 +452,10 @@ def test_gradcheck_max(weighted):
     assert torch.autograd.gradcheck(f, tuple(inputs))
 
 
-GRAD_CASES = ([pytest.param(k, torch.float32, id=f'{k}-float32')
-               for k in ['random', 'hub', 'duplicates', 'isolated', 'empty', 'bipartite']]
-              + [pytest.param(k, dt, id=f'{k}-{dtype_id(dt)}')
-                 for k in ['random', 'hub'] for dt in (torch.float16, torch.bfloat16)])
+GRAD_CASES = [
+    pytest.param(k, torch.float32, id=f'{k}-float32')
+    for k in ['random', 'hub', 'duplicates', 'isolated', 'empty', 'bipartite']
+] + [pytest.param(k, dt, id=f'{k}-{dtype_id(dt)}') for k in ['random', 'hub'] for dt in (torch.float16, torch.bfloat16)]
 GRAD_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 
 
@@ -478,7 +495,8 @@ def test_grads_match_oracle(kind, dtype, reduce, weighted, device):
         msg = x2[src] * w2.unsqueeze(1)
         msg = msg + (msg.float().to(dtype).double() - msg).detach()
         ref = torch.zeros(nd, F, dtype=torch.float64, device=device).scatter_reduce(
-            0, dst.unsqueeze(1).expand(-1, F), msg, 'amax', include_self=False)
+            0, dst.unsqueeze(1).expand(-1, F), msg, 'amax', include_self=False
+        )
     else:
         ref = spmm_oracle(x2, ei, nd, w2, reduce, d2)
     ref.backward(go.double())
@@ -516,20 +534,37 @@ def test_max_grad_with_zero_and_tied_messages(kind, weighted, device):
 # ---------------------------------------------------------------------------
 # torch.library.opcheck on the registered op
 
+
 def spmm_args(g, x, value, diag, reduce, t_value=False):
     s, ts = g.sched, g.t_sched
     tv = value.detach()[g.t_perm.long()] if (t_value and value is not None) else None
-    return (g.rowptr, g.col, value, x, s.units, s.heavy_rows, s.heavy_ptr, diag, s.num_slots,
-            reduce, g.t_rowptr, g.t_col, g.t_perm, tv, ts.units, ts.heavy_rows, ts.heavy_ptr,
-            ts.num_slots)
+    return (
+        g.rowptr,
+        g.col,
+        value,
+        x,
+        s.units,
+        s.heavy_rows,
+        s.heavy_ptr,
+        diag,
+        s.num_slots,
+        reduce,
+        g.t_rowptr,
+        g.t_col,
+        g.t_perm,
+        tv,
+        ts.units,
+        ts.heavy_rows,
+        ts.heavy_ptr,
+        ts.num_slots,
+    )
 
 
 SPMM_SAMPLES = {
     'sum-value-diag-tvalue': dict(reduce='sum', value=True, diag=True, t_value=True),
     'mean-diag': dict(reduce='mean', value=False, diag=True, t_value=False),
     'max-value': dict(reduce='max', value=True, diag=False, t_value=False),
-    'sum-value-fp16': dict(reduce='sum', value=True, diag=False, t_value=False,
-                           dtype=torch.float16),
+    'sum-value-fp16': dict(reduce='sum', value=True, diag=False, t_value=False, dtype=torch.float16),
 }
 
 
@@ -551,11 +586,13 @@ def test_opcheck_spmm(sample, device):
 # ---------------------------------------------------------------------------
 # CUDA only: the kernels themselves
 
+
 @cuda_only
 def test_cuda_kernels_are_used():
     """On a GPU machine the CUDA tests must exercise the kernels, not the
     pure-PyTorch fallback."""
     from pyg_tc import _kernels
+
     pyg_tc.ops.ensure()
     assert pyg_tc._library.kernels_loaded(), f'kernels not loaded: {_kernels.status()}'
 

@@ -1,5 +1,6 @@
 """rcm_order and ReorderTransform: valid permutations, bandwidth reduction
 (against SciPy's RCM where available), and isomorphism of the relabelled Data."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -39,8 +40,13 @@ def path(n: int) -> torch.Tensor:
 
 def grid(a: int, b: int) -> torch.Tensor:
     idx = torch.arange(a * b).view(a, b)
-    return torch.cat([torch.stack([idx[:, :-1].flatten(), idx[:, 1:].flatten()]),
-                      torch.stack([idx[:-1].flatten(), idx[1:].flatten()])], 1)
+    return torch.cat(
+        [
+            torch.stack([idx[:, :-1].flatten(), idx[:, 1:].flatten()]),
+            torch.stack([idx[:-1].flatten(), idx[1:].flatten()]),
+        ],
+        1,
+    )
 
 
 def banded(n: int, k: int) -> torch.Tensor:
@@ -54,9 +60,11 @@ def banded(n: int, k: int) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 # rcm_order
 
+
 @pytest.mark.parametrize('device', DEVICES)
-@pytest.mark.parametrize('kind', ['random', 'empty', 'isolated', 'self_loops', 'duplicates',
-                                  'hub', 'not_tile_multiple'])
+@pytest.mark.parametrize(
+    'kind', ['random', 'empty', 'isolated', 'self_loops', 'duplicates', 'hub', 'not_tile_multiple']
+)
 def test_rcm_is_permutation(kind, device):
     ei, n = make_graph(kind, device)
     perm = rcm_order(ei, n)
@@ -112,11 +120,14 @@ def test_rcm_components():
     assert torch.equal(smallest, smallest.sort()[0])
 
 
-@pytest.mark.parametrize('name, ei, n, bound', [
-    ('path', path(500), 500, 1),
-    ('grid', grid(20, 30), 600, 21),
-    ('banded', banded(400, 3), 400, 6),
-])
+@pytest.mark.parametrize(
+    'name, ei, n, bound',
+    [
+        ('path', path(500), 500, 1),
+        ('grid', grid(20, 30), 600, 21),
+        ('banded', banded(400, 3), 400, 6),
+    ],
+)
 def test_rcm_reduces_bandwidth(name, ei, n, bound):
     ei = shuffled(ei, n)
     assert bandwidth(ei) > 10 * bound
@@ -130,8 +141,7 @@ def test_rcm_matches_scipy():
     def scipy_bw(ei, n):
         a = sp.coo_matrix((torch.ones(ei.size(1)).numpy(), (ei[0].numpy(), ei[1].numpy())), shape=(n, n))
         a = (a + a.T).tocsr()
-        return bandwidth(relabel(ei, torch.from_numpy(
-            reverse_cuthill_mckee(a, symmetric_mode=True).astype('int64'))))
+        return bandwidth(relabel(ei, torch.from_numpy(reverse_cuthill_mckee(a, symmetric_mode=True).astype('int64'))))
 
     ei = shuffled(path(300), 300)
     assert bandwidth(relabel(ei, rcm_order(ei, 300))) == scipy_bw(ei, 300) == 1
@@ -152,12 +162,18 @@ def test_rcm_cora(cora):
 # ---------------------------------------------------------------------------
 # ReorderTransform
 
+
 def toy_data(n: int = 60, m: int = 300, seed: int = 0) -> Data:
     g = torch.Generator().manual_seed(seed)
     ei = torch.randint(0, n, (2, m), generator=g)
-    return Data(x=torch.randn(n, 5, generator=g), y=torch.randint(0, 3, (n,), generator=g),
-                train_mask=torch.rand(n, generator=g) < 0.5, edge_index=ei,
-                edge_attr=torch.randn(m, 2, generator=g), names=[f'v{i}' for i in range(n)])
+    return Data(
+        x=torch.randn(n, 5, generator=g),
+        y=torch.randint(0, 3, (n,), generator=g),
+        train_mask=torch.rand(n, generator=g) < 0.5,
+        edge_index=ei,
+        edge_attr=torch.randn(m, 2, generator=g),
+        names=[f'v{i}' for i in range(n)],
+    )
 
 
 def edge_multiset(ei, edge_attr, perm=None):
@@ -216,8 +232,7 @@ def test_transform_batch_and_index_attrs():
     r = torch.cat([torch.randperm(8, generator=g), torch.randperm(5, generator=g) + 8])
     ei = r[torch.cat([path(8), path(5) + 8], 1)]
     batch = torch.tensor([0] * 8 + [1] * 5)
-    data = Data(edge_index=ei, batch=batch, num_nodes=13,
-                edge_label_index=torch.tensor([[0, 9], [7, 12]]))
+    data = Data(edge_index=ei, batch=batch, num_nodes=13, edge_label_index=torch.tensor([[0, 9], [7, 12]]))
     out = ReorderTransform()(data)
     assert torch.equal(out.batch, batch)
     assert bandwidth(out.edge_index) == 1
