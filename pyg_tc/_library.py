@@ -151,9 +151,8 @@ class Op:
     def __call__(self, *args: Any, differentiable: Optional[Sequence[Any]] = None) -> Any:
         """Call the op (loading the kernels on first use). Given the inputs
         that can need gradients (``differentiable``), an eager call skips the
-        autograd wrapper ``register_autograd`` installs, which costs about
-        0.3 ms of host time per call (measured on an H100 host, more than the
-        SpMM of a mini-batch: benchmarks/layer_overhead.py): where no input
+        autograd wrapper ``register_autograd`` installs (its host time per call
+        exceeds a mini-batch's SpMM: ``benchmarks/layer_overhead.py``): where no input
         needs a gradient the op runs below autograd; where one does, the same
         formulas run through a ``torch.autograd.Function`` (:meth:`_function`).
         With grad mode off (inference, and a backward formula's calls unless

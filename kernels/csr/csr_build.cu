@@ -1,5 +1,5 @@
-// The GPU half of the CSR format builders (pyg_tc/formats/csr.py; the ops'
-// references: pyg_tc/ops/build.py), the same tensors bit for bit:
+// The GPU half of the CSR format builders (pyg_tc/formats/csr.py, which also
+// defines the ops beside their references), the same tensors bit for bit:
 //
 //   csr_transpose(col, rows, num_cols) -> (t_rowptr, t_col, t_perm):
 //     a stable radix sort of the sources (cub, over the bits of num_cols),

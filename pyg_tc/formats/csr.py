@@ -1102,9 +1102,8 @@ def _validate_schedule(s: Schedule, rowptr: Tensor, name: str) -> None:
 
 # ---------------------------------------------------------------------------
 # The builders' GPU ops, defined here beside their references (the pure-PyTorch
-# builders above), so ``formats`` needs nothing from the op packages above it;
-# :mod:`pyg_tc.ops.sort` and :mod:`pyg_tc.ops.build` name them among the op
-# families. Kernels: ``kernels/sort/`` and ``kernels/csr/csr_build.cu``.
+# builders above), so ``formats`` needs nothing from the op packages above it.
+# Kernels: ``kernels/sort/`` and ``kernels/csr/csr_build.cu``.
 
 
 def sort_reference(keys: Tensor):

@@ -54,19 +54,10 @@ WINDOW = 16  # rows per window (MMA M)
 BLOCK_W = 8  # condensed columns per block (TF32 MMA K)
 
 
-# Blocks per work unit: 64 on every graph (measured on the H200 with
-# ``benchmarks/sgt_probe.py``, docs/tcgnn.md). Windows of up to 64 blocks are
-# whole units (all of Cora, CiteSeer and PROTEINS_full: no window is split, so
-# the split-window reduction, a second launch, never runs); longer windows are
-# split into 64-block units. Where that leaves too few units to fill the GPU
-# (Tolokers: 1413-2023 units), warps share a unit
-# (:func:`pyg_tc.ops.sgt.warps_for`) instead of the units getting smaller:
-# Tolokers with 64-block units and 4 warps each ran 1.02-1.16x faster than
-# with the earlier 16-32-block units and one warp; ogbn-arxiv and the Reddit-
-# shaped graph keep one warp per unit. Smaller units write more partial tiles
-# (arxiv with 16: 1.08-1.64x slower); larger ones were up to 4% faster on the
-# Reddit-shaped graph and 0.57-1.06x on Tolokers (a whole RCM window of 671
-# blocks sets the critical path): one size for all.
+# Blocks per work unit, on every graph: windows of up to 64 blocks are whole
+# units, longer ones are split; where that leaves too few units to fill the GPU,
+# warps share a unit (:func:`pyg_tc.ops.sgt.warps_for`). Why 64: docs/tcgnn.md
+# ("Units").
 DEFAULT_UNIT_BLOCKS = 64
 
 

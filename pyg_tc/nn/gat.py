@@ -27,16 +27,13 @@ from torch_geometric.utils.sparse import set_sparse_value
 
 from ..formats.carrier import SparseTensor, resolve
 from ..formats.csr import CSRGraph
-
-# (the self-loop graph's names, importable from here as before)
 from ..formats.loops import (
     LoopGraph,
     fill_index_from_edges,
     format_ready,
-    loop_fill_index,  # noqa: F401
+    loop_fill_index,
     loop_graph,
     loops_from_edges,
-    pad_loop_graph,
     plain_edge_index,
     pyg_order,
 )

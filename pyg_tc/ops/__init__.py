@@ -6,8 +6,9 @@
   (``maxk_select``, ``cbsr_spmm``, ``cbsr_sspmm``);
 * :mod:`~pyg_tc.ops.attn`: fuseGNN's fused attention (``attn_gat``,
   ``attn_gatv2`` and their backward ops) and ``edge_softmax``;
-* :mod:`~pyg_tc.ops.sort`: the int32 radix sort of the format builders;
-* :mod:`~pyg_tc.ops.build`: the format builders' transpose and schedules on the GPU;
+* the format builders' GPU ops (the int32 radix sort ``sort_int32``, ``csr_transpose``,
+  ``csr_schedules``, ``csr_padded_schedules``, ``csr_pad_hops``) are defined in
+  :mod:`pyg_tc.formats.csr`, beside their references: the formats sit below the ops;
 * :mod:`~pyg_tc.ops.neighbor`: mini-batch neighbour sampling whose output is the batch's CSR
   (``neighbor_sample``) and the row gather of its features (``gather_rows``);
 * :mod:`~pyg_tc.ops.sample`: ES-SpMM's edge sampling (capped rows, the
@@ -23,20 +24,18 @@ pure-PyTorch reference runs through the same registered op.
 """
 
 from .._library import ensure
-from . import attn, build, cbsr, csr, dispatch, neighbor, sample, sgt, sort  # noqa: F401 (define the ops)
-from .csr import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference  # noqa: F401
+from . import attn, cbsr, csr, dispatch, neighbor, sample, sgt  # noqa: F401 (define the ops)
+from .csr import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference
 from .attn import (
     attention_weights,
     edge_softmax,
-    gat_attention,  # noqa: F401
+    gat_attention,
     gatv2_attention,
 )
 from .dispatch import BACKENDS, aggregate, choose_backend, edge_scores, sddmm, spmm
-from .sample import sampled_aggregation, sampled_spmm_reference  # noqa: F401
+from .sample import sampled_aggregation, sampled_spmm_reference
 from .cbsr import (
-    CBSR_KERNEL_WIDTH,
-    MAXK_KERNEL_WIDTH,
-    cbsr_spmm_graph,  # noqa: F401
+    cbsr_spmm_graph,
     cbsr_spmm_reference,
     cbsr_sspmm_reference,
     check_k,
@@ -47,9 +46,8 @@ from .sgt import (
     sgt_of,
     sgt_sddmm_cells,
     sgt_sddmm_graph,
-    sgt_spmm_cells,  # noqa: F401
+    sgt_spmm_cells,
     sgt_spmm_graph,
-    warps_for,
 )
 
 __all__ = [
