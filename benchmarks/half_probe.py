@@ -1,8 +1,8 @@
 """HalfGNN probe: kernel-only times of the CSR SpMM and SDDMM in
 fp32 / fp16 / bf16, the half SpMM with and without the two-level half2 sum
-(PYG_TC_SPMM_TWO_LEVEL) and over every (lanes, vectors) config
-(PYG_TC_SPMM_CONFIG), the SDDMM with 4 and 8 edges in flight per lane
-(PYG_TC_SDDMM_INFLIGHT), to choose the half rules in kernels/csr/csr_host.cpp.
+(spmm_two_level) and over every (lanes, vectors) config
+(spmm_config), the SDDMM with 4 and 8 edges in flight per lane
+(sddmm_inflight; pyg_tc.testing.kernel_overrides), to choose the half rules in kernels/csr/csr_host.cpp.
 
     python benchmarks/half_probe.py [--graphs reddit,products,arxiv,tolokers] [--widths 32,64,128,256]
         [--out probe.jsonl] [--no-sweep] [--accuracy GRAPH] [--casts]
@@ -16,7 +16,6 @@ under torch.autocast(fp16) on Cora-sized random data, by name (cast count).
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -26,23 +25,17 @@ from pyg_tc.bench.graphs import load_graph
 from pyg_tc.bench.timing import kernel_time, warm_up
 from pyg_tc.formats import CSRGraph
 from pyg_tc.ops import sddmm_graph, spmm_graph
+from pyg_tc.testing import kernel_overrides
 
-CONFIGS = ['4,1', '8,1', '16,1', '32,1', '8,2', '16,2', '32,2']
+CONFIGS = [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (32, 2)]
 DT = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
 
 
-def timed(fn, **env):
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: v for k, v in env.items()})
-    try:
+def timed(fn, **overrides):
+    """Median kernel time of fn with the launch overrides (pyg_tc.testing.kernel_overrides)."""
+    with kernel_overrides(**overrides):
         fn()
         return kernel_time(fn, 'cuda', rep=20, warmup=3).median_ms
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def main(argv=None):
@@ -75,22 +68,22 @@ def main(argv=None):
                 x32 = torch.randn(n, F, device='cuda')
                 rec['spmm_fp32'] = timed(lambda: spmm_graph(g, x32, w))
                 rec['sddmm_fp32'] = timed(lambda: sddmm_graph(g, x32, x32))
-                rec['sddmm_fp32_u8'] = timed(lambda: sddmm_graph(g, x32, x32), PYG_TC_SDDMM_INFLIGHT='8')
+                rec['sddmm_fp32_u8'] = timed(lambda: sddmm_graph(g, x32, x32), sddmm_inflight=8)
                 for dn in ('fp16', 'bf16'):
                     x = x32.to(DT[dn])
                     rec[f'spmm_{dn}'] = timed(lambda: spmm_graph(g, x, w))
-                    rec[f'spmm_{dn}_fp32products'] = timed(lambda: spmm_graph(g, x, w), PYG_TC_SPMM_TWO_LEVEL='0')
+                    rec[f'spmm_{dn}_fp32products'] = timed(lambda: spmm_graph(g, x, w), spmm_two_level=False)
                     rec[f'sddmm_{dn}'] = timed(lambda: sddmm_graph(g, x, x))
-                    for u in '48':
-                        rec[f'sddmm_{dn}_u{u}'] = timed(lambda: sddmm_graph(g, x, x), PYG_TC_SDDMM_INFLIGHT=u)
+                    for u in (4, 8):
+                        rec[f'sddmm_{dn}_u{u}'] = timed(lambda: sddmm_graph(g, x, x), sddmm_inflight=u)
                     if not a.no_sweep and dn == 'fp16':
                         for c in CONFIGS:
-                            for tl in '01':
-                                rec[f'spmm_{dn}_{c}_tl{tl}'] = timed(
-                                    lambda: spmm_graph(g, x, w), PYG_TC_SPMM_CONFIG=c, PYG_TC_SPMM_TWO_LEVEL=tl
+                            for tl in (0, 1):
+                                rec[f'spmm_{dn}_{c[0]},{c[1]}_tl{tl}'] = timed(
+                                    lambda: spmm_graph(g, x, w), spmm_config=c, spmm_two_level=bool(tl)
                                 )
                         for c in CONFIGS:
-                            rec[f'spmm_fp32_{c}'] = timed(lambda: spmm_graph(g, x32, w), PYG_TC_SPMM_CONFIG=c)
+                            rec[f'spmm_fp32_{c[0]},{c[1]}'] = timed(lambda: spmm_graph(g, x32, w), spmm_config=c)
                 fh.write(json.dumps(rec) + '\n')
                 fh.flush()
                 s = {k: v for k, v in rec.items() if isinstance(v, float)}
@@ -124,13 +117,12 @@ def hub_accuracy(name, F=64, hubs=10):
             a, b = int(g.rowptr[r]), int(g.rowptr[r + 1])
             ref[i] = (w[a:b].double().unsqueeze(1) * x[g.col[a:b].long()].double()).sum(0)
         rec = {'kind': 'hub_accuracy', 'graph': name, 'dtype': dn, 'F': F, 'hub_degrees': deg[top].long().tolist()}
-        for mode, env in (('two_level', '1'), ('fp32_products', '0')):
-            os.environ['PYG_TC_SPMM_TWO_LEVEL'] = env
-            out = spmm_graph(g, x, w)[top].double()
+        for mode, two_level in (('two_level', True), ('fp32_products', False)):
+            with kernel_overrides(spmm_two_level=two_level):
+                out = spmm_graph(g, x, w)[top].double()
             errs = ((out - ref).norm(dim=1) / ref.norm(dim=1)).tolist()
             rec[f'{mode}_rel_err_max'] = max(errs)
             rec[f'{mode}_rel_err'] = errs
-        os.environ.pop('PYG_TC_SPMM_TWO_LEVEL', None)
         own = (ref.to(DT[dn]).double() - ref).norm(dim=1) / ref.norm(dim=1)
         rec['output_rounding_rel_err_max'] = float(own.max())
         yield rec

@@ -19,6 +19,7 @@ from pyg_tc.bench.graphs import load_graph, rmat
 from pyg_tc.bench.timing import kernel_time
 from pyg_tc.formats import CSRGraph, build_schedule
 from pyg_tc.ops import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference
+from pyg_tc.testing import kernel_overrides
 
 
 def rel(a, b):
@@ -139,7 +140,7 @@ def overhead():
 
 
 def sweep(names, chunks, dtypes=(torch.float32, torch.float16)):
-    configs = [(None, '0'), (None, '1')] + [(c, None) for c in ('4,1', '8,1', '16,1', '32,1', '8,2', '16,2')]
+    configs = [(None, False), (None, True)] + [(c, None) for c in ((4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2))]
     rows = []
     for name in names:
         bg = load_graph(name, device='cuda')
@@ -171,19 +172,13 @@ def sweep(names, chunks, dtypes=(torch.float32, torch.float16)):
                     ch,
                 )
                 for cfg, coop in configs:
-                    for k, v in (('PYG_TC_SPMM_CONFIG', cfg), ('PYG_TC_SPMM_COOP', coop)):
-                        if v is None:
-                            os.environ.pop(k, None)
-                        else:
-                            os.environ[k] = v
-                    t = timeit(lambda: spmm_graph(g, x))
-                    err = rel(spmm_graph(g, x).float(), ref)
-                    tag = f'cfg={cfg or "rule"} coop={coop or "rule"}'
+                    with kernel_overrides(spmm_config=cfg, spmm_coop=coop):
+                        t = timeit(lambda: spmm_graph(g, x))
+                        err = rel(spmm_graph(g, x).float(), ref)
+                    tag = f'cfg={cfg or "rule"} coop={"rule" if coop is None else int(coop)}'
                     rows.append((name, str(dt)[6:], F, ch, tag, t, t_cus, err))
                     if best is None or t < best[1]:
                         best = (f'chunk={ch} {tag}', t)
-                os.environ.pop('PYG_TC_SPMM_CONFIG', None)
-                os.environ.pop('PYG_TC_SPMM_COOP', None)
             t_def = timeit(lambda: spmm_graph(base, x))
             print(
                 f'  {name} {str(dt)[6:]:8s} F={F:3d} cuSPARSE {t_cus:7.4f} ms | default {t_def:7.4f} ms '

@@ -36,9 +36,12 @@ def _installed(package: str) -> bool:
 
 def info(build: bool = True) -> Dict[str, Any]:
     """Versions, GPU and kernel build status. With ``build=True`` (default) the
-    kernels are built/loaded first if they can be (a CUDA device and
-    toolkit), so the report is final; where they cannot, nothing is built and
-    ``kernels_reason`` says why."""
+    kernels are loaded first if they can be (a CUDA device, and the library
+    built by ``pip install`` or a CUDA toolkit for the JIT build), so the
+    report is final; where they cannot, nothing is built and
+    ``kernels_reason`` says why. ``kernels_build`` says which library runs:
+    ``'prebuilt'`` (built ahead of time) or ``'jit'`` (built on this machine,
+    ``prebuilt_reason`` saying why the prebuilt one was not taken)."""
     import torch
 
     from . import __version__, _kernels
@@ -68,6 +71,9 @@ def info(build: bool = True) -> Dict[str, Any]:
         'gpu': gpu,
         'kernels': 'loaded' if st['loaded'] else 'unavailable',
         'kernels_reason': None if st['loaded'] else (st['error'] or reason or 'not built yet'),
+        'kernels_build': st['mode'],
+        'prebuilt_reason': st['prebuilt_reason'],
+        'library': st['library'],
         'build_seconds': st['build_seconds'],
         'build_dir': st['build_dir'],
         'backend': 'cuda kernels' if st['loaded'] else 'pure-PyTorch reference',

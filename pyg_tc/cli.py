@@ -41,6 +41,10 @@ def _info(args) -> int:
         ('kernels', info['kernels'] + (f' ({info["kernels_reason"]})' if info.get('kernels_reason') else '')),
         ('backend', info['backend']),
     ]
+    if info.get('kernels_build') == 'prebuilt':
+        rows.append(('kernel library', f'prebuilt ({info["library"]})'))
+    elif info.get('kernels_build') == 'jit':
+        rows.append(('kernel library', f'JIT-built here (prebuilt: {info["prebuilt_reason"]})'))
     if info.get('build_seconds') is not None:
         rows.append(('kernel build', f'{info["build_seconds"]:.1f} s'))
     if info.get('build_dir'):

@@ -11,10 +11,9 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include "common/host.h"
+#include "common/launch_config.h"
 #include "common/static_switch.h"
 #include "csr/csr_params.h"
 
@@ -40,21 +39,11 @@ namespace {
 constexpr int64_t kSmallX = 32ll << 20;
 constexpr int64_t kLargeX = 256ll << 20;  // ES-SpMM's feature slices (sampled_spmm_cuda)
 
-bool supported(CsrSpmmConfig c) {
-  return (c.L == 4 || c.L == 8 || c.L == 16 || c.L == 32) && (c.NV == 1 || c.NV == 2);
-}
-
-// PYG_TC_SPMM_CONFIG="L,NV" overrides the rule (for sweeps); checked here,
-// before any dispatch.
+// The spmm_config override (launch_config.h) replaces the rule (sweeps).
 CsrSpmmConfig choose_config(int64_t chunks, int elem_bytes, bool vec, int64_t x_bytes,
                             bool two_level) {
-  if (const char* env = std::getenv("PYG_TC_SPMM_CONFIG")) {
-    CsrSpmmConfig c{0, 0};
-    TORCH_CHECK(std::sscanf(env, "%d,%d", &c.L, &c.NV) == 2 && supported(c),
-                "pyg_tc: unsupported SpMM config PYG_TC_SPMM_CONFIG='", env,
-                "' (L in 4,8,16,32 and NV in 1,2)");
-    return c;
-  }
+  const LaunchOverrides& o = launch_overrides();
+  if (o.spmm_lanes != 0) return CsrSpmmConfig{o.spmm_lanes, o.spmm_vectors};
   if (two_level) return chunks <= 4 ? CsrSpmmConfig{4, 1} : chunks <= 8 ? CsrSpmmConfig{8, 1}
                         : (chunks >= 32 && x_bytes <= kSmallX) ? CsrSpmmConfig{16, 2} : CsrSpmmConfig{8, 2};
   if (!vec) return chunks <= 8 ? CsrSpmmConfig{8, 1} : chunks <= 16 ? CsrSpmmConfig{16, 1}
@@ -65,14 +54,12 @@ CsrSpmmConfig choose_config(int64_t chunks, int elem_bytes, bool vec, int64_t x_
   return elem_bytes == 4 ? CsrSpmmConfig{8, 2} : CsrSpmmConfig{16, 1};
 }
 
-// Cooperative mode when the graph has fewer units than about two resident
-// units per lane group of the whole GPU (small graphs: each unit is then a
-// serial chain of loads and the launch is one short, latency-bound wave).
-// PYG_TC_SPMM_COOP=0/1 forces it, for sweeps.
+// Cooperative mode when the graph has fewer units than coop_units(device)
+// (small graphs: each unit is then a serial chain of loads and the launch is
+// one short, latency-bound wave); the spmm_coop override forces it.
 bool use_coop(int64_t num_units, int device) {
-  if (const char* env = std::getenv("PYG_TC_SPMM_COOP")) return env[0] == '1';
-  const int sms = device_attr<cudaDevAttrMultiProcessorCount>(device);
-  return num_units < (int64_t)sms * 256;  // 33.8K on the H200; see COOP_UNITS in csr.py
+  const int forced = launch_overrides().spmm_coop;
+  return forced >= 0 ? forced == 1 : num_units < coop_units(device);
 }
 
 at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
@@ -147,12 +134,12 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   p.coop = use_coop(units.size(0), x.device().index());
   p.vec = (F % vecw == 0) && aligned16(p.x) && aligned16(p.out);
   // half types, vector path, sum / mean: the two-level half2 sum, except for
-  // rows of <= 4 vectors in cooperative mode (small graphs, F <= 32: fp32
-  // products measured 15% faster there, docs/halfgnn.md);
-  // PYG_TC_SPMM_TWO_LEVEL=0 / 1 switches it off / on (A/B sweeps, tests)
-  const char* tl = std::getenv("PYG_TC_SPMM_TWO_LEVEL");
+  // rows of <= 4 vectors in cooperative mode (small graphs, F <= 32, where the
+  // fp32 products are faster; docs/halfgnn.md); the spmm_two_level override
+  // forces it
+  const int forced = launch_overrides().spmm_two_level;
   const bool rule = !(p.coop && vec_ok && F * elem / 16 <= 4);
-  p.two_level = elem == 2 && p.vec && !is_max && (tl == nullptr ? rule : tl[0] != '0');
+  p.two_level = elem == 2 && p.vec && !is_max && (forced < 0 ? rule : forced == 1);
   p.config = choose_config(vec_ok ? F * elem / 16 : F, (int)elem, vec_ok, xc.numel() * elem,
                            p.two_level);
   auto stream = c10::cuda::getCurrentCUDAStream();
@@ -184,8 +171,8 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
   if (F % vecw != 0 && F > 8) {
     // Odd widths (as the SpMM): zero-padded copies of a and b (one pass over
     // each, against E row gathers) so the 16-byte vector path runs; the zero
-    // columns add nothing to the dot products. The scalar path was 2.5x
-    // slower at F = 63 than at F = 64 (fp16, Reddit-shaped, H100).
+    // columns add nothing to the dot products (docs/halfgnn.md measures the
+    // scalar path it replaces).
     const int64_t Fp = (F + vecw - 1) / vecw * vecw;
     auto pad = [&](const at::Tensor& t) {
       auto padded = at::zeros({t.size(0), Fp}, t.options());
@@ -210,17 +197,11 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
   const int64_t chunks = p.vec ? p.F / vecw : p.F;
   p.lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
   // edges in flight per lane: 8 for half types on the vector path when the
-  // gathered b stays in L2 (<= 32 MiB), else 4 (H100 sweep, docs/halfgnn.md:
-  // Reddit-shaped F = 32 / 64 fp16 1.13x / 1.53x -> 1.23x / 1.63x fp32, bf16
-  // 1.15x / 1.38x -> 1.28x / 1.60x; with b beyond L2 and for fp32, 8 is 4-16%
-  // slower); PYG_TC_SDDMM_INFLIGHT=4 / 8 forces it (sweeps, tests)
+  // gathered b stays in L2 (<= 32 MiB), else 4 (docs/halfgnn.md); the
+  // sddmm_inflight override forces it
   const bool b_in_l2 = bc.size(0) * p.F * bc.element_size() <= kSmallX;
-  p.inflight = (bc.element_size() == 2 && p.vec && b_in_l2) ? 8 : 4;
-  if (const char* env = std::getenv("PYG_TC_SDDMM_INFLIGHT")) {
-    TORCH_CHECK((env[0] == '4' || env[0] == '8') && env[1] == '\0',
-                "pyg_tc: unsupported PYG_TC_SDDMM_INFLIGHT='", env, "' (4 or 8)");
-    p.inflight = env[0] - '0';
-  }
+  const int forced = launch_overrides().sddmm_inflight;
+  p.inflight = forced != 0 ? forced : (bc.element_size() == 2 && p.vec && b_in_l2) ? 8 : 4;
   auto stream = c10::cuda::getCurrentCUDAStream();
   PYG_TC_DTYPE_SWITCH(ac.scalar_type(), T, "pyg_tc_sddmm", [&] { run_csr_sddmm<T>(p, stream); });
   check_index(rowptr, "rowptr");
@@ -281,8 +262,7 @@ at::Tensor sampled_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   // rows wider than 256 bytes of an x several times L2: 256-byte feature slices over
   // blockIdx.y (16 lanes x 16 bytes), so one slice of x is gathered by all blocks before
   // the next (the engine's idea; here the slots and their col reads are repeated per
-  // slice, so it pays only for a larger x: measured on an H100 at F = 128 fp32,
-  // products-shaped (x 1.2 GB) 4-8% faster for S >= 32, Reddit-shaped (x 119 MB) 3-10% slower)
+  // slice, so it pays only for an x far beyond L2: kLargeX, docs/es_spmm.md)
   p.slices = 1;
   if (p.vec && chunks > 16 && xc.numel() * xc.element_size() > kLargeX) {
     p.lanes = 16;

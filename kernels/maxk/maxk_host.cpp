@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "common/host.h"
+#include "common/launch_config.h"
 #include "common/static_switch.h"
 #include "maxk/maxk_params.h"
 
@@ -135,8 +136,7 @@ at::Tensor cbsr_spmm_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   // private buffer per edge slot (no atomics) where allowed and while they
   // fit in kCbsrPrivSmem per block, else one shared buffer per warp.
   const int64_t value_bytes = vc.element_size(), index_bytes = F <= 256 ? 1 : 2;
-  const char* env = std::getenv("PYG_TC_CBSR_PAIR");  // "0" disables (for sweeps)
-  const bool pair = !(env != nullptr && env[0] == '0') && k % 2 == 0 && k >= 4 &&
+  const bool pair = launch_overrides().cbsr_pair != 0 && k % 2 == 0 && k >= 4 &&
                     reinterpret_cast<uintptr_t>(p.values) % (2 * value_bytes) == 0 &&
                     reinterpret_cast<uintptr_t>(p.indices) % (2 * index_bytes) == 0;
   p.vt = pair ? 2 : 1;

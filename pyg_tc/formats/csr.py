@@ -35,7 +35,7 @@ from typing import Any, Callable, Collection, List, NamedTuple, Optional, Sequen
 import torch
 from torch import Tensor
 
-from .. import _library
+from .. import _kernels, _library
 from .._library import Op
 
 #: edges per schedule unit by default; None: :func:`auto_chunk` picks it from the edge count
@@ -67,17 +67,25 @@ class SampledHops(NamedTuple):
     max_degree: Optional[int]
 
 
-COOP_UNITS = 32768  # below this many units the kernel runs in cooperative mode
+@torch.compiler.assume_constant_result
+def coop_units(device: Optional[torch.device] = None) -> int:
+    """Schedule units below which the csr SpMM runs in cooperative mode (a
+    whole warp per unit) on ``device`` (the current CUDA device by default):
+    the kernels' rule (``kernels/common/launch_config.h``), loading them where
+    they can be; 33,792 (a 132-SM GPU's) where they cannot."""
+    if (device is None or device.type == 'cuda') and torch.cuda.is_available() and _library.ensure():
+        return _kernels.coop_units(None if device is None else device.index)
+    return _kernels.COOP_UNITS_WITHOUT_KERNELS
 
 
 def auto_chunk(num_edges: int, num_rows: int = 1 << 30) -> int:
     """Edges per unit, from kernel-only sweeps on the H200 (docs/benchmarks.md).
-    Graphs whose schedule has fewer than ``COOP_UNITS`` units at chunk 256 run
-    in the kernel's cooperative mode (a whole warp per unit) and want 256.
+    Graphs whose schedule has fewer than :func:`~pyg_tc.formats.csr.coop_units` units at chunk 256
+    run in the kernel's cooperative mode and want 256.
     Otherwise short units for smaller graphs (the longest unit is the tail of
     the launch) and long ones for large graphs (fewer partial rows to write and
     reduce): the smallest power of two above E / 2^16, clamped to [128, 1024]."""
-    if num_rows + num_edges // 256 < COOP_UNITS:
+    if num_rows + num_edges // 256 < coop_units():
         return 256
     return int(min(1024, max(128, 1 << max(0, (num_edges >> 16)).bit_length())))
 

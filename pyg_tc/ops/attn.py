@@ -42,7 +42,7 @@ from torch import Tensor
 
 from .._library import GRAPH_ARGS, Op
 from .._philox import U32 as _U32, philox4x32  # noqa: F401 (re-exported for the tests)
-from ..formats.csr import COOP_UNITS, CSRGraph, Schedule, build_schedule
+from ..formats.csr import CSRGraph, Schedule, build_schedule, coop_units
 from . import dispatch
 from .csr import _rows, acc_dtype, live_edges, pad_edges
 
@@ -331,7 +331,7 @@ def attention_schedules(g: CSRGraph) -> Tuple[Schedule, Schedule]:
     The fused kernels walk a unit with one group of lanes whose online
     softmax serialises its edges; unlike the SpMM they have no cooperative
     mode (a whole warp per unit), so on a graph small enough for that mode
-    (under ``COOP_UNITS`` units) a long row is the tail of the launch (Cora's
+    (under :func:`~pyg_tc.formats.csr.coop_units` units) a long row is the tail of the launch (Cora's
     170-edge row: 58 us for the forward, 12 us for the whole SpMM). There the
     rows are cut into units of :func:`small_graph_chunk` edges (heavy rows
     merged by the second pass; Cora: 7.7 + 3 us), memoised on the graph;
@@ -339,7 +339,7 @@ def attention_schedules(g: CSRGraph) -> Tuple[Schedule, Schedule]:
     (:meth:`~pyg_tc.formats.CSRGraph.pad`: static shapes; its schedule splits
     heavy rows with array sizes fixed by the bucket)."""
     chunk = small_graph_chunk(g)
-    if g.chunk <= chunk or g.sched.units.size(0) >= COOP_UNITS or g.padded:
+    if g.chunk <= chunk or g.sched.units.size(0) >= coop_units(g.rowptr.device) or g.padded:
         return g.sched, g.t_sched
     return g.memo(
         ('attn_schedules', chunk), lambda: (build_schedule(g.rowptr, chunk), build_schedule(g.t_rowptr, chunk))

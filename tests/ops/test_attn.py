@@ -1080,5 +1080,5 @@ def test_small_graph_schedules(monkeypatch):
         assert int((u[:, 2] - u[:, 1]).sum()) == g.num_edges
         assert s.num_slots > 0  # the hub is split and merged
     assert attn.attention_schedules(g)[0] is fwd  # memoised
-    monkeypatch.setattr(attn, 'COOP_UNITS', 0)  # a large graph: its own schedule
+    monkeypatch.setattr(attn, 'coop_units', lambda device: 0)  # a large graph: its own schedule
     assert attn.attention_schedules(g)[0] is g.sched

@@ -94,18 +94,17 @@ def _emulated_rows(x, ei, w, rows, batch):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['float16', 'bfloat16'])
-@pytest.mark.parametrize('config', ['4,1', '8,1', '16,1', '16,2', '32,1'])
-@pytest.mark.parametrize('coop', ['0', '1'])
-def test_kernel_two_level_sum_matches_emulation(dtype, config, coop, monkeypatch):
+@pytest.mark.parametrize('config', [(4, 1), (8, 1), (16, 1), (16, 2), (32, 1)], ids=str)
+@pytest.mark.parametrize('coop', [False, True])
+def test_kernel_two_level_sum_matches_emulation(dtype, config, coop):
     from pyg_tc.ops import spmm
+    from pyg_tc.testing import kernel_overrides
 
-    monkeypatch.setenv('PYG_TC_SPMM_CONFIG', config)
-    monkeypatch.setenv('PYG_TC_SPMM_COOP', coop)
-    monkeypatch.setenv('PYG_TC_SPMM_TWO_LEVEL', '1')
     ei, w, n = _star_graph(20_000)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(n, 64, generator=g).to(dtype).cuda()
-    out = spmm(x, ei, w, 'sum', size=(n, n), backend='csr')
+    with kernel_overrides(spmm_config=config, spmm_coop=coop, spmm_two_level=True):
+        out = spmm(x, ei, w, 'sum', size=(n, n), backend='csr')
     batch = 8  # every config: batches of 8 edges from the unit's start
     rows = [0, 1, 2, 3, 4]
     emu = _emulated_rows(x, ei, w, rows, batch)
@@ -128,33 +127,35 @@ def test_kernel_two_level_sum_matches_emulation(dtype, config, coop, monkeypatch
 
 @pytest.mark.cuda
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16], ids=['float16', 'bfloat16'])
-@pytest.mark.parametrize('two_level', ['0', '1'])
-def test_kernel_no_2048_ceiling_and_overflow_policy(dtype, two_level, monkeypatch):
+@pytest.mark.parametrize('two_level', [False, True])
+def test_kernel_no_2048_ceiling_and_overflow_policy(dtype, two_level):
     """A sum of 4096 ones is 4096 (fp16 scatter in PyG stops at 2048);
     +-60000 in pairs overflow the half2 partials and are summed again in
     fp32 (0, not inf); a sum beyond the dtype's range is inf only
     where fp32 exceeds it; the mean of 60000s is 60000."""
     from pyg_tc.ops import spmm
 
-    monkeypatch.setenv('PYG_TC_SPMM_TWO_LEVEL', two_level)
-    n = 4097
-    ei = torch.stack([torch.arange(1, n), torch.zeros(n - 1, dtype=torch.long)]).cuda()
-    ones = torch.ones(n, 16, dtype=dtype, device='cuda')
-    assert float(spmm(ones, ei, size=(n, n), backend='csr')[0, 0]) == 4096.0
-    big = torch.full((n, 16), 60000.0, device='cuda').to(dtype)
-    big[(torch.arange(n, device='cuda') // 2) % 2 == 1] *= -1  # + + - - ...: partials overflow
-    assert float(spmm(big, ei, size=(n, n), backend='csr')[0, 0]) == 0.0
-    assert float(spmm(big, ei, reduce='mean', size=(n, n), backend='csr')[0, 0]) == 0.0
-    same = torch.full((n, 16), 60000.0, device='cuda').to(dtype)
-    mean = spmm(same, ei, reduce='mean', size=(n, n), backend='csr')
-    # fp16: exact; bf16 (8-bit significand): its batch partials round, one ulp
-    ulp = 0 if dtype == torch.float16 else 256
-    assert torch.isfinite(mean).all() and abs(float(mean[0, 0]) - float(same[0, 0])) <= ulp
-    total = spmm(same, ei, size=(n, n), backend='csr')[0, 0]
-    if dtype == torch.float16:
-        assert torch.isinf(total)  # 4096 * 60000 does not fit fp16
-    else:
-        assert abs(float(total) / (4096 * float(same[0, 0])) - 1) < 2**-7  # two bf16 ulps
+    from pyg_tc.testing import kernel_overrides
+
+    with kernel_overrides(spmm_two_level=two_level):
+        n = 4097
+        ei = torch.stack([torch.arange(1, n), torch.zeros(n - 1, dtype=torch.long)]).cuda()
+        ones = torch.ones(n, 16, dtype=dtype, device='cuda')
+        assert float(spmm(ones, ei, size=(n, n), backend='csr')[0, 0]) == 4096.0
+        big = torch.full((n, 16), 60000.0, device='cuda').to(dtype)
+        big[(torch.arange(n, device='cuda') // 2) % 2 == 1] *= -1  # + + - - ...: partials overflow
+        assert float(spmm(big, ei, size=(n, n), backend='csr')[0, 0]) == 0.0
+        assert float(spmm(big, ei, reduce='mean', size=(n, n), backend='csr')[0, 0]) == 0.0
+        same = torch.full((n, 16), 60000.0, device='cuda').to(dtype)
+        mean = spmm(same, ei, reduce='mean', size=(n, n), backend='csr')
+        # fp16: exact; bf16 (8-bit significand): its batch partials round, one ulp
+        ulp = 0 if dtype == torch.float16 else 256
+        assert torch.isfinite(mean).all() and abs(float(mean[0, 0]) - float(same[0, 0])) <= ulp
+        total = spmm(same, ei, size=(n, n), backend='csr')[0, 0]
+        if dtype == torch.float16:
+            assert torch.isinf(total)  # 4096 * 60000 does not fit fp16
+        else:
+            assert abs(float(total) / (4096 * float(same[0, 0])) - 1) < 2**-7  # two bf16 ulps
 
 
 @pytest.mark.cuda

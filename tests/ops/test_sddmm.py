@@ -9,6 +9,7 @@ from torch_geometric import EdgeIndex
 import pyg_tc
 from pyg_tc.formats import CSRGraph, attach
 from pyg_tc.ops import sddmm
+from pyg_tc.testing import kernel_overrides
 
 from ..conftest import (
     DEVICES,
@@ -138,31 +139,31 @@ def test_sddmm_cora(cora, dtype, device):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize('inflight', ['4', '8'])
+@pytest.mark.parametrize('inflight', [4, 8])
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
-def test_sddmm_every_inflight(inflight, dtype, monkeypatch):
-    """PYG_TC_SDDMM_INFLIGHT forces the edges each lane keeps in flight; every
-    lane count (widths 3 .. 300, scalar and vector paths), heavy rows and
-    units shorter than a window must agree with the oracle."""
-    monkeypatch.setenv('PYG_TC_SDDMM_INFLIGHT', inflight)
+def test_sddmm_every_inflight(inflight, dtype):
+    """The sddmm_inflight override forces the edges each lane keeps in
+    flight; every lane count (widths 3 .. 300, scalar and vector paths),
+    heavy rows and units shorter than a window must agree with the oracle."""
     for kind in ('hub', 'random', 'duplicates'):
         ei, n = make_graph(kind, 'cuda')
         ns, nd = sizes(n)
         for F in (3, 16, 32, 40, 64, 128, 300):
             a = features(nd, F, dtype, 'cuda', seed=F)
             b = features(ns, F, dtype, 'cuda', seed=F + 1)
-            check(sddmm(a, b, ei), a, b, ei, f'{kind} inflight={inflight} F={F}')
+            with kernel_overrides(sddmm_inflight=inflight):
+                out = sddmm(a, b, ei)
+            check(out, a, b, ei, f'{kind} inflight={inflight} F={F}')
 
 
 @pytest.mark.cuda
-def test_sddmm_bad_inflight(monkeypatch):
+def test_sddmm_bad_inflight():
     pyg_tc.ops.ensure()
     if not pyg_tc._library.kernels_loaded():
         pytest.skip('CUDA kernels not loaded')
-    monkeypatch.setenv('PYG_TC_SDDMM_INFLIGHT', '6')
-    ei, n = make_graph('random', 'cuda')
-    with pytest.raises(RuntimeError, match='PYG_TC_SDDMM_INFLIGHT'):
-        sddmm(features(n, 16, device='cuda'), features(n, 16, device='cuda'), ei)
+    with pytest.raises(ValueError, match='sddmm_inflight'):
+        with kernel_overrides(sddmm_inflight=6):
+            pass
 
 
 # ---------------------------------------------------------------------------

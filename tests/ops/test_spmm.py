@@ -9,7 +9,7 @@ from torch_geometric import EdgeIndex
 import pyg_tc
 from pyg_tc.formats import CSRGraph
 from pyg_tc.formats.carrier import csr_order
-from pyg_tc.testing import emulate_csr_spmm
+from pyg_tc.testing import emulate_csr_spmm, kernel_overrides
 from pyg_tc.ops import spmm
 
 from ..conftest import (
@@ -597,31 +597,35 @@ def test_cuda_kernels_are_used():
     assert pyg_tc._library.kernels_loaded(), f'kernels not loaded: {_kernels.status()}'
 
 
-SPMM_CONFIGS = ['4,1', '8,1', '16,1', '32,1', '8,2', '16,2', '32,2']
+SPMM_CONFIGS = [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (32, 2)]
 
 
 @cuda_only
-@pytest.mark.parametrize('config', SPMM_CONFIGS)
+@pytest.mark.parametrize('config', SPMM_CONFIGS, ids=str)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
-def test_every_kernel_config(config, dtype, monkeypatch):
-    """PYG_TC_SPMM_CONFIG forces each (lanes, vectors) instantiation; all
-    must agree with the oracle on every path (scalar, padded, vector, multi-
-    slice) and with heavy rows."""
-    monkeypatch.setenv('PYG_TC_SPMM_CONFIG', config)
+def test_every_kernel_config(config, dtype):
+    """The spmm_config override forces each (lanes, vectors) instantiation;
+    all must agree with the oracle on every path (scalar, padded, vector,
+    multi-slice) and with heavy rows."""
     ei, n = make_graph('hub', 'cuda')
     w = edge_weights(ei.size(1), device='cuda')
     for F in (3, 16, 33, 64, 256, 520):
         x = features(n, F, dtype, 'cuda', seed=F)
         for reduce in REDUCES:
-            check(spmm(x, ei, w, reduce), x, ei, n, w, reduce, what=f'{config} F={F} {reduce}')
+            with kernel_overrides(spmm_config=config):
+                out = spmm(x, ei, w, reduce)
+            check(out, x, ei, n, w, reduce, what=f'{config} F={F} {reduce}')
 
 
 @cuda_only
-def test_bad_kernel_config(monkeypatch):
+def test_bad_kernel_config():
     pyg_tc.ops.ensure()
     if not pyg_tc._library.kernels_loaded():
         pytest.skip('CUDA kernels not loaded')
-    monkeypatch.setenv('PYG_TC_SPMM_CONFIG', '7,3')
-    ei, n = make_graph('random', 'cuda')
-    with pytest.raises(RuntimeError, match='unsupported SpMM config'):
-        spmm(features(n, 16, device='cuda'), ei)
+    with pytest.raises(ValueError, match='unsupported spmm_config'):
+        with kernel_overrides(spmm_config=(7, 3)):
+            pass
+    with pytest.raises(ValueError, match='unknown launch override'):
+        with kernel_overrides(spmm_lanes=8):
+            pass
+    assert pyg_tc._kernels.overrides() == {}
