@@ -10,8 +10,8 @@ of:
   (what PyG's loader gives);
 * ``pyg_tc eager``: pyg_tc's layers on the same batches (CSR attached);
 * ``pyg_tc eager, padded``: the same on the batches padded to the buckets
-  (:class:`pyg_tc.loader.PadToBuckets`; what padding costs eagerly);
-* ``pyg_tc captured``: :class:`pyg_tc.loader.CapturedStep` on the padded
+  (:class:`pyg_tc.transforms.PadToBuckets`; what padding costs eagerly);
+* ``pyg_tc captured``: :class:`pyg_tc.capture.CapturedStep` on the padded
   batches (one CUDA graph per bucket, the batch copied in, one replay);
 * ``PyG compiled`` (``--pyg-compile``): ``torch.compile`` of PyG's model
   (``dynamic=True``: PyG's batches change shape every step);
@@ -20,7 +20,7 @@ of:
   drops the last ``i`` hops' nodes and edges); and ``pyg_tc eager,
   per-hop padded, trim_to_layer`` and ``pyg_tc captured, trim_to_layer``:
   the trimmed step on the batches padded hop by hop
-  (:class:`pyg_tc.loader.PadHops`, buckets from
+  (:class:`pyg_tc.transforms.PadHops`, buckets from
   ``buckets_from_batches(per_hop=True)``; GAT's with ``self_loops=True``,
   so its layers' self-loop graphs come with the batch), eager and captured
   (``forward=`` the model with the bucket's hop counts).
@@ -52,7 +52,9 @@ import pyg_tc
 from pyg_tc.bench.graphs import load_graph
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
 from pyg_tc.bench.timing import kernel_profile, loop_ms
-from pyg_tc.loader import CapturedStep, NeighborLoader, PadHops, PadToBuckets, buckets_from_batches, seed_loss
+from pyg_tc.capture import CapturedStep, seed_loss
+from pyg_tc.loader import NeighborLoader
+from pyg_tc.transforms import PadHops, PadToBuckets, buckets_from_batches
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/captured_step.py

@@ -13,9 +13,9 @@ from the same initial weights and the same batches (a seeded shuffle, an
 * ``pyg_tc eager``: pyg_tc's layers on the same batches;
 * ``pyg_tc padded + captured``: :class:`pyg_tc.loader.GraphLoader` batches
   assembled on the GPU (``device=``: the dataset stored there once) and
-  padded to two buckets (:class:`~pyg_tc.loader.PadGraphs`), the model made
-  :func:`~pyg_tc.loader.padding_aware`, the step captured per bucket
-  (:class:`~pyg_tc.loader.CapturedStep`).
+  padded to two buckets (:class:`~pyg_tc.transforms.PadGraphs`), the model made
+  :func:`~pyg_tc.capture.padding_aware`, the step captured per bucket
+  (:class:`~pyg_tc.capture.CapturedStep`).
 
 Rows: the epoch time (the median epoch after the first; the runs' epochs
 interleaved, one epoch of each in turn, so the host's drift falls on all
@@ -45,7 +45,9 @@ import pyg_tc.nn  # noqa: E402
 from pyg_tc.bench.graphs import DATA_ENV, pyg_dataset  # noqa: E402
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log  # noqa: E402
 from pyg_tc.datasets import synthetic  # noqa: E402
-from pyg_tc.loader import CapturedStep, GraphLoader, PadGraphs, graph_buckets, padding_aware  # noqa: E402
+from pyg_tc.capture import CapturedStep, padding_aware  # noqa: E402
+from pyg_tc.loader import GraphLoader  # noqa: E402
+from pyg_tc.transforms import PadGraphs, graph_buckets  # noqa: E402
 
 from benchmarks.suites.common import read_records, rerender  # noqa: E402
 

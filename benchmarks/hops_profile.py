@@ -1,6 +1,6 @@
 """Where a per-hop captured epoch's time goes, per batch (products-shaped
 graph, 3-layer SAGE, [15, 10, 5], 1,024 seeds): the GPU loader alone and with
-:class:`~pyg_tc.loader.PadHops`, the captured trimmed step alone (replays of
+:class:`~pyg_tc.transforms.PadHops`, the captured trimmed step alone (replays of
 padded batches), the whole loop, each with and without the loader's
 ``prefetch``; the GPU's kernel time and busy time (the union of the kernels'
 intervals, torch.profiler) per batch.
@@ -61,7 +61,9 @@ def main(argv=None):
     from benchmarks.sampling import DEV, SHAPES, make_data
     from benchmarks.suites.minibatch import Net
     import pyg_tc.nn
-    from pyg_tc.loader import CapturedStep, NeighborLoader, PadHops, buckets_from_batches
+    from pyg_tc.capture import CapturedStep
+    from pyg_tc.loader import NeighborLoader
+    from pyg_tc.transforms import PadHops, buckets_from_batches
 
     data, seeds, _ = make_data(a.graph)
     gd = data.to(DEV)

@@ -17,12 +17,12 @@ split's):
   pyg_tc's GPU loader; for the latter also the epoch split into sampling,
   gathering and the step (each phase synchronised, over ``--split-batches``
   batches); and pyg_tc's GPU loader with its batches padded to two buckets
-  measured on 20 batches (:class:`pyg_tc.loader.PadToBuckets` as the loader's
+  measured on 20 batches (:class:`pyg_tc.transforms.PadToBuckets` as the loader's
   ``transform``: padded on the side stream) and the step captured
-  (:class:`pyg_tc.loader.CapturedStep`, one CUDA graph per bucket); with
+  (:class:`pyg_tc.capture.CapturedStep`, one CUDA graph per bucket); with
   ``--trim`` also the eager runs with PyG's ``trim_to_layer`` (layer ``i``
   drops the last ``i`` hops), and the trimmed step captured on batches
-  padded hop by hop (:class:`pyg_tc.loader.PadHops`; GAT derives its
+  padded hop by hop (:class:`pyg_tc.transforms.PadHops`; GAT derives its
   layers' self-loop graphs inside the captured step);
 * the sampler's GPU memory: the graph (CSC, edge permutation, state) and the
   peak of one batch's workspace.
@@ -192,7 +192,9 @@ def epoch_records(name, data, seeds, a, best_workers):
     import torch_geometric.typing as tgt
     from torch_geometric.loader import NeighborLoader as PyGLoader
     import pyg_tc.nn
-    from pyg_tc.loader import CapturedStep, NeighborLoader, PadHops, PadToBuckets, buckets_from_batches
+    from pyg_tc.capture import CapturedStep
+    from pyg_tc.loader import NeighborLoader
+    from pyg_tc.transforms import PadHops, PadToBuckets, buckets_from_batches
 
     width, classes, _ = SHAPES[name]
     dims = [width, a.hidden, a.hidden, classes]

@@ -13,14 +13,14 @@ layers, linear), the training step (forward, cross-entropy over
   the first is the timing's noise);
 * ``PyG compiled``: ``torch.compile`` of PyG's model (``--pyg-compile``;
   the default mode, then ``reduce-overhead``; the faster one that runs);
-* ``PyG captured``: :class:`pyg_tc.loader.CapturedStep` around PyG's model
+* ``PyG captured``: :class:`pyg_tc.capture.CapturedStep` around PyG's model
   (where PyG's layers can be captured);
 * ``pyg_tc eager``: pyg_tc's layers, the same weights and loss
   (``backend='auto'``: PyG's own path where that is faster,
   :func:`pyg_tc.ops.dispatch.prefers_pyg`);
 * ``pyg_tc eager, kernels only``: the same with pyg_tc's kernels in every
   layer (``dispatch.kernel_paths()``);
-* ``pyg_tc captured``: :class:`pyg_tc.loader.CapturedStep` around them.
+* ``pyg_tc captured``: :class:`pyg_tc.capture.CapturedStep` around them.
 
 Each row gives the wall time per step (steps back to back, synchronised at
 the ends: the host included; ``--steps`` steps in ``--rounds`` rounds that
@@ -60,7 +60,7 @@ import pyg_tc  # noqa: E402
 from pyg_tc.bench.graphs import DATA_ENV, pyg_dataset  # noqa: E402
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log  # noqa: E402
 from pyg_tc.bench.timing import kernel_profile, loop_ms, short_error  # noqa: E402
-from pyg_tc.loader import CapturedStep, masked_loss  # noqa: E402
+from pyg_tc.capture import CapturedStep, masked_loss  # noqa: E402
 from pyg_tc.ops import dispatch  # noqa: E402
 
 from benchmarks.suites.common import read_records, rerender  # noqa: E402

@@ -2,7 +2,8 @@
 
 The package imports lazily (PEP 562): ``import pyg_tc`` loads neither torch nor
 torch_geometric, so ``pyg-tc --help`` answers at once. ``pyg_tc.nn``,
-``pyg_tc.ops``, ``pyg_tc.formats``, ``pyg_tc.transforms``, ``pyg_tc.info`` and
+``pyg_tc.ops``, ``pyg_tc.formats``, ``pyg_tc.transforms``, ``pyg_tc.loader``,
+``pyg_tc.capture``, ``pyg_tc.info`` and
 ``pyg_tc.sampled_aggregation`` are imported on first access, and so is any
 other submodule (``pyg_tc.bench``); ``from pyg_tc import nn`` and ``import
 pyg_tc.nn`` work as before.
@@ -22,7 +23,7 @@ from . import _lazy
 
 __version__ = '0.1.0'
 
-__all__ = ['formats', 'ops', 'transforms', 'nn', 'loader', 'info', 'sampled_aggregation', '__version__']
+__all__ = ['formats', 'ops', 'transforms', 'nn', 'loader', 'capture', 'info', 'sampled_aggregation', '__version__']
 
 #: lazily imported name -> (module, attribute or None for the module itself)
 _LAZY = {
@@ -31,12 +32,13 @@ _LAZY = {
     'transforms': ('.transforms', None),
     'nn': ('.nn', None),
     'loader': ('.loader', None),
+    'capture': ('.capture', None),
     'info': ('._info', 'info'),
     'sampled_aggregation': ('.ops.sample', 'sampled_aggregation'),
 }
 
 if TYPE_CHECKING:  # what static tools (and IDEs) see
-    from . import formats, loader, nn, ops, transforms
+    from . import capture, formats, loader, nn, ops, transforms
     from ._info import info
     from .ops.sample import sampled_aggregation
 

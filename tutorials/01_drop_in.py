@@ -16,7 +16,7 @@ the script checks what "nothing changed" means:
    (Python and kernel launches, about 3 ms on a GPU against 0.2 ms of GPU work), so pyg_tc runs
    eagerly at PyG's speed: its layers take PyG's own path where that issues less host work (on a
    CPU, GCN always does). The third row captures the whole training step in a CUDA graph
-   (``pyg_tc.loader.CapturedStep``: one line) and replays it: about 11x PyG's eager epoch on an
+   (``pyg_tc.capture.CapturedStep``: one line) and replays it: about 11x PyG's eager epoch on an
    H200 (docs/results/small_graphs.md). On a CPU nothing is captured and that row runs eagerly;
    there pyg_tc's GCN runs PyG's own path, at PyG's speed (``--small`` on 2 cores: 66.8 ms per
    epoch against PyG's 66.2; docs/results/small_graphs_cpu.md for six layers).
@@ -84,7 +84,7 @@ def train(model, data, epochs: int, seed: int, desc=None):
 def train_captured(model, data, epochs: int, seed: int, desc=None):
     """``train`` with the step captured in a CUDA graph (on a CPU: eagerly, the same step)."""
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4, capturable=data.x.is_cuda)
-    step = pyg_tc.loader.CapturedStep(model, opt)  # loss: cross-entropy over data.train_mask
+    step = pyg_tc.capture.CapturedStep(model, opt)  # loss: cross-entropy over data.train_mask
     torch.manual_seed(seed)
     sync = torch.cuda.synchronize if data.x.is_cuda else (lambda: None)
     model.train()

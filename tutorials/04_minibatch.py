@@ -55,8 +55,8 @@ How to read the table:
   build sits on the critical path in this loop (with ``num_workers > 0`` it runs beside
   training instead); with pyg_tc's loader there is none: the CSR comes with the batch;
 * the captured row: pyg_tc's loader's batches padded to two buckets of (nodes, edges)
-  (``pyg_tc.loader.PadToBuckets``; its sampling time includes the padding) and the whole
-  training step captured in a CUDA graph per bucket (``pyg_tc.loader.CapturedStep``), replayed
+  (``pyg_tc.transforms.PadToBuckets``; its sampling time includes the padding) and the whole
+  training step captured in a CUDA graph per bucket (``pyg_tc.capture.CapturedStep``), replayed
   for every batch; the same batches as the row above, so its losses match that row's (max loss
   diff against it). On the CPU the step runs eagerly on the padded batches.
 
@@ -90,7 +90,8 @@ import pyg_tc.loader
 import pyg_tc.nn
 from pyg_tc.datasets import load_or_exit
 from pyg_tc.formats import plain_tensor
-from pyg_tc.loader import CapturedStep, PadToBuckets, buckets_from_batches
+from pyg_tc.capture import CapturedStep
+from pyg_tc.transforms import PadToBuckets, buckets_from_batches
 from pyg_tc.transforms import DegreeBucketTransform
 
 
@@ -138,7 +139,7 @@ class KHopLoader:
 
 
 def captured(model, opt):
-    """``pyg_tc.loader.CapturedStep`` as ``step``: the loss read back per step, as the other rows."""
+    """``pyg_tc.capture.CapturedStep`` as ``step``: the loss read back per step, as the other rows."""
     run = CapturedStep(model, opt)
     return lambda batch: float(run(batch))
 

@@ -35,12 +35,12 @@ the batches. On a CPU pyg_tc runs its pure-PyTorch reference (``pyg_tc.info()['b
 printed above the table), which is not faster than PyG: the speed comes from the GPU kernels.
 
 The third row pads every batch to one of two buckets of (graphs, nodes, edges)
-(``pyg_tc.loader.PadGraphs`` with ``graph_buckets``: padded nodes isolated with zero features in
+(``pyg_tc.transforms.PadGraphs`` with ``graph_buckets``: padded nodes isolated with zero features in
 a padding graph slot, so ``global_add_pool(x, batch, num_graphs)`` gives the real graphs' sums),
 assembles every batch on the device with its CSR (``pyg_tc.loader.GraphLoader(...,
 device=device)``: the dataset is stored there once; no collate per batch) and captures the
 training step once per bucket
-(``pyg_tc.loader.CapturedStep``; the loss is the cross-entropy over the real graphs).
+(``pyg_tc.capture.CapturedStep``; the loss is the cross-entropy over the real graphs).
 ``padding_aware(model)`` makes the MLPs' batch norms take their statistics over the real nodes
 only. The batches and their order are the eager rows'. On a CPU nothing is captured and the row
 runs the padded batches eagerly.
@@ -69,7 +69,9 @@ import pyg_tc
 import pyg_tc.nn
 from pyg_tc.datasets import DatasetUnavailableError, load
 from pyg_tc.formats import has_graph
-from pyg_tc.loader import CapturedStep, GraphLoader, PadGraphs, graph_buckets, padding_aware
+from pyg_tc.capture import CapturedStep, padding_aware
+from pyg_tc.loader import GraphLoader
+from pyg_tc.transforms import PadGraphs, graph_buckets
 from pyg_tc.transforms import DegreeBucketTransform
 
 

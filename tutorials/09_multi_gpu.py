@@ -63,12 +63,12 @@ What to watch for:
 
 ``--captured`` (pyg_tc's layers with pyg_tc's loader) trains with the step captured in CUDA graphs:
 each rank pads its batches to two buckets (the loader's ``transform``; the buckets measured on 10
-batches, then the largest over the ranks; per-hop buckets, ``pyg_tc.loader.PadHops``, and each layer
-runs on PyG's ``trim_to_layer`` of the batch, ``pyg_tc.loader.trimmed_forward``), wraps the model
-in ``DDP(..., static_graph=True)`` and steps through ``pyg_tc.loader.CapturedStep`` with a capturable
+batches, then the largest over the ranks; per-hop buckets, ``pyg_tc.transforms.PadHops``, and each layer
+runs on PyG's ``trim_to_layer`` of the batch, ``pyg_tc.capture.trimmed_forward``), wraps the model
+in ``DDP(..., static_graph=True)`` and steps through ``pyg_tc.capture.CapturedStep`` with a capturable
 Adam: DDP's all-reduce is part of each replayed graph. On GPUs, DDP, the step and the loop run under
 one side stream (``with torch.cuda.stream(s)``): DDP keeps its gradient accumulators on the stream
-it was built under, and a capture must not depend on another. The loss is ``pyg_tc.loader.seed_loss``
+it was built under, and a capture must not depend on another. The loss is ``pyg_tc.capture.seed_loss``
 (cross-entropy over the real seeds, the same as PyG's ``[:batch_size]`` on unpadded batches).
 
 ``--prefetch K`` (pyg_tc's loader) makes each rank's next ``K`` batches on a thread of the
@@ -263,14 +263,14 @@ def prepare(batch, layers: str, device):
 
 def forward_of(model, b):
     """The model's output on a batch; trimmed layer by layer on a per-hop padded batch (``PadHops``)."""
-    if isinstance(b.get('bucket'), pyg_tc.loader.HopBucket):
-        return pyg_tc.loader.trimmed_forward(model, b)
+    if isinstance(b.get('bucket'), pyg_tc.transforms.HopBucket):
+        return pyg_tc.capture.trimmed_forward(model, b)
     return model(b.x, b.edge_index)
 
 
 def loss_of(model, b):
     """Cross-entropy over the seeds: ``out[:batch_size]`` (``seed_loss`` does that on a padded batch too)."""
-    return pyg_tc.loader.seed_loss(forward_of(model, b), b)
+    return pyg_tc.capture.seed_loss(forward_of(model, b), b)
 
 
 def pad_to_buckets(loader, a, device):
@@ -278,11 +278,11 @@ def pad_to_buckets(loader, a, device):
     10 of them, the largest over the ranks (every rank then captures graphs of the same shapes), so
     the captured step trims each layer's graph (GAT derives its layers' self-loop graphs inside the
     step, on the GPU)."""
-    buckets = pyg_tc.loader.buckets_from_batches(loader, num_batches=10, levels=2, per_hop=True)
+    buckets = pyg_tc.transforms.buckets_from_batches(loader, num_batches=10, levels=2, per_hop=True)
     t = torch.tensor([list(b.num_nodes) + list(b.num_edges) for b in buckets], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     H = len(buckets[0].num_edges)
-    loader.transform = pyg_tc.loader.PadHops([(r[: H + 1], r[H + 1 :]) for r in t.tolist()], a.batch_size)
+    loader.transform = pyg_tc.transforms.PadHops([(r[: H + 1], r[H + 1 :]) for r in t.tolist()], a.batch_size)
 
 
 def flat_params(model) -> torch.Tensor:
@@ -336,8 +336,10 @@ def train_and_test(
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01, capturable=captured and cuda)
     record = []  # --check: this rank's (batch on the CPU, loss) per step
     if captured:  # forward, loss, backward (with DDP's all-reduce) and Adam: one CUDA graph per bucket
-        info['step'] = 'captured, per-hop padded' if isinstance(loader.transform, pyg_tc.loader.PadHops) else 'captured'
-        graph_step = pyg_tc.loader.CapturedStep(ddp, opt, forward=forward_of)
+        info['step'] = (
+            'captured, per-hop padded' if isinstance(loader.transform, pyg_tc.transforms.PadHops) else 'captured'
+        )
+        graph_step = pyg_tc.capture.CapturedStep(ddp, opt, forward=forward_of)
 
     def train_step(batch):
         b = prepare(batch, layers, device)

@@ -521,7 +521,7 @@ class CSRGraph:
     def drop_derived(self, keep: Collection = ()) -> None:
         """Forget the derived objects whose key is not in ``keep`` (e.g. an
         earlier :meth:`derived_keys`): they are made again on next use.
-        :class:`pyg_tc.loader.CapturedStep` drops what its warm-up made, so
+        :class:`pyg_tc.capture.CapturedStep` drops what its warm-up made, so
         that the capture computes it inside the CUDA graph."""
         for key in [k for k in self._memo if k not in keep]:
             del self._memo[key]
@@ -817,8 +817,8 @@ class CSRGraph:
     def pad(self, num_rows: int, num_edges: int) -> 'CSRGraph':
         """This square graph (a sampled mini-batch) padded to static shapes:
         ``num_rows`` rows and ``num_edges`` edge slots (no fewer than it has;
-        mini-batches keep one padded row at least, :mod:`pyg_tc.loader.pad`), for CUDA-graph capture and
-        ``torch.compile`` (one shape per bucket, :mod:`pyg_tc.loader.pad`).
+        mini-batches keep one padded row at least, :mod:`pyg_tc.transforms.pad`), for CUDA-graph capture and
+        ``torch.compile`` (one shape per bucket, :mod:`pyg_tc.transforms.pad`).
 
         * padded rows have no edges: their ``rowptr`` entries repeat the edge
           count ``E``, in both directions, so every kernel skips them and
@@ -879,7 +879,7 @@ class CSRGraph:
 
     def pad_hops(self, num_nodes: Sequence[int], num_edges: Sequence[int], return_index: bool = False) -> Any:
         """This sampled mini-batch's graph padded hop by hop to static shapes
-        (:class:`pyg_tc.loader.PadHops`): node block ``h`` has
+        (:class:`pyg_tc.transforms.PadHops`): node block ``h`` has
         ``num_nodes[h]`` rows, edge block ``h`` (hop ``h``'s edges, targets
         in node block ``h - 1``) ``num_edges[h - 1]`` slots; each block's
         real entries first, in their order, then its padding. Node ``v`` of

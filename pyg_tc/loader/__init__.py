@@ -1,4 +1,4 @@
-"""Mini-batches sampled on the GPU, with pyg_tc's CSR attached.
+"""Loaders whose batches carry pyg_tc's CSR.
 
 * :class:`NeighborSampler`: a ``torch_geometric.sampler.BaseSampler`` with
   PyG's neighbour-sampling semantics that samples on the GPU (plug it into
@@ -6,54 +6,17 @@
 * :class:`NeighborLoader`, :class:`LinkNeighborLoader`: PyG's loaders (same
   signatures, plus ``device=``) whose batches are sampled, gathered and
   formatted on the GPU: change one import;
-* :class:`PadToBuckets` (with :func:`buckets_from_batches`,
-  :func:`seed_loss`): static-shape batches; :class:`PadHops` (with
-  :func:`trimmed_forward`): per-hop padded ones, for ``trim_to_layer``;
-* :class:`PadGraphs` (with :func:`graph_buckets`, :func:`graph_loss`,
-  :class:`GraphLoader`, :func:`padding_aware`): static-shape ``DataLoader``
-  batches of small graphs;
-* :class:`CapturedStep` (with :func:`step_loss`, :func:`masked_loss`) and
-  :class:`CapturedForward`: the training step and the inference forward
-  captured in a CUDA graph, on a full graph or per bucket of padded batches.
+* :class:`GraphLoader`: PyG's ``DataLoader`` for batches of small graphs,
+  padded (:class:`~pyg_tc.transforms.PadGraphs`) as they are collated, or
+  assembled on the GPU.
+
+Static-shape batches come from the transforms :class:`~pyg_tc.transforms.PadToBuckets`,
+:class:`~pyg_tc.transforms.PadHops` and :class:`~pyg_tc.transforms.PadGraphs`;
+captured steps over them from :mod:`pyg_tc.capture`.
 """
 
+from .graph_loader import GraphLoader
 from .loader import LinkNeighborLoader, NeighborLoader
-from .pad import (
-    Bucket,
-    HopBucket,
-    PadHops,
-    PadToBuckets,
-    buckets_from_batches,
-    buckets_from_fanouts,
-    masked_loss,
-    seed_loss,
-    trimmed_forward,
-)
-from .pad_graphs import GraphBucket, GraphLoader, PadGraphs, graph_buckets, graph_loss, padding, padding_aware
 from .sampler import NeighborSampler
-from .step import CapturedForward, CapturedStep, step_loss
 
-__all__ = [
-    'NeighborSampler',
-    'NeighborLoader',
-    'LinkNeighborLoader',
-    'PadToBuckets',
-    'Bucket',
-    'buckets_from_batches',
-    'buckets_from_fanouts',
-    'seed_loss',
-    'masked_loss',
-    'step_loss',
-    'CapturedStep',
-    'CapturedForward',
-    'PadHops',
-    'HopBucket',
-    'trimmed_forward',
-    'PadGraphs',
-    'GraphBucket',
-    'graph_buckets',
-    'graph_loss',
-    'GraphLoader',
-    'padding',
-    'padding_aware',
-]
+__all__ = ['NeighborSampler', 'NeighborLoader', 'LinkNeighborLoader', 'GraphLoader']

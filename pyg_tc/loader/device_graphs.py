@@ -9,7 +9,7 @@ slot of the batch comes from (NumPy over the stored structure), copies those
 indices to the device in two transfers, and the device gathers the features
 and attributes. The batch's CSR, both directions, is the stored one shifted
 per graph: no sort and no collate run per batch. A batch equals what
-:class:`~pyg_tc.loader.PadGraphs` makes of PyG's collated batch of the same
+:class:`~pyg_tc.transforms.PadGraphs` makes of PyG's collated batch of the same
 graphs, tensor for tensor (without ``pad``: PyG's batch with its edges in
 CSR order and the CSR attached).
 

@@ -409,7 +409,7 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
             ``torch``'s generator stays on the loop's thread, in the same
             order); a CUDA graph captured in the loop needs
             ``capture_error_mode='thread_local'`` (the thread's CUDA calls
-            would otherwise break the capture; :class:`CapturedStep` and
+            would otherwise break the capture; :class:`~pyg_tc.capture.CapturedStep` and
             ``torch.compile`` capture so).
         **kwargs: every other argument of PyG's ``NeighborLoader``
             (``input_nodes``, ``batch_size``, ``shuffle``, ``replace``,

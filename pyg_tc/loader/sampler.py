@@ -113,7 +113,7 @@ class NeighborSampler(BaseSampler):
         cpu_sampler (str, optional): the sampler on the CPU: ``'pyg'`` (PyG's
             own: pyg-lib's, the same semantics with its own draws; else
             torch_sparse's, which gives no hop counts, so no
-            ``trim_to_layer`` or :class:`PadHops`, and does not draw
+            ``trim_to_layer`` or :class:`~pyg_tc.transforms.PadHops`, and does not draw
             uniformly), ``'reference'`` (pyg_tc's pure-PyTorch sampler,
             whose batches are the GPU kernel's bit for bit, and slower) or
             ``'auto'`` (default: pyg-lib's when it is installed, else the

@@ -42,7 +42,7 @@ whenever its semantics need it, and pyg_tc's kernels otherwise:
   once per layer: building its CSR costs more than those calls save; a
   full graph gets its CSR after a few steps; :class:`~pyg_tc.loader.GraphLoader`
   batches carry theirs).
-  :class:`~pyg_tc.loader.CapturedStep` and :class:`~pyg_tc.loader.CapturedForward`
+  :class:`~pyg_tc.capture.CapturedStep` and :class:`~pyg_tc.capture.CapturedForward`
   run pyg_tc's kernels (``dispatch.kernel_paths()``): replayed, the host
   costs nothing. ``PYG_TC_ALWAYS_KERNELS=1`` in the environment (read at
   import, or ``dispatch.PYG_WHERE_FASTER = False``) turns this off: the test

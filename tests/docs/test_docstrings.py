@@ -61,19 +61,19 @@ NO_TENSOR_IO = {
     'pyg_tc.loader.NeighborSampler',
     'pyg_tc.loader.NeighborLoader',
     'pyg_tc.loader.LinkNeighborLoader',
-    'pyg_tc.loader.PadToBuckets',
-    'pyg_tc.loader.Bucket',
-    'pyg_tc.loader.buckets_from_batches',
-    'pyg_tc.loader.buckets_from_fanouts',
-    'pyg_tc.loader.CapturedStep',
-    'pyg_tc.loader.PadHops',
-    'pyg_tc.loader.HopBucket',
-    'pyg_tc.loader.PadGraphs',
-    'pyg_tc.loader.GraphBucket',
-    'pyg_tc.loader.graph_buckets',
+    'pyg_tc.transforms.PadToBuckets',
+    'pyg_tc.transforms.Bucket',
+    'pyg_tc.transforms.buckets_from_batches',
+    'pyg_tc.transforms.buckets_from_fanouts',
+    'pyg_tc.capture.CapturedStep',
+    'pyg_tc.transforms.PadHops',
+    'pyg_tc.transforms.HopBucket',
+    'pyg_tc.transforms.PadGraphs',
+    'pyg_tc.transforms.GraphBucket',
+    'pyg_tc.transforms.graph_buckets',
     'pyg_tc.loader.GraphLoader',
-    'pyg_tc.loader.padding',
-    'pyg_tc.loader.padding_aware',
+    'pyg_tc.capture.padding',
+    'pyg_tc.capture.padding_aware',
 }
 
 
@@ -82,7 +82,7 @@ def test_public_api_documents_its_arguments_and_shapes():
     .loader has an ``Args:`` section, and a ``Shapes:`` section where tensors
     go in or out."""
     missing = []
-    for name in ('ops', 'nn', 'transforms', 'loader'):
+    for name in ('ops', 'nn', 'transforms', 'loader', 'capture'):
         mod = importlib.import_module(f'pyg_tc.{name}')
         for attr in mod.__all__:
             obj = getattr(mod, attr)

@@ -14,7 +14,9 @@ from torch_geometric.data import Data
 
 import pyg_tc
 from pyg_tc.formats import get_graph
-from pyg_tc.loader import NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
+from pyg_tc.loader import NeighborLoader
+from pyg_tc.transforms import PadToBuckets, buckets_from_batches
+from pyg_tc.capture import seed_loss
 
 
 MAKE = {

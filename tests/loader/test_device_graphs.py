@@ -16,9 +16,11 @@ from torch_geometric.loader import DataLoader
 
 import pyg_tc
 from pyg_tc.formats.carrier import _ATTR
-from pyg_tc.loader import GraphLoader, PadGraphs, graph_buckets, graph_loss
+from pyg_tc.loader import GraphLoader
+from pyg_tc.transforms import PadGraphs, graph_buckets
+from pyg_tc.capture import graph_loss
 
-from .test_pad_graphs import Net, _molecules
+from ..transforms.test_pad_graphs import Net, _molecules
 
 DEVICES = ['cpu', pytest.param('cuda', marks=pytest.mark.cuda)]
 
@@ -123,7 +125,7 @@ def test_captured_step_over_device_batches_equals_the_eager_loop(conv):
         torch.manual_seed(0)
         model = Net(conv, 'add').cuda()
         opt = torch.optim.Adam(model.parameters(), lr=1e-2, capturable=True)
-        step = pyg_tc.loader.CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.batch, b.num_graphs))
+        step = pyg_tc.capture.CapturedStep(model, opt, forward=lambda m, b: m(b.x, b.edge_index, b.batch, b.num_graphs))
         losses = []
         for _ in range(3):
             for b in loader:

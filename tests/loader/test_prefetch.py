@@ -14,10 +14,12 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from pyg_tc.loader import CapturedStep, NeighborLoader, PadHops, buckets_from_batches, trimmed_forward
+from pyg_tc.capture import CapturedStep, trimmed_forward
+from pyg_tc.loader import NeighborLoader
+from pyg_tc.transforms import PadHops, buckets_from_batches
 
 from ..conftest import DEVICES
-from .test_step import _train
+from ..capture.test_step import _train
 
 
 def _data(N=300, E=2500, seed=0):

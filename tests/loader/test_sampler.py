@@ -445,7 +445,7 @@ def test_deferred_format_is_built_once_and_only_when_needed(monkeypatch, device)
     import copy
 
     from pyg_tc.formats.csr import CSRGraph
-    from pyg_tc.loader import PadHops, buckets_from_batches
+    from pyg_tc.transforms import PadHops, buckets_from_batches
 
     torch.manual_seed(0)
     ei, N = graph('random')

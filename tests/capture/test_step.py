@@ -1,4 +1,4 @@
-"""CapturedStep (pyg_tc.loader.step): its static buffers match every batch of
+"""CapturedStep (pyg_tc.capture.step): its static buffers match every batch of
 a bucket; on the CPU (and for batches outside every bucket) it is the eager
 step; on CUDA the captured step's loss curve over an epoch equals the eager
 loop's, with one graph per bucket."""
@@ -12,8 +12,10 @@ import torch
 from torch_geometric.data import Data
 
 import pyg_tc
-from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches, seed_loss
-from pyg_tc.loader.step import _Captured, _flat, _static_copy, check_capturable
+from pyg_tc.capture import CapturedStep, seed_loss
+from pyg_tc.loader import NeighborLoader
+from pyg_tc.transforms import PadToBuckets, buckets_from_batches
+from pyg_tc.capture.step import _Captured, _flat, _static_copy, check_capturable
 
 
 def _data(N=400, E=3000, seed=0):

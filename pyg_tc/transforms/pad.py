@@ -1,5 +1,5 @@
 """Static-shape mini-batches: each batch padded to one of a few buckets of
-(nodes, edges), so a CUDA graph captured per bucket (:class:`~pyg_tc.loader.CapturedStep`)
+(nodes, edges), so a CUDA graph captured per bucket (:class:`~pyg_tc.capture.CapturedStep`)
 or a ``torch.compile``-d model serves every batch.
 
 A padded batch (:class:`PadToBuckets`) keeps PyG's layout and adds:
@@ -20,10 +20,10 @@ A padded batch (:class:`PadToBuckets`) keeps PyG's layout and adds:
 
 ``batch_size``, ``num_sampled_nodes`` and ``num_sampled_edges`` keep their
 real values (PyG's meaning). A loss over the seeds with a static shape:
-:func:`~pyg_tc.loader.seed_loss`. Padding applies to homogeneous batches whose
+:func:`~pyg_tc.capture.seed_loss`. Padding applies to homogeneous batches whose
 ``edge_index`` carries pyg_tc's CSR (:class:`pyg_tc.loader.NeighborLoader`'s);
 a batch larger than every bucket comes back unpadded (``bucket`` None), and
-:class:`~pyg_tc.loader.CapturedStep` runs it eagerly.
+:class:`~pyg_tc.capture.CapturedStep` runs it eagerly.
 
 Decision: :class:`PadToBuckets`' buckets bound the batch's totals (nodes,
 edges): a padded batch is aggregated whole, in one kernel per layer, and
@@ -35,10 +35,10 @@ padding edges of a hop join the last padded rows of two consecutive blocks,
 so the CSR remains an ordinary graph sorted by target and each layer's
 trimmed graph is derived from it with static shapes;
 :meth:`pyg_tc.formats.CSRGraph.pad_hops`). Both kinds cost one captured
-graph per bucket. Buckets come from measured batches (:func:`~pyg_tc.loader.buckets_from_batches`:
+graph per bucket. Buckets come from measured batches (:func:`~pyg_tc.transforms.buckets_from_batches`:
 the mean plus ``sigma`` standard deviations of ``num_batches`` batches, as
 NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
-(:func:`~pyg_tc.loader.buckets_from_fanouts`: never exceeded, but large).
+(:func:`~pyg_tc.transforms.buckets_from_fanouts`: never exceeded, but large).
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ class PadToBuckets(BaseTransform):
 
     Args:
         buckets (List[Bucket] or List[Tuple[int, int]]): the (nodes, edges)
-            shapes, e.g. from :func:`~pyg_tc.loader.buckets_from_batches`.
+            shapes, e.g. from :func:`~pyg_tc.transforms.buckets_from_batches`.
         seed_capacity (int): the loader's ``batch_size`` (the seed rows
             every padded batch reserves).
         self_loops (bool, optional): also build the padded self-loop graph
@@ -358,7 +358,7 @@ def _pad_blocks(t: Tensor, index: Tensor, total: int, dim: int = 0) -> Tensor:
 class PadHops(BaseTransform):
     r"""Pads each mini-batch hop by hop to the smallest per-hop bucket it
     fits, so a step can run PyG's ``trim_to_layer`` with static shapes
-    (e.g. captured by :class:`~pyg_tc.loader.CapturedStep`):
+    (e.g. captured by :class:`~pyg_tc.capture.CapturedStep`):
     ``NeighborLoader(..., transform=PadHops(buckets, batch_size))``.
 
     Layout (:class:`HopBucket` ``(N_0 .. N_L), (P_1 .. P_L)``): node block
@@ -371,7 +371,7 @@ class PadHops(BaseTransform):
     every block keeps a padded row, no real row has a padded neighbour, so
     the real rows' results are those of the unpadded batch
     (:meth:`pyg_tc.formats.CSRGraph.pad_hops`). Padded rows hold garbage:
-    a loss over the seeds (:func:`~pyg_tc.loader.seed_loss`) never reads
+    a loss over the seeds (:func:`~pyg_tc.capture.seed_loss`) never reads
     it, but an operation over all rows (e.g. ``BatchNorm``) sees it, as with
     :class:`PadToBuckets`.
 
@@ -388,11 +388,11 @@ class PadHops(BaseTransform):
 
         step = CapturedStep(model, opt, forward=trimmed_forward)
 
-    (:func:`~pyg_tc.loader.trimmed_forward`).
+    (:func:`~pyg_tc.capture.trimmed_forward`).
 
     Args:
         buckets (List[HopBucket]): the per-hop shapes, e.g. from
-            :func:`~pyg_tc.loader.buckets_from_batches` with
+            :func:`~pyg_tc.transforms.buckets_from_batches` with
             ``per_hop=True``.
         seed_capacity (int): the loader's ``batch_size`` (below every
             bucket's ``N_0``).
@@ -496,97 +496,3 @@ def _trimmed_loop_graphs(pg, N: Sequence[int], P: Sequence[int]) -> None:
         t = pg.trimmed(sum(P[: H - i]), C, C)
         if t is not None:
             pad_loop_graph(t)
-
-
-def trimmed_forward(model: torch.nn.Module, batch: Data) -> Tensor:
-    r"""``model(x, edge_index)`` with PyG's ``trim_to_layer`` hop counts
-    (``num_sampled_nodes_per_hop``, ``num_sampled_edges_per_hop``; a
-    ``torch_geometric.nn.models.BasicGNN`` takes them): the ``forward=`` of a
-    :class:`~pyg_tc.loader.CapturedStep` over :class:`PadHops`' batches,
-    whose hop counts are the bucket's.
-
-    Args:
-        model (torch.nn.Module): a model taking ``(x, edge_index,
-            num_sampled_nodes_per_hop=..., num_sampled_edges_per_hop=...)``.
-        batch (torch_geometric.data.Data): a (per-hop padded) batch.
-
-    Shapes:
-        - **input:** ``batch.x`` :math:`(|\mathcal{V}|, F)`
-        - **output:** the model's output: with ``trim_to_layer``, the rows
-          its last layer keeps (the seed block and the first hop's), seeds
-          first
-    """
-    return model(
-        batch.x,
-        batch.edge_index,
-        num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-        num_sampled_edges_per_hop=batch.num_sampled_edges,
-    )
-
-
-def masked_loss(
-    out: Tensor,
-    data: Data,
-    mask: str = 'train_mask',
-    loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy,
-    target: str = 'y',
-) -> Tensor:
-    r"""PyG's full-graph loss ``loss(out[data[mask]], data[target][data[mask]])``
-    with static shapes (no boolean indexing, no synchronisation): the mean of
-    ``loss(..., reduction='none')`` over every node, weighted by the mask
-    (over every node when ``data`` has no such mask). What
-    :class:`~pyg_tc.loader.CapturedStep` uses on a full graph.
-
-    Args:
-        out (torch.Tensor): the model's output for every node.
-        data (torch_geometric.data.Data): the graph.
-        mask (str, optional): the node mask attribute (default ``'train_mask'``).
-        loss (Callable, optional): a loss taking ``reduction='none'``
-            (default: cross-entropy).
-        target (str, optional): the label attribute (default ``'y'``).
-
-    Shapes:
-        - **input:** out :math:`(|\mathcal{V}|, C)`, ``data[target]``
-          :math:`(|\mathcal{V}|, *)`, ``data[mask]`` :math:`(|\mathcal{V}|)`
-        - **output:** a scalar
-    """
-    per = loss(out, data[target], reduction='none')
-    if per.dim() > 1:
-        per = per.flatten(1).mean(1)
-    m = data.get(mask)
-    if m is None:
-        return per.mean()
-    m = m.to(per.dtype)
-    return (per * m).sum() / m.sum().clamp(min=1)
-
-
-def seed_loss(
-    out: Tensor, batch: Data, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy, target: str = 'y'
-) -> Tensor:
-    r"""The mean of ``loss(out[i], batch[target][i])`` over the real seeds of a
-    padded batch, with static shapes (no boolean indexing, no
-    synchronisation): the first ``seed_capacity`` rows, weighted by
-    ``seed_mask``. On an unpadded batch, PyG's
-    ``loss(out[:batch_size], y[:batch_size])``.
-
-    Args:
-        out (torch.Tensor): the model's output for every row of the batch.
-        batch (torch_geometric.data.Data): the (padded) batch.
-        loss (Callable, optional): a loss taking ``reduction='none'``
-            (default: cross-entropy).
-        target (str, optional): the batch's label attribute (default ``'y'``).
-
-    Shapes:
-        - **input:** out :math:`(|\mathcal{V}|, C)`, ``batch[target]``
-          :math:`(|\mathcal{V}|, *)`
-        - **output:** a scalar
-    """
-    if batch.get('bucket') is None:
-        B = int(batch.batch_size)
-        return loss(out[:B], batch[target][:B])
-    S = batch.seed_capacity
-    per = loss(out[:S], batch[target][:S], reduction='none')
-    m = batch.seed_mask.to(per.dtype)
-    if per.dim() > 1:
-        per = per.flatten(1).mean(1)
-    return (per * m).sum() / m.sum().clamp(min=1)

@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from tests.loader.test_step import Net, _data, _eager
+from tests.capture.test_step import Net, _data, _eager
 
 CONVS = ('sage', 'gat')
 
@@ -36,7 +36,9 @@ def _train(rank: int, captured: bool, conv: str) -> tuple:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from pyg_tc.loader import CapturedStep, NeighborLoader, PadToBuckets, buckets_from_batches
+    from pyg_tc.capture import CapturedStep
+    from pyg_tc.loader import NeighborLoader
+    from pyg_tc.transforms import PadToBuckets, buckets_from_batches
 
     dev = torch.device('cuda', rank)
     loader = NeighborLoader(
@@ -118,7 +120,7 @@ def test_ddp_under_the_default_stream_is_refused():
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from pyg_tc.loader import CapturedStep
+    from pyg_tc.capture import CapturedStep
 
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(_free_port()))
     dist.init_process_group('nccl', rank=0, world_size=1)

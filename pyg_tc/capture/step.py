@@ -9,15 +9,15 @@ the step. Two kinds of input are captured:
   place are read by the next replay. Structures the layers memoise on the
   graph (the CSR, a GCN normalisation, self-loop graphs) are made once by
   the warm-up and are constants of the captured graph;
-* **padded mini-batches** (:mod:`pyg_tc.loader.pad`, ``batch.bucket`` set):
+* **padded mini-batches** (:mod:`pyg_tc.transforms.pad`, ``batch.bucket`` set):
   one graph per bucket; each batch is copied into the bucket's static
   buffers (every tensor of the batch: features, labels, masks, the CSR and
   what padding built for it), then replayed. Structures the layers memoise
   inside the step (a GCN normalisation, GAT's loop-fill index) are dropped
   before the capture, so each replay recomputes them from the buffers; a
   model that trims by layer (PyG's ``trim_to_layer``) runs on per-hop padded
-  batches (:class:`~pyg_tc.loader.PadHops`) with ``forward=``
-  :func:`~pyg_tc.loader.trimmed_forward`.
+  batches (:class:`~pyg_tc.transforms.PadHops`) with ``forward=``
+  :func:`~pyg_tc.capture.trimmed_forward`.
 
 The recipe is PyTorch's whole-network capture (``torch.cuda.graphs``), as
 NVIDIA's MLPerf GNN code applies it: warm-up steps on a side stream (lazy
@@ -48,7 +48,7 @@ state, and again put back), so every call after the first is one
 synchronised step on every rank, whether it replays, captures or runs
 eagerly, as long as the ranks make the same number of calls (DDP's own
 rule). Give every rank the same buckets (``all_reduce`` them with ``MAX``),
-as the tested recipe does. Free the step (:meth:`~pyg_tc.loader.CapturedStep.close`) before
+as the tested recipe does. Free the step (:meth:`~pyg_tc.capture.CapturedStep.close`) before
 ``destroy_process_group()``: graphs holding NCCL work keep it waiting.
 
 Limits: the model's forward must take ``(x, edge_index)`` (or pass
@@ -67,37 +67,16 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Data
 
 from ..formats.carrier import _ATTR, attach, plain_tensor
 from ..ops.dispatch import kernel_paths
-from .loader import _tensors
-from .pad import masked_loss, seed_loss
-from .pad_graphs import graph_loss, padding
+from ..loader.loader import _tensors
+from .losses import step_loss
+from .padded import padding
 
 #: eager DDP iterations before DDP's first capture (PyTorch's CUDA-graph notes: at least 11)
 DDP_WARMUP = 11
-
-
-def step_loss(out: Tensor, batch: Data) -> Tensor:
-    r""":func:`~pyg_tc.loader.graph_loss` on a batch of graphs (a PyG
-    ``Batch``, padded or not), :func:`~pyg_tc.loader.seed_loss` on a mini-batch (a batch
-    with ``batch_size`` or ``bucket``), :func:`~pyg_tc.loader.masked_loss` on a full graph:
-    the default loss of :class:`~pyg_tc.loader.CapturedStep`.
-
-    Args:
-        out (torch.Tensor): the model's output for every row of the batch.
-        batch (torch_geometric.data.Data): the batch or the graph.
-
-    Shapes:
-        - **input:** out :math:`(|\mathcal{V}|, C)`
-        - **output:** a scalar
-    """
-    if isinstance(batch, Batch):
-        return graph_loss(out, batch)
-    if batch.get('bucket') is not None or batch.get('batch_size') is not None:
-        return seed_loss(out, batch)
-    return masked_loss(out, batch)
 
 
 def check_capturable(optimizer: torch.optim.Optimizer) -> None:
@@ -209,7 +188,7 @@ def _reraise_capture_error(e: RuntimeError, what: str) -> None:
         raise RuntimeError(
             f'pyg_tc: {what} could not be captured in a CUDA graph: something inside it synchronises with '
             f'the host or is not capturable (.item(), .cpu(), printing a CUDA tensor, boolean-mask indexing '
-            f'such as out[data.train_mask], torch.nonzero). Use static-shape code (e.g. pyg_tc.loader.masked_loss '
+            f'such as out[data.train_mask], torch.nonzero). Use static-shape code (e.g. pyg_tc.capture.masked_loss '
             f'instead of indexing by a mask) or call the model eagerly. CUDA said: {msg.splitlines()[0]}'
         ) from e
 
@@ -387,7 +366,7 @@ class CapturedStep(_Replayer):
 
         data = dataset[0].to('cuda')
         opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
-        step = pyg_tc.loader.CapturedStep(model, opt)   # loss: cross-entropy over data.train_mask
+        step = pyg_tc.capture.CapturedStep(model, opt)   # loss: cross-entropy over data.train_mask
         for epoch in range(200):
             loss = step(data)   # a CUDA tensor; no synchronisation
 
@@ -396,7 +375,7 @@ class CapturedStep(_Replayer):
         loader = pyg_tc.loader.NeighborLoader(data, [15, 10, 5], batch_size=1024, input_nodes=train)
         pad = PadToBuckets(buckets_from_batches(loader), seed_capacity=1024)
         loader.transform = pad
-        step = pyg_tc.loader.CapturedStep(model, opt)   # loss: cross-entropy over the real seeds
+        step = pyg_tc.capture.CapturedStep(model, opt)   # loss: cross-entropy over the real seeds
         for batch in loader:
             loss = step(batch)
 
@@ -405,7 +384,7 @@ class CapturedStep(_Replayer):
         optimizer (torch.optim.Optimizer): its optimizer; Adam / AdamW need
             ``capturable=True``.
         loss_fn (Callable, optional): ``loss_fn(out, batch) -> Tensor``
-            (default: :func:`~pyg_tc.loader.step_loss`: cross-entropy over
+            (default: :func:`~pyg_tc.capture.step_loss`: cross-entropy over
             the real seeds of a mini-batch, over ``train_mask`` on a full
             graph). It must keep static shapes and not synchronise.
         forward (Callable, optional): ``forward(model, batch) -> out``
@@ -516,7 +495,7 @@ class CapturedForward(_Replayer):
     per bucket of padded batches (the rules of :class:`CapturedStep`)::
 
         model.eval()
-        infer = pyg_tc.loader.CapturedForward(model)
+        infer = pyg_tc.capture.CapturedForward(model)
         out = infer(data)          # eager the first time, captured the second, replayed after
         acc = (out.argmax(-1)[data.test_mask] == data.y[data.test_mask]).float().mean()
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 
 import pyg_tc
-from pyg_tc.loader import CapturedForward, CapturedStep, masked_loss, step_loss
+from pyg_tc.capture import CapturedForward, CapturedStep, masked_loss, step_loss
 
 from ..conftest import DEVICES
 

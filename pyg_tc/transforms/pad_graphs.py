@@ -1,9 +1,9 @@
 r"""Static-shape batches of many small graphs (``DataLoader`` batches for
 graph classification): each batch padded to one of a few buckets of
 (graphs, nodes, edges), so a step captured per bucket
-(:class:`~pyg_tc.loader.CapturedStep`) serves every batch.
+(:class:`~pyg_tc.capture.CapturedStep`) serves every batch.
 
-A padded batch (:class:`~pyg_tc.loader.PadGraphs`) keeps PyG's layout and adds:
+A padded batch (:class:`~pyg_tc.transforms.PadGraphs`) keeps PyG's layout and adds:
 
 * rows ``n .. bucket.num_nodes - 1`` after the real nodes: zero features,
   isolated (no edges reach them), at least one; ``batch.batch`` sends every
@@ -28,16 +28,16 @@ called with the static number of graphs: ``global_add_pool(x, batch.batch,
 size=batch.num_graphs)`` (likewise ``global_mean_pool``, ``global_max_pool``;
 without ``size`` PyG reads ``batch.max()`` from the GPU, which a captured
 step cannot); rows ``G ..`` hold zeros (empty graphs) and the padding slot's
-values. :func:`~pyg_tc.loader.graph_loss` is the loss over the real graphs with static
+values. :func:`~pyg_tc.capture.graph_loss` is the loss over the real graphs with static
 shapes. :class:`~pyg_tc.loader.GraphLoader` pads in its collate function, so with
 ``num_workers`` the padding and the CSR are built in the loader's worker
 processes, not in the step.
 
 Operations over all rows see the padded rows: a ``BatchNorm`` over nodes in
 training mode (PyG's ``MLP`` has one by default) would compute its
-statistics with them. :func:`~pyg_tc.loader.padding_aware` makes a model's batch norms
-take them over the real rows only, inside :func:`~pyg_tc.loader.padding` (which
-:class:`~pyg_tc.loader.CapturedStep` enters for every padded batch), so
+statistics with them. :func:`~pyg_tc.capture.padding_aware` makes a model's batch norms
+take them over the real rows only, inside :func:`~pyg_tc.capture.padding` (which
+:class:`~pyg_tc.capture.CapturedStep` enters for every padded batch), so
 padded batches give the unpadded batch's results on the real graphs
 (tested: GIN with PyG's ``MLP`` and batch norm, GCN, GAT; add, mean and max
 readouts; outputs, losses, gradients and running statistics).
@@ -45,20 +45,16 @@ readouts; outputs, losses, gradients and running statistics).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Iterable, List, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Batch
-from torch_geometric.loader import DataLoader
 from torch_geometric.transforms import BaseTransform
 
 from ..formats.carrier import attach, plain_tensor
 from ..formats.csr import CSRGraph
-from .device_graphs import DeviceGraphs
 from .pad import _pad_attributes, _pad_rows, _round_up
 
 
@@ -164,7 +160,7 @@ class PadGraphs(BaseTransform):
 
     Args:
         buckets (List[GraphBucket] or List[Tuple[int, int, int]]): the
-            (graphs, nodes, edges) shapes, e.g. from :func:`~pyg_tc.loader.graph_buckets`.
+            (graphs, nodes, edges) shapes, e.g. from :func:`~pyg_tc.transforms.graph_buckets`.
     """
 
     def __init__(self, buckets: Sequence[Sequence[int]]):
@@ -225,192 +221,3 @@ class PadGraphs(BaseTransform):
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}({[tuple(b) for b in self.buckets]})'
-
-
-def graph_loss(
-    out: Tensor, batch: Batch, loss: Callable[..., Tensor] = torch.nn.functional.cross_entropy, target: str = 'y'
-) -> Tensor:
-    r"""The mean of ``loss(out[i], batch[target][i])`` over the real graphs of
-    a padded batch, with static shapes (weighted by ``graph_mask``); on an
-    unpadded batch PyG's ``loss(out, batch[target])``.
-
-    Args:
-        out (torch.Tensor): the model's output, one row per graph slot.
-        batch (torch_geometric.data.Batch): the (padded) batch.
-        loss (Callable, optional): a loss taking ``reduction='none'``
-            (default: cross-entropy).
-        target (str, optional): the graph label attribute (default ``'y'``).
-
-    Shapes:
-        - **input:** out :math:`(|\mathcal{G}|, C)`, ``batch[target]``
-          :math:`(|\mathcal{G}|, *)`
-        - **output:** a scalar
-    """
-    m = batch.get('graph_mask')
-    if m is None:
-        return loss(out, batch[target])
-    per = loss(out, batch[target], reduction='none')
-    if per.dim() > 1:
-        per = per.flatten(1).mean(1)
-    m = m.to(per.dtype)
-    return (per * m).sum() / m.sum().clamp(min=1)
-
-
-class GraphLoader(DataLoader):
-    r"""PyG's ``DataLoader`` whose batches are padded (``pad``) as they are
-    collated, so with ``num_workers`` the padding and the batch's CSR are
-    built in the worker processes; same arguments as PyG's, plus ``pad`` and
-    ``device``::
-
-        loader = GraphLoader(dataset, batch_size=128, shuffle=True, num_workers=2,
-                             pad=PadGraphs(buckets))
-        for batch in loader:
-            loss = step(batch.to('cuda'))
-
-    With ``device``, the dataset is stored there once and every batch is
-    assembled there (:mod:`pyg_tc.loader.device_graphs`: no collate and no
-    CSR build per batch, no worker processes), the same batches in the same
-    order::
-
-        loader = GraphLoader(dataset, batch_size=128, shuffle=True, device='cuda',
-                             pad=PadGraphs(buckets))
-        for batch in loader:  # already on the GPU
-            loss = step(batch)
-
-    Args:
-        dataset (torch_geometric.data.Dataset or list): the graphs.
-        batch_size (int, optional): graphs per batch (default 1).
-        shuffle (bool, optional): reshuffle every epoch (default False).
-        pad (PadGraphs, optional): the padding (default: none; the batch's
-            edges are then put in CSR order and its CSR attached).
-        device (torch.device or str, optional): store the dataset on this
-            device and assemble the batches there (the dataset is read once:
-            its ``transform`` runs once per graph, not per epoch).
-        **kwargs: PyG's ``DataLoader`` arguments (``follow_batch``,
-            ``exclude_keys``, ``num_workers``, ...; with ``device`` neither
-            ``follow_batch`` nor ``num_workers``).
-    """
-
-    def __init__(
-        self,
-        dataset: Any,
-        batch_size: int = 1,
-        shuffle: bool = False,
-        pad: Optional[PadGraphs] = None,
-        device: Any = None,
-        **kwargs: Any,
-    ):
-        if device is not None and (kwargs.get('num_workers') or kwargs.get('follow_batch')):
-            raise ValueError(
-                'pyg_tc: GraphLoader(device=...) assembles batches on the device: no num_workers and no follow_batch'
-            )
-        super().__init__(dataset, batch_size, shuffle, **kwargs)
-        self.pad = pad
-        self.collate_fn = _PaddedCollate(self.collate_fn, pad)
-        #: the dataset stored on ``device`` (None: PyG's collate on the host)
-        self.graphs = None if device is None else DeviceGraphs(dataset, device, kwargs.get('exclude_keys') or ())
-
-    def __iter__(self) -> Iterator[Batch]:
-        if self.graphs is None:
-            return super().__iter__()
-        return self._device_batches()
-
-    def _device_batches(self) -> Iterator[Batch]:
-        order = iter(self.batch_sampler)
-        # PyG's (torch's) loader draws its workers' base seed from the generator here, before the
-        # sampler draws the order: drawn alike, the order is the same as without ``device``
-        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-        for ids in order:
-            yield self.graphs.batch(ids, self.pad)
-
-
-class _PaddedCollate:
-    """PyG's collater, then the padding (a picklable object: worker processes get it)."""
-
-    def __init__(self, collate: Callable, pad: Optional[PadGraphs]):
-        self.collate, self.pad = collate, pad
-
-    def __call__(self, data_list: list) -> Batch:
-        batch = self.collate(data_list)
-        if self.pad is not None:
-            return self.pad(batch)
-        g = _csr_order(batch)  # (reorders batch.edge_index first)
-        batch.edge_index = attach(batch.edge_index, int(batch.num_nodes), g, sort_order='col')
-        return batch
-
-
-# ---------------------------------------------------------------------------
-# Batch norms over the real rows only
-
-_masks = threading.local()
-
-
-@contextlib.contextmanager
-def padding(batch: Any) -> Iterator[None]:
-    """Inside: the batch norms of :func:`padding_aware` models take their
-    statistics over ``batch``'s real rows (``node_mask``) and real graphs
-    (``graph_mask``), picking the mask whose length is the input's row count;
-    nothing changes for a batch without masks. :class:`~pyg_tc.loader.CapturedStep`
-    enters it for every step.
-
-    Args:
-        batch (torch_geometric.data.Data): a padded batch (or anything without masks).
-    """
-    masks = {}
-    for key in ('node_mask', 'graph_mask'):
-        m = batch.get(key) if hasattr(batch, 'get') else None
-        if isinstance(m, Tensor):
-            masks[m.size(0)] = m
-    old = getattr(_masks, 'by_rows', None)
-    _masks.by_rows = masks or None
-    try:
-        yield
-    finally:
-        _masks.by_rows = old
-
-
-def _mask_for(rows: int) -> Optional[Tensor]:
-    masks: Optional[Dict[int, Tensor]] = getattr(_masks, 'by_rows', None)
-    return None if masks is None else masks.get(rows)
-
-
-class _PaddingAwareBatchNorm(torch.nn.BatchNorm1d):
-    """``BatchNorm1d`` whose training statistics (and running statistics)
-    come from the real rows inside :func:`padding` (the same parameters,
-    buffers and ``state_dict``)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        mask = _mask_for(x.size(0)) if self.training and x.dim() == 2 else None
-        if mask is None:
-            return super().forward(x)
-        m = mask.to(x.dtype).unsqueeze(1)
-        count = m.sum()
-        n = count.clamp(min=1)
-        mean = (x * m).sum(0) / n
-        var = ((x - mean).square() * m).sum(0) / n
-        out = (x - mean) * torch.rsqrt(var + self.eps)
-        if self.affine:
-            out = out * self.weight + self.bias
-        if self.track_running_stats and self.running_mean is not None:
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                f = (1.0 / self.num_batches_tracked.to(x.dtype)) if self.momentum is None else self.momentum
-                unbiased = var * n / (count - 1).clamp(min=1)
-                self.running_mean.mul_(1 - f).add_(f * mean.detach())
-                self.running_var.mul_(1 - f).add_(f * unbiased.detach())
-        return out
-
-
-def padding_aware(model: torch.nn.Module) -> torch.nn.Module:
-    """Makes every ``torch.nn.BatchNorm1d`` of ``model`` (PyG's ``BatchNorm``
-    and ``MLP`` hold one) take its training statistics over the real rows
-    inside :func:`padding`; in place (parameters, buffers and ``state_dict``
-    unchanged), returns ``model``.
-
-    Args:
-        model (torch.nn.Module): the model.
-    """
-    for mod in model.modules():
-        if type(mod) is torch.nn.BatchNorm1d:
-            mod.__class__ = _PaddingAwareBatchNorm
-    return model

@@ -1,4 +1,4 @@
-"""Per-hop padding (pyg_tc.loader.PadHops, CSRGraph.pad_hops): the layout
+"""Per-hop padding (pyg_tc.transforms.PadHops, CSRGraph.pad_hops): the layout
 (blocks, shifted ids, sink rows, masks, counts), the graph (valid, equal to
 a build from the padded edges), PyG's models with ``trim_to_layer`` on the
 padded batch (the seeds' outputs and gradients of the unpadded batch), no
@@ -17,19 +17,13 @@ from torch_geometric.data import Data
 
 import pyg_tc.nn
 from pyg_tc.formats.csr import CSRGraph
-from pyg_tc.loader import (
-    CapturedStep,
-    HopBucket,
-    NeighborLoader,
-    PadHops,
-    buckets_from_batches,
-    seed_loss,
-    trimmed_forward,
-)
+from pyg_tc.capture import CapturedStep, seed_loss, trimmed_forward
+from pyg_tc.transforms import HopBucket, PadHops, buckets_from_batches
+from pyg_tc.loader import NeighborLoader
 
 from ..conftest import forbid_device_reads
-from .test_step import _train
-from .test_trim import MODELS, batch, close, count_builds, models, run
+from ..capture.test_step import _train
+from ..loader.test_trim import MODELS, batch, close, count_builds, models, run
 
 FANOUT = {'random': (5, 4, 3), 'hub': (-1, 3, 2)}
 
@@ -303,7 +297,7 @@ def test_cpu_step_on_per_hop_batches_is_the_unpadded_trimmed_loop():
 def test_bucket_key_survives_data_to():
     """``Data.to`` turns a HopBucket's per-hop tuples into lists; the
     CapturedStep's key for it is still hashable and the same as before."""
-    from pyg_tc.loader.step import _key
+    from pyg_tc.capture.step import _key
 
     b = batch('hub', fanout=FANOUT['hub'])
     bk = bucket_of(b)

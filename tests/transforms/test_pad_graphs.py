@@ -1,4 +1,4 @@
-"""Padded batches of small graphs (pyg_tc.loader.pad_graphs): a padded batch
+"""Padded batches of small graphs (pyg_tc.transforms.pad_graphs): a padded batch
 gives the real graphs' pooled outputs, losses and gradients of the unpadded
 PyG batch (GIN, GCN, GAT; add, mean and max readouts); the padding is where
 the module doc says; GraphLoader pads in its collate function, in worker
@@ -18,7 +18,9 @@ from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_poo
 
 import pyg_tc
 from pyg_tc.formats import has_graph
-from pyg_tc.loader import GraphBucket, GraphLoader, PadGraphs, graph_buckets, graph_loss, step_loss
+from pyg_tc.transforms import GraphBucket, PadGraphs, graph_buckets
+from pyg_tc.loader import GraphLoader
+from pyg_tc.capture import graph_loss, step_loss
 
 POOLS = {'add': global_add_pool, 'mean': global_mean_pool, 'max': global_max_pool}
 CONVS = {
@@ -179,7 +181,7 @@ def test_captured_graph_classification_equals_the_eager_loop(conv):
     loader = GraphLoader(data, batch_size=8, pad=PadGraphs(buckets))
     batches = [b.to('cuda') for b in loader]
     torch.manual_seed(0)
-    m1 = pyg_tc.loader.padding_aware((MLPNet() if conv == 'gin_mlp_batch_norm' else Net(conv, 'add')).cuda())
+    m1 = pyg_tc.capture.padding_aware((MLPNet() if conv == 'gin_mlp_batch_norm' else Net(conv, 'add')).cuda())
     m2 = copy.deepcopy(m1)
     o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, capturable=True)
     o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True)
@@ -187,12 +189,12 @@ def test_captured_graph_classification_equals_the_eager_loop(conv):
     def forward(model, b):
         return model(b.x, b.edge_index, b.batch, b.num_graphs)
 
-    step = pyg_tc.loader.CapturedStep(m2, o2, forward=forward)
+    step = pyg_tc.capture.CapturedStep(m2, o2, forward=forward)
     eager, captured = [], []
     for _ in range(2):
         for b in batches:
             o1.zero_grad(set_to_none=True)
-            with pyg_tc.loader.padding(b):
+            with pyg_tc.capture.padding(b):
                 loss = graph_loss(forward(m1, b), b)
             loss.backward()
             o1.step()
@@ -203,7 +205,7 @@ def test_captured_graph_classification_equals_the_eager_loop(conv):
     for (name, p1), p2 in zip(m1.named_parameters(), m2.parameters()):
         if name not in _BEFORE_A_NORM:  # (see _BEFORE_A_NORM)
             torch.testing.assert_close(p2, p1, atol=1e-4, rtol=1e-3, msg=name)
-    with torch.no_grad(), pyg_tc.loader.padding(batches[0]):  # (training mode: the norms take the batch's statistics)
+    with torch.no_grad(), pyg_tc.capture.padding(batches[0]):  # (training mode: the norms take the batch's statistics)
         out1, out2 = forward(m1, batches[0]), forward(m2, batches[0])
     torch.testing.assert_close(out2, out1, atol=1e-4, rtol=1e-3)
 
@@ -234,14 +236,14 @@ class MLPNet(torch.nn.Module):
 def test_batch_norm_over_the_real_rows_of_a_padded_batch():
     torch.manual_seed(0)
     ref = MLPNet()
-    model = pyg_tc.loader.padding_aware(copy.deepcopy(ref))
+    model = pyg_tc.capture.padding_aware(copy.deepcopy(ref))
     assert model.state_dict().keys() == ref.state_dict().keys()
     pad = PadGraphs(graph_buckets(_batches(), num_batches=5))
     for plain in _batches()[:3]:
         padded = pad(copy.copy(plain))
         G = plain.num_graphs
         want = ref(plain.x, plain.edge_index, plain.batch)
-        with pyg_tc.loader.padding(padded):
+        with pyg_tc.capture.padding(padded):
             out = model(padded.x, padded.edge_index, padded.batch, padded.num_graphs)
         torch.testing.assert_close(out[:G], want, atol=1e-4, rtol=1e-4)
         g_want = torch.autograd.grad(F.cross_entropy(want, plain.y), list(ref.parameters()))
@@ -263,8 +265,8 @@ def test_captured_forward_on_padded_graph_batches():
     data = _molecules(48)
     buckets = graph_buckets(DataLoader(data, batch_size=8), num_batches=6, levels=2)
     torch.manual_seed(0)
-    model = pyg_tc.loader.padding_aware(MLPNet().cuda()).eval()
-    infer = pyg_tc.loader.CapturedForward(model, forward=lambda m, b: m(b.x, b.edge_index, b.batch, b.num_graphs))
+    model = pyg_tc.capture.padding_aware(MLPNet().cuda()).eval()
+    infer = pyg_tc.capture.CapturedForward(model, forward=lambda m, b: m(b.x, b.edge_index, b.batch, b.num_graphs))
     plain = [b.to('cuda') for b in DataLoader(data, batch_size=8)]
     padded = [b.to('cuda') for b in GraphLoader(data, batch_size=8, pad=PadGraphs(buckets))]
     for _ in range(2):

@@ -1,4 +1,4 @@
-"""Static-shape mini-batches (pyg_tc.loader.pad, CSRGraph.pad): the padded
+"""Static-shape mini-batches (pyg_tc.transforms.pad, CSRGraph.pad): the padded
 graph's invariants, bucket choice, every layer's result and gradients on the
 real rows of a padded batch equal to the unpadded batch's, no host
 synchronisation in a layer's forward + backward on a padded batch (on the
@@ -20,11 +20,12 @@ from pyg_tc.formats.csr import _without_fillers, build_schedules
 from pyg_tc.ops.attn import edge_softmax
 from pyg_tc.testing import emulate_attention, emulate_csr_spmm
 from pyg_tc.loader import NeighborLoader
-from pyg_tc.loader.pad import Bucket, PadToBuckets, buckets_from_batches, buckets_from_fanouts, seed_loss
+from pyg_tc.transforms import Bucket, PadToBuckets, buckets_from_batches, buckets_from_fanouts
+from pyg_tc.capture import seed_loss
 from pyg_tc.nn.models import MaxKGNN
 
 from ..conftest import DEVICES
-from .test_sampler import graph
+from ..loader.test_sampler import graph
 
 aten = torch.ops.aten
 
