@@ -11,8 +11,8 @@ pyg_tc.nn`` work as before.
 The ``torch.ops.pyg_tc.*`` ops are defined when :mod:`pyg_tc.ops` is imported,
 which ``pyg_tc.nn``, ``pyg_tc.transforms``, ``pyg_tc.sampled_aggregation`` and
 :func:`pyg_tc.info` (when it builds the kernels) all do. Code that calls
-``torch.ops.pyg_tc.<op>`` directly imports :mod:`pyg_tc.ops` first; a bare
-``import pyg_tc`` no longer defines them.
+``torch.ops.pyg_tc.<op>`` directly imports :mod:`pyg_tc.ops` first (a bare
+``import pyg_tc`` does not define them).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ constexpr int kThreads = 256;
 // Loads in flight per lane: kUnroll edges of one vector, or fewer edges of
 // NV vectors each; min_blocks resident blocks per SM (64 registers a thread
 // for one vector per lane, 128 for four) keep enough warps in flight to hide
-// the gathers' latency (at 94 registers the forward ran 4x slower than the
-// SpMM on the Reddit-shaped graph).
+// the gathers' latency (unbounded, the forward's registers leave too few
+// warps resident; docs/fusegnn.md).
 constexpr int kUnroll = 4;
 constexpr int min_blocks(int nv) { return nv == 1 ? 4 : 2; }
 constexpr int unroll_for(int nv) { return nv >= kUnroll ? 1 : kUnroll / nv; }

@@ -20,8 +20,7 @@
 //     -> [rowptr, col, rows, node_index, edge_index, node_mask]: a sampled
 //     batch's CSR padded hop by hop (formats/csr.py's pad_hops_reference),
 //     one launch (the block offsets in its params), no synchronisation.
-// A format build used to issue about a hundred small torch ops and two or
-// three synchronisations from Python; this is ~15 launches and one.
+// A format build is about 15 launches and one synchronisation.
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

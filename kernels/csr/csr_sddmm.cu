@@ -131,8 +131,7 @@ __device__ __forceinline__ void sddmm_units(const int4* __restrict__ units, int6
   // With one index per lane (R = 1) the next window's indices are loaded
   // before this window's rows, so a step waits on one gather, not two. At
   // R = 2 (4 lanes, 8 edges in flight) the extra registers make the half
-  // kernel spill under its register bound (6% slower, H100), so it loads
-  // each window in place.
+  // kernel spill under its register bound, so it loads each window in place.
   constexpr bool AHEAD = R == 1;
   int c[R];  // the window's column indices (0 past the unit's end)
   if constexpr (AHEAD) c[0] = l < len ? col[un.y + l] : 0;
@@ -175,9 +174,9 @@ __device__ __forceinline__ void sddmm_units(const int4* __restrict__ units, int6
   }
 }
 
-// At least 4 blocks per SM (<= 64 registers): without the bound this kernel
-// measured up to 20% slower, with 3 blocks its fp32 and beyond-L2 cases
-// 10-16% slower (H100, docs/results/arch_ab_struct.md).
+// At least 4 blocks per SM (<= 64 registers): fewer resident warps leave the
+// gathers' latency exposed (docs/results/arch_ab_struct.md measures 3 blocks
+// and no bound).
 template <typename T, int V, int L, int U>
 __global__ void __launch_bounds__(kThreads, 4) sddmm_units_kernel(const CsrSddmmParams p) {
   sddmm_units<T, V, L, U>(p.units, p.num_units, p.col, static_cast<const T*>(p.a),

@@ -92,8 +92,8 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   p.warps = p.coop ? W : 4;
   p.sm90 = device_attr<cudaDevAttrComputeCapabilityMajor>(x.get_device()) >= 9;
   // Feature slices: the width rounded up to 8 / 16 / 32 fp32 or 16 / 32 half
-  // elements, wider inputs in slices of 32 (measured: 16-element fp32 slices
-  // re-read the metadata per slice and ran 1.5-2x slower at F = 32); 32-float
+  // elements, wider inputs in slices of 32 (narrower fp32 slices re-read the
+  // metadata per slice; docs/tcgnn.md); 32-float
   // slices stage 2 blocks per stage, the others 4 (2 KB of rows per stage).
   // The vector path needs 16-byte aligned rows, else elementwise staging.
   const bool is_float = x.scalar_type() == at::kFloat;

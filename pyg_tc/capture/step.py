@@ -1,61 +1,26 @@
 """``CapturedStep`` and ``CapturedForward``: a training step, or an inference
 forward, captured in a CUDA graph and replayed, so the host no longer paces
-the step. Two kinds of input are captured:
+the step.
 
-* **a full graph** (a ``Data`` without ``bucket``, e.g. Cora): the graph is
-  captured on the data's own tensors the second time the same tensors come
-  (same attributes, addresses, shapes, dtypes; ``edge_index`` not modified in
-  place) and replayed from then on, nothing copied: features changed in
-  place are read by the next replay. Structures the layers memoise on the
-  graph (the CSR, a GCN normalisation, self-loop graphs) are made once by
-  the warm-up and are constants of the captured graph;
-* **padded mini-batches** (:mod:`pyg_tc.transforms.pad`, ``batch.bucket`` set):
-  one graph per bucket; each batch is copied into the bucket's static
-  buffers (every tensor of the batch: features, labels, masks, the CSR and
-  what padding built for it), then replayed. Structures the layers memoise
-  inside the step (a GCN normalisation, GAT's loop-fill index) are dropped
-  before the capture, so each replay recomputes them from the buffers; a
-  model that trims by layer (PyG's ``trim_to_layer``) runs on per-hop padded
-  batches (:class:`~pyg_tc.transforms.PadHops`) with ``forward=``
-  :func:`~pyg_tc.capture.trimmed_forward`.
+* **A full graph** (a ``Data`` without ``bucket``, e.g. Cora) is captured on
+  the data's own tensors the second time the same tensors come and replayed
+  from then on, nothing copied (features changed in place are read by the
+  next replay; structures the layers memoise on the graph are constants of
+  the captured graph).
+* **Padded mini-batches** (``batch.bucket`` set, :mod:`pyg_tc.transforms.pad`)
+  get one graph per bucket; each batch is copied into the bucket's static
+  buffers, then replayed (structures the layers memoise inside the step are
+  recomputed by each replay).
 
 The recipe is PyTorch's whole-network capture (``torch.cuda.graphs``), as
-NVIDIA's MLPerf GNN code applies it: warm-up steps on a side stream (lazy
-allocations, the optimizer's state), then forward + loss + backward (+ the
-optimizer's step) captured in one ``torch.cuda.CUDAGraph``; the model's
-parameters, buffers and the optimizer's state are then put back as they were
-before the warm-up, so the run trains exactly as the eager loop would. Other
-inputs run eagerly: a CPU batch, a batch that fits no bucket and is not seen
-twice, and every optimizer step under a ``GradScaler`` (the scaler reads its
-inf check on the host; its forward + backward are still captured). Code that
-synchronises inside the step (``.item()``, boolean-mask indexing) cannot be
-captured and raises, naming the fix.
-
-DistributedDataParallel (``static_graph=True`` recommended): the model may be
-a ``DDP`` module; DDP's all-reduce is then part of each captured backward
-(NCCL records into CUDA graphs). DDP keeps its parameters' gradient
-accumulators from its construction, on the stream current then, and autograd
-joins that stream in every backward: a capture on another stream would make
-it depend on the capturing one, which CUDA refuses. So build DDP, the
-``CapturedStep`` and run the loop under one side stream
-(``with torch.cuda.stream(s): ...``); the step warms up and captures on it
-(a DDP model under the default stream is refused with that advice). As
-PyTorch's CUDA-graph notes ask, DDP runs 11 eager, synchronised iterations
-before its first capture: on every rank the first call runs them on its batch
-(parameters and optimizer state put back afterwards). Later captures warm up
-through the wrapped module (``ddp.module``: no collective, no change to DDP's
-state, and again put back), so every call after the first is one
-synchronised step on every rank, whether it replays, captures or runs
-eagerly, as long as the ranks make the same number of calls (DDP's own
-rule). Give every rank the same buckets (``all_reduce`` them with ``MAX``),
-as the tested recipe does. Free the step (:meth:`~pyg_tc.capture.CapturedStep.close`) before
-``destroy_process_group()``: graphs holding NCCL work keep it waiting.
-
-Limits: the model's forward must take ``(x, edge_index)`` (or pass
-``forward=``), its loss a ``(out, batch)`` function; the optimizer must be
-capturable (Adam / AdamW with ``capturable=True``; SGD as is). State the
-optimizer creates on its first step is restored to zeros (Adam's, AdamW's,
-RMSprop's and SGD's without dampening start so).
+NVIDIA's MLPerf GNN code applies it: warm-up steps on a side stream, then
+forward + loss + backward (+ the optimizer's step) captured in one
+``torch.cuda.CUDAGraph``; parameters, buffers and optimizer state are put
+back as they were before the warm-up, so the run trains exactly as the eager
+loop would. A CPU batch, a batch that fits no bucket and the optimizer step
+under a ``GradScaler`` run eagerly; code that synchronises inside the step
+raises before the capture, naming the fix. DDP and the limits:
+:class:`CapturedStep`; the recipes: ``docs/pipelines.md``.
 """
 
 from __future__ import annotations
@@ -69,7 +34,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ..formats.carrier import _ATTR, attach, plain_tensor
+from ..formats.carrier import attach, graph_of, plain_tensor
 from ..ops.dispatch import kernel_paths
 from ..loader.loader import _tensors
 from .losses import step_loss
@@ -103,7 +68,7 @@ def _static_copy(batch: Data) -> Data:
     stay shared): the step's input buffers for one bucket."""
     out = copy.deepcopy(batch)
     ei = out.edge_index
-    graph = getattr(ei, _ATTR, (None, None))[1]
+    graph = graph_of(ei)
     out.edge_index = attach(ei.as_tensor().clone(), int(batch.num_nodes), graph, sort_order='col')
     return out
 
@@ -361,8 +326,8 @@ class _Replayer:
 
 class CapturedStep(_Replayer):
     r"""A training step (forward, loss, backward, optimizer step) captured in
-    a CUDA graph, for a full graph or per bucket of padded batches (see the
-    module doc). On a full graph::
+    a CUDA graph, for a full graph or per bucket of padded batches (the
+    module doc says how each is captured). On a full graph::
 
         data = dataset[0].to('cuda')
         opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
@@ -398,9 +363,35 @@ class CapturedStep(_Replayer):
             that code the capture would fail on raises before it).
         stream (torch.cuda.Stream, optional): the stream warm-ups and
             captures run on (default: a new side stream per capture; for a
-            DDP model the stream current at construction, see the module doc).
+            DDP model the stream current at construction, below).
             A DDP model first runs ``DDP_WARMUP`` (11) synchronised steps on
-            its first call (see the module doc).
+            its first call (below).
+
+    DistributedDataParallel (``static_graph=True`` recommended): the model may be
+    a ``DDP`` module; DDP's all-reduce is then part of each captured backward
+    (NCCL records into CUDA graphs). DDP keeps its parameters' gradient
+    accumulators from its construction, on the stream current then, and autograd
+    joins that stream in every backward: a capture on another stream would make
+    it depend on the capturing one, which CUDA refuses. So build DDP, the
+    ``CapturedStep`` and run the loop under one side stream
+    (``with torch.cuda.stream(s): ...``); the step warms up and captures on it
+    (a DDP model under the default stream is refused with that advice). As
+    PyTorch's CUDA-graph notes ask, DDP runs 11 eager, synchronised iterations
+    before its first capture: on every rank the first call runs them on its batch
+    (parameters and optimizer state put back afterwards). Later captures warm up
+    through the wrapped module (``ddp.module``: no collective, no change to DDP's
+    state, and again put back), so every call after the first is one
+    synchronised step on every rank, whether it replays, captures or runs
+    eagerly, as long as the ranks make the same number of calls (DDP's own
+    rule). Give every rank the same buckets (``all_reduce`` them with ``MAX``),
+    as the tested recipe does. Free the step (:meth:`~pyg_tc.capture.CapturedStep.close`) before
+    ``destroy_process_group()``: graphs holding NCCL work keep it waiting.
+
+    Limits: the model's forward must take ``(x, edge_index)`` (or pass
+    ``forward=``), its loss a ``(out, batch)`` function; the optimizer must be
+    capturable (Adam / AdamW with ``capturable=True``; SGD as is). State the
+    optimizer creates on its first step is restored to zeros (Adam's, AdamW's,
+    RMSprop's and SGD's without dampening start so).
     """
 
     def __init__(
@@ -560,6 +551,6 @@ def _graphs(batch: Data) -> list:
             todo.extend(obj.derived_values())
         elif isinstance(obj, (tuple, list)):
             todo.extend(obj)
-        elif isinstance(obj, Tensor) and hasattr(obj, _ATTR):
-            todo.append(getattr(obj, _ATTR))
+        elif isinstance(obj, Tensor) and graph_of(obj) is not None:
+            todo.append(graph_of(obj))
     return out

@@ -37,7 +37,7 @@ None`` (or ``reset_parameters()``), exactly like PyG's.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -45,9 +45,9 @@ from torch_geometric import EdgeIndex, Index
 
 from .csr import DEFAULT_CHUNK, CSRGraph, stale_error
 
-_ATTR = '_pyg_tc_graph'
-_DERIVED = '_pyg_tc_derived'
-_PREFIX = '_pyg_tc_prefix'  # on a prefix slice: (batch's TCEdgeIndex, its version, edges, own version)
+_ATTR = '_pyg_tc_graph'  # an Entry
+_DERIVED = '_pyg_tc_derived'  # {name: Entry}
+_PREFIX = '_pyg_tc_prefix'  # a Prefix
 aten = torch.ops.aten
 _CARRY_OPS = (aten._to_copy.default, aten.clone.default, aten._pin_memory.default)
 
@@ -55,6 +55,50 @@ try:  # optional dependency
     from torch_sparse import SparseTensor  # type: ignore
 except Exception:  # pragma: no cover
     SparseTensor = None
+
+
+class Key(NamedTuple):
+    """What a format carried by an adjacency was built for: the adjacency's
+    version counter (in-place writes bump it), the node counts, the device
+    and the flow. A format is used only for the same key."""
+
+    version: int
+    num_src: int
+    num_dst: int
+    device: torch.device
+    flow: str
+
+    def unversioned(self) -> tuple:
+        """The key without the version (what ``torch.compile`` can compare)."""
+        return tuple(self)[1:]
+
+
+class Entry(NamedTuple):
+    """A format carried by an adjacency: its :class:`~pyg_tc.formats.carrier.Key`
+    and the value (a :class:`~pyg_tc.formats.CSRGraph`; for a ``torch.sparse``
+    tensor ``(graph, values)``; for ``derived`` the derived format)."""
+
+    key: 'Key'
+    value: Any
+
+
+class Prefix(NamedTuple):
+    """Carried by a prefix slice of a sampled batch's ``edge_index``: the
+    batch's :class:`TCEdgeIndex` and its version then, the slice's edge count
+    and its own version then."""
+
+    root: Any
+    root_version: int
+    num_edges: int
+    version: int
+
+
+def graph_of(adj: Any) -> Optional[CSRGraph]:
+    """The :class:`~pyg_tc.formats.CSRGraph` an adjacency carries for the default flow (a
+    :class:`TCEdgeIndex`'s, or one cached by an earlier call), else None;
+    builds nothing and checks nothing."""
+    entry = getattr(adj, _ATTR, None)
+    return None if entry is None else entry.value
 
 
 class TCEdgeIndex(EdgeIndex):
@@ -67,9 +111,8 @@ class TCEdgeIndex(EdgeIndex):
             entry = getattr(args[0], _ATTR, None)
             if entry is not None:
                 out.__class__ = TCEdgeIndex
-                key, graph = entry
-                moved = graph.to(out.device)
-                setattr(out, _ATTR, ((out._version,) + key[1:3] + (out.device,) + key[4:], moved))
+                key = entry.key._replace(version=out._version, device=out.device)
+                setattr(out, _ATTR, Entry(key, entry.value.to(out.device)))
         elif func is aten.slice.Tensor and isinstance(out, EdgeIndex):
             _mark_prefix(args[0], out)
         return out
@@ -86,14 +129,14 @@ def _mark_prefix(src: Any, out: EdgeIndex) -> None:
         return
     rec = getattr(src, _PREFIX, None)
     if rec is not None:
-        root, version = rec[0], rec[1]
-        if rec[3] != src._version:
+        root, version = rec.root, rec.root_version
+        if rec.version != src._version:
             return
     else:
         entry = getattr(src, _ATTR, None)
-        if entry is None or entry[1].sampled_hops is None:
+        if entry is None or entry.value.sampled_hops is None:
             return
-        root, version = src, entry[0][0]
+        root, version = src, entry.key.version
     if root._version != version:
         return
     a, b = plain_tensor(root), plain_tensor(out)
@@ -107,7 +150,7 @@ def _mark_prefix(src: Any, out: EdgeIndex) -> None:
     ):
         return
     out.__class__ = TCEdgeIndex
-    setattr(out, _PREFIX, (root, version, b.size(1), out._version))
+    setattr(out, _PREFIX, Prefix(root, version, b.size(1), out._version))
 
 
 def _trimmed_graph(adj: Any, num_src: int, num_dst: int) -> Optional[CSRGraph]:
@@ -118,18 +161,17 @@ def _trimmed_graph(adj: Any, num_src: int, num_dst: int) -> Optional[CSRGraph]:
     rec = getattr(adj, _PREFIX, None)
     if rec is None:
         return None
-    root, version, k, own = rec
-    entry = getattr(root, _ATTR, None)
+    entry = getattr(rec.root, _ATTR, None)
     if (
         entry is None
-        or root._version != version
-        or entry[0][0] != version
-        or adj._version != own
-        or adj.size(1) != k
-        or entry[0][3] != adj.device
+        or rec.root._version != rec.root_version
+        or entry.key.version != rec.root_version
+        or adj._version != rec.version
+        or adj.size(1) != rec.num_edges
+        or entry.key.device != adj.device
     ):
         return None
-    return entry[1].trimmed(k, num_dst, num_src)
+    return entry.value.trimmed(rec.num_edges, num_dst, num_src)
 
 
 def plain_tensor(t: Any) -> Any:
@@ -140,9 +182,9 @@ def plain_tensor(t: Any) -> Any:
     return t.as_tensor() if isinstance(t, (EdgeIndex, Index)) else t
 
 
-def _key(t: Any, num_src: int, num_dst: int, flow: str) -> tuple:
+def _key(t: Any, num_src: int, num_dst: int, flow: str) -> Key:
     dev = t.device() if callable(getattr(t, 'device', None)) else t.device
-    return (getattr(t, '_version', 0), num_src, num_dst, dev, flow)
+    return Key(getattr(t, '_version', 0), num_src, num_dst, dev, flow)
 
 
 def _attr(flow: str) -> str:
@@ -151,20 +193,22 @@ def _attr(flow: str) -> str:
     return _ATTR if flow == 'source_to_target' else _ATTR + '_t2s'
 
 
-def _cached(t: Any, key: tuple) -> Optional[CSRGraph]:
-    entry = getattr(t, _attr(key[4]), None)
-    if entry is None:
-        return None
+def _matches(entry: Entry, key: Key) -> bool:
+    # Under torch.compile the version counter is not traceable; the format
+    # found at trace time is used (Dynamo guards on the tensor object).
     if torch.compiler.is_compiling():
-        # Under torch.compile the version counter is not traceable; the graph
-        # found at trace time is used (Dynamo guards on the tensor object).
-        return entry[1] if entry[0][1:] == key[1:] else None
-    return entry[1] if entry[0] == key else None
+        return entry.key.unversioned() == key.unversioned()
+    return entry.key == key
 
 
-def _store(t: Any, key: tuple, graph: CSRGraph) -> None:
+def _cached(t: Any, key: Key) -> Optional[CSRGraph]:
+    entry = getattr(t, _attr(key.flow), None)
+    return entry.value if entry is not None and _matches(entry, key) else None
+
+
+def _store(t: Any, key: Key, graph: CSRGraph) -> None:
     try:
-        setattr(t, _attr(key[4]), (key, graph))
+        setattr(t, _attr(key.flow), Entry(key, graph))
     except (AttributeError, TypeError):  # pragma: no cover - objects without __dict__
         pass
 
@@ -201,10 +245,8 @@ def derived(adj: Tensor, num_src: int, num_dst: int, flow: str, name: Any, build
     key = _key(adj, num_src, num_dst, flow)
     store = getattr(adj, _DERIVED, None)
     entry = None if store is None else store.get(name)
-    if entry is not None:
-        ok = entry[0][1:] == key[1:] if torch.compiler.is_compiling() else entry[0] == key
-        if ok:
-            return entry[1]
+    if entry is not None and _matches(entry, key):
+        return entry.value
     if build is None or torch.compiler.is_compiling():
         return None
     value = build()
@@ -214,7 +256,7 @@ def derived(adj: Tensor, num_src: int, num_dst: int, flow: str, name: Any, build
             setattr(adj, _DERIVED, store)
         except (AttributeError, TypeError):  # pragma: no cover - objects without __dict__
             return value
-    store[name] = (key, value)
+    store[name] = Entry(key, value)
     return value
 
 
@@ -277,7 +319,7 @@ def attach(
     if graph is None:
         graph = CSRGraph.from_coo(data[0], data[1], num_nodes, num_nodes, chunk)
     ei.__class__ = TCEdgeIndex
-    setattr(ei, _ATTR, (_key(ei, num_nodes, num_nodes, 'source_to_target'), graph))
+    setattr(ei, _ATTR, Entry(_key(ei, num_nodes, num_nodes, 'source_to_target'), graph))
     return ei
 
 
@@ -323,9 +365,8 @@ def get_graph(
         R, C = adj.size(0), adj.size(1)
         key = _key(adj, C, R, flow)
         entry = getattr(adj, _ATTR, None)
-        if entry is not None and entry[0] == key:
-            g, value = entry[1]
-            return g, value
+        if entry is not None and entry.key == key:
+            return entry.value
         if adj.layout == torch.sparse_csc:
             csr = adj.to_sparse_csr()
         elif adj.layout == torch.sparse_coo:
@@ -335,7 +376,7 @@ def get_graph(
         g = CSRGraph.from_csr(csr.crow_indices(), csr.col_indices(), C, chunk)
         value = csr.values()
         try:
-            setattr(adj, _ATTR, (key, (g, value)))
+            setattr(adj, _ATTR, Entry(key, (g, value)))
         except (AttributeError, TypeError):  # pragma: no cover
             pass
         return g, value
@@ -368,13 +409,13 @@ def get_graph(
     if g is None:
         entry = getattr(adj, _ATTR, None)
         if isinstance(adj, TCEdgeIndex) and entry is not None and flow == 'source_to_target':
-            built = entry[0]
+            built = entry.key
             raise stale_error(
                 'graph',
                 {
-                    'source nodes': (built[1], num_src),
-                    'target nodes': (built[2], num_dst),
-                    'device': (built[3], adj.device),
+                    'source nodes': (built.num_src, num_src),
+                    'target nodes': (built.num_dst, num_dst),
+                    'device': (built.device, adj.device),
                 },
                 'the format attached to this edge_index is for another graph: re-apply the transform',
             )

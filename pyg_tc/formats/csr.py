@@ -55,6 +55,30 @@ class Schedule(NamedTuple):
         return Schedule(self.units.to(device), self.heavy_rows.to(device), self.heavy_ptr.to(device), self.num_slots)
 
 
+class Layout(NamedTuple):
+    """How a graph's arrays sit beyond a plain CSR: one value, given to the
+    graph when it is made and never changed."""
+
+    #: padded to static shapes (:meth:`~pyg_tc.formats.CSRGraph.pad`): padding rows and edge
+    #: slots past the real ones; the one padding fact the layers read (a
+    #: constant per bucket, so ``torch.compile`` guards on nothing that
+    #: changes between batches)
+    padded: bool = False
+    #: shapes static per bucket (a padded graph, a per-hop padded one and its
+    #: trimmed graphs): the layers take their paths without synchronisation,
+    #: so a step on it can be captured in a CUDA graph
+    static_shapes: bool = False
+    #: a schedule has filler entries (``padded_schedule``)
+    fillers: bool = False
+    #: ``(rows, edges)`` really in a padded graph (informational; None where unknown)
+    real_size: Optional[Tuple[Optional[int], Optional[int]]] = None
+
+
+def padded_layout(real_size: Tuple[Optional[int], Optional[int]]) -> Layout:
+    """The :class:`Layout` of a graph padded to static shapes."""
+    return Layout(padded=True, static_shapes=True, fillers=True, real_size=real_size)
+
+
 class SampledHops(NamedTuple):
     """The hop structure of a sampled mini-batch (:mod:`pyg_tc.loader`):
     nodes are the seeds then each hop's new nodes, edges each hop's edges in
@@ -447,6 +471,7 @@ class CSRGraph:
         num_rows: int,
         num_cols: int,
         chunk: Optional[int] = DEFAULT_CHUNK,
+        layout: Layout = Layout(),
     ):
         if chunk is None:
             chunk = auto_chunk(col.numel(), rowptr.numel() - 1)
@@ -458,27 +483,29 @@ class CSRGraph:
         # ES-SpMM: the sampling (pyg_tc.ops.sample.Sampling) layers apply on this graph by
         # default (set by pyg_tc.transforms.CapNeighbors); None: exact aggregation
         self.sampling = None
-        #: whether the graph is padded to static shapes (:meth:`pad`); the
-        #: only padding fact the layers read (a constant per bucket, so
-        #: ``torch.compile`` guards on nothing that changes between batches)
-        self.padded = False
-        #: ``(rows, edges)`` really in a padded graph (informational)
-        self.real_size: Optional[Tuple[int, int]] = None
-        #: whether the graph's shapes are static per bucket (a padded graph,
-        #: a per-hop padded one (:meth:`pad_hops`) and its trimmed graphs):
-        #: the layers then take their paths without synchronisation (e.g.
-        #: GCN's self-loop search lists every position instead of
-        #: ``nonzero``), so a step on it can be captured in a CUDA graph
-        self.static_shapes = False
+        #: how the arrays sit beyond a plain CSR (padding, static shapes)
+        self.layout = layout
         #: the hop structure of a sampled mini-batch (:meth:`from_sampled`),
         #: by which :meth:`trimmed` derives PyG's ``trim_to_layer`` graphs
         self.sampled_hops: Optional[SampledHops] = None
-        # whether a schedule has filler entries (:func:`padded_schedule`):
-        # padded graphs and trimmed graphs with possibly heavy rows
-        self._fillers = False
         # the one store of what is derived from the structure, by key (see
         # "derived objects" below); only pyg_tc.formats reads it directly
         self._memo: dict = {}
+
+    @property
+    def padded(self) -> bool:
+        """Whether the graph is padded to static shapes (:attr:`~pyg_tc.formats.csr.Layout.padded`)."""
+        return self.layout.padded
+
+    @property
+    def static_shapes(self) -> bool:
+        """Whether the graph's shapes are static per bucket (:attr:`~pyg_tc.formats.csr.Layout.static_shapes`)."""
+        return self.layout.static_shapes
+
+    @property
+    def real_size(self) -> Optional[Tuple[Optional[int], Optional[int]]]:
+        """``(rows, edges)`` really in a padded graph (:attr:`~pyg_tc.formats.csr.Layout.real_size`)."""
+        return self.layout.real_size
 
     # -- derived objects ----------------------------------------------------
     # Objects computed from the structure once per graph and shared by every
@@ -630,9 +657,9 @@ class CSRGraph:
         heavy = padded_schedules([p for p, lt in ((rowptr, light), (t_rowptr, t_light)) if not lt], chunk, k)
         sched = _light_schedule(rowptr) if light else heavy.pop(0)
         t_sched = _light_schedule(t_rowptr) if t_light else heavy.pop(0)
-        g = CSRGraph(rowptr, self.col[:k], None, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
-        g._fillers = not (light and t_light)
-        g.sampling, g.static_shapes = self.sampling, self.static_shapes
+        layout = Layout(static_shapes=self.static_shapes, fillers=not (light and t_light))
+        g = CSRGraph(rowptr, self.col[:k], None, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk, layout)
+        g.sampling = self.sampling
         return g
 
     # -- construction -------------------------------------------------------
@@ -809,9 +836,8 @@ class CSRGraph:
             self.num_cols,
             self.num_rows,
             self.chunk,
+            self.layout,
         )
-        g.padded, g.real_size, g._fillers = self.padded, self.real_size, self._fillers
-        g.static_shapes = self.static_shapes
         return g
 
     def pad(self, num_rows: int, num_edges: int) -> 'CSRGraph':
@@ -870,8 +896,8 @@ class CSRGraph:
             num_rows,
             num_rows,
             chunk,
+            padded_layout((R, E)),
         )
-        g.padded, g.real_size, g._fillers, g.static_shapes = True, (R, E), True, True
         g.sampling = self.sampling
         if self.known_max_degree() is not None:
             g._remember('max_degree', self.known_max_degree())
@@ -932,10 +958,10 @@ class CSRGraph:
         rowptr, col, rows, node_index, edge_index, node_mask = pad_hops_layout(self.rowptr, self.col, n, e, N, P)
         t_rowptr, t_col, t_perm = transpose(col, rows, R)
         chunk = auto_chunk(E, R)
-        g = CSRGraph(
-            rowptr, col, None, t_rowptr, t_col, t_perm, *padded_schedules([rowptr, t_rowptr], chunk, E), R, R, chunk
-        )
-        g._fillers, g.static_shapes, g.sampling = True, True, self.sampling
+        scheds = padded_schedules([rowptr, t_rowptr], chunk, E)
+        layout = Layout(static_shapes=True, fillers=True)
+        g = CSRGraph(rowptr, col, None, t_rowptr, t_col, t_perm, *scheds, R, R, chunk, layout)
+        g.sampling = self.sampling
         # no degree bound: the sink rows' degrees change from batch to batch (a bound would let
         # trimmed() pick schedules whose kind depends on the batch)
         g.sampled_hops = SampledHops(tuple(N), tuple(P), None)
@@ -959,12 +985,12 @@ class CSRGraph:
             self.num_rows,
             self.num_cols,
             self.chunk,
+            self.layout,
         )
         if self.sgt is not None:
             g.sgt = self.sgt.to(device, non_blocking=non_blocking)
         g.sampling = self.sampling
-        g.padded, g.real_size, g._fillers = self.padded, self.real_size, self._fillers
-        g.sampled_hops, g.static_shapes = self.sampled_hops, self.static_shapes
+        g.sampled_hops = self.sampled_hops
         return g
 
     def __repr__(self) -> str:
@@ -1023,9 +1049,9 @@ class CSRGraph:
             raise ValueError('pyg_tc: transpose does not match the forward CSR')
         if real < E and not torch.equal(self.t_perm[real:].long(), torch.arange(real, E, device=tp.device)):
             raise ValueError('pyg_tc: padding edge slots must map to themselves')
-        _validate_schedule(_without_fillers(self.sched) if self._fillers else self.sched, self.rowptr, 'forward')
+        _validate_schedule(_without_fillers(self.sched) if self.layout.fillers else self.sched, self.rowptr, 'forward')
         _validate_schedule(
-            _without_fillers(self.t_sched) if self._fillers else self.t_sched, self.t_rowptr, 'transpose'
+            _without_fillers(self.t_sched) if self.layout.fillers else self.t_sched, self.t_rowptr, 'transpose'
         )
         for name, s in (('forward', self.sched), ('transpose', self.t_sched)):
             u = s.units

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .carrier import TCEdgeIndex, derived, has_derived, has_graph, plain_tensor
-from .csr import DEFAULT_CHUNK, CSRGraph, auto_chunk, csr_rows, padded_schedules
+from .csr import DEFAULT_CHUNK, CSRGraph, auto_chunk, csr_rows, padded_layout, padded_schedules
 
 _INT32_MAX = 2**31 - 1
 MODES = ('append', 'sorted', 'coalesce')
@@ -316,10 +316,8 @@ def static_loop_graph(g: CSRGraph) -> LoopGraph:
     t_perm = scatter(torch.arange(cap + 1, dtype=i32, device=dev), t_pos, new_pos.index_select(0, tp), t_lpos, lpos)
     rowptr, t_rowptr = (nl + ar).to(i32), (t_nl + ar).to(i32)
     chunk = auto_chunk(cap, N)
-    graph = CSRGraph(
-        rowptr, new_col, None, t_rowptr, t_col, t_perm, *padded_schedules([rowptr, t_rowptr], chunk, cap), N, N, chunk
-    )
-    graph.padded, graph.real_size, graph._fillers, graph.static_shapes = True, (N, None), True, True
+    scheds = padded_schedules([rowptr, t_rowptr], chunk, cap)
+    graph = CSRGraph(rowptr, new_col, None, t_rowptr, t_col, t_perm, *scheds, N, N, chunk, padded_layout((N, None)))
     graph.sampling = g.sampling
     if g.known_max_degree() is not None:
         graph._remember('max_degree', g.known_max_degree() + 1)

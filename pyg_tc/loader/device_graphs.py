@@ -30,7 +30,16 @@ from torch import Tensor
 from torch_geometric.data import Batch
 
 from ..formats.carrier import attach, plain_tensor
-from ..formats.csr import CSRGraph, _rowptr_from_sorted, auto_chunk, build_schedules, padded_schedules, transpose
+from ..formats.csr import (
+    CSRGraph,
+    Layout,
+    _rowptr_from_sorted,
+    auto_chunk,
+    build_schedules,
+    padded_layout,
+    padded_schedules,
+    transpose,
+)
 
 
 class DeviceGraphs:
@@ -161,9 +170,8 @@ class DeviceGraphs:
         else:
             chunk = auto_chunk(E, n)
             sched = build_schedules([v32[0], v32[1]], chunk)
-        g = CSRGraph(v32[0], v32[2], None, v32[1], v32[3], v32[4], sched[0], sched[1], N, N, chunk)
-        if bucket is not None:
-            g.padded, g.real_size, g._fillers, g.static_shapes = True, (n, E), True, True
+        layout = Layout() if bucket is None else padded_layout((n, E))
+        g = CSRGraph(v32[0], v32[2], None, v32[1], v32[3], v32[4], sched[0], sched[1], N, N, chunk, layout)
         out.edge_index = attach(d64[cuts64[5] : cuts64[7]].view(2, P), N, g, sort_order='col')
         out.batch, out.ptr = v64[3], v64[4]
         out._num_graphs = S

@@ -45,10 +45,10 @@ from torch_geometric.loader import NeighborLoader as PyGNeighborLoader
 from torch_geometric.loader.base import DataLoaderIterator
 from torch_geometric.sampler import SamplerOutput
 
-from ..formats.carrier import _ATTR, attach
+from ..formats.carrier import attach, graph_of
 from ..formats.csr import CSRGraph
 from ..ops import neighbor as ops
-from .sampler import NeighborSampler, draw_seed
+from .sampler import NeighborSampler, SampledBatch, draw_seed
 
 
 def _tensors(obj: Any, seen: set) -> Iterator[Tensor]:
@@ -119,9 +119,8 @@ def _sampled_graph(out: SamplerOutput) -> Tuple[Tensor, Optional[CSRGraph], Opti
     ``transform_sampler_output`` replaced the edges, or PyG's sampler gave
     them in another order) ``out.row`` / ``out.col`` stacked, in no known
     order, and no graph."""
-    made = getattr(out, 'pyg_tc_graph', None)
-    if made is not None:
-        edge_index, g = made
+    if isinstance(out, SampledBatch) and out.graph is not None:
+        edge_index, g = out.edge_index, out.graph
         if _same_view(out.row, edge_index[0]) and _same_view(out.col, edge_index[1]):
             return edge_index, g, 'col'
     return torch.stack([out.row, out.col]), None, None
@@ -143,7 +142,7 @@ def _complete(batch: Any) -> Any:
     on the stream making the batch rather than in the step. On the CPU they
     stay deferred: the first layer that needs them builds them."""
     ei = batch.get('edge_index') if isinstance(batch, Data) else None
-    graph = getattr(ei, _ATTR, (None, None))[1] if ei is not None else None
+    graph = graph_of(ei) if ei is not None else None
     if isinstance(graph, CSRGraph) and graph.device.type == 'cuda':
         graph.complete()
     return batch
@@ -156,7 +155,6 @@ def _produce(
     in order (on a GPU on ``stream``, each with an event recorded after it)."""
     if stream is not None:
         torch.cuda.set_device(stream.device)
-    sampler = loader._sampler
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
         while True:
             request = requests.get()
@@ -164,8 +162,7 @@ def _produce(
                 return
             index, seed = request
             try:
-                sampler._given_seed = seed
-                out = loader.collate_fn([loader.dataset[i] for i in index])
+                out = loader._sample_batch([loader.dataset[i] for i in index], seed)
                 batch = loader.filter_fn(out)
                 done = None
                 if stream is not None:
@@ -174,8 +171,6 @@ def _produce(
                 results.put((True, (batch, done)))
             except BaseException as e:  # raised in the loop, at this batch
                 results.put((False, e))
-            finally:
-                sampler._given_seed = None
 
 
 class _Prefetch:
@@ -481,6 +476,10 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
             **self._loader_kwargs(kwargs, neighbor_sampler.device),
         )
 
+    def _sample_batch(self, index: List[int], seed: int) -> SamplerOutput:
+        """PyG's ``collate_fn`` (filtering aside) with the sampling draw ``seed``."""
+        return self._sampler.sample_from_nodes(self.input_data[index], seed=seed)
+
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
         device and its CSR attached to ``edge_index``."""
@@ -571,6 +570,10 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
             neighbor_sampler=neighbor_sampler,
             **self._loader_kwargs(kwargs, neighbor_sampler.device),
         )
+
+    def _sample_batch(self, index: List[int], seed: int) -> SamplerOutput:
+        """PyG's ``collate_fn`` (filtering aside) with the sampling draw ``seed``."""
+        return self._sampler.sample_from_edges(self.input_data[index], neg_sampling=self.neg_sampling, seed=seed)
 
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's

@@ -12,6 +12,8 @@ specification).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any, List, Optional, Union
 
 import torch
@@ -65,6 +67,18 @@ def _check_range(index: Tensor, n: int, what: str) -> None:
         f'edge {first // 2} ({"source" if first % 2 == 0 else "target"})' if index.dim() == 2 else f'position {first}'
     )
     raise IndexError(f'pyg_tc.loader: {what} must lie in [0, {n}); {where} is {int(flat[first])}')
+
+
+@dataclasses.dataclass
+class SampledBatch(SamplerOutput):
+    """PyG's ``SamplerOutput`` with what :class:`NeighborSampler` made with
+    it: ``edge_index`` (``row`` and ``col`` are its rows, sorted by target)
+    and the batch's :class:`~pyg_tc.formats.CSRGraph` (``graph``). Where a
+    ``transform_sampler_output`` replaced ``row`` / ``col``, the loaders
+    leave them unused."""
+
+    edge_index: Optional[Tensor] = dataclasses.field(repr=False, default=None)
+    graph: Optional[CSRGraph] = dataclasses.field(repr=False, default=None)
 
 
 def draw_seed() -> int:
@@ -201,8 +215,6 @@ class NeighborSampler(BaseSampler):
             )
         self.num_nodes = N
         self.data = data
-        #: the next batch's draw, made ahead by a prefetching loader (see ``draw_seed``)
-        self._given_seed: Optional[int] = None
         self._stamp = self._graph_stamp(data)
         where = self._graph_device(N, E, graph_memory)
         src = ei.as_tensor() if hasattr(ei, 'as_tensor') else ei
@@ -278,28 +290,29 @@ class NeighborSampler(BaseSampler):
         return None
 
     # -- sampling -----------------------------------------------------------
-    def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> SamplerOutput:
-        """PyG's ``sample_from_nodes``: the batch grown from ``inputs.node``."""
+    def sample_from_nodes(self, inputs: NodeSamplerInput, seed: Optional[int] = None, **kwargs) -> SamplerOutput:
+        """PyG's ``sample_from_nodes``: the batch grown from ``inputs.node``
+        (``seed``: the draw keying the kernel's generator; default a fresh
+        ``draw_seed()``)."""
         if self._pyg is not None:
             self._check_graph()
             self._seeds(inputs.node)
             return self._from_pyg(self._pyg.sample_from_nodes(inputs))
-        return self._finish(node_sample(inputs, self._sample))
+        return self._finish(node_sample(inputs, functools.partial(self._sample, rng=seed)))
 
     def sample_from_edges(
-        self, inputs: EdgeSamplerInput, neg_sampling: Optional[NegativeSampling] = None
+        self, inputs: EdgeSamplerInput, neg_sampling: Optional[NegativeSampling] = None, seed: Optional[int] = None
     ) -> SamplerOutput:
         """PyG's ``sample_from_edges`` (link prediction; binary and triplet
         negative sampling are PyG's own, the batch is grown from the link
-        endpoints as PyG does)."""
+        endpoints as PyG does; ``seed`` as in :meth:`sample_from_nodes`)."""
         if self._pyg is not None:
             self._check_graph()
             for ends in (inputs.row, inputs.col):
                 _check_range(ends, self.num_nodes, 'edge_label_index')
             return self._from_pyg(self._pyg.sample_from_edges(inputs, neg_sampling))
-        return self._finish(
-            edge_sample(inputs, self._sample, self.num_nodes, self.disjoint, self.node_time, neg_sampling)
-        )
+        sample = functools.partial(self._sample, rng=seed)
+        return self._finish(edge_sample(inputs, sample, self.num_nodes, self.disjoint, self.node_time, neg_sampling))
 
     def _from_pyg(self, out: SamplerOutput) -> SamplerOutput:
         """PyG's sampler output with the graph's edge ids in ``out.edge`` (as
@@ -335,20 +348,18 @@ class NeighborSampler(BaseSampler):
         one_way = self.subgraph_type != SubgraphType.bidirectional
         known = None if not one_way or min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
         hops = one_way and out.num_sampled_nodes is not None and out.num_sampled_edges is not None
-        out.pyg_tc_graph = (
-            edge_index,
-            CSRGraph.from_sampled(
-                rowptr,
-                out.row.to(torch.int32),
-                rows,
-                n,
-                max_degree=known,
-                num_sampled_nodes=out.num_sampled_nodes if hops else None,
-                num_sampled_edges=out.num_sampled_edges if hops else None,
-                defer=True,
-            ),
+        graph = CSRGraph.from_sampled(
+            rowptr,
+            out.row.to(torch.int32),
+            rows,
+            n,
+            max_degree=known,
+            num_sampled_nodes=out.num_sampled_nodes if hops else None,
+            num_sampled_edges=out.num_sampled_edges if hops else None,
+            defer=True,
         )
-        return out
+        fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(SamplerOutput)}
+        return SampledBatch(**fields, edge_index=edge_index, graph=graph)
 
     def _seeds(self, seed: Tensor) -> Tensor:
         if not isinstance(seed, Tensor):
@@ -363,12 +374,13 @@ class NeighborSampler(BaseSampler):
         _check_range(seed, self.num_nodes, 'seed nodes')
         return seed.to(self.device, torch.int64, non_blocking=True)
 
-    def _sample(self, seed: Tensor, seed_time: Optional[Tensor] = None, **kwargs) -> SamplerOutput:
-        """One batch from ``seed`` (global node ids): a ``SamplerOutput`` with
-        the batch's :class:`CSRGraph` as ``out.pyg_tc_graph``."""
+    def _sample(
+        self, seed: Tensor, seed_time: Optional[Tensor] = None, rng: Optional[int] = None, **kwargs
+    ) -> SampledBatch:
+        """One batch from ``seed`` (global node ids) with the draw ``rng``
+        (default a fresh ``draw_seed()``): a :class:`SampledBatch`."""
         self._check_graph()
         seeds = self._seeds(seed)
-        rng, self._given_seed = self._given_seed, None
         rng = draw_seed() if rng is None else rng
         nodes, edge_index, rowptr, col, eid, counts = ops.neighbor_sample(
             self.colptr, self.row, seeds, self.num_neighbors, self.replace, rng, self._node_map, self._first
@@ -376,29 +388,27 @@ class NeighborSampler(BaseSampler):
         H = len(self.num_neighbors)
         c = counts.tolist()
         edge = eid if self.perm is None else ops.gather_rows(self.perm, eid).to(torch.int64)
-        out = SamplerOutput(
+        known = None if min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
+        graph = CSRGraph.from_sampled(
+            rowptr,
+            col,
+            edge_index[1].to(torch.int32),
+            nodes.numel(),
+            max_degree=known,
+            num_sampled_nodes=c[: H + 1],
+            num_sampled_edges=c[H + 1 :],
+            defer=True,
+        )
+        return SampledBatch(
             node=nodes,
             row=edge_index[0],
             col=edge_index[1],
             edge=edge,
             num_sampled_nodes=c[: H + 1],
             num_sampled_edges=c[H + 1 :],
+            edge_index=edge_index,
+            graph=graph,
         )
-        known = None if min(self.num_neighbors, default=0) < 0 else max(self.num_neighbors, default=0)
-        out.pyg_tc_graph = (
-            edge_index,
-            CSRGraph.from_sampled(
-                rowptr,
-                col,
-                edge_index[1].to(torch.int32),
-                nodes.numel(),
-                max_degree=known,
-                num_sampled_nodes=c[: H + 1],
-                num_sampled_edges=c[H + 1 :],
-                defer=True,
-            ),
-        )
-        return out
 
     def __repr__(self) -> str:
         return (

@@ -31,7 +31,7 @@ from ..conftest import (
 def carried(t) -> CSRGraph:
     entry = getattr(t, _ATTR, None)
     assert entry is not None, 'no graph attached'
-    return entry[1]
+    return entry.value
 
 
 def same_graph(a: CSRGraph, b: CSRGraph) -> None:

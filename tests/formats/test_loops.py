@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyg_tc.formats.csr import CSRGraph
+from pyg_tc.formats.csr import CSRGraph, Layout
 from pyg_tc.formats.loops import _append_loops, _edges_of, static_loop_graph
 
 from ..conftest import DEVICES, forbid_device_reads
@@ -43,8 +43,9 @@ def _cases(device):
     yield 'padded, no loops', _graph(30, 200, 0, 1, device).pad(31, 210)
     plain = _graph(20, 90, 0, 2, device)  # no self loop: every slot of P + N is an edge, no padding left
     assert not bool((plain.col == plain.row()).any())
-    plain.static_shapes = True
-    yield 'no padding slot left', plain
+    static = Layout(static_shapes=True)
+    ARRAYS = ('rowptr', 'col', 'perm', 't_rowptr', 't_col', 't_perm', 'sched', 't_sched', 'num_rows', 'num_cols')
+    yield 'no padding slot left', CSRGraph(*(getattr(plain, f) for f in ARRAYS), plain.chunk, static)
     hops = _sampled(device)
     yield 'per hop', hops
     for k, C in ((hops.sampled_hops.num_edges[0], sum(hops.sampled_hops.num_nodes[:2])),):

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch_geometric.sampler import NodeSamplerInput
 from torch_geometric.data import Data
 
 import pyg_tc.ops  # noqa: F401 (defines the ops)
 from pyg_tc.formats.carrier import TCEdgeIndex
+from pyg_tc.loader.sampler import SampledBatch
 from pyg_tc.loader import LinkNeighborLoader, NeighborLoader, NeighborSampler
 
 from ..conftest import DEVICES, cuda_only
@@ -152,7 +154,7 @@ def test_partial_fanout_invariants():
         first.setdefault(v, len(first))
     new = [v for v in first if v >= 20]
     assert new == sorted(new)  # ids given in order of first appearance
-    (graph_,) = [out.pyg_tc_graph[1]]
+    (graph_,) = [out.graph]
     assert torch.equal(graph_.col.long(), row) and graph_.num_rows == n_id.numel()
     graph_.validate()
 
@@ -202,6 +204,11 @@ def test_reproducible_and_new_each_batch():
     s = NeighborSampler(data, [3, 2], device='cpu', cpu_sampler='reference')
     one, two = s._sample(torch.arange(50)), s._sample(torch.arange(50))
     assert not torch.equal(one.edge, two.edge)  # the same seeds, a new draw
+    # the draw as an argument (what a prefetching loader hands over): the same draw, the same batch
+    inputs = NodeSamplerInput(input_id=None, node=torch.arange(50))
+    x, y, z = (s.sample_from_nodes(inputs, seed=d) for d in (5, 5, 6))
+    assert isinstance(x, SampledBatch) and x.graph is not None and x.edge_index is not None
+    assert torch.equal(x.edge, y.edge) and not torch.equal(x.edge, z.edge)
 
 
 def test_repeated_seeds_keep_their_places():
@@ -374,7 +381,7 @@ def test_gpu_equals_reference(kind, fanouts, replace, memory):
         assert torch.equal(gpu.row.cpu(), cpu.row) and torch.equal(gpu.col.cpu(), cpu.col)
         assert torch.equal(gpu.edge.cpu(), cpu.edge)
         assert gpu.num_sampled_nodes == cpu.num_sampled_nodes and gpu.num_sampled_edges == cpu.num_sampled_edges
-        g_gpu, g_cpu = gpu.pyg_tc_graph[1], cpu.pyg_tc_graph[1]
+        g_gpu, g_cpu = gpu.graph, cpu.graph
         for name in ('rowptr', 'col', 't_rowptr', 't_col', 't_perm'):
             assert torch.equal(getattr(g_gpu, name).cpu(), getattr(g_cpu, name)), name
         g_gpu.validate()
@@ -452,9 +459,9 @@ def test_deferred_format_is_built_once_and_only_when_needed(monkeypatch, device)
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 4))
     s = NeighborSampler(data, [4, 3], device='cpu', cpu_sampler='reference')
     out = s._sample(torch.arange(20))
-    g = out.pyg_tc_graph[1]
+    g = out.graph
     assert '_deferred' in vars(g) and 't_rowptr' not in vars(g)
-    rows = out.pyg_tc_graph[0][1].to(torch.int32)
+    rows = out.edge_index[1].to(torch.int32)
     full = CSRGraph.from_sampled(g.rowptr, g.col, rows, g.num_rows, max_degree=4)
     twin = copy.deepcopy(g)  # still deferred, builds on its own
     for name in ('t_rowptr', 't_col', 't_perm'):

@@ -165,7 +165,7 @@ def test_trimmed_graph_equals_a_build(data, device):
                 assert torch.equal(getattr(t, name), getattr(ref, name)), name
             assert t.perm is None and ref.perm is None and t.chunk == ref.chunk
             for s, r in ((t.sched, ref.sched), (t.t_sched, ref.t_sched)):
-                real = _without_fillers(s) if t._fillers else s
+                real = _without_fillers(s) if t.layout.fillers else s
                 assert torch.equal(real.units, r.units) and torch.equal(real.heavy_ptr, r.heavy_ptr)
                 assert torch.equal(real.heavy_rows, r.heavy_rows) and real.num_slots == r.num_slots
                 heavy |= r.num_slots > 0
@@ -228,7 +228,7 @@ def test_derivation_reads_nothing_from_the_device(monkeypatch):
         for j in range(1, len(ends) - 1):
             ei = b.edge_index.narrow(1, 0, ends[j])
             t = get_graph(ei, size=(nodes[j], nodes[j]))[0]
-            fillers |= t._fillers
+            fillers |= t.layout.fillers
     monkeypatch.undo()
     assert fillers  # the heavy (padded-size) schedules were derived too
 
