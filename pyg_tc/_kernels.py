@@ -46,7 +46,7 @@ import torch
 NAME = 'pyg_tc_kernels'
 # Bump when the layout of kernels/ changes the object files of the build
 # (their names are the sources' file names): a fresh build directory then.
-LAYOUT = 'families1'
+LAYOUT = 'families2'
 TU_SUFFIXES = ('.cu', '.cpp')
 HEADER_SUFFIXES = ('.cuh', '.h')
 

@@ -8,7 +8,7 @@
   CBSR pattern (the gradient of the CBSR values).
 
 The graph side is the CSR engine's schedule (its units are MaxK-GNN's edge
-groups). Kernels: ``kernels/maxk/`` (the module is named after the
+groups). Kernels: ``kernels/cbsr/`` (the module is named after the
 format: ``pyg_tc.ops.maxk`` is the nonlinearity). The CPU emulations of the kernels
 (:mod:`pyg_tc.testing`) walk the same units and workspace slots as the CUDA code.
 """

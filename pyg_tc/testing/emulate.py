@@ -7,7 +7,7 @@ machine without a GPU. Outputs a kernel never writes stay NaN.
 * :func:`~pyg_tc.testing.emulate_sgt_spmm`, :func:`~pyg_tc.testing.emulate_sgt_sddmm`: TC-GNN's tensor-core
   kernels over the SGT blocks (``kernels/sgt``);
 * :func:`~pyg_tc.testing.emulate_cbsr_spmm`, :func:`~pyg_tc.testing.emulate_cbsr_sspmm`: MaxK-GNN's SpGEMM
-  and SSpMM over CBSR features (``kernels/maxk``);
+  and SSpMM over CBSR features (``kernels/cbsr``);
 * :func:`~pyg_tc.testing.emulate_attention`: fuseGNN's fused attention forward
   (``kernels/attn``).
 

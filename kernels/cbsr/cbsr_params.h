@@ -1,7 +1,7 @@
-// MaxK-GNN family: parameters of the MaxK selection, the CBSR SpGEMM
+// CBSR family (MaxK-GNN): parameters of the MaxK selection, the CBSR SpGEMM
 // (cbsr_spmm) and the CBSR SSpMM (cbsr_sspmm), filled once by the entry
-// points (maxk_host.cpp) and passed to the launchers (maxk_select.cu,
-// maxk_cbsr_spmm.cu, maxk_cbsr_sspmm.cu). Each kernel takes its struct by
+// points (cbsr_host.cpp) and passed to the launchers (cbsr_select.cu,
+// cbsr_spmm.cu, cbsr_sspmm.cu). Each kernel takes its struct by
 // value as its only argument; its read-only loads go through ldg()
 // (common/dtype.cuh).
 #pragma once
@@ -49,7 +49,7 @@ struct CbsrSpmmParams {
   const int* heavy_rows{};
   const int* heavy_ptr{};
   int64_t num_heavy{};
-  // launch configuration (host rules in maxk_host.cpp)
+  // launch configuration (host rules in cbsr_host.cpp)
   int vt{};  // entries per lane: 2 (paired loads) or 1
   int kg{};  // lanes per edge: 1, 2, 4, 8, 16 or 32
   bool priv{};  // one private buffer per edge slot (no shared-memory atomics)

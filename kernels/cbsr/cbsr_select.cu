@@ -1,4 +1,4 @@
-// MaxK-GNN family: the MaxK selection (top-k per row -> CBSR values and
+// CBSR family (MaxK-GNN): the MaxK selection (top-k per row -> CBSR values and
 // uint8 / int16 column indices).
 //
 // Selection: one warp per row, held in registers. The k-th largest value is
@@ -12,7 +12,7 @@
 // ascending column order. Order: torch.sort's (-0 == +0, NaN largest).
 //
 // This file: the selection kernel and its launcher (fp32, fp16, bf16); the
-// entry point (and the host-side pivot quantile) is in maxk_host.cpp.
+// entry point (and the host-side pivot quantile) is in cbsr_host.cpp.
 
 #include <c10/cuda/CUDAException.h>
 
@@ -21,7 +21,7 @@
 
 #include "common/dtype.cuh"
 #include "common/static_switch.h"
-#include "maxk/maxk_params.h"
+#include "cbsr/cbsr_params.h"
 
 namespace pyg_tc {
 namespace {

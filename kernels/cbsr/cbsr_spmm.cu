@@ -1,4 +1,4 @@
-// MaxK-GNN family: the forward SpGEMM (CSR adjacency x CBSR features ->
+// CBSR family (MaxK-GNN): the forward SpGEMM (CSR adjacency x CBSR features ->
 // dense), Algorithm 1 of MaxK-GNN.
 //
 // SpGEMM (Algorithm 1): one warp per schedule unit (an edge group of at most
@@ -13,7 +13,7 @@
 //
 // This file: the kernel and its launcher (fp32, fp16, bf16); the entry point
 // and the launch rules (paired loads, lanes per edge, private buffers) are in
-// maxk_host.cpp.
+// cbsr_host.cpp.
 
 #include <string>
 #include <c10/cuda/CUDAException.h>
@@ -25,8 +25,8 @@
 #include "common/heavy_reduce.cuh"
 #include "common/launch.h"
 #include "common/static_switch.h"
-#include "maxk/maxk_device.cuh"
-#include "maxk/maxk_params.h"
+#include "cbsr/cbsr_device.cuh"
+#include "cbsr/cbsr_params.h"
 
 namespace pyg_tc {
 namespace {

@@ -1,11 +1,11 @@
-// MaxK-GNN family: device helpers shared by the CBSR kernels
-// (maxk_cbsr_spmm.cu, maxk_cbsr_sspmm.cu).
+// CBSR family (MaxK-GNN): device helpers shared by the CBSR kernels
+// (cbsr_spmm.cu, cbsr_sspmm.cu).
 #pragma once
 
 #include <type_traits>
 
 #include "common/dtype.cuh"
-#include "maxk/maxk_params.h"
+#include "cbsr/cbsr_params.h"
 
 namespace pyg_tc {
 namespace {

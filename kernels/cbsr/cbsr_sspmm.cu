@@ -1,4 +1,4 @@
-// MaxK-GNN family: the backward SSpMM (sampled A^T x dense gradient -> CBSR
+// CBSR family (MaxK-GNN): the backward SSpMM (sampled A^T x dense gradient -> CBSR
 // values), Algorithm 2 of MaxK-GNN.
 //
 // SSpMM (Algorithm 2, outer product): one warp per unit of the *forward* CSR:
@@ -11,7 +11,7 @@
 // is the reference path, taken when torch.use_deterministic_algorithms(True).
 //
 // This file: the kernel and its launcher (fp32, fp16, bf16); the entry point
-// is in maxk_host.cpp.
+// is in cbsr_host.cpp.
 
 #include <c10/cuda/CUDAException.h>
 
@@ -21,8 +21,8 @@
 #include "common/dtype.cuh"
 #include "common/launch.h"
 #include "common/static_switch.h"
-#include "maxk/maxk_device.cuh"
-#include "maxk/maxk_params.h"
+#include "cbsr/cbsr_device.cuh"
+#include "cbsr/cbsr_params.h"
 
 namespace pyg_tc {
 namespace {

@@ -1,7 +1,7 @@
-// MaxK-GNN family, host side: the entry points of maxk_select, cbsr_spmm and
+// CBSR family (MaxK-GNN), host side: the entry points of maxk_select, cbsr_spmm and
 // cbsr_sspmm (argument checks, launch rules, the params structs) and their
-// CUDA registration. The kernels and launchers are in maxk_select.cu,
-// maxk_cbsr_spmm.cu and maxk_cbsr_sspmm.cu; the schemas are defined in Python
+// CUDA registration. The kernels and launchers are in cbsr_select.cu,
+// cbsr_spmm.cu and cbsr_sspmm.cu; the schemas are defined in Python
 // (pyg_tc/ops).
 #include <string>
 #include <torch/library.h>
@@ -19,7 +19,7 @@
 #include "common/host.h"
 #include "common/launch_config.h"
 #include "common/static_switch.h"
-#include "maxk/maxk_params.h"
+#include "cbsr/cbsr_params.h"
 
 namespace pyg_tc {
 namespace {
