@@ -47,7 +47,7 @@ def sgt_cases(name: str, cases=None):
 
 
 def sampled_cases(caps):
-    from pyg_tc.ops.sample import row_order, sample_csr, sampled_spmm
+    from pyg_tc.ops.es_spmm import row_order, sample_csr, sampled_spmm
 
     bg = load_graph('reddit', device='cuda')
     n = bg.num_nodes

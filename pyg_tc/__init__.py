@@ -34,13 +34,13 @@ _LAZY = {
     'loader': ('.loader', None),
     'capture': ('.capture', None),
     'info': ('._info', 'info'),
-    'sampled_aggregation': ('.ops.sample', 'sampled_aggregation'),
+    'sampled_aggregation': ('.ops.es_spmm', 'sampled_aggregation'),
 }
 
 if TYPE_CHECKING:  # what static tools (and IDEs) see
     from . import capture, formats, loader, nn, ops, transforms
     from ._info import info
-    from .ops.sample import sampled_aggregation
+    from .ops.es_spmm import sampled_aggregation
 
 
 __getattr__, __dir__ = _lazy.attach(__name__, _LAZY, __all__)

@@ -415,7 +415,7 @@ print(json.dumps(out))
     assert out['names'] == [
         'pyg_tc.nn.conv',
         'pyg_tc._info',
-        'pyg_tc.ops.sample',
+        'pyg_tc.ops.es_spmm',
         'pyg_tc.formats.csr',
         'pyg_tc.transforms.cap',
         'pyg_tc.ops.dispatch',

@@ -245,7 +245,7 @@ def bench_kernels(name: str, a) -> Iterator[dict]:
     from pyg_tc.ops import spmm_graph
     from pyg_tc.bench.graphs import load_graph
     from pyg_tc.bench.timing import kernel_time
-    from pyg_tc.ops.sample import row_order, sample_csr, sampled_spmm
+    from pyg_tc.ops.es_spmm import row_order, sample_csr, sampled_spmm
 
     dev = a.device
     bg = load_graph(name, dev)

@@ -480,7 +480,7 @@ class CSRGraph:
         self.sched, self.t_sched = sched, t_sched
         self.num_rows, self.num_cols, self.chunk = int(num_rows), int(num_cols), int(chunk)
         self.sgt = None  # TC-GNN SGT metadata (pyg_tc.formats.sgt.SGT), built on demand
-        # ES-SpMM: the sampling (pyg_tc.ops.sample.Sampling) layers apply on this graph by
+        # ES-SpMM: the sampling (pyg_tc.ops.es_spmm.Sampling) layers apply on this graph by
         # default (set by pyg_tc.transforms.CapNeighbors); None: exact aggregation
         self.sampling = None
         #: how the arrays sit beyond a plain CSR (padding, static shapes)
@@ -587,7 +587,7 @@ class CSRGraph:
     def capped(self, max_neighbors: int, sampling: str, seed: int, build: Optional[Callable[[], Any]] = None) -> Any:
         """ES-SpMM's capped graph of this graph for ``(max_neighbors,
         sampling, seed)``: what ``build()`` returns
-        (:func:`pyg_tc.ops.sample.capped_graph`: the capped graph, its edges'
+        (:func:`pyg_tc.ops.es_spmm.capped_graph`: the capped graph, its edges'
         positions here and their weights), kept one per ``(max_neighbors,
         sampling)``: a new seed's replaces the earlier one. ``build`` None:
         lookup only (None when not kept)."""

@@ -75,7 +75,7 @@ from torch_geometric.nn import MessagePassing
 from ..formats.carrier import has_graph, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
-from ..ops import dispatch, ensure, sample
+from ..ops import dispatch, ensure, es_spmm
 
 #: a layer's ``backend``: the ops' vocabulary plus PyG's own message passing
 BACKENDS = dispatch.BACKENDS + ('pyg',)
@@ -343,7 +343,7 @@ class TCLayer:
         :func:`pyg_tc.sampled_aggregation` (or on a graph that
         :class:`~pyg_tc.transforms.CapNeighbors` capped) the sampled
         aggregation runs (``sampling=`` of :func:`~pyg_tc.ops.dispatch.aggregate`)."""
-        spec = sample.active() or g.sampling
+        spec = es_spmm.active() or g.sampling
         restore = _same
         if not isinstance(x, CBSR):
             x = dispatch.autocast_features(x)

@@ -11,7 +11,7 @@
   :mod:`pyg_tc.formats.csr`, beside their references: the formats sit below the ops;
 * :mod:`~pyg_tc.ops.neighbor`: mini-batch neighbour sampling whose output is the batch's CSR
   (``neighbor_sample``) and the row gather of its features (``gather_rows``);
-* :mod:`~pyg_tc.ops.sample`: ES-SpMM's edge sampling (capped rows, the
+* :mod:`~pyg_tc.ops.es_spmm`: ES-SpMM's edge sampling (capped rows, the
   sampled aggregation and :func:`~pyg_tc.sampled_aggregation`);
 * :mod:`~pyg_tc.ops.dispatch`: the backend vocabulary and the one place that
   chooses an implementation per call (``'auto'``, ``'csr'``, ``'sgt'``,
@@ -24,7 +24,7 @@ pure-PyTorch reference runs through the same registered op.
 """
 
 from .._library import ensure
-from . import attn, cbsr, csr, dispatch, neighbor, sample, sgt  # noqa: F401 (define the ops)
+from . import attn, cbsr, csr, dispatch, es_spmm, neighbor, sgt  # noqa: F401 (define the ops)
 from .csr import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference
 from .attn import (
     attention_weights,
@@ -33,7 +33,7 @@ from .attn import (
     gatv2_attention,
 )
 from .dispatch import BACKENDS, aggregate, choose_backend, edge_scores, sddmm, spmm
-from .sample import sampled_aggregation, sampled_spmm_reference
+from .es_spmm import sampled_aggregation, sampled_spmm_reference
 from .cbsr import (
     cbsr_spmm_graph,
     cbsr_spmm_reference,

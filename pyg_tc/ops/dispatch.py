@@ -306,8 +306,8 @@ def aggregate(
         backend (str, optional): as in :func:`spmm`.
         strict (bool, optional): as in :func:`~pyg_tc.ops.dispatch.choose`.
         sampling (tuple, optional): ES-SpMM's ``(max_neighbors, sampling,
-            seed)`` (a :class:`~pyg_tc.ops.sample.Sampling`): the sampled
-            aggregation (family ``'sampled_spmm'``, :mod:`pyg_tc.ops.sample`);
+            seed)`` (a :class:`~pyg_tc.ops.es_spmm.Sampling`): the sampled
+            aggregation (family ``'sampled_spmm'``, :mod:`pyg_tc.ops.es_spmm`);
             ``t_value`` is not used then.
 
     Shapes:
@@ -385,7 +385,7 @@ def spmm(
             which are ``adj_t`` with rows = targets).
         diag: optional per-node (or scalar) self term ``diag[i] * x[i]``.
         backend: one of :data:`BACKENDS` (module doc).
-        max_neighbors: ES-SpMM (:mod:`pyg_tc.ops.sample`): rows with more
+        max_neighbors: ES-SpMM (:mod:`pyg_tc.ops.es_spmm`): rows with more
             edges keep ``max_neighbors`` of them; sums are scaled by
             ``deg / max_neighbors`` (unbiased), means average the kept edges;
             rows with fewer edges are exact. None: the exact op.

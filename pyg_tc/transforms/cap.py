@@ -9,7 +9,7 @@ from torch_geometric.data.datapipes import functional_transform
 from torch_geometric.transforms import BaseTransform
 
 from ..formats.csr import DEFAULT_CHUNK
-from ..ops.sample import Sampling, capped_graph, check_sampling
+from ..ops.es_spmm import Sampling, capped_graph, check_sampling
 from .degree_bucket import DegreeBucketTransform
 
 
@@ -17,7 +17,7 @@ from .degree_bucket import DegreeBucketTransform
 class CapNeighbors(BaseTransform):
     r"""Attaches the :class:`~pyg_tc.formats.CSRGraph` of ``data.edge_index``
     (as :class:`DegreeBucketTransform`) together with ES-SpMM's capped graph
-    (:mod:`pyg_tc.ops.sample`): rows with more than ``max_neighbors`` edges
+    (:mod:`pyg_tc.ops.es_spmm`): rows with more than ``max_neighbors`` edges
     keep ``max_neighbors`` of them, chosen by ``sampling`` with ``seed``.
     Every pyg_tc layer then aggregates over the capped graph (sums scaled by
     ``deg / max_neighbors``, means over the kept edges; GCN's normalisation

@@ -167,7 +167,7 @@ def test_cuda_sgt_cells_kernel_or_reference(kernels):
 
 
 def _sampled_args(x, S, seed=0):
-    from pyg_tc.ops.sample import Sampling
+    from pyg_tc.ops.es_spmm import Sampling
 
     return dict(x=x, spec=Sampling(S, 'uniform', seed), seed=seed, checked=dict(value=None, diag=None))
 

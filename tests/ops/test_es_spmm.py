@@ -1,4 +1,4 @@
-"""ES-SpMM's sampling specification (pyg_tc/ops/sample.py, issue 18) on the
+"""ES-SpMM's sampling specification (pyg_tc/ops/es_spmm.py) on the
 CPU: distinct samples, a pure function of (row, slot, seed), the paper's
 Bucket / FastRand, exactness when nothing is capped, and unbiased sums and
 means over seeds (with edge weights)."""
@@ -8,7 +8,7 @@ import torch
 
 from pyg_tc.bench.graphs import rmat
 from pyg_tc.ops import spmm_reference
-from pyg_tc.ops.sample import FASTRAND_PRIME, SAMPLINGS, row_order, sample_csr, sampled_spmm_reference, uniform_index
+from pyg_tc.ops.es_spmm import FASTRAND_PRIME, SAMPLINGS, row_order, sample_csr, sampled_spmm_reference, uniform_index
 
 
 def csr_of(ei, n):
@@ -298,7 +298,7 @@ def _op_args(g, value, x, S, sampling, seed, reduce, diag=None, order=None):
 
 
 def test_kernel_op_reference_and_gradients_cpu():
-    from pyg_tc.ops.sample import sampled_spmm
+    from pyg_tc.ops.es_spmm import sampled_spmm
 
     g, rowptr, col, _ = _graph(n=40, e=600)
     x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)
@@ -318,7 +318,7 @@ def test_kernel_op_reference_and_gradients_cpu():
 @pytest.mark.parametrize('reduce', ['sum', 'mean', 'max'])
 @pytest.mark.parametrize('sampling', SAMPLINGS)
 def test_kernel_matches_reference_cuda(dtype, F, reduce, sampling):
-    from pyg_tc.ops.sample import sampled_spmm
+    from pyg_tc.ops.es_spmm import sampled_spmm
 
     g, rowptr, col, _ = _graph(3, n=300, e=20_000)
     gc = g.to('cuda')
@@ -346,7 +346,7 @@ def test_kernel_reddit_shaped_uniform_cuda():
     one-hot features of each row's kept edge positions would be too large, so
     compare sums of x = the column id (exact in fp32 for these magnitudes)."""
     from pyg_tc.bench.graphs import load_graph
-    from pyg_tc.ops.sample import sampled_spmm
+    from pyg_tc.ops.es_spmm import sampled_spmm
 
     g = load_graph('reddit', 'cuda').csr()
     x = torch.arange(g.num_cols, device='cuda', dtype=torch.float32).unsqueeze(1) / g.num_cols
@@ -393,7 +393,7 @@ def test_kernel_feature_slices_cuda(dtype, F):
     """x over 256 MiB with rows over 256 bytes: the kernel splits the features
     into 256-byte slices over blockIdx.y (csr_host.cpp); same result."""
     from pyg_tc.formats import CSRGraph
-    from pyg_tc.ops.sample import sampled_spmm
+    from pyg_tc.ops.es_spmm import sampled_spmm
 
     n = 600_000
     gen = torch.Generator(device='cuda').manual_seed(0)

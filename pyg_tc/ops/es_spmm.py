@@ -178,7 +178,7 @@ def sampled_spmm_reference(
     diag: Optional[Tensor] = None,
 ) -> Tensor:
     """ES-SpMM's result on the CPU (and the oracle of the kernel): the exact
-    :func:`~pyg_tc.ops.spmm_reference` on :func:`~pyg_tc.ops.sample.sample_csr`'s graph, sums of
+    :func:`~pyg_tc.ops.spmm_reference` on :func:`~pyg_tc.ops.es_spmm.sample_csr`'s graph, sums of
     capped rows scaled by ``deg / S``, means over the kept edges, ``max`` over
     the kept edges; ``diag`` (a self term) is never sampled.
 
