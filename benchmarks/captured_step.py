@@ -61,7 +61,8 @@ if _ROOT not in sys.path:  # run as a script from the checkout: python benchmark
     sys.path.insert(0, _ROOT)
 
 from benchmarks.suites.common import read_records, rerender  # noqa: E402
-from benchmarks.suites.minibatch import Net, hops  # noqa: E402
+from benchmarks.suites.minibatch import hops  # noqa: E402
+from pyg_tc.bench.models import Net  # noqa: E402
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
 SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'tiny': (16, 4, 1_000)}

@@ -59,7 +59,7 @@ def main(argv=None):
     p.add_argument('--batch-size', type=int, default=1024)
     a = p.parse_args(argv)
     from benchmarks.sampling import DEV, SHAPES, make_data
-    from benchmarks.suites.minibatch import Net
+    from pyg_tc.bench.models import Net
     import pyg_tc.nn
     from pyg_tc.capture import CapturedStep
     from pyg_tc.loader import NeighborLoader

@@ -50,7 +50,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/sampling.py
     sys.path.insert(0, _ROOT)
 
-from benchmarks.suites.minibatch import Net, train_step as step  # noqa: E402
+from benchmarks.suites.minibatch import train_step as step  # noqa: E402
+from pyg_tc.bench.models import Net  # noqa: E402
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
 SHAPES = {

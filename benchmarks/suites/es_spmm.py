@@ -42,6 +42,7 @@ from typing import Iterator, List, Optional, Sequence
 import torch
 import torch.nn.functional as Fn
 
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, log
 
 DATASETS = ['cora', 'tolokers', 'minesweeper', 'squirrel', 'chameleon', 'blogcatalog', 'proteins']
@@ -109,25 +110,11 @@ def load(name: str, root: Path, cache_dir: Optional[Path] = None):
     raise ValueError(f'unknown dataset {name!r}; choose from {DATASETS}')
 
 
-class Net(torch.nn.Module):
-    """dropout -> conv -> ReLU -> dropout -> conv (pyg_tc layers)."""
+def _net(kind: str, cin: int, cout: int) -> Net:
+    """dropout -> conv -> ReLU -> dropout -> conv of pyg_tc's layers (GCN cached, SAGE mean), hidden 64."""
+    import pyg_tc.nn
 
-    def __init__(self, kind: str, cin: int, cout: int, hidden: int = 64, dropout: float = 0.5):
-        super().__init__()
-        import pyg_tc.nn as L
-
-        conv = (
-            (lambda i, o: L.GCNConv(i, o, cached=True))
-            if kind == 'gcn'
-            else (lambda i, o: L.SAGEConv(i, o, aggr='mean'))
-        )
-        self.c1, self.c2, self.p = conv(cin, hidden), conv(hidden, cout), dropout
-
-    def forward(self, x, ei):
-        """Logits."""
-        x = Fn.dropout(x, self.p, self.training)
-        x = Fn.dropout(self.c1(x, ei).relu(), self.p, self.training)
-        return self.c2(x, ei)
+    return Net(pyg_tc.nn, kind, [cin, 64, cout], dropout=0.5, cached=True)
 
 
 def metric_of(out, y, mask, metric: str) -> float:
@@ -206,7 +193,7 @@ def bench_dataset(name: str, a) -> Iterator[dict]:
             for mode, spec in modes:
                 t0 = time.perf_counter()
                 torch.manual_seed(seed)
-                model = Net(kind, data.num_features, cout).to(a.device)
+                model = _net(kind, data.num_features, cout).to(a.device)
                 model.load_state_dict(train(model, data, masks, metric, a.epochs, wd, spec))
                 model.eval()
                 base = dict(kind='accuracy', dataset=name, model=kind, seed=seed, training=mode, metric=metric)
@@ -308,7 +295,7 @@ def bench_infer(name: str, a) -> Iterator[dict]:
     x = torch.randn(N, 256, device=dev)
     for kind in a.models:
         torch.manual_seed(0)
-        model = Net(kind, 256, 41).to(dev).eval()
+        model = _net(kind, 256, 41).to(dev).eval()
         ei = bg.edge_index
         with torch.no_grad():
             model(x, ei)  # builds the format
@@ -319,7 +306,7 @@ def bench_infer(name: str, a) -> Iterator[dict]:
                 # the same sample pre-built once by the transform (its own copy of the graph; a fresh
                 # model with the same weights, as GCN's cached=True keeps the first graph it saw)
                 data = CapNeighbors(S, 'uniform', seed=0)(Data(edge_index=ei.clone(), num_nodes=N))
-                fresh = Net(kind, 256, 41).to(dev).eval()
+                fresh = _net(kind, 256, 41).to(dev).eval()
                 fresh.load_state_dict(model.state_dict())
                 fresh(x, data.edge_index)
                 pre = bench(lambda: fresh(x, data.edge_index), warmup=2, rep=10, device=dev).median_ms

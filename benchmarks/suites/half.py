@@ -36,10 +36,10 @@ import time
 from typing import Iterator, List, Optional, Sequence
 
 import torch
-import torch.nn.functional as Fn
 import torch_geometric.nn as pyg_nn
 
 from pyg_tc.bench import graphs as G
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, fmt, log
 from pyg_tc.bench.timing import copy_bandwidth, free, kernel_time, warm_up
 
@@ -76,34 +76,6 @@ class Autocast(torch.nn.Module):
             return self.model(x, edge_index).float()
 
 
-class Net(torch.nn.Module):
-    """dropout -> conv(in, hidden) -> ReLU -> dropout -> conv(hidden, out)
-    (PyG's examples/gcn.py layout). GIN: MLP Linear-ReLU-Linear per layer;
-    'gin-mean': the same with ``aggr='mean'``."""
-
-    def __init__(self, lib, kind: str, cin: int, hidden: int, cout: int, dropout: float = DROPOUT):
-        super().__init__()
-        mlp = lambda i, o: torch.nn.Sequential(
-            torch.nn.Linear(i, o),
-            torch.nn.ReLU(),  # noqa: E731
-            torch.nn.Linear(o, o),
-        )
-        conv = {
-            'gcn': lambda i, o: lib.GCNConv(i, o, cached=True),
-            'sage': lambda i, o: lib.SAGEConv(i, o, aggr='mean'),
-            'gin': lambda i, o: lib.GINConv(mlp(i, o)),
-            'gin-mean': lambda i, o: lib.GINConv(mlp(i, o), aggr='mean'),
-        }[kind]
-        self.dropout = dropout
-        self.conv1, self.conv2 = conv(cin, hidden), conv(hidden, cout)
-
-    def forward(self, x, edge_index):
-        """Two convolutions with ReLU and dropout."""
-        x = Fn.dropout(x, self.dropout, self.training)
-        x = Fn.dropout(self.conv1(x, edge_index).relu(), self.dropout, self.training)
-        return self.conv2(x, edge_index)
-
-
 def make(impl: str, kind: str, cin: int, cout: int, dropout: Optional[float] = None) -> torch.nn.Module:
     """The model ``kind`` on ``impl``'s layers ('pyg' or 'pyg_tc')."""
     if kind == 'gat':
@@ -113,7 +85,7 @@ def make(impl: str, kind: str, cin: int, cout: int, dropout: Optional[float] = N
     import pyg_tc.nn
 
     lib = pyg_nn if impl == 'pyg' else pyg_tc.nn
-    return Net(lib, kind, cin, HIDDEN, cout, DROPOUT if dropout is None else dropout)
+    return Net(lib, kind, [cin, HIDDEN, cout], dropout=DROPOUT if dropout is None else dropout, cached=True)
 
 
 def _lr_wd(kind: str):

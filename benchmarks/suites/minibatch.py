@@ -37,46 +37,11 @@ import torch
 import torch.nn.functional as Fn
 
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.timing import PhaseTimer, loop_time
 
 MODELS = ('sage', 'gcn', 'gat')
 IMPLS = ('pyg', 'pyg_tc')
-
-
-class Net(torch.nn.Module):
-    """A stack of ``kind`` layers from ``lib``; ReLU between them. With
-    ``trim`` and the batch's ``num_sampled_nodes`` / ``num_sampled_edges``,
-    layer ``i`` runs on PyG's ``trim_to_layer`` of the batch (the last ``i``
-    hops' nodes and edges dropped: only the rows later layers still need),
-    the same for PyG's layers and pyg_tc's; the seeds' outputs are those of
-    the whole batch for SAGE and GAT (GCN's normalisation sees the trimmed
-    degrees, as in PyG)."""
-
-    def __init__(self, lib, kind: str, dims: Sequence[int], trim: bool = False):
-        super().__init__()
-        make = {
-            'sage': lambda i, o: lib.SAGEConv(i, o),
-            'gcn': lambda i, o: lib.GCNConv(i, o),
-            'gat': lambda i, o: lib.GATConv(i, o, heads=1),
-        }[kind]
-        self.convs = torch.nn.ModuleList(make(i, o) for i, o in zip(dims[:-1], dims[1:]))
-        self.trim = trim
-
-    def forward(
-        self, x, edge_index, num_sampled_nodes: Optional[list] = None, num_sampled_edges: Optional[list] = None
-    ):
-        """Logits of every node of the batch (with ``trim``: of the seeds and
-        the nodes the last layer keeps)."""
-        from torch_geometric.utils import trim_to_layer
-
-        trim = self.trim and num_sampled_nodes is not None
-        for i, conv in enumerate(self.convs):
-            if trim:
-                x, edge_index, _ = trim_to_layer(i, num_sampled_nodes, num_sampled_edges, x, edge_index)
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = x.relu()
-        return x
 
 
 def hops(b) -> tuple:

@@ -29,6 +29,7 @@ import torch
 from pyg_tc.bench import graphs as G
 from pyg_tc.bench.cli_args import DTYPE_NAMES, ENVIRONMENT, MODELS, CommaList, add_arguments, choice, read_environment
 from pyg_tc.bench.graphs import BenchGraph
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
 from pyg_tc.bench.timing import Skip, bench, copy_bandwidth, free, measure, speedups, warm_up
 
@@ -198,28 +199,6 @@ def summarize(records: List[dict], base: str = 'cusparse', ratios: bool = True) 
 # -- training step ---------------------------------------------------------------
 
 
-class Net(torch.nn.Module):
-    """conv(in, hidden) -> ReLU -> conv(hidden, out); no dropout (deterministic).
-    GCN: ``GCNConv(cached=True)``, SAGE: mean aggregation, GIN: Linear-ReLU-Linear."""
-
-    def __init__(self, lib, kind: str, cin: int, hidden: int, cout: int):
-        super().__init__()
-        if kind not in MODELS:
-            raise ValueError(f'unknown model {kind!r}; choose from {MODELS}')
-        conv = {
-            'gcn': lambda i, o: lib.GCNConv(i, o, cached=True),
-            'sage': lambda i, o: lib.SAGEConv(i, o, aggr='mean'),
-            'gin': lambda i, o: lib.GINConv(
-                torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o))
-            ),
-        }[kind]
-        self.conv1, self.conv2 = conv(cin, hidden), conv(hidden, cout)
-
-    def forward(self, x, edge_index):
-        """Two convolutions with a ReLU between."""
-        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
-
-
 def bench_training(
     bg: BenchGraph,
     models=('gcn',),
@@ -246,10 +225,13 @@ def bench_training(
     records: List[dict] = []
     for kind in models:
         torch.manual_seed(seed)
-        state = {k: v.clone() for k, v in Net(importlib.import_module(IMPLS['pyg']), kind, *dims).state_dict().items()}
+        state = {
+            k: v.clone()
+            for k, v in Net(importlib.import_module(IMPLS['pyg']), kind, dims, cached=True).state_dict().items()
+        }
 
         def build(lib: str) -> Net:
-            net = Net(importlib.import_module(lib), kind, *dims).to(dev)
+            net = Net(importlib.import_module(lib), kind, dims, cached=True).to(dev)
             net.load_state_dict(state)
             return net
 

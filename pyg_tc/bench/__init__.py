@@ -6,6 +6,8 @@
   lines + markdown tables + PNG plots from declared columns.
 * ``graphs.py``: the R-MAT generator and the real graphs (offline);
   ``catalog.py`` their names and the default graph lists.
+* ``models.py``: the benchmarks' model (:class:`~pyg_tc.bench.models.Net`: a
+  stack of convolutions from ``torch_geometric.nn`` or ``pyg_tc.nn``).
 * ``registry.py``: the suites by name (``pyg-tc bench SUITE``); they live in
   ``benchmarks/suites/`` of the source checkout, not in the installed package.
 * ``cli_args.py``: the ``pyg-tc bench`` options. It, ``catalog.py`` and
