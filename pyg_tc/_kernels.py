@@ -380,8 +380,10 @@ def unavailable_reason() -> Optional[str]:
         return 'torch was built without CUDA'
     from torch.utils import cpp_extension
 
-    if cpp_extension.CUDA_HOME is None and prebuilt()[0] is None:
-        return f'no prebuilt kernels ({prebuilt()[1]}) and no CUDA toolkit (nvcc) to build them: set CUDA_HOME'
+    if cpp_extension.CUDA_HOME is None:
+        path, why = prebuilt()
+        if path is None:
+            return f'no prebuilt kernels ({why}) and no CUDA toolkit (nvcc) to build them: set CUDA_HOME'
     return None
 
 
