@@ -20,15 +20,16 @@
 #   tests      pytest -m cuda over tests/ (TEST_ARGS: paths / pytest options, default: tests)
 #   bench      pyg-tc bench: SpMM vs cuSPARSE + training steps (BENCH_ARGS)
 #   probe      kernel configs / chunk-size sweep and peak memory per stage
-#              (benchmarks/kernel_probe.py PROBE_ARGS, benchmarks/memory_probe.py)
-#   maxk       MaxK-GNN kernels (Figure 8) + training epoch (benchmarks.suites.maxk, MAXK_ARGS)
-#   maxktrain  MaxK accuracy / epoch time on real datasets (benchmarks.suites.maxk_train, MAXKTRAIN_ARGS)
-#   tcgnn      TC-GNN kernels, auto / warps rules, SGT build, Table 6, GCN / AGNN training and
-#              accuracy (benchmarks.suites.tcgnn, TCGNN_ARGS)
-#   quick      TC-GNN SpMM vs the CSR kernel, 1-8 warps per unit (benchmarks/sgt_quick.py, QUICK_ARGS)
-#   sgtprobe   TC-GNN unit-size x warps sweeps (benchmarks/sgt_probe.py, SGTPROBE_ARGS)
-#   sanitize   TC-GNN kernels under compute-sanitizer memcheck and racecheck (benchmarks/sanitize_sgt.py)
-#   ncu        Nsight Compute sections of the SpMM kernels (benchmarks/ncu_probe.py, NCU_ARGS)
+#              (benchmarks/probes/kernel_probe.py PROBE_ARGS, benchmarks/probes/memory_probe.py)
+#   cbsr       MaxK-GNN: CBSR kernels (Figure 8) + training epoch (benchmarks.suites.cbsr, CBSR_ARGS)
+#   cbsrtrain  MaxK-GNN: MaxK accuracy / epoch time on real datasets (benchmarks.suites.cbsr_train,
+#              CBSRTRAIN_ARGS)
+#   sgt        TC-GNN: SGT kernels, auto / warps rules, SGT build, Table 6, GCN / AGNN training and
+#              accuracy (benchmarks.suites.sgt, SGT_ARGS)
+#   quick      TC-GNN SpMM vs the CSR kernel, 1-8 warps per unit (benchmarks/probes/sgt_quick.py, QUICK_ARGS)
+#   sgtprobe   TC-GNN unit-size x warps sweeps (benchmarks/probes/sgt_probe.py, SGTPROBE_ARGS)
+#   sanitize   TC-GNN kernels under compute-sanitizer memcheck and racecheck (benchmarks/probes/sanitize_sgt.py)
+#   ncu        Nsight Compute sections of the SpMM kernels (benchmarks/probes/ncu_probe.py, NCU_ARGS)
 #   stalls     Nsight Compute stall reasons / pipe use of the TC-GNN and CSR SpMM (NCU_ARGS)
 #   sass       SASS of the TC-GNN SpMM with executed instructions per SASS line, one SpMM call per
 #              case in SASS_CASES (graph[:native]/dtype:F items, default tolokers/float32:16)
@@ -38,14 +39,14 @@
 #   half       HalfGNN: SpMM / SDDMM per dtype, training steps fp32 / fp16 / bf16 vs PyG + autocast,
 #              accuracy (benchmarks.suites.half, HALF_ARGS, e.g. --part train)
 #   halfprobe  half SpMM / SDDMM per dtype, two-level sum on / off, config sweep
-#              (benchmarks/half_probe.py, HALFPROBE_ARGS)
+#              (benchmarks/probes/half_probe.py, HALFPROBE_ARGS)
 #   es         ES-SpMM: sampled-inference accuracy per cap and strategy, training with sampling,
 #              sampled SpMM kernels, 2-layer inference (benchmarks.suites.es_spmm, ES_ARGS,
 #              e.g. --part kernels,infer)
 #   minibatch  NeighborLoader training per batch, PyG's layers vs pyg_tc's on the same batches
 #              (benchmarks.suites.minibatch, MINIBATCH_ARGS; needs a sampler backend, see --wheels)
 #   overhead   host issue time / launches of one layer and of the format build
-#              (benchmarks/layer_overhead.py, OVERHEAD_ARGS)
+#              (benchmarks/probes/layer_overhead.py, OVERHEAD_ARGS)
 #   graphcls   tutorials/05_graph_classification.py at full size (GRAPHCLS_ARGS; needs --data with tu/)
 #   ddp        tutorials/09_multi_gpu.py on 1..N GPUs for each graph in DDP_GRAPHS (default
 #              "tolokers products"; DDP_ARGS; needs --data with heterophilous/ and planetoid/)
@@ -53,20 +54,20 @@
 #
 # OUTDIR receives info.txt (GPU, driver, clocks, commit, date, pyg_tc.info()) and one log per
 # suite (tests.log, bench.log, ...); the suites with result files write them to a subfolder
-# (OUTDIR/bench, OUTDIR/maxk, ...). The exit status is non-zero if any suite failed.
+# (OUTDIR/bench, OUTDIR/cbsr, ...). The exit status is non-zero if any suite failed.
 #
 # Examples:
 #   bash benchmarks/gpu_run.sh gpu_out                                   # CUDA tests + benchmark
 #   bash benchmarks/gpu_run.sh gpu_out tests --data ~/datasets
 #   TEST_ARGS=tests/ops bash benchmarks/gpu_run.sh gpu_out tests
-#   MAXK_ARGS="--graphs reddit --ks 16" bash benchmarks/gpu_run.sh gpu_out maxk
+#   CBSR_ARGS="--graphs reddit --ks 16" bash benchmarks/gpu_run.sh gpu_out cbsr
 #   bash benchmarks/gpu_run.sh gpu_out minibatch --data ~/datasets --wheels ~/wheels
 #   PYG_TC_BUILD_DIR=/tmp/pyg_tc_build bash benchmarks/gpu_run.sh "$OUTDIR" tests,bench
 set -u -o pipefail
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-SUITES_KNOWN="tests bench probe maxk maxktrain tcgnn quick sgtprobe sanitize ncu stalls sass gat gatacc
+SUITES_KNOWN="tests bench probe cbsr cbsrtrain sgt quick sgtprobe sanitize ncu stalls sass gat gatacc
 half halfprobe es minibatch overhead graphcls ddp all"
 OUTDIR=
 DATA=${PYG_TC_DATA:-}
@@ -136,17 +137,17 @@ echo "build + import: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/info.txt"
 
 rc=0
 if want probe; then
-  $PY benchmarks/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
-  $PY benchmarks/memory_probe.py 2>&1 | tee -a "$OUT/probe.log" || rc=1
+  $PY benchmarks/probes/kernel_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$OUT/probe.log" || rc=1
+  $PY benchmarks/probes/memory_probe.py 2>&1 | tee -a "$OUT/probe.log" || rc=1
 fi
 if want halfprobe; then
-  $PY benchmarks/half_probe.py --out "$OUT/half_probe.jsonl" ${HALFPROBE_ARGS:-} 2>&1 | tee "$OUT/halfprobe.log" || rc=1
+  $PY benchmarks/probes/half_probe.py --out "$OUT/half_probe.jsonl" ${HALFPROBE_ARGS:-} 2>&1 | tee "$OUT/halfprobe.log" || rc=1
 fi
 if want ncu; then
   ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|SpMM|sgt_spmm|sgt_reduce|sampled_spmm" --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats --section InstructionStats \
       --section LaunchStats --metrics l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,dram__bytes_read.sum \
-      $PY benchmarks/ncu_probe.py ${NCU_ARGS:-} > "$OUT/ncu.txt" 2>&1 || rc=1
+      $PY benchmarks/probes/ncu_probe.py ${NCU_ARGS:-} > "$OUT/ncu.txt" 2>&1 || rc=1
   tail -5 "$OUT/ncu.txt"
 fi
 if want sass; then  # one .sass and one .csv per case in SASS_CASES
@@ -160,44 +161,44 @@ if want sass; then  # one .sass and one .csv per case in SASS_CASES
       cuobjdump -sass "$so" | awk -v re="sgt_spmm_kernelI${tn}Li${f}ELb1ELb1E" '/Function : /{p = ($0 ~ re)} p' \
         > "$OUT/sgt_spmm_$n.sass" || rc=1
       ncu --clock-control none --cache-control none -k regex:"sgt_spmm" --launch-count 1 --section SourceCounters \
-          --section InstructionStats --page source --print-source sass --csv $PY benchmarks/ncu_probe.py \
+          --section InstructionStats --page source --print-source sass --csv $PY benchmarks/probes/ncu_probe.py \
           --sgt=$g --cases=$dt > "$OUT/sgt_spmm_$n.csv" 2>&1 || rc=1
       tail -2 "$OUT/sgt_spmm_$n.csv"; n=$((n + 1))
     done
   fi
 fi
 if want quick; then
-  $PY benchmarks/sgt_quick.py ${QUICK_ARGS:-} 2>&1 | tee "$OUT/quick.log" || rc=1
+  $PY benchmarks/probes/sgt_quick.py ${QUICK_ARGS:-} 2>&1 | tee "$OUT/quick.log" || rc=1
 fi
 if want stalls; then  # L2 kept warm between the profiled calls
   a=${NCU_ARGS:---sgt=proteins:native,tolokers --cases=float32:16,float32:32}
   ncu --clock-control none --cache-control none -k regex:"sgt_spmm|spmm_units|sgt_reduce" --section SpeedOfLight \
       --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy \
-      --section InstructionStats $PY benchmarks/ncu_probe.py $a > "$OUT/stalls.txt" 2>&1 || rc=1
+      --section InstructionStats $PY benchmarks/probes/ncu_probe.py $a > "$OUT/stalls.txt" 2>&1 || rc=1
   ncu --clock-control none --cache-control none -k regex:"sgt_spmm|spmm_units|sgt_reduce" --csv \
       --metrics "regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,gpu__time_duration.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active" \
-      $PY benchmarks/ncu_probe.py $a > "$OUT/stalls.csv" 2>&1 || rc=1
+      $PY benchmarks/probes/ncu_probe.py $a > "$OUT/stalls.csv" 2>&1 || rc=1
   tail -3 "$OUT/stalls.csv"
 fi
 if want sgtprobe; then
-  $PY benchmarks/sgt_probe.py ${SGTPROBE_ARGS:-} 2>&1 | tee "$OUT/sgtprobe.log" || rc=1
+  $PY benchmarks/probes/sgt_probe.py ${SGTPROBE_ARGS:-} 2>&1 | tee "$OUT/sgtprobe.log" || rc=1
 fi
 if want sanitize; then  # memcheck, then shared-memory hazards of the staged (cp.async) SpMM pipeline
-  compute-sanitizer --tool memcheck --error-exitcode 9 $PY benchmarks/sanitize_sgt.py 2>&1 | tail -30 | tee "$OUT/sanitize.log" || rc=1
-  compute-sanitizer --tool racecheck --error-exitcode 9 $PY benchmarks/sanitize_sgt.py quick 2>&1 | tail -30 | tee -a "$OUT/sanitize.log" || rc=1
+  compute-sanitizer --tool memcheck --error-exitcode 9 $PY benchmarks/probes/sanitize_sgt.py 2>&1 | tail -30 | tee "$OUT/sanitize.log" || rc=1
+  compute-sanitizer --tool racecheck --error-exitcode 9 $PY benchmarks/probes/sanitize_sgt.py quick 2>&1 | tail -30 | tee -a "$OUT/sanitize.log" || rc=1
 fi
 if want tests; then
   timeout_arg=; $PY -c "import pytest_timeout" 2> /dev/null && timeout_arg=--timeout=900
   $PY -m pytest -q -rf -m cuda $timeout_arg ${TEST_ARGS:-tests} -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" || rc=1
 fi
-if want maxk; then
-  $PY -m benchmarks.suites.maxk --out "$OUT/maxk" ${MAXK_ARGS:-} 2>&1 | tee "$OUT/maxk.log" || rc=1
+if want cbsr; then
+  $PY -m benchmarks.suites.cbsr --out "$OUT/cbsr" ${CBSR_ARGS:-} 2>&1 | tee "$OUT/cbsr.log" || rc=1
 fi
-if want maxktrain; then
-  $PY -m benchmarks.suites.maxk_train --out "$OUT/maxk_train" ${MAXKTRAIN_ARGS:-} 2>&1 | tee "$OUT/maxktrain.log" || rc=1
+if want cbsrtrain; then
+  $PY -m benchmarks.suites.cbsr_train --out "$OUT/cbsr_train" ${CBSRTRAIN_ARGS:-} 2>&1 | tee "$OUT/cbsrtrain.log" || rc=1
 fi
-if want tcgnn; then
-  $PY -m benchmarks.suites.tcgnn --out "$OUT/tcgnn" ${TCGNN_ARGS:-} 2>&1 | tee "$OUT/tcgnn.log" || rc=1
+if want sgt; then
+  $PY -m benchmarks.suites.sgt --out "$OUT/sgt" ${SGT_ARGS:-} 2>&1 | tee "$OUT/sgt.log" || rc=1
 fi
 if want gat; then
   $PY -m benchmarks.suites.gat --out "$OUT/gat" ${GAT_ARGS:-} 2>&1 | tee "$OUT/gat.log" || rc=1
@@ -212,7 +213,7 @@ if want es; then
   $PY -m benchmarks.suites.es_spmm --out "$OUT/es" ${ES_ARGS:-} 2>&1 | tee "$OUT/es.log" || rc=1
 fi
 if want overhead; then
-  $PY benchmarks/layer_overhead.py ${OVERHEAD_ARGS:-} 2>&1 | tee "$OUT/overhead.log" || rc=1
+  $PY benchmarks/probes/layer_overhead.py ${OVERHEAD_ARGS:-} 2>&1 | tee "$OUT/overhead.log" || rc=1
 fi
 if want graphcls; then  # the tutorial writes processed/ next to raw/: it gets a copy of the data
   if needs_data graphcls tu; then

@@ -8,6 +8,7 @@ until a submodule is used (the ops are still defined when they are needed)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -179,29 +180,24 @@ def test_bench_lists_and_runs_the_registered_suites(tmp_path):
     p = _python('-X', 'importtime', '-m', 'pyg_tc', 'bench', '--list')
     listed = {line.split()[0]: line for line in p.stdout.splitlines()}
     assert list(listed) == list(SUITES) and '(the default)' in listed[DEFAULT]
-    assert {
-        'spmm',
-        'maxk',
-        'maxk_train',
-        'tcgnn',
-        'gat',
-        'half',
-        'es_spmm',
-        'minibatch',
-        'sampling',
-        'captured_step',
-    } <= set(SUITES)
+    # every suite module in benchmarks/suites is registered under its own name, with main(argv, prog)
+    modules = {f.stem for f in (REPO_ROOT / 'benchmarks' / 'suites').glob('*.py')} - {'__init__', 'common'}
+    assert {name: module for name, (module, _) in SUITES.items()} == {m: f'benchmarks.suites.{m}' for m in modules}
+    for m in modules:
+        tree = ast.parse((REPO_ROOT / 'benchmarks' / 'suites' / f'{m}.py').read_text())
+        (main,) = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == 'main']
+        assert [a.arg for a in main.args.args] == ['argv', 'prog'], m
     assert not [m for m in _imported(p.stderr) if m.split('.')[0] in HEAVY]
-    p = _python('-m', 'pyg_tc', 'bench', 'maxk', '--help')
-    assert p.stdout.startswith('usage: pyg-tc bench maxk [-h]') and '--ks' in p.stdout
-    p = _python('-m', 'pyg_tc', 'bench', 'maxk_train', '--conv', 'nosuch', check=False)
-    assert p.returncode == 2 and p.stderr.startswith('usage: pyg-tc bench maxk_train [-h]')
-    assert "pyg-tc bench maxk_train: error: argument --conv: invalid choice: 'nosuch'" in p.stderr.splitlines()[-1]
-    a = cli.parser().parse_args(['bench', 'tcgnn', '--quick', '--graphs', 'tiny'])
-    assert (a.suite, a.suite_args, a.func) == ('tcgnn', ['--quick', '--graphs', 'tiny'], cli._bench)
+    p = _python('-m', 'pyg_tc', 'bench', 'cbsr', '--help')
+    assert p.stdout.startswith('usage: pyg-tc bench cbsr [-h]') and '--ks' in p.stdout
+    p = _python('-m', 'pyg_tc', 'bench', 'cbsr_train', '--conv', 'nosuch', check=False)
+    assert p.returncode == 2 and p.stderr.startswith('usage: pyg-tc bench cbsr_train [-h]')
+    assert "pyg-tc bench cbsr_train: error: argument --conv: invalid choice: 'nosuch'" in p.stderr.splitlines()[-1]
+    a = cli.parser().parse_args(['bench', 'sgt', '--quick', '--graphs', 'tiny'])
+    assert (a.suite, a.suite_args, a.func) == ('sgt', ['--quick', '--graphs', 'tiny'], cli._bench)
     # an installed package without the checkout: the suites are not there
     shutil.copytree(REPO_ROOT / 'pyg_tc', tmp_path / 'pyg_tc', ignore=shutil.ignore_patterns('__pycache__'))
-    for args in (['bench', 'maxk'], ['bench', '--no-training']):
+    for args in (['bench', 'cbsr'], ['bench', '--no-training']):
         p = subprocess.run(
             [sys.executable, '-m', 'pyg_tc', *args],
             capture_output=True,

@@ -19,7 +19,7 @@ the script checks what "nothing changed" means:
    (``pyg_tc.capture.CapturedStep``: one line) and replays it: about 11x PyG's eager epoch on an
    H200 (docs/results/small_graphs.md). On a CPU nothing is captured and that row runs eagerly;
    there pyg_tc's GCN runs PyG's own path, at PyG's speed (``--small`` on 2 cores: 66.8 ms per
-   epoch against PyG's 66.2; docs/results/small_graphs_cpu.md for six layers).
+   epoch against PyG's 66.2; docs/results/small_graphs.md, CPU section, for six layers).
    The difference of pyg_tc's kernels grows with the graph (``pyg-tc bench``,
    docs/benchmarks.md).
 

@@ -14,10 +14,10 @@ mini-batch, or before ``torch.compile``):
   *reordered* ``data.x``, and map results back to the original node order with
   ``out.new_empty(out.shape).index_copy_(0, data.node_perm, out)``.
 * ``SGTTransform()`` (after the reorder): TC-GNN's Sparse Graph Translation, 16-row windows of
-  16 x 8 tensor-core blocks (docs/tcgnn.md). ``SGTTransform.stats(data)`` counts the blocks
+  16 x 8 tensor-core blocks (docs/sgt.md). ``SGTTransform.stats(data)`` counts the blocks
   with and without the translation; RCM makes them fewer and denser.
 * ``CBSRTransform()``: MaxK-GNN's edge groups, for features that went through ``MaxK(k)`` (k
-  kept entries per row, a ``CBSR``; docs/maxk.md). Dense features use the same graph.
+  kept entries per row, a ``CBSR``; docs/cbsr.md). Dense features use the same graph.
 
 Which kernel runs is chosen per call by ``backend=``, on a layer
 (``pyg_tc.nn.GCNConv(cin, cout, backend='csr'|'sgt'|'auto'|'reference')``) or on an op

@@ -13,7 +13,7 @@ kernel forward and an SSpMM kernel backward::
 This script trains the paper's model on Cora with MaxK at several k and with ReLU (the
 baseline, the same model on dense features), from the same initial weights, and prints
 accuracy and epoch time. Read the table for the accuracy cost of a given k (on a GPU the
-epoch time falls with k/hidden: docs/maxk.md has the kernel and training measurements);
+epoch time falls with k/hidden: docs/cbsr.md has the kernel and training measurements);
 on a CPU pyg_tc runs its pure-PyTorch reference, so only the accuracies carry over. The
 paper's layout (input and output Linear, LayerNorm, dropout 0.5) is slow to start on Cora's
 140 training labels: its loss stays near ln 7 for the first 50-60 epochs (Adam, lr 0.01).

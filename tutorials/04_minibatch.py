@@ -36,7 +36,9 @@ The script trains a 2-layer GraphSAGE on Cora three times from the same initial 
 PyG's ``SAGEConv`` and with ``pyg_tc.nn.SAGEConv`` on the same batches from PyG's loader (each
 epoch is sampled once, with a seeded generator, and both models train on it), and with
 ``pyg_tc.nn.SAGEConv`` on the batches of pyg_tc's loader; then tests all three on the full graph.
-How to read the table:
+The model is the benchmarks' (``pyg_tc.bench.models.Net(layers, 'sage', [in, 64, classes])``:
+``SAGEConv``, ReLU, ``SAGEConv``, the layers from ``layers``, ``torch_geometric.nn`` or
+``pyg_tc.nn``). How to read the table:
 
 * max loss diff vs PyG: on PyG's batches, the largest per-batch loss difference to PyG, float
   rounding only (the sums run in another order), and the test accuracies match. pyg_tc's loader
@@ -50,7 +52,7 @@ How to read the table:
   On a CPU-only machine pyg_tc runs its pure-PyTorch reference, layers and sampler alike, which
   is not faster (the reference sampler is slower than pyg-lib's C++ one): the speed comes from
   the CUDA kernels and the GPU sampler, and shows on graphs larger than Cora (``pyg-tc bench``,
-  ``benchmarks/sampling.py``);
+  ``pyg-tc bench sampling``);
 * format-build share: the part of the steps spent building formats. With PyG's loader the
   build sits on the critical path in this loop (with ``num_workers > 0`` it runs beside
   training instead); with pyg_tc's loader there is none: the CSR comes with the batch;
@@ -88,23 +90,12 @@ from tqdm import tqdm
 import pyg_tc
 import pyg_tc.loader
 import pyg_tc.nn
+from pyg_tc.bench.models import Net
 from pyg_tc.datasets import load_or_exit
 from pyg_tc.formats import plain_tensor
 from pyg_tc.capture import CapturedStep
 from pyg_tc.transforms import PadToBuckets, buckets_from_batches
 from pyg_tc.transforms import DegreeBucketTransform
-
-
-class SAGE(torch.nn.Module):
-    """A 2-layer GraphSAGE; ``layers`` is the module the convolutions come from."""
-
-    def __init__(self, layers, cin: int, hidden: int, cout: int):
-        super().__init__()
-        self.conv1 = layers.SAGEConv(cin, hidden)
-        self.conv2 = layers.SAGEConv(hidden, cout)
-
-    def forward(self, x, edge_index):
-        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
 
 
 class Timed(BaseTransform):
@@ -146,7 +137,7 @@ def captured(model, opt):
 
 def step(model, opt, batch, device) -> float:
     """One Adam step on a batch, the loss on its seed nodes. PyG gets the plain edges."""
-    edge_index = batch.edge_index if isinstance(model.conv1, pyg_tc.nn.SAGEConv) else plain_tensor(batch.edge_index)
+    edge_index = batch.edge_index if isinstance(model.convs[0], pyg_tc.nn.SAGEConv) else plain_tensor(batch.edge_index)
     x, y, edge_index = batch.x.to(device), batch.y.to(device), edge_index.to(device)
     n = batch.batch_size
     opt.zero_grad()
@@ -226,7 +217,7 @@ def main():
         'pyg_tc, own loader': (pyg_tc.nn, own_kind),
         'pyg_tc, captured': (pyg_tc.nn, padded_kind),
     }
-    models = {k: SAGE(layers, data.num_features, 64, 7).to(a.device) for k, (layers, _) in rows.items()}
+    models = {k: Net(layers, 'sage', [data.num_features, 64, 7]).to(a.device) for k, (layers, _) in rows.items()}
     for m in models.values():
         m.load_state_dict(models['PyG'].state_dict())  # the same initial weights
     cuda = a.device.startswith('cuda')  # (Adam's step is captured with capturable=True)

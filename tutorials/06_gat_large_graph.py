@@ -10,7 +10,7 @@ coefficients and the softmax's inputs for the backward, which then builds gradie
 shapes. On the Reddit-shaped graph of pyg_tc's benchmarks (233K nodes, 96.9M edges with the
 loops) one ``[E', 64]`` fp32 tensor is 23.1 GiB: the 2-layer GAT below keeps about 630 bytes per
 edge for its backward (the ``--small`` run measures it), 57 GiB there before the backward
-allocates anything. docs/results/gat_reddit_mem.md measures PyG at 110 GiB for one
+allocates anything. docs/results/gat.md (Reddit-shaped re-run) measures PyG at 110 GiB for one
 ``GATConv(256, 8, heads=8)`` forward + backward on an H200, and the 2-layer training step does
 not fit in the H200's 141 GB at all (docs/results/gat.md, section 3).
 
@@ -56,7 +56,7 @@ edges (PyG's step should fit on an 80 GB GPU there), then the whole graph; ``--s
 A run that does not fit on the GPU (``torch.cuda.OutOfMemoryError``) reads ``out of memory``
 in the table; the script frees what it allocated and goes on. At full size on one GPU expect
 that for PyG on the whole graph: that is the point of the fused layer. Full size needs a GPU;
-on an H100 (80 GB, docs/results/tutorial06_h100.md) it gave 13.2 ms against PyG's 87.8 ms per
+on an H100 (80 GB, docs/results/gat.md, tutorial 6) it gave 13.2 ms against PyG's 87.8 ms per
 step and 2,116 against 12,937 MiB peak with a tenth of the edges, and on the whole graph 81.2 ms
 and 6,064 MiB where PyG ran out of memory.
 """

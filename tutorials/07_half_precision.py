@@ -21,10 +21,11 @@ and say to use bfloat16 or a normalised aggregation (mean, GCN). The second tabl
 star graph.
 
 The first table trains a 2-layer GCN and SAGE on Cora in fp32, fp16 and bf16 from the same
-initial weights. On a GPU it measures HalfGNN's speed-up (docs/halfgnn.md: 1.4x fp32 for the GCN
-step on the Reddit-shaped graph on an H100); on a CPU autocast runs in bfloat16 only and pyg_tc
-runs its pure-PyTorch reference, so the times say nothing about the kernels, only the
-accuracies do.
+initial weights (the benchmarks' model, ``pyg_tc.bench.models.Net``: two ``pyg_tc.nn`` layers,
+ReLU and dropout 0.5 between them). On a GPU it measures HalfGNN's speed-up (docs/half.md:
+1.4x fp32 for the GCN step on the Reddit-shaped graph on an H100); on a CPU autocast runs in
+bfloat16 only and pyg_tc runs its pure-PyTorch reference, so the times say nothing about the
+kernels, only the accuracies do.
 
 Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real Cora lives, as
 ``DIR/planetoid/Cora`` (PyG downloads it there if it is missing). Without a root the script runs
@@ -44,20 +45,9 @@ from torch_geometric.utils import scatter
 from tqdm import tqdm
 
 import pyg_tc
+import pyg_tc.nn
+from pyg_tc.bench.models import Net
 from pyg_tc.datasets import load_or_exit
-from pyg_tc.nn import GCNConv, SAGEConv
-
-
-class Net(torch.nn.Module):
-    """2 layers of ``conv``, ReLU and dropout between them."""
-
-    def __init__(self, conv, cin: int, hidden: int, cout: int):
-        super().__init__()
-        self.c1, self.c2 = conv(cin, hidden), conv(hidden, cout)
-
-    def forward(self, x, edge_index):
-        x = F.dropout(self.c1(x, edge_index).relu(), 0.5, self.training)
-        return self.c2(x, edge_index)
 
 
 def train(model, data, dtype, epochs: int, desc=None):
@@ -118,9 +108,9 @@ def main():
     dtypes = [torch.float32, torch.float16, torch.bfloat16] if a.device == 'cuda' else [torch.float32, torch.bfloat16]
 
     rows = []
-    for name, conv in (('GCN', GCNConv), ('SAGE', SAGEConv)):
+    for name, kind in (('GCN', 'gcn'), ('SAGE', 'sage')):
         torch.manual_seed(0)
-        init = Net(conv, data.num_features, 64, 7).to(a.device)
+        init = Net(pyg_tc.nn, kind, [data.num_features, 64, 7], dropout=0.5, input_dropout=False).to(a.device)
         for dtype in dtypes:
             model = copy.deepcopy(init)
             train(model, data, dtype, 2)  # warm-up (kernel build, caches)

@@ -13,7 +13,7 @@ whatever layers the model has. The per-rank loader is pyg_tc's GPU sampler,
 
     # per rank (see run() below):
     dist.init_process_group('nccl')                       # rank / world size from torchrun
-    model = DDP(SAGE(pyg_tc.nn, ...).to(device), device_ids=[device])
+    model = DDP(Net(pyg_tc.nn, 'sage', ...).to(device), device_ids=[device])
     share = train_nodes.view(world_size, -1)[rank]        # equal shares: equal steps per rank
     loader = pyg_tc.loader.NeighborLoader(data.to(device), input_nodes=share, num_neighbors=[15, 10],
                                           device=device, ...)
@@ -88,7 +88,7 @@ as on the GPU. Without a sampler backend (pyg-lib or torch_sparse) PyG's loader 
 full k-hop subgraphs of the seeds; pyg_tc's loader needs none.
 
 Measured on four H100s (``--graph products --scaling 1,2,4 --layers pyg_tc --epochs 3``, then
-``--scaling 1,4 --layers PyG --loader pyg --epochs 2``; docs/results/ddp_products_gpu_sampler_h100x4.md)::
+``--scaling 1,4 --layers PyG --loader pyg --epochs 2``; docs/results/ddp.md)::
 
     | processes | layers | loader                                   | epoch s | speed-up |
     |---|---|---|---|---|
@@ -129,13 +129,14 @@ import torch_geometric.nn
 import torch_geometric.typing
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch_geometric.data import Data
-from torch_geometric.utils import k_hop_subgraph, trim_to_layer
+from torch_geometric.utils import k_hop_subgraph
 from tqdm import tqdm
 
 import pyg_tc
 import pyg_tc.datasets
 import pyg_tc.loader
 import pyg_tc.nn
+from pyg_tc.bench.models import Net
 from pyg_tc.formats import plain_tensor
 from pyg_tc.transforms import DegreeBucketTransform
 
@@ -143,26 +144,12 @@ LAYERS = {'PyG': torch_geometric.nn, 'pyg_tc': pyg_tc.nn}
 SAMPLED = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE  # PyG's loader works
 
 
-class Net(torch.nn.Module):
-    """Two SAGE (mean) or GAT (4 heads) layers; ``layers`` is where the convolutions come from. Given
-    the batch's hop counts (``trimmed_forward`` passes them), each layer runs on PyG's
-    ``trim_to_layer`` of the batch: the second only on the seeds and the first hop."""
-
-    def __init__(self, layers, model: str, cin: int, hidden: int, cout: int):
-        super().__init__()
-        if model == 'sage':
-            self.conv1, self.conv2 = layers.SAGEConv(cin, hidden), layers.SAGEConv(hidden, cout)
-        else:
-            self.conv1 = layers.GATConv(cin, hidden // 4, heads=4)
-            self.conv2 = layers.GATConv(hidden, cout, heads=1)
-
-    def forward(self, x, edge_index, num_sampled_nodes_per_hop=None, num_sampled_edges_per_hop=None):
-        for i, conv in enumerate((self.conv1, self.conv2)):
-            if num_sampled_nodes_per_hop is not None:
-                x, edge_index, _ = trim_to_layer(i, num_sampled_nodes_per_hop, num_sampled_edges_per_hop, x, edge_index)
-            x = conv(x, edge_index)
-            x = x.relu() if i == 0 else x
-        return x
+def make_model(layers, model: str, cin: int, hidden: int, cout: int) -> Net:
+    """Two SAGE (mean) or GAT (4 heads, then 1) layers, ReLU between them, from ``layers``: the
+    benchmarks' model (``pyg_tc.bench.models.Net``). Given the batch's hop counts
+    (``trimmed_forward`` passes them), each layer runs on PyG's ``trim_to_layer`` of the batch:
+    the second only on the seeds and the first hop."""
+    return Net(layers, model, [cin, hidden, cout], trim=True, heads=4, last_heads=1)
 
 
 def load(a) -> Data:
@@ -296,7 +283,7 @@ def run(rank: int, world: int, a, data: Data, layers: str) -> dict:
     # each rank gets its share of the CPU cores for sampling and host work (as torchrun's
     # OMP_NUM_THREADS): W processes of all cores each oversubscribe the host
     # (not pinned to cores: on a 4-GPU KVM guest with one NUMA node, pinning each rank to its own
-    # 16 of the 64 vCPUs made the loader 20% slower; docs/results/ddp_products_gpu_sampler_h100x4.md)
+    # 16 of the 64 vCPUs made the loader 20% slower; docs/results/ddp.md)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     if cuda:
         torch.cuda.set_device(device)
@@ -330,7 +317,7 @@ def train_and_test(
     """The model, its training epochs, the evaluation and (``--check``) the check."""
     cuda = device.type == 'cuda'
     torch.manual_seed(0)
-    model = Net(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
+    model = make_model(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
     init = {k: v.clone() for k, v in model.state_dict().items()}
     ddp = DDP(model.to(device), device_ids=[device] if cuda else None, static_graph=captured)
     opt = torch.optim.Adam(ddp.parameters(), lr=0.01, capturable=captured and cuda)
@@ -406,7 +393,7 @@ def check(rank, world, a, model, init, record, layers, device, data) -> dict:
     dist.all_gather_object(records, record)
     if rank != 0:
         return {}
-    ref = Net(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
+    ref = make_model(LAYERS[layers], a.model, data.num_features, a.hidden, data.num_classes)
     ref.load_state_dict(init)
     ref = ref.to(device)
     opt = torch.optim.Adam(ref.parameters(), lr=0.01)

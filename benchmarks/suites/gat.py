@@ -218,7 +218,7 @@ def graph_case(name: str, device) -> GraphCase:
 
 def _row_col(g):
     """(target, source) of every CSR edge as int64, cached on the graph (part of the format)."""
-    return g.memo('bench_gat_row_col', lambda: (g.row().long(), g.col.long()))
+    return g.cache.memo('bench_gat_row_col', lambda: (g.row().long(), g.col.long()))
 
 
 def _per_head_spmm(g, h, alpha):

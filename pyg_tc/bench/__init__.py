@@ -6,15 +6,17 @@
   lines + markdown tables + PNG plots from declared columns.
 * ``graphs.py``: the R-MAT generator and the real graphs (offline);
   ``catalog.py`` their names and the default graph lists.
-* ``models.py``: the benchmarks' model (:class:`~pyg_tc.bench.models.Net`: a
-  stack of convolutions from ``torch_geometric.nn`` or ``pyg_tc.nn``).
+* ``models.py``: the benchmarks' and tutorials' models
+  (:class:`~pyg_tc.bench.models.Net`: a stack of convolutions from
+  ``torch_geometric.nn`` or ``pyg_tc.nn``; :class:`~pyg_tc.bench.models.GraphNet`:
+  the same with sum pooling and a head, for graph classification).
 * ``registry.py``: the suites by name (``pyg-tc bench SUITE``); they live in
   ``benchmarks/suites/`` of the source checkout, not in the installed package.
 * ``cli_args.py``: the ``pyg-tc bench`` options. It, ``catalog.py`` and
   ``registry.py`` import no torch, and this package imports its names lazily,
   so the command line parses (and ``--help`` answers) without loading torch.
 
-Measured results live in ``docs/`` (benchmarks.md, maxk.md, tcgnn.md, ...).
+Measured results live in ``docs/`` (benchmarks.md, cbsr.md, sgt.md, ...).
 """
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
-"""The benchmarks' model: one stack of graph convolutions built from a layer
+"""The benchmarks' models: stacks of graph convolutions built from a layer
 library (``torch_geometric.nn`` or ``pyg_tc.nn``), so PyG's model and
-pyg_tc's are the same code with the same initialisation."""
+pyg_tc's are the same code with the same initialisation. :func:`conv` makes
+one layer, :class:`Net` a node-level stack (PyG's examples' layouts: GCN,
+SAGE, GIN, GAT, GATv2, AGNN), :class:`GraphNet` the same stack with a sum
+over each graph's nodes and a linear head (graph classification). The
+benchmark suites and the tutorials whose lesson is not the model itself
+build their models here."""
 
 from __future__ import annotations
 
@@ -11,50 +16,92 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-#: the layer kinds :func:`conv` builds
-KINDS = ('gcn', 'sage', 'gin', 'gin-mean', 'gat')
+#: the layer kinds :func:`conv` builds (and ``'agnn'``, a :class:`Net` layout)
+KINDS = ('gcn', 'sage', 'gin', 'gin-mean', 'gin-bn', 'gat', 'gatv2', 'agnn')
+#: the activations between layers
+ACTS = {'relu': F.relu, 'elu': F.elu}
 
 
-def conv(lib: ModuleType, kind: str, cin: int, cout: int, cached: bool = False, heads: int = 1) -> torch.nn.Module:
+def conv(
+    lib: ModuleType,
+    kind: str,
+    cin: int,
+    cout: int,
+    cached: bool = False,
+    heads: int = 1,
+    *,
+    mlp_width: Optional[int] = None,
+    att_dropout: float = 0.0,
+) -> torch.nn.Module:
     """One ``kind`` layer of ``lib`` mapping ``cin`` to ``cout`` channels.
 
     Args:
         lib (types.ModuleType): ``torch_geometric.nn`` or ``pyg_tc.nn``.
         kind (str): ``'gcn'`` (``GCNConv``), ``'sage'`` (``SAGEConv``, mean
             aggregation), ``'gin'`` / ``'gin-mean'`` (``GINConv`` on
-            Linear-ReLU-Linear, sum / mean aggregation) or ``'gat'``
-            (``GATConv`` with ``heads`` heads of ``cout // heads`` channels).
+            Linear-ReLU-Linear, sum / mean aggregation), ``'gin-bn'``
+            (``GINConv`` on PyG's ``MLP``: Linear, BatchNorm, ReLU, Linear),
+            ``'gat'`` / ``'gatv2'`` (``GATConv`` / ``GATv2Conv`` with
+            ``heads`` heads of ``cout // heads`` channels, concatenated).
         cin (int): input channels.
         cout (int): output channels.
         cached (bool, optional): ``GCNConv(cached=...)``.
-        heads (int, optional): GAT's heads.
+        heads (int, optional): GAT's heads (``cout`` a multiple of them).
+        mlp_width (int, optional): the hidden width of GIN's MLP (default
+            ``cout``).
+        att_dropout (float, optional): GAT's dropout of the attention
+            coefficients (``GATConv(dropout=...)``).
     """
     if kind == 'gcn':
         return lib.GCNConv(cin, cout, cached=cached)
     if kind == 'sage':
         return lib.SAGEConv(cin, cout, aggr='mean')
+    width = mlp_width or cout
     if kind in ('gin', 'gin-mean'):
-        mlp = torch.nn.Sequential(torch.nn.Linear(cin, cout), torch.nn.ReLU(), torch.nn.Linear(cout, cout))
+        mlp = torch.nn.Sequential(torch.nn.Linear(cin, width), torch.nn.ReLU(), torch.nn.Linear(width, cout))
         return lib.GINConv(mlp, aggr='mean') if kind == 'gin-mean' else lib.GINConv(mlp)
-    if kind == 'gat':
-        return lib.GATConv(cin, cout // heads, heads=heads)
-    raise ValueError(f'unknown model {kind!r}; choose from {KINDS}')
+    if kind == 'gin-bn':
+        from torch_geometric.nn import MLP
+
+        return lib.GINConv(MLP([cin, width, cout]))
+    if kind in ('gat', 'gatv2'):
+        if cout % heads:
+            raise ValueError(f'{kind}: {cout} output channels do not split into {heads} heads')
+        layer = lib.GATConv if kind == 'gat' else lib.GATv2Conv
+        return layer(cin, cout // heads, heads=heads, dropout=att_dropout)
+    raise ValueError(f'unknown layer {kind!r}; choose from {KINDS[:-1]}')
 
 
 class Net(torch.nn.Module):
     """``len(dims) - 1`` layers of :func:`conv` (``dims[i] -> dims[i + 1]``),
-    ReLU between them, dropout before each (PyG's examples' layout; none at
-    ``dropout=0``). With ``trim`` and the batch's hop counts, layer ``i`` runs
-    on PyG's ``trim_to_layer`` of the batch (the last ``i`` hops dropped).
+    the activation between them, dropout before each (PyG's examples' layout;
+    none at ``dropout=0``; with ``input_dropout=False`` not before the first,
+    so dropout follows each activation). With ``trim`` and the batch's hop
+    counts, layer ``i`` runs on PyG's ``trim_to_layer`` of the batch (the
+    last ``i`` hops dropped).
+
+    ``kind='agnn'`` is PyG's examples/agnn.py: a ``Linear`` ``dims[0] ->
+    dims[1]`` and ReLU, ``len(dims) - 3`` ``AGNNConv`` propagations at that
+    width (the first with a fixed temperature, the others learnt), a
+    ``Linear`` to ``dims[-1]``; dropout before the two ``Linear`` layers.
 
     Args:
         lib (types.ModuleType): ``torch_geometric.nn`` or ``pyg_tc.nn``.
-        kind (str): the layer kind (``KINDS``: one :func:`conv` builds).
+        kind (str): the layer kind (``KINDS``: one :func:`conv` builds, or
+            ``'agnn'``).
         dims (Sequence[int]): the widths, input first.
         dropout (float, optional): dropout before each layer.
         trim (bool, optional): ``trim_to_layer`` where hop counts are given.
         cached (bool, optional): ``GCNConv(cached=...)``.
         heads (int, optional): GAT's heads.
+        last_heads (int, optional): GAT's heads in the last layer (default
+            ``heads``).
+        att_dropout (float, optional): GAT's attention dropout.
+        act (str, optional): the activation between layers, ``'relu'`` or
+            ``'elu'``.
+        input_dropout (bool, optional): dropout on the input features too.
+        mlp_width (int, optional): the hidden width of GIN's MLPs (default:
+            each layer's output width).
 
     Shapes:
         - **input:** node features :math:`(|\\mathcal{V}|, F_{in})`, edge
@@ -72,26 +119,102 @@ class Net(torch.nn.Module):
         trim: bool = False,
         cached: bool = False,
         heads: int = 1,
+        *,
+        last_heads: Optional[int] = None,
+        att_dropout: float = 0.0,
+        act: str = 'relu',
+        input_dropout: bool = True,
+        mlp_width: Optional[int] = None,
     ):
         super().__init__()
+        if act not in ACTS:
+            raise ValueError(f'unknown activation {act!r}; choose from {tuple(ACTS)}')
+        self.kind, self.act = kind, act
+        self.dropout, self.trim, self.input_dropout = dropout, trim, input_dropout
+        if kind == 'agnn':
+            if len(dims) < 4 or len(set(dims[1:-1])) != 1:
+                raise ValueError(f'agnn: dims [in, width, ..., width, out] with two widths or more, got {dims}')
+            self.lin_in = torch.nn.Linear(dims[0], dims[1])
+            self.convs = torch.nn.ModuleList(lib.AGNNConv(requires_grad=i > 0) for i in range(len(dims) - 3))
+            self.lin_out = torch.nn.Linear(dims[-2], dims[-1])
+            return
+        n = len(dims) - 1
         self.convs = torch.nn.ModuleList(
-            conv(lib, kind, i, o, cached=cached, heads=heads) for i, o in zip(dims[:-1], dims[1:])
+            conv(
+                lib,
+                kind,
+                i,
+                o,
+                cached=cached,
+                heads=heads if j < n - 1 or last_heads is None else last_heads,
+                mlp_width=mlp_width,
+                att_dropout=att_dropout,
+            )
+            for j, (i, o) in enumerate(zip(dims[:-1], dims[1:]))
         )
-        self.dropout, self.trim = dropout, trim
+
+    def _dropout(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.dropout, self.training) if self.dropout else x
 
     def forward(
-        self, x: Tensor, edge_index, num_sampled_nodes: Optional[list] = None, num_sampled_edges: Optional[list] = None
+        self,
+        x: Tensor,
+        edge_index,
+        num_sampled_nodes_per_hop: Optional[list] = None,
+        num_sampled_edges_per_hop: Optional[list] = None,
     ) -> Tensor:
-        """Logits of every node (with ``trim``: of the rows the last layer keeps)."""
+        """Logits of every node (with ``trim``: of the rows the last layer
+        keeps). The hop counts are PyG's ``trim_to_layer``'s (named as in
+        ``torch_geometric.nn.models.BasicGNN``, so
+        :func:`pyg_tc.capture.trimmed_forward` passes them)."""
         from torch_geometric.utils import trim_to_layer
 
-        trim = self.trim and num_sampled_nodes is not None
+        if self.kind == 'agnn':
+            x = self.lin_in(self._dropout(x)).relu()
+            for layer in self.convs:
+                x = layer(x, edge_index)
+            return self.lin_out(self._dropout(x))
+        trim = self.trim and num_sampled_nodes_per_hop is not None
         for i, layer in enumerate(self.convs):
             if trim:
-                x, edge_index, _ = trim_to_layer(i, num_sampled_nodes, num_sampled_edges, x, edge_index)
-            if self.dropout:
-                x = F.dropout(x, self.dropout, self.training)
+                x, edge_index, _ = trim_to_layer(i, num_sampled_nodes_per_hop, num_sampled_edges_per_hop, x, edge_index)
+            if i or self.input_dropout:
+                x = self._dropout(x)
             x = layer(x, edge_index)
             if i < len(self.convs) - 1:
-                x = x.relu()
+                x = ACTS[self.act](x)
         return x
+
+
+class GraphNet(Net):
+    """Graph classification: :class:`Net`'s stack with the activation after
+    its last layer too, the sum over each graph's nodes
+    (``global_add_pool``) and a ``Linear`` head to ``classes``.
+
+    Args:
+        lib (types.ModuleType): ``torch_geometric.nn`` or ``pyg_tc.nn``.
+        kind (str): the layer kind (``KINDS``, not ``'agnn'``).
+        dims (Sequence[int]): the node widths, input first.
+        classes (int): the head's outputs.
+        **kwargs: :class:`Net`'s options (``dropout``, ``heads``, ``act``, ...).
+
+    Shapes:
+        - **input:** node features :math:`(|\\mathcal{V}|, F_{in})`, edge
+          indices :math:`(2, |\\mathcal{E}|)`, each node's graph
+          :math:`(|\\mathcal{V}|)`
+        - **output:** :math:`(|\\mathcal{G}|, C)`
+    """
+
+    def __init__(self, lib: ModuleType, kind: str, dims: Sequence[int], classes: int, **kwargs):
+        if kind == 'agnn':
+            raise ValueError('GraphNet: agnn is a node-level layout')
+        super().__init__(lib, kind, dims, **kwargs)
+        self.head = torch.nn.Linear(dims[-1], classes)
+
+    def forward(self, x: Tensor, edge_index, batch: Tensor, num_graphs: Optional[int] = None) -> Tensor:
+        """Logits of every graph of the batch (``num_graphs`` given: no read
+        of ``batch`` back from the GPU, as a captured step needs)."""
+        from torch_geometric.nn import global_add_pool
+
+        x = ACTS[self.act](super().forward(x, edge_index))
+        return self.head(global_add_pool(x, batch, num_graphs))

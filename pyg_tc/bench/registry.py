@@ -16,15 +16,21 @@ from typing import Dict, Optional, Sequence, Tuple
 #: suite name -> (module, one-line description); every module has ``main(argv, prog)``
 SUITES: Dict[str, Tuple[str, str]] = {
     'spmm': ('benchmarks.suites.spmm', 'SpMM vs cuSPARSE / torch.sparse, training step vs PyG'),
-    'maxk': ('benchmarks.suites.maxk', 'MaxK-GNN kernels (SpGEMM, SSpMM, top-k) and the MaxK-SAGE epoch'),
-    'maxk_train': ('benchmarks.suites.maxk_train', 'MaxK vs ReLU GNNs: accuracy and epoch time on real graphs'),
-    'tcgnn': ('benchmarks.suites.tcgnn', 'TC-GNN: tensor-core SpMM / SDDMM, auto rules, SGT build, training'),
+    'cbsr': ('benchmarks.suites.cbsr', 'MaxK-GNN: CBSR kernels (SpGEMM, SSpMM, top-k) and the MaxK-SAGE epoch'),
+    'cbsr_train': ('benchmarks.suites.cbsr_train', 'MaxK-GNN: MaxK vs ReLU, accuracy and epoch time on real graphs'),
+    'sgt': ('benchmarks.suites.sgt', 'TC-GNN: tensor-core SpMM / SDDMM, auto rules, SGT build, training'),
     'gat': ('benchmarks.suites.gat', 'fuseGNN: fused GAT / GATv2 vs PyG and the unfused ops, training'),
     'half': ('benchmarks.suites.half', 'HalfGNN: fp16 / bf16 SpMM / SDDMM, training steps, accuracy'),
     'es_spmm': ('benchmarks.suites.es_spmm', 'ES-SpMM: sampled SpMM kernels, sampled inference and training'),
     'minibatch': ('benchmarks.suites.minibatch', "NeighborLoader training per batch, PyG's layers vs pyg_tc's"),
-    'sampling': ('benchmarks.sampling', "GPU neighbour sampling vs PyG's samplers, the mini-batch epoch"),
-    'captured_step': ('benchmarks.captured_step', 'a mini-batch training step captured as CUDA graphs vs eager'),
+    'sampling': ('benchmarks.suites.sampling', "GPU neighbour sampling vs PyG's samplers, the mini-batch epoch"),
+    'sampler_accuracy': ('benchmarks.suites.sampler_accuracy', "test metric with pyg_tc's sampler vs PyG's"),
+    'captured_step': ('benchmarks.suites.captured_step', 'a mini-batch training step captured as CUDA graphs vs eager'),
+    'small_graphs': ('benchmarks.suites.small_graphs', 'full-graph training step on small graphs, eager and captured'),
+    'graph_classification': (
+        'benchmarks.suites.graph_classification',
+        'graph classification epochs on DataLoader batches, eager and padded + captured',
+    ),
 }
 #: the suite ``pyg-tc bench`` runs without a suite name
 DEFAULT = 'spmm'

@@ -1,16 +1,12 @@
-"""benchmarks/captured_step.py end to end on the CPU (a dry run of its code
+"""The captured_step suite (benchmarks/suites/captured_step.py) end to end on the CPU (a dry run of its code
 on a tiny graph: the times mean nothing there), with ``--trim``."""
 
-import importlib.util
 import json
 
-from ..conftest import REPO_ROOT
+from benchmarks.suites import captured_step as suite
 
 
 def test_captured_step_suite_runs_with_trim(tmp_path):
-    spec = importlib.util.spec_from_file_location('captured_step_suite', REPO_ROOT / 'benchmarks' / 'captured_step.py')
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
     out = tmp_path / 'out'
     suite.main(
         [

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from benchmarks.suites import maxk, spmm
+from benchmarks.suites import cbsr, spmm
 from benchmarks.suites.common import sparse_baseline
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, ms_col
 from pyg_tc.bench.timing import (
@@ -307,15 +307,15 @@ def test_median_ci_and_timing_until_stable(monkeypatch):
     }
 
 
-def test_maxk_suite_runs_on_the_cpu(tmp_path):
+def test_cbsr_suite_runs_on_the_cpu(tmp_path):
     out = tmp_path / 'm'
-    assert maxk.main(['--out', str(out), '--device', 'cpu', '--graphs', 'tiny', '--ks', '4', '--no-train']) == 0
-    (r,) = _lines(out / 'maxk.jsonl')
-    assert r['kind'] == 'maxk_kernel' and r['k'] == 4 and r['F'] == maxk.WIDTH
+    assert cbsr.main(['--out', str(out), '--device', 'cpu', '--graphs', 'tiny', '--ks', '4', '--no-train']) == 0
+    (r,) = _lines(out / 'cbsr.jsonl')
+    assert r['kind'] == 'maxk_kernel' and r['k'] == 4 and r['F'] == cbsr.WIDTH
     for i in ('spgemm', 'sspmm', 'select', 'topk', 'csr', 'cpu_sparse'):
         assert r[f'{i}_ms'] > 0, i
     assert r['spgemm_rel_err'] < 1e-5 and r['spgemm_vs_cpu_sparse'] > 0 and r['select_vs_topk'] > 0
-    assert '## Kernels (Figure 8)' in (out / 'maxk.md').read_text()
+    assert '## Kernels (Figure 8)' in (out / 'cbsr.md').read_text()
 
 
 class _Tty:

@@ -1,21 +1,17 @@
-"""benchmarks/sampler_accuracy.py: the within-one-standard-deviation rule, the
+"""The sampler_accuracy suite (benchmarks/suites/sampler_accuracy.py): the within-one-standard-deviation rule, the
 comparison records, and a run end to end on its synthetic graph (seconds)."""
 
-import importlib.util
 import json
 import statistics
 
 import pytest
 
-from ..conftest import REPO_ROOT
-
 
 @pytest.fixture(scope='module')
 def sa():
-    spec = importlib.util.spec_from_file_location('sampler_accuracy', REPO_ROOT / 'benchmarks' / 'sampler_accuracy.py')
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from benchmarks.suites import sampler_accuracy
+
+    return sampler_accuracy
 
 
 def test_within_one_std_uses_the_smaller_std(sa):

@@ -1,4 +1,4 @@
-"""benchmarks/sampling.py end to end on the CPU (a dry run of its code on a
+"""The sampling suite (benchmarks/suites/sampling.py) end to end on the CPU (a dry run of its code on a
 tiny graph: the times mean nothing there), and its render-only mode."""
 
 import importlib.util
@@ -8,10 +8,9 @@ from ..conftest import REPO_ROOT
 
 
 def _suite():
-    spec = importlib.util.spec_from_file_location('sampling_suite', REPO_ROOT / 'benchmarks' / 'sampling.py')
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from benchmarks.suites import sampling
+
+    return sampling
 
 
 def test_sampling_suite_runs_and_renders(tmp_path):
@@ -70,8 +69,10 @@ def test_sampling_suite_runs_and_renders(tmp_path):
 
 
 def test_hops_profile_runs_on_the_cpu(tmp_path):
-    """benchmarks/hops_profile.py's code path on a tiny graph (CPU: eager steps, no GPU times)."""
-    spec = importlib.util.spec_from_file_location('hops_profile', REPO_ROOT / 'benchmarks' / 'hops_profile.py')
+    """The hops_profile probe's code path on a tiny graph (CPU: eager steps, no GPU times)."""
+    spec = importlib.util.spec_from_file_location(
+        'hops_profile', REPO_ROOT / 'benchmarks' / 'probes' / 'hops_profile.py'
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.main(['--graph', 'tiny', '--batch-size', '128', '--out', str(tmp_path / 'p.json')])

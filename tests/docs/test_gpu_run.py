@@ -3,6 +3,7 @@ each suite runs. No GPU here: ``nvidia-smi`` and the Python interpreter are
 stand-ins that record how they were called (``PYTHON`` selects the interpreter)."""
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -54,7 +55,7 @@ def run(args, env):
 def test_usage_and_bad_arguments(fake_gpu, tmp_path):
     env, _ = fake_gpu
     r = run(['--help'], env)
-    assert r.returncode == 0 and 'OUTDIR' in r.stdout and 'maxktrain' in r.stdout
+    assert r.returncode == 0 and 'OUTDIR' in r.stdout and 'cbsrtrain' in r.stdout
     r = run([], env)
     assert r.returncode == 2 and 'usage: bash benchmarks/gpu_run.sh OUTDIR' in r.stderr
     r = run([str(tmp_path / 'o'), 'tests,nosuch'], env)
@@ -79,16 +80,16 @@ def test_suites_write_their_logs_to_the_named_folder(fake_gpu, tmp_path):
     data = tmp_path / 'datasets'
     data.mkdir()
     out = tmp_path / 'out'  # created by the script
-    env = dict(env, MAXK_ARGS='--graphs reddit --ks 16', TEST_ARGS='tests/ops')
-    r = run([str(out), 'tests,maxk', 'bench', '--data', str(data)], env)
+    env = dict(env, CBSR_ARGS='--graphs reddit --ks 16', TEST_ARGS='tests/ops')
+    r = run([str(out), 'tests,cbsr', 'bench', '--data', str(data)], env)
     assert r.returncode == 0, r.stderr
     info = (out / 'info.txt').read_text()
     for field in ('date: ', 'commit: ', 'NVIDIA Fake GPU, 999.99.99', f'data: {data}'):
         assert field in info
-    assert {'info.txt', 'tests.log', 'maxk.log', 'bench.log'} <= {p.name for p in out.iterdir()}
+    assert {'info.txt', 'tests.log', 'cbsr.log', 'bench.log'} <= {p.name for p in out.iterdir()}
     calls = log.read_text().splitlines()
     assert any(c.startswith('-m pytest -q -rf -m cuda') and 'tests/ops' in c for c in calls)
-    assert f'-m benchmarks.suites.maxk --out {out}/maxk --graphs reddit --ks 16 | data={data}' in calls
+    assert f'-m benchmarks.suites.cbsr --out {out}/cbsr --graphs reddit --ks 16 | data={data}' in calls
     assert any(c.startswith(f'-m pyg_tc bench --out {out}/bench') for c in calls)
     assert not any('benchmarks.suites.gat' in c for c in calls)  # only the suites asked for
 
@@ -97,7 +98,7 @@ def test_a_failing_suite_fails_the_run_and_the_rest_still_runs(fake_gpu, tmp_pat
     env, log = fake_gpu
     r = run([str(tmp_path / 'out'), 'bench', 'overhead'], dict(env, FAIL_BENCH='1'))
     assert r.returncode == 1
-    assert any('benchmarks/layer_overhead.py' in c for c in log.read_text().splitlines())
+    assert any('benchmarks/probes/layer_overhead.py' in c for c in log.read_text().splitlines())
 
 
 def test_suites_that_read_datasets_say_what_is_missing(fake_gpu, tmp_path):
@@ -112,3 +113,14 @@ def test_suites_that_read_datasets_say_what_is_missing(fake_gpu, tmp_path):
     r = run([str(tmp_path / 'out'), 'graphcls', f'--data={data}'], env)
     assert r.returncode == 0, r.stderr
     assert any('tutorials/05_graph_classification.py --root' in c for c in log.read_text().splitlines())
+
+
+def test_every_script_and_module_it_runs_exists():
+    """Each ``$PY path.py`` and ``$PY -m module`` of the script names a file of the checkout
+    (scripts and suites move: benchmarks/probes/, benchmarks/suites/)."""
+    text = SCRIPT.read_text()
+    scripts = re.findall(r'\$PY ([\w/]+\.py)', text)
+    modules = [m for m in re.findall(r'\$PY -m ([\w.]+)', text) if m.startswith('benchmarks.')]
+    assert scripts and modules
+    for path in scripts + [m.replace('.', '/') + '.py' for m in modules]:
+        assert (REPO_ROOT / path).is_file(), path

@@ -1,4 +1,4 @@
-"""The MaxK training suite (benchmarks/suites/maxk_train.py): a 3-epoch CPU run on
+"""The MaxK training suite (benchmarks/suites/cbsr_train.py): a 3-epoch CPU run on
 Cora end to end, and the shared ROC-AUC (common.py) against a brute-force pairwise count."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from benchmarks.suites import common, maxk_train
+from benchmarks.suites import cbsr_train, common
 
 
 def test_roc_auc_matches_pairwise_count_with_ties():
@@ -29,7 +29,7 @@ def test_roc_auc_matches_pairwise_count_with_ties():
 
 def test_cora_run_writes_records_and_tables(tmp_path, cora_root):
     out = tmp_path / 'out'
-    rc = maxk_train.main(
+    rc = cbsr_train.main(
         [
             '--datasets',
             'cora',
@@ -54,7 +54,7 @@ def test_cora_run_writes_records_and_tables(tmp_path, cora_root):
         ]
     )
     assert rc == 0
-    recs = [json.loads(line) for line in (out / 'maxk_train.jsonl').read_text().splitlines()]
+    recs = [json.loads(line) for line in (out / 'cbsr_train.jsonl').read_text().splitlines()]
     assert [(r['dataset'], r['config'], r['k'], r['seed']) for r in recs] == [
         ('cora', 'relu', None, 0),
         ('cora', 'maxk', 4, 0),
@@ -64,7 +64,7 @@ def test_cora_run_writes_records_and_tables(tmp_path, cora_root):
         for key in ('val', 'test'):
             assert math.isfinite(r[key]) and 0.0 <= r[key] <= 1.0
         assert r['epoch_ms'] > 0 and r['params'] > 0 and 0 <= r['best_epoch'] < 3
-    md = (out / 'maxk_train.md').read_text()
+    md = (out / 'cbsr_train.md').read_text()
     assert '| dataset | metric | ReLU | k=4 |' in md
     assert md.count('| cora |') == 2  # metric table and epoch-time table
     assert '- cora: not run (needs ReLU and k=32)' in md

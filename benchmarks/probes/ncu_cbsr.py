@@ -2,7 +2,7 @@
 for Nsight Compute:
 
     ncu --clock-control none -k regex:"maxk_select|cbsr_" --section SpeedOfLight \
-        --section Occupancy --section WarpStateStats python benchmarks/ncu_maxk.py
+        --section Occupancy --section WarpStateStats python benchmarks/probes/ncu_cbsr.py
 """
 
 import torch

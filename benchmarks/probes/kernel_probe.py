@@ -3,7 +3,7 @@ the reference on GPU, then a sweep of (lanes, vectors-per-lane) configs and
 schedule chunk sizes against cuSPARSE on power-law graphs. Used to choose the
 rules in kernels/csr/csr_host.cpp (choose_config) and formats/csr.py (DEFAULT_CHUNK).
 
-    python benchmarks/kernel_probe.py [--graphs tolokers,arxiv] [--chunks 32,64,128]
+    python benchmarks/probes/kernel_probe.py [--graphs tolokers,arxiv] [--chunks 32,64,128]
 """
 
 import argparse

@@ -1,15 +1,15 @@
 """Quick TCU-vs-CSR SpMM table (kernel-only times in us, CUDA-graph replay):
 per graph and order, width 16 / 32, fp32 / fp16: the CSR kernel, the TCU
 SpMM with the warps rule and with 1 / 2 / 4 / 8 warps per unit.
-  python benchmarks/sgt_quick.py [graph:order,...]
-(docs/tcgnn.md says which recorded runs came from this script.)"""
+  python benchmarks/probes/sgt_quick.py [graph:order,...]
+(docs/sgt.md says which recorded runs came from this script.)"""
 
 import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from pyg_tc import ops  # noqa: E402
 from pyg_tc.bench.graphs import load_graph  # noqa: E402
 from pyg_tc.bench.timing import kernel_time  # noqa: E402

@@ -31,7 +31,8 @@ was allocated before them, a capture included) and the test accuracy after
 the run's steps (real graphs; random labels on the shaped ones), and the
 ratio to PyG's eager step. On a CPU the captured rows are the eager step
 (nothing to capture).
-``python benchmarks/small_graphs.py --out DIR [--pyg-compile]``.
+``pyg-tc bench small_graphs --out DIR [--pyg-compile]`` (or
+``python -m benchmarks.suites.small_graphs``).
 
 ``--crossover`` instead sweeps random graphs of 16k to 1M edges (500
 features, hidden 16 and 64) for SAGE, GCN and GIN: PyG's eager step,
@@ -45,25 +46,22 @@ import argparse
 import copy
 import os
 import statistics
-import sys
 from typing import Optional
 
 import torch
 import torch.nn.functional as Fn
+import torch_geometric.nn as pyg_nn
 from torch_geometric.data import Data
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:  # run as a script from the checkout
-    sys.path.insert(0, _ROOT)
+import pyg_tc
+from pyg_tc.bench.graphs import DATA_ENV, pyg_dataset
+from pyg_tc.bench.models import Net
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
+from pyg_tc.bench.timing import kernel_profile, loop_ms, short_error
+from pyg_tc.capture import CapturedStep, masked_loss
+from pyg_tc.ops import dispatch
 
-import pyg_tc  # noqa: E402
-from pyg_tc.bench.graphs import DATA_ENV, pyg_dataset  # noqa: E402
-from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log  # noqa: E402
-from pyg_tc.bench.timing import kernel_profile, loop_ms, short_error  # noqa: E402
-from pyg_tc.capture import CapturedStep, masked_loss  # noqa: E402
-from pyg_tc.ops import dispatch  # noqa: E402
-
-from benchmarks.suites.common import read_records, rerender  # noqa: E402
+from .common import read_records, rerender
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 #: graph -> (nodes, edges, features, classes, Planetoid name or None)
@@ -104,40 +102,17 @@ def graph(name: str) -> Data:
     return random_graph(n, e, f, c)
 
 
-class Net(torch.nn.Module):
-    """PyG's two-layer examples, from ``lib`` (``torch_geometric.nn`` or ``pyg_tc.nn``)."""
-
-    def __init__(self, lib, kind: str, cin: int, classes: int, hidden: int = 16):
-        super().__init__()
-        self.kind = kind
-        if kind == 'gcn':
-            self.c1, self.c2 = lib.GCNConv(cin, hidden, cached=True), lib.GCNConv(hidden, classes, cached=True)
-        elif kind == 'sage':
-            self.c1, self.c2 = lib.SAGEConv(cin, hidden), lib.SAGEConv(hidden, classes)
-        elif kind == 'gin':
-            mlp = lambda i, o: torch.nn.Sequential(
-                torch.nn.Linear(i, hidden),
-                torch.nn.ReLU(),  # noqa: E731
-                torch.nn.Linear(hidden, o),
-            )
-            self.c1, self.c2 = lib.GINConv(mlp(cin, hidden)), lib.GINConv(mlp(hidden, classes))
-        elif kind in ('gat', 'gatv2'):
-            conv = lib.GATConv if kind == 'gat' else lib.GATv2Conv
-            self.c1 = conv(cin, 8, heads=8, dropout=0.6)
-            self.c2 = conv(64, classes, heads=1, dropout=0.6)
-        else:
-            self.lin1, self.lin2 = torch.nn.Linear(cin, 16), torch.nn.Linear(16, classes)
-            self.c1, self.c2 = lib.AGNNConv(requires_grad=False), lib.AGNNConv(requires_grad=True)
-
-    def forward(self, x, edge_index):
-        drop = 0.6 if self.kind in ('gat', 'gatv2') else 0.5
-        if self.kind == 'agnn':
-            h = self.lin1(Fn.dropout(x, drop, self.training)).relu()
-            h = self.c2(self.c1(h, edge_index), edge_index)
-            return self.lin2(Fn.dropout(h, drop, self.training))
-        h = self.c1(Fn.dropout(x, drop, self.training), edge_index)
-        h = Fn.elu(h) if self.kind in ('gat', 'gatv2') else h.relu()
-        return self.c2(Fn.dropout(h, drop, self.training), edge_index)
+def make_model(lib, kind: str, cin: int, classes: int, hidden: int = 16) -> Net:
+    """PyG's two-layer examples from ``lib`` (``torch_geometric.nn`` or
+    ``pyg_tc.nn``): GCN (``cached=True``), SAGE and GIN (MLPs of width
+    ``hidden``) with dropout 0.5; GAT / GATv2 with 8 heads x 8 then one head,
+    ELU, dropout 0.6 on features and attention; AGNN: linear, two AGNN
+    layers, linear (width 16), dropout 0.5."""
+    if kind == 'agnn':
+        return Net(lib, 'agnn', [cin, 16, 16, 16, classes], dropout=0.5)
+    if kind in ('gat', 'gatv2'):
+        return Net(lib, kind, [cin, 64, classes], dropout=0.6, heads=8, last_heads=1, att_dropout=0.6, act='elu')
+    return Net(lib, kind, [cin, hidden, classes], dropout=0.5, cached=True, mlp_width=hidden)
 
 
 def _eager(model, opt, data, compiled=False):
@@ -198,7 +173,7 @@ def step_records(name: str, a):
     C = int(data.y.max()) + 1
     for kind in a.models:
         torch.manual_seed(0)
-        base_pyg = Net(__import__('torch_geometric.nn').nn, kind, data.num_features, C).to(DEV)
+        base_pyg = make_model(pyg_nn, kind, data.num_features, C).to(DEV)
         eager = lambda m: _eager(m, torch.optim.Adam(m.parameters(), lr=0.01), data)  # noqa: E731
         # the same PyG step twice: the spread between the two is the timing's noise
         runs = [('PyG eager', base_pyg, eager), ('PyG eager, again', base_pyg, eager)]
@@ -213,7 +188,7 @@ def step_records(name: str, a):
             torch.optim.Adam(m.parameters(), lr=0.01, capturable=DEV.type == 'cuda'),  # noqa: E731
             loss_fn=masked_loss,
         )
-        tc = Net(pyg_tc.nn, kind, data.num_features, C).to(DEV)
+        tc = make_model(pyg_tc.nn, kind, data.num_features, C).to(DEV)
         tc.load_state_dict(base_pyg.state_dict())
         runs += [
             ('PyG captured', base_pyg, cap),
@@ -286,10 +261,10 @@ def crossover_records(model: str, a):
         data = random_graph(max(E // 5, 1000), E, 500, 3)
         for hidden in CROSS_HIDDEN:
             torch.manual_seed(0)
-            base = Net(__import__('torch_geometric.nn').nn, model, 500, 3, hidden).to(DEV)
+            base = make_model(pyg_nn, model, 500, 3, hidden).to(DEV)
             runs = []
             for run in ('PyG eager', 'pyg_tc eager', 'pyg_tc eager, kernels only'):
-                m = copy.deepcopy(base) if run == 'PyG eager' else Net(pyg_tc.nn, model, 500, 3, hidden).to(DEV)
+                m = copy.deepcopy(base) if run == 'PyG eager' else make_model(pyg_tc.nn, model, 500, 3, hidden).to(DEV)
                 m.load_state_dict(base.state_dict())
                 ei = data.edge_index.clone()  # each run its own tensor: no format shared
                 d = Data(x=data.x, y=data.y, edge_index=ei, train_mask=data.train_mask)
@@ -345,8 +320,9 @@ def _case(r: dict) -> str:
     return f"{r['graph']} {r['model']}"
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def main(argv=None, prog=None):
+    """Command line: see the module docstring; returns the exit code."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n')[0])
     p.add_argument('--out', default='small_graphs_out')
     p.add_argument('--name', default='small_graphs', help='the files\' name (NAME.jsonl, NAME.md, NAME.png)')
     p.add_argument('--graphs', default='cora,citeseer,pubmed')
@@ -433,14 +409,15 @@ def main(argv=None):
     if a.render:
         for kind in ('step', 'crossover'):
             rerender(rep, records, kind)
-        return
+        return 0
     # one-off allocations (cuBLAS's workspace) before the first run's memory is measured
     (torch.ones(8, 8, device=DEV) @ torch.ones(8, 8, device=DEV)).sum().item()
     if a.crossover:
         rep.run([('crossover', m, lambda m=m: crossover_records(m, a)) for m in a.models], device=DEV)
-        return
+        return 0
     rep.run([('steps', g, lambda g=g: step_records(g, a)) for g in a.graphs.split(',')], device=DEV)
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    raise SystemExit(main())

@@ -6,7 +6,7 @@ and the same for the format build. A synthetic batch shaped like the Reddit
 one (``--nodes`` nodes, fan-out ``--fanout`` per target, edges in target
 order as NeighborLoader gives them), no sampler needed.
 
-``python benchmarks/layer_overhead.py [--nodes 43000] [--fanout 4]`` (GPU).
+``python benchmarks/probes/layer_overhead.py [--nodes 43000] [--fanout 4]`` (GPU).
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ Rows: the epoch time (the median epoch after the first; the runs' epochs
 interleaved, one epoch of each in turn, so the host's drift falls on all
 alike; loading, collating and the copy to the GPU included), the ratio to
 PyG's, and the test accuracy (mean and standard deviation over ``--seeds``).
-``python benchmarks/graph_classification.py --out DIR`` (a GPU; on a CPU the
-captured run is eager).
+``pyg-tc bench graph_classification --out DIR`` (or ``python -m
+benchmarks.suites.graph_classification``; a GPU: on a CPU the captured run
+is eager).
 """
 
 from __future__ import annotations
@@ -31,25 +32,22 @@ import argparse
 import copy
 import os
 import statistics
-import sys
 import time
 
 import torch
 import torch.nn.functional as Fn
+import torch_geometric.nn as pyg_nn
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:  # run as a script from the checkout
-    sys.path.insert(0, _ROOT)
+import pyg_tc.nn
+from pyg_tc.bench.graphs import DATA_ENV, pyg_dataset
+from pyg_tc.bench.models import GraphNet
+from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
+from pyg_tc.capture import CapturedStep, padding_aware
+from pyg_tc.datasets import synthetic
+from pyg_tc.loader import GraphLoader
+from pyg_tc.transforms import PadGraphs, graph_buckets
 
-import pyg_tc.nn  # noqa: E402
-from pyg_tc.bench.graphs import DATA_ENV, pyg_dataset  # noqa: E402
-from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log  # noqa: E402
-from pyg_tc.datasets import synthetic  # noqa: E402
-from pyg_tc.capture import CapturedStep, padding_aware  # noqa: E402
-from pyg_tc.loader import GraphLoader  # noqa: E402
-from pyg_tc.transforms import PadGraphs, graph_buckets  # noqa: E402
-
-from benchmarks.suites.common import read_records, rerender  # noqa: E402
+from .common import read_records, rerender
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 RUNS = ('PyG eager', 'pyg_tc eager', 'pyg_tc padded + captured')
@@ -65,28 +63,10 @@ def dataset(name: str):
     return list(synthetic(name)), False
 
 
-class Net(torch.nn.Module):
-    """3 layers of ``kind`` from ``lib``, hidden 64, sum pooling, a linear head."""
-
-    def __init__(self, lib, kind: str, cin: int, classes: int, hidden: int = 64):
-        super().__init__()
-        from torch_geometric.nn import MLP
-
-        dims = [cin] + [hidden] * 3
-        if kind == 'gin':
-            self.convs = torch.nn.ModuleList(lib.GINConv(MLP([i, hidden, hidden])) for i in dims[:-1])
-        elif kind == 'gcn':
-            self.convs = torch.nn.ModuleList(lib.GCNConv(i, hidden) for i in dims[:-1])
-        else:
-            self.convs = torch.nn.ModuleList(lib.GATConv(i, hidden // 4, heads=4) for i in dims[:-1])
-        self.head = torch.nn.Linear(hidden, classes)
-
-    def forward(self, x, edge_index, batch, num_graphs=None):
-        from torch_geometric.nn import global_add_pool
-
-        for conv in self.convs:
-            x = conv(x, edge_index).relu()
-        return self.head(global_add_pool(x, batch, num_graphs))
+def make_model(lib, kind: str, cin: int, classes: int, hidden: int = 64) -> GraphNet:
+    """3 layers of ``kind`` from ``lib``, hidden ``hidden``, sum pooling, a
+    linear head: GIN on PyG's ``MLP`` (batch norm), GCN, GAT with 4 heads."""
+    return GraphNet(lib, 'gin-bn' if kind == 'gin' else kind, [cin] + [hidden] * 3, classes, heads=4)
 
 
 class Run:
@@ -149,12 +129,10 @@ def step_records(name: str, a):
                 cut = int(0.8 * len(perm))
                 train, test = [data[i] for i in perm[:cut]], [data[i] for i in perm[cut:]]
                 torch.manual_seed(seed)
-                base = Net(__import__('torch_geometric.nn').nn, kind, cin, classes).to(DEV)
+                base = make_model(pyg_nn, kind, cin, classes).to(DEV)
                 runs = []
                 for run in RUNS:
-                    model = Net(
-                        pyg_tc.nn if 'pyg_tc' in run else __import__('torch_geometric.nn').nn, kind, cin, classes
-                    ).to(DEV)
+                    model = make_model(pyg_tc.nn if 'pyg_tc' in run else pyg_nn, kind, cin, classes).to(DEV)
                     model.load_state_dict(copy.deepcopy(base.state_dict()))
                     runs.append(Run(run, model, train, bs, seed))
                 log(f'[graphcls] {name} {kind} batch {bs} seed {seed}: {a.epochs} epochs')
@@ -185,8 +163,9 @@ def step_records(name: str, a):
                 )
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def main(argv=None, prog=None):
+    """Command line: see the module docstring; returns the exit code."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n')[0])
     p.add_argument('--out', default='graph_classification_out')
     p.add_argument('--datasets', default='PROTEINS_full,ENZYMES,Molecules')
     p.add_argument('--models', default='gin,gcn,gat')
@@ -252,9 +231,10 @@ def main(argv=None):
     )
     if a.render:
         rerender(rep, records, 'epoch')
-        return
+        return 0
     rep.run([('epochs', d, lambda d=d: step_records(d, a)) for d in a.datasets.split(',')], device=DEV)
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    raise SystemExit(main())

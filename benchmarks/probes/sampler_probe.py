@@ -3,7 +3,7 @@ batch's CSR (transpose and schedules), the edge-id map and the rest of
 ``NeighborSampler._sample``, each synchronised; then a torch.profiler table of
 one ``_sample`` (host time per op, launches, synchronisations).
 
-``python benchmarks/sampler_probe.py [--graph products] [--batches 20]``
+``python benchmarks/probes/sampler_probe.py [--graph products] [--batches 20]``
 """
 
 import argparse

@@ -28,7 +28,7 @@ split's):
   peak of one batch's workspace.
 
 Run on a GPU (pyg-lib and torch_sparse optional; the rows without them are
-skipped): ``python benchmarks/sampling.py --out DIR [--graphs products,reddit]
+skipped): ``python -m benchmarks.suites.sampling --out DIR [--graphs products,reddit]
 [--models sage,gcn,gat]``.
 """
 
@@ -37,21 +37,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import sys
 import time
 
 import torch
 
 from pyg_tc.bench.graphs import load_graph
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
 from pyg_tc.bench.timing import PhaseTimer, loop_ms, loop_time
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/sampling.py
-    sys.path.insert(0, _ROOT)
-
-from benchmarks.suites.minibatch import train_step as step  # noqa: E402
-from pyg_tc.bench.models import Net  # noqa: E402
+from .minibatch import train_step as step
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
 SHAPES = {

@@ -1,4 +1,4 @@
-"""The TC-GNN benchmark (benchmarks/suites/tcgnn.py) end to end on the CPU: every
+"""The TC-GNN benchmark (the SGT suite, benchmarks/suites/sgt.py) end to end on the CPU: every
 section with --quick on the 'tiny' synthetic graph (the ops run their reference
 implementations: a code-path check, not a measurement), and the accuracy
 section for 3 epochs on Cora."""
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from benchmarks.suites import tcgnn
+from benchmarks.suites import sgt as suite
 from benchmarks.suites.common import sparse_baseline
 
 
@@ -28,12 +28,12 @@ BASE = sparse_baseline('cpu')[0]  # torch.sparse.mm on the CPU: not called cuSPA
 
 
 def _records(out):
-    return [json.loads(line) for line in (out / 'tcgnn.jsonl').read_text().splitlines()]
+    return [json.loads(line) for line in (out / 'sgt.jsonl').read_text().splitlines()]
 
 
 def test_quick_cpu_sections_write_records_and_report(tmp_path):
     out = tmp_path / 'out'
-    rc = tcgnn.main(
+    rc = suite.main(
         [
             '--out',
             str(out),
@@ -76,8 +76,8 @@ def test_quick_cpu_sections_write_records_and_report(tmp_path):
         assert r[f'tcu_vs_{BASE}'] > 0 and 'cusparse_ms' not in r and r['csr_bytes'] > 0 and r['tcu_bytes'] > 0
 
     (au,) = by('auto')
-    assert au['rule_warps'] in tcgnn.WARPS and au['best_warps'] in tcgnn.WARPS
-    assert all(au[f'tcu_w{w}_ms'] > 0 for w in tcgnn.WARPS) and au['best_backend'] in ('sgt', 'csr')
+    assert au['rule_warps'] in suite.WARPS and au['best_warps'] in suite.WARPS
+    assert all(au[f'tcu_w{w}_ms'] > 0 for w in suite.WARPS) and au['best_backend'] in ('sgt', 'csr')
 
     (bu,) = by('build')
     assert bu['sgt_build_ms'] > 0 and bu['csr_build_ms'] > 0 and bu['build_over_tcu_spmm'] > 0
@@ -91,14 +91,14 @@ def test_quick_cpu_sections_write_records_and_report(tmp_path):
         assert all(r[f'{i}_gflops'] > 0 for i in ('tcu', 'tcu_tf32', 'csr', BASE))
 
     tr = by('train')
-    assert [(r['model'], r['impl']) for r in tr] == [(m, i) for m in tcgnn.MODELS for i in tcgnn.TRAIN_IMPLS]
+    assert [(r['model'], r['impl']) for r in tr] == [(m, i) for m in suite.MODELS for i in suite.TRAIN_IMPLS]
     for r in tr:
         assert r['status'] == 'ok', r
         assert r['epoch_ms'] > 0
         if r['impl'] != 'pyg':  # same initial weights and dropout masks as PyG
             assert r['loss_diff_vs_pyg'] < 1e-4 and r['speedup_vs_pyg'] > 0
 
-    md = (out / 'tcgnn.md').read_text()
+    md = (out / 'sgt.md').read_text()
     for title in (
         '## SGT statistics',
         '## SpMM',
@@ -111,12 +111,12 @@ def test_quick_cpu_sections_write_records_and_report(tmp_path):
     ):
         assert title in md, title
     pytest.importorskip('matplotlib')
-    assert (out / 'tcgnn.png').stat().st_size > 0
+    assert (out / 'sgt.png').stat().st_size > 0
 
 
 def test_accuracy_section_on_cora(tmp_path, cora_root):
     out = tmp_path / 'out'
-    rc = tcgnn.main(
+    rc = suite.main(
         [
             '--out',
             str(out),
@@ -138,12 +138,12 @@ def test_accuracy_section_on_cora(tmp_path, cora_root):
     )
     assert rc == 0
     recs = [r for r in _records(out) if r['kind'] == 'accuracy']
-    assert [(r['model'], r['impl']) for r in recs] == [(m, i) for m in tcgnn.MODELS for i in tcgnn.ACC_IMPLS]
+    assert [(r['model'], r['impl']) for r in recs] == [(m, i) for m in suite.MODELS for i in suite.ACC_IMPLS]
     for r in recs:
         assert r['status'] == 'ok', r
         assert r['dataset'] == 'cora' and r['epochs'] == 3 and 0 <= r['best_epoch'] < 3
         assert 0.0 <= r['val'] <= 1.0 and 0.0 <= r['test'] <= 1.0
-    md = (out / 'tcgnn.md').read_text()
+    md = (out / 'sgt.md').read_text()
     assert '## Test accuracy' in md and md.count('| cora |') == len(recs)
     assert not (cora_root / 'planetoid' / 'Cora' / 'processed').exists()
 

@@ -1,6 +1,6 @@
 """A/B of kernel speed between two checkouts of pyg_tc, in one device run.
 
-    python benchmarks/ab_kernels.py --base .ab_base --new . --out OUTDIR/ab [--rounds 3]
+    python benchmarks/probes/ab_kernels.py --base .ab_base --new . --out OUTDIR/ab [--rounds 3]
 
 Each round runs one worker process per checkout (alternating, so clock and
 thermal drift hit both alike); a worker builds its kernels in its own build

@@ -34,7 +34,7 @@ the matrix-product kernels (cuBLAS / CUTLASS GEMMs: the layers' ``Linear``
 work, the same in every run: what no sparse kernel can remove). The batches
 are padded to ``--levels`` buckets measured on ``--bucket-batches`` batches;
 the rows give the padded / real nodes and edges. ``--top-kernels N`` logs
-the N kernels taking most time per run. Run on a GPU: ``python benchmarks/captured_step.py --out DIR``.
+the N kernels taking most time per run. Run on a GPU: ``python -m benchmarks.suites.captured_step --out DIR``.
 """
 
 from __future__ import annotations
@@ -42,27 +42,21 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import os
-import sys
 
 import torch
 import torch.nn.functional as Fn
 
 import pyg_tc
 from pyg_tc.bench.graphs import load_graph
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, log
 from pyg_tc.bench.timing import kernel_profile, loop_ms
 from pyg_tc.capture import CapturedStep, seed_loss
 from pyg_tc.loader import NeighborLoader
 from pyg_tc.transforms import PadHops, PadToBuckets, buckets_from_batches
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/captured_step.py
-    sys.path.insert(0, _ROOT)
-
-from benchmarks.suites.common import read_records, rerender  # noqa: E402
-from benchmarks.suites.minibatch import hops  # noqa: E402
-from pyg_tc.bench.models import Net  # noqa: E402
+from .common import read_records, rerender
+from .minibatch import hops
 
 #: graph -> (feature width, classes, training seeds): the real datasets' shapes
 SHAPES = {'products': (100, 47, 196_615), 'reddit': (602, 41, 153_431), 'tiny': (16, 4, 1_000)}

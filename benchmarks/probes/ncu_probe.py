@@ -3,7 +3,7 @@ cuSPARSE, on the Reddit-shaped graph, so `ncu` can tell what bounds them.
 
     ncu --clock-control none -k regex:"spmm_units|csrmm|cusparse|sgt_spmm" \\
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \\
-        --section WarpStateStats python benchmarks/ncu_probe.py [--sgt]
+        --section WarpStateStats python benchmarks/probes/ncu_probe.py [--sgt]
 
 --sgt[=GRAPH,...]: the tensor-core SpMM against the CSR kernel instead, on
 each graph (default the Reddit-shaped one) in RCM order, or in its own order

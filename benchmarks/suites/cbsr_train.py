@@ -1,14 +1,15 @@
 """Full-batch training of ReLU and MaxK GNNs on real graphs: test metric and epoch
 time per k (the MaxK-GNN paper's Table 5 and Figure 9 on our data; protocol and
-results of record in ``docs/maxk.md``).
+results of record in ``docs/cbsr.md``).
 
 Per dataset x config (ReLU, then MaxK for each k) x seed: ``torch.manual_seed(seed)``,
 ``MaxKGNN(conv, in, hidden, out, layers, k, dropout, nonlinear='relu'|'maxk')``, Adam
 (weight decay 5e-4 on Planetoid, 0 otherwise, unless ``--weight-decay``), test metric
 at the first best-val epoch (:func:`.common.fit`). Cora, CiteSeer: Planetoid public split,
 ``NormalizeFeatures`` unless ``--raw-features``, accuracy; Tolokers, Minesweeper:
-split ``seed % 10``, ROC-AUC of P(class 1). Writes ``maxk_train.jsonl`` (one record
-per dataset x config x seed), ``maxk_train.md`` and ``maxk_train.png`` in ``--out``.
+split ``seed % 10``, ROC-AUC of P(class 1). Writes ``cbsr_train.jsonl`` (one record
+per dataset x config x seed), ``cbsr_train.md`` and ``cbsr_train.png`` in ``--out``
+(``pyg-tc bench cbsr_train``: the CBSR family's training suite).
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def _panels(records: List[dict]) -> List[Panel]:
 
 
 def reporter(out: Path, setup: str, ks: Sequence[int]) -> Reporter:
-    """The suite's outputs: maxk_train.jsonl, maxk_train.md (metric and time per k), maxk_train.png."""
+    """The suite's outputs: cbsr_train.jsonl, cbsr_train.md (metric and time per k), cbsr_train.png."""
     cols = lambda what, *first: (
         [Col(c, c) for c in ('dataset', *first)]
         + [  # noqa: E731
@@ -156,8 +157,8 @@ def reporter(out: Path, setup: str, ks: Sequence[int]) -> Reporter:
     )
     return Reporter(
         str(out),
-        'maxk_train.jsonl',
-        'maxk_train.md',
+        'cbsr_train.jsonl',
+        'cbsr_train.md',
         'MaxK-GNN vs ReLU, full-batch training',
         sections=[
             Table(
@@ -166,9 +167,9 @@ def reporter(out: Path, setup: str, ks: Sequence[int]) -> Reporter:
             Table('## Median epoch time in ms (speedup over ReLU)', _by_dataset, cols('ms')),
             Text(f'## Target: k={CHECK_K} at most {CHECK_POINTS:g} point below ReLU (means)', _check),
         ],
-        figures=[Figure('maxk_train.png', _panels, ncols=4)],
+        figures=[Figure('cbsr_train.png', _panels, ncols=4)],
         header=lambda env, recs: [setup],
-        tag='maxk',
+        tag='cbsr_train',
     )
 
 
@@ -199,7 +200,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     a('--backend', default='auto')
     a('--data-root', type=Path, default=None, help='folder with planetoid/ and heterophilous/ (default $PYG_TC_DATA)')
     a('--cache-dir', type=Path, default=None, help='keep dataset copies here (else a temp dir)')
-    a('--out', type=Path, default=Path('maxk_out'))
+    a('--out', type=Path, default=Path('cbsr_train_out'))
     a('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     args = p.parse_args(argv)
     args.datasets = [d.strip().lower() for d in args.datasets.split(',') if d.strip()]
@@ -228,7 +229,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         + (f' ({torch.cuda.get_device_name(dev)})' if dev.type == 'cuda' else '')
         + f', torch {torch.__version__}'
     )
-    log(f'[maxk] {setup}; data from {args.data_root}')
+    log(f'[cbsr_train] {setup}; data from {args.data_root}')
     rep = reporter(args.out, setup, args.ks)
 
     def dataset(name: str) -> Iterator[dict]:
@@ -236,7 +237,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> in
         data = common.load_dataset(name, args.data_root, args.cache_dir, args.normalize).to(dev)
         wd = args.weight_decay if args.weight_decay is not None else (5e-4 if cls == 'Planetoid' else 0.0)
         log(
-            f'[maxk] {name}: {data.num_nodes} nodes, {data.num_edges} edges, '
+            f'[cbsr_train] {name}: {data.num_nodes} nodes, {data.num_edges} edges, '
             f'{data.num_features} features, metric {metric}, weight decay {wd:g}'
         )
         for k in [None, *args.ks]:

@@ -2,14 +2,14 @@
 graph, order (native / RCM) and width, plus the warps and unit-size sweeps
 (SGT rebuilt with unit_blocks = 16 .. 4096, i.e. up to whole windows, each
 with 1, 4 and 8 warps per unit; the default is marked *).
-  python benchmarks/sgt_probe.py [graphs] [widths]"""
+  python benchmarks/probes/sgt_probe.py [graphs] [widths]"""
 
 import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from pyg_tc import ops  # noqa: E402
 from pyg_tc.bench.graphs import load_graph  # noqa: E402
 from pyg_tc.bench.timing import kernel_time  # noqa: E402
@@ -70,9 +70,9 @@ for name in graphs:
                 sw = {wp: t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)) for wp in (1, 4, 8)}
                 su = {}
                 for u, v in variants.items():
-                    g.sgt = v
+                    g.cache.sgt = v
                     su[u] = '/'.join(f'{t(lambda: ops.sgt_spmm_cells(g, x, cells, warps=wp)):.4f}' for wp in (1, 4, 8))
-                g.sgt = s
+                g.cache.sgt = s
                 sd_c = t(lambda: ops.sddmm_graph(g, x, x))
                 sd_t = t(lambda: ops.sgt_sddmm_cells(g, x, x))
                 print(

@@ -23,7 +23,7 @@ the smaller of the two standard deviations ("within one standard deviation").
 Without CUDA, ``--device cpu`` runs pyg_tc's sampler as its pure-PyTorch
 reference, which gives the same batches as the GPU kernel bit for bit.
 
-Run: ``python benchmarks/sampler_accuracy.py --data $PYG_TC_DATA --out DIR
+Run: ``pyg-tc bench sampler_accuracy --data $PYG_TC_DATA --out DIR
 [--graphs tolokers,minesweeper,actor] [--models sage,gat] [--seeds 5]
 [--epochs 30]``; ``--graphs tiny`` is a synthetic graph that needs no data;
 ``--render JSONL --out DIR --name NAME`` rewrites the outputs from the records.
@@ -46,13 +46,10 @@ import torch
 import torch.nn.functional as Fn
 from torch import Tensor
 
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, log
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:  # run as a script from the checkout: python benchmarks/sampler_accuracy.py
-    sys.path.insert(0, _ROOT)
-
-from benchmarks.suites.common import DATASETS, evaluate, load_dataset  # noqa: E402
+from .common import DATASETS, evaluate, load_dataset
 
 #: sampler key -> label in the records and the report
 SAMPLERS = {'pyg': "PyG's NeighborLoader", 'pyg_tc': 'pyg_tc NeighborLoader'}
@@ -110,29 +107,15 @@ def first_split(data) -> Tuple[Tensor, Tensor, Tensor]:
 # -- model and training ------------------------------------------------------------
 
 
-class Net(torch.nn.Module):
+def make_model(kind: str, in_channels: int, out_channels: int, dropout: float) -> Net:
     """PyG's layers: ``sage`` (3 x SAGEConv, hidden 64) or ``gat`` (GATConv
     with 4 heads of 16, then one head); ReLU and dropout in between."""
+    import torch_geometric.nn as pyg_nn
 
-    def __init__(self, kind: str, in_channels: int, out_channels: int, dropout: float):
-        super().__init__()
-        from torch_geometric.nn import GATConv, SAGEConv
-
-        if kind == 'sage':
-            dims = [in_channels, 64, 64, out_channels]
-            self.convs = torch.nn.ModuleList(SAGEConv(i, o) for i, o in zip(dims[:-1], dims[1:]))
-        elif kind == 'gat':
-            self.convs = torch.nn.ModuleList([GATConv(in_channels, 16, heads=4), GATConv(64, out_channels)])
-        else:
-            raise ValueError(f'unknown model {kind!r}; known: sage, gat')
-        self.dropout = dropout
-
-    def forward(self, x: Tensor, edge_index) -> Tensor:
-        for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
-            if i < len(self.convs) - 1:
-                x = Fn.dropout(x.relu(), self.dropout, self.training)
-        return x
+    if kind not in ('sage', 'gat'):
+        raise ValueError(f'unknown model {kind!r}; known: sage, gat')
+    dims = [in_channels, 64, 64, out_channels] if kind == 'sage' else [in_channels, 64, out_channels]
+    return Net(pyg_nn, kind, dims, dropout, heads=4, last_heads=1, input_dropout=False)
 
 
 def make_loader(sampler: str, data, fanout: List[int], train: Tensor, batch_size: int):
@@ -158,7 +141,7 @@ def train_run(data, metric: str, kind: str, sampler: str, seed: int, a) -> dict:
     sampled edges per batch and the training time."""
     train, val, test = first_split(data)
     torch.manual_seed(seed)
-    model = Net(kind, data.num_features, int(data.y.max()) + 1, a.dropout)
+    model = make_model(kind, data.num_features, int(data.y.max()) + 1, a.dropout)
     loader = make_loader(sampler, data, a.fanout[kind], train, a.batch_size)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     best, edges, batches, t_train = None, 0, 0, 0.0
@@ -372,9 +355,9 @@ def reporter(a, env: dict) -> Reporter:
 # -- command line ------------------------------------------------------------------
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     """The command line, parsed and checked."""
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
     a = p.add_argument
     a(
         '--data',
@@ -397,7 +380,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     a('--name', default='sampler_accuracy', help='the outputs\' file name (without extension)')
     a('--render', type=Path, metavar='JSONL', help='only rewrite the outputs from these records')
     args = p.parse_args(argv)
-    args.command = shlex.join(['python', 'benchmarks/sampler_accuracy.py', *(sys.argv[1:] if argv is None else argv)])
+    args.command = shlex.join(
+        [*(prog or 'python -m benchmarks.suites.sampler_accuracy').split(), *(sys.argv[1:] if argv is None else argv)]
+    )
     args.graphs = [g.strip().lower() for g in args.graphs.split(',') if g.strip()]
     args.models = [m.strip() for m in args.models.split(',') if m.strip()]
     args.samplers = [s.strip() for s in args.samplers.split(',') if s.strip()]
@@ -434,9 +419,9 @@ def pyg_backend() -> str:
     return 'none'
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
     """Command line: see the module docstring; returns the exit code."""
-    a = parse_args(argv)
+    a = parse_args(argv, prog)
     if a.render:
         records = [json.loads(line) for line in open(a.render) if line.strip()]
         env = next(r for r in records if r.get('kind') == 'env')

@@ -4,7 +4,7 @@ fp32 / fp16 / bf16, the half SpMM with and without the two-level half2 sum
 (spmm_config), the SDDMM with 4 and 8 edges in flight per lane
 (sddmm_inflight; pyg_tc.testing.kernel_overrides), to choose the half rules in kernels/csr/csr_host.cpp.
 
-    python benchmarks/half_probe.py [--graphs reddit,products,arxiv,tolokers] [--widths 32,64,128,256]
+    python benchmarks/probes/half_probe.py [--graphs reddit,products,arxiv,tolokers] [--widths 32,64,128,256]
         [--out probe.jsonl] [--no-sweep] [--accuracy GRAPH] [--casts]
 
 --accuracy GRAPH: relative error (2-norm over F = 64) of the half SpMM on the

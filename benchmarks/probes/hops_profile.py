@@ -5,7 +5,7 @@ padded batches), the whole loop, each with and without the loader's
 ``prefetch``; the GPU's kernel time and busy time (the union of the kernels'
 intervals, torch.profiler) per batch.
 
-``python benchmarks/hops_profile.py [--out FILE.json]`` on a GPU (without
+``python benchmarks/probes/hops_profile.py [--out FILE.json]`` on a GPU (without
 one, a dry run of the code on the CPU: the times mean nothing).
 """
 
@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _ROOT not in sys.path:  # run as a script from the checkout
     sys.path.insert(0, _ROOT)
 
@@ -58,7 +58,7 @@ def main(argv=None):
     p.add_argument('--graph', default='products', help='products, reddit, arxiv or tiny (a quick check)')
     p.add_argument('--batch-size', type=int, default=1024)
     a = p.parse_args(argv)
-    from benchmarks.sampling import DEV, SHAPES, make_data
+    from benchmarks.suites.sampling import DEV, SHAPES, make_data
     from pyg_tc.bench.models import Net
     import pyg_tc.nn
     from pyg_tc.capture import CapturedStep

@@ -2,7 +2,7 @@
 between two checkouts of pyg_tc, in one GPU run (for a layer-level change,
 e.g. the output dtypes matching PyG's).
 
-    python benchmarks/ab_steps.py --base .ab_base --new . [--graph reddit] [--models gcn,sage,gat]
+    python benchmarks/probes/ab_steps.py --base .ab_base --new . [--graph reddit] [--models gcn,sage,gat]
 
 Each round runs one worker process per checkout, alternating; a worker
 imports pyg_tc from its checkout (kernels built in its own build directory),

@@ -1,7 +1,7 @@
 """Peak GPU memory of each stage of a cached 2-layer GCN training step on the
 Reddit-shaped graph (where does pyg_tc's peak come from?).
 
-    python benchmarks/memory_probe.py
+    python benchmarks/probes/memory_probe.py
 """
 
 import torch

@@ -1,13 +1,13 @@
-"""TC-GNN suite: tensor-core (TCU) SpMM / SDDMM over SGT blocks against
+"""TC-GNN suite (the SGT family): tensor-core (TCU) SpMM / SDDMM over SGT blocks against
 ``torch.sparse.mm`` (cuSPARSE on a GPU), pyg_tc's CSR kernels and PyG-style
 gather/scatter; SGT statistics in native, RCM and random node order; the warps
 and ``backend='auto'`` rules; SGT build cost; TC-GNN's Table 6; GCN / AGNN
 training epochs and accuracy against PyG's own layers.
 
-``python -m benchmarks.suites.tcgnn --out DIR [--sections kernels,auto,build,table6,train,accuracy]
+``python -m benchmarks.suites.sgt --out DIR [--sections kernels,auto,build,table6,train,accuracy]
 [--graphs ...] [--widths 16,32,64,128] [--dtypes float32,float16] [--quick] [--device cpu]``
-writes ``DIR/tcgnn.jsonl`` (the first record the environment), ``tcgnn.md`` and
-``tcgnn.png``. The method and the results of record are in ``docs/tcgnn.md``;
+writes ``DIR/sgt.jsonl`` (the first record the environment), ``sgt.md`` and
+``sgt.png``. The method and the results of record are in ``docs/sgt.md``;
 on the CPU every op runs its reference implementation (code-path check only).
 """
 
@@ -294,10 +294,10 @@ def bench_build(name: str, a, log=log) -> Iterator[dict]:
     rec['csr_build_ms'] = wall(lambda: CSRGraph.from_coo(ei[0], ei[1], N, N))
     g = _graph(ei, N)
     rec['sgt_build_ms'] = wall(lambda: SGT.build(g), n=5)
-    g.sgt = SGT.build(g)
+    g.cache.sgt = SGT.build(g)
     x = torch.randn(N, 32, device=dev)
     w = torch.rand(E, device=dev) + 0.5
-    cells = g.sgt.cell_values(w)
+    cells = g.cache.sgt.cell_values(w)
     measure(
         rec,
         {'tcu_spmm': lambda: sgt_spmm_cells(g, x, cells), 'csr_spmm': lambda: spmm_graph(g, x, w)},
@@ -624,7 +624,7 @@ def _train_note(tr: List[dict]) -> str:
 
 
 def reporter(out: str, env: dict) -> Reporter:
-    """The suite's outputs: tcgnn.jsonl, tcgnn.md (one table per section), tcgnn.png."""
+    """The suite's outputs: sgt.jsonl, sgt.md (one table per section), sgt.png."""
     bkey, blabel, _ = sparse_baseline(env['device'])
     names = dict(NAMES, **{bkey: blabel})
     k = lambda key, spec='', bold=False, h=None: Col(h or key, key, spec, bold)  # noqa: E731
@@ -795,15 +795,15 @@ def reporter(out: str, env: dict) -> Reporter:
 
     return Reporter(
         out,
-        'tcgnn.jsonl',
-        'tcgnn.md',
+        'sgt.jsonl',
+        'sgt.md',
         'TC-GNN benchmarks',
         env,
         'first',
         sections,
-        [Figure('tcgnn.png', panels)],
+        [Figure('sgt.png', panels)],
         header,
-        tag='tcgnn',
+        tag='sgt',
     )
 
 
@@ -842,7 +842,7 @@ _QUICK = dict(
 def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> argparse.Namespace:
     """The command line, with the --quick / full defaults filled in."""
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split('\n\n')[0])
-    p.add_argument('--out', default='tcgnn_out')
+    p.add_argument('--out', default='sgt_out')
     p.add_argument('--sections', default=','.join(SECTIONS), help=f'comma list of {", ".join(SECTIONS)}')
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     p.add_argument('--quick', action='store_true', help='small settings (smoke test)')

@@ -1,11 +1,11 @@
-"""MaxK-GNN suite: the paper's Figure 8 (SpGEMM forward and SSpMM backward at
+"""MaxK-GNN suite (the CBSR family): the paper's Figure 8 (SpGEMM forward and SSpMM backward at
 width 256 over k, against ``torch.sparse.mm`` and pyg_tc's CSR SpMM at width
 256), the selection kernel against ``torch.topk``, and the full-batch
 MaxK-SAGE training epoch against the ReLU model (pyg_tc's CSR kernels and
-PyG's SAGEConv). ``python -m benchmarks.suites.maxk --out DIR [--graphs ...] [--ks
+PyG's SAGEConv). ``python -m benchmarks.suites.cbsr --out DIR [--graphs ...] [--ks
 2,4,...] [--no-train] [--tf32] [--profile] [--device cpu]`` writes
-``maxk.jsonl``, ``maxk.md`` and ``maxk.png``; method and results of record:
-``docs/maxk.md``.
+``cbsr.jsonl``, ``cbsr.md`` and ``cbsr.png``; method and results of record:
+``docs/cbsr.md``.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def bench_training(
 
 
 def reporter(out: str, env: dict) -> Reporter:
-    """The suite's outputs: maxk.jsonl, maxk.md (kernels, training), maxk.png (Figure 8)."""
+    """The suite's outputs: cbsr.jsonl, cbsr.md (kernels, training), cbsr.png (Figure 8)."""
     bkey, blabel, _ = sparse_baseline(env['device'])
     k = lambda key, spec='.3f', h=None, bold=False: Col(h or key, key, spec, bold)  # noqa: E731
     kernels = Table(
@@ -257,15 +257,15 @@ def reporter(out: str, env: dict) -> Reporter:
     ]
     return Reporter(
         out,
-        'maxk.jsonl',
-        'maxk.md',
+        'cbsr.jsonl',
+        'cbsr.md',
         'MaxK-GNN kernels (Figure 8) and training',
         env,
         None,
         [kernels, train],
-        [Figure('maxk.png', panels, ncols=2)],
+        [Figure('cbsr.png', panels, ncols=2)],
         lambda env, recs: head,
-        tag='maxk',
+        tag='cbsr',
     )
 
 
