@@ -152,7 +152,7 @@ class Op:
         """Call the op (loading the kernels on first use). Given the inputs
         that can need gradients (``differentiable``), an eager call skips the
         autograd wrapper ``register_autograd`` installs (its host time per call
-        exceeds a mini-batch's SpMM: ``benchmarks/layer_overhead.py``): where no input
+        exceeds a mini-batch's SpMM: ``benchmarks/probes/layer_overhead.py``): where no input
         needs a gradient the op runs below autograd; where one does, the same
         formulas run through a ``torch.autograd.Function`` (:meth:`_function`).
         With grad mode off (inference, and a backward formula's calls unless

@@ -19,7 +19,7 @@ constexpr int kThreads = 256;
 // NV vectors each; min_blocks resident blocks per SM (64 registers a thread
 // for one vector per lane, 128 for four) keep enough warps in flight to hide
 // the gathers' latency (unbounded, the forward's registers leave too few
-// warps resident; docs/fusegnn.md).
+// warps resident; docs/attn.md).
 constexpr int kUnroll = 4;
 constexpr int min_blocks(int nv) { return nv == 1 ? 4 : 2; }
 constexpr int unroll_for(int nv) { return nv >= kUnroll ? 1 : kUnroll / nv; }

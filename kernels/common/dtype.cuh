@@ -76,7 +76,7 @@ __device__ __forceinline__ U ldg(const U* p) {
 // Elements per 16-byte vector for a given scalar.
 template <typename T> constexpr int vec16() { return 16 / sizeof(T); }
 
-// Packed pairs of a half type (HFMA2 arithmetic, docs/halfgnn.md): Half2<T>
+// Packed pairs of a half type (HFMA2 arithmetic, docs/half.md): Half2<T>
 // is __half2 / __nv_bfloat162; mirror2 puts one value in both halves; to_f2
 // converts a pair to fp32.
 template <typename T> struct Half2Of;

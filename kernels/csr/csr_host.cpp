@@ -32,8 +32,8 @@ namespace {
 //   all blocks before the next.
 // The scalar path (odd widths that are not padded) uses one element per lane.
 // The half two-level path (fp16 / bf16 sum and mean, batches of 8 edges in
-// flight) has its own rule, from the sweep in benchmarks/half_probe.py
-// (docs/halfgnn.md): 4 lanes for rows of <= 4 vectors, 8 for <= 8, then 8
+// flight) has its own rule, from the sweep in benchmarks/probes/half_probe.py
+// (docs/half.md): 4 lanes for rows of <= 4 vectors, 8 for <= 8, then 8
 // lanes x 2 vectors (256-byte slices), or 16 x 2 for rows of >= 32 vectors
 // when x stays in L2.
 constexpr int64_t kSmallX = 32ll << 20;
@@ -135,7 +135,7 @@ at::Tensor spmm_csr_cuda(const at::Tensor& rowptr, const at::Tensor& col,
   p.vec = (F % vecw == 0) && aligned16(p.x) && aligned16(p.out);
   // half types, vector path, sum / mean: the two-level half2 sum, except for
   // rows of <= 4 vectors in cooperative mode (small graphs, F <= 32, where the
-  // fp32 products are faster; docs/halfgnn.md); the spmm_two_level override
+  // fp32 products are faster; docs/half.md); the spmm_two_level override
   // forces it
   const int forced = launch_overrides().spmm_two_level;
   const bool rule = !(p.coop && vec_ok && F * elem / 16 <= 4);
@@ -171,7 +171,7 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
   if (F % vecw != 0 && F > 8) {
     // Odd widths (as the SpMM): zero-padded copies of a and b (one pass over
     // each, against E row gathers) so the 16-byte vector path runs; the zero
-    // columns add nothing to the dot products (docs/halfgnn.md measures the
+    // columns add nothing to the dot products (docs/half.md measures the
     // scalar path it replaces).
     const int64_t Fp = (F + vecw - 1) / vecw * vecw;
     auto pad = [&](const at::Tensor& t) {
@@ -197,7 +197,7 @@ at::Tensor sddmm_csr_cuda(const at::Tensor& col, const at::Tensor& a, const at::
   const int64_t chunks = p.vec ? p.F / vecw : p.F;
   p.lanes = chunks <= 4 ? 4 : chunks <= 8 ? 8 : chunks <= 16 ? 16 : 32;
   // edges in flight per lane: 8 for half types on the vector path when the
-  // gathered b stays in L2 (<= 32 MiB), else 4 (docs/halfgnn.md); the
+  // gathered b stays in L2 (<= 32 MiB), else 4 (docs/half.md); the
   // sddmm_inflight override forces it
   const bool b_in_l2 = bc.size(0) * p.F * bc.element_size() <= kSmallX;
   const int forced = launch_overrides().sddmm_inflight;

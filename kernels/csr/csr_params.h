@@ -36,7 +36,7 @@ struct CsrSpmmParams {
   CsrSpmmConfig config{};
   bool coop{};  // the groups of a warp share one unit
   bool vec{};  // 16-byte vector path (else one element per lane)
-  bool two_level{};  // half vectors, sum / mean: the half2 two-level sum (docs/halfgnn.md)
+  bool two_level{};  // half vectors, sum / mean: the half2 two-level sum (docs/half.md)
 };
 
 struct CsrSddmmParams {

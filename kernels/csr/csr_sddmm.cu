@@ -175,7 +175,7 @@ __device__ __forceinline__ void sddmm_units(const int4* __restrict__ units, int6
 }
 
 // At least 4 blocks per SM (<= 64 registers): fewer resident warps leave the
-// gathers' latency exposed (docs/results/arch_ab_struct.md measures 3 blocks
+// gathers' latency exposed (docs/results/arch_ab.md measures 3 blocks
 // and no bound).
 template <typename T, int V, int L, int U>
 __global__ void __launch_bounds__(kThreads, 4) sddmm_units_kernel(const CsrSddmmParams p) {

@@ -205,7 +205,7 @@ __device__ __forceinline__ void walk_unit(float (&acc)[NV][V], const int4 un, co
 // writes. Otherwise each group owns a unit.
 //
 // Half types on the vector path, sum and mean (H2): HalfGNN's two-level sum
-// (docs/halfgnn.md; specified by pyg_tc.ops.csr.half2_two_level_sum). The
+// (docs/half.md; specified by pyg_tc.ops.csr.half2_two_level_sum). The
 // unit's edges go in aligned batches of 8 (walk_unit_half2): the batch's weights
 // are scaled by the power of two above their largest magnitude, mirrored into
 // both halves of a half2 and summed with HFMA2 in the input's dtype (one

@@ -93,7 +93,7 @@ at::Tensor sgt_spmm_cuda(const at::Tensor& units, const at::Tensor& cols, const 
   p.sm90 = device_attr<cudaDevAttrComputeCapabilityMajor>(x.get_device()) >= 9;
   // Feature slices: the width rounded up to 8 / 16 / 32 fp32 or 16 / 32 half
   // elements, wider inputs in slices of 32 (narrower fp32 slices re-read the
-  // metadata per slice; docs/tcgnn.md); 32-float
+  // metadata per slice; docs/sgt.md); 32-float
   // slices stage 2 blocks per stage, the others 4 (2 KB of rows per stage).
   // The vector path needs 16-byte aligned rows, else elementwise staging.
   const bool is_float = x.scalar_type() == at::kFloat;

@@ -1,6 +1,9 @@
-"""Each results page (``docs/results/*.md``) opens with a run block naming its
-GPU, driver, torch and CUDA versions, date and commit ("not recorded" where a
-field was not recorded at the time)."""
+"""One results page per suite (``docs/results/*.md``), each opening with a run
+block naming its GPU, driver, torch and CUDA versions, date and commit ("not
+recorded" where a field was not recorded at the time). The raw records of
+every run (``.jsonl``, ``.json``, probe logs) are kept in ``docs/results/data/``,
+each linked from the page it belongs to; the results folder itself holds the
+pages and the plots they show."""
 
 import re
 
@@ -8,7 +11,9 @@ import pytest
 
 from ..conftest import REPO_ROOT
 
-RESULTS = sorted((REPO_ROOT / 'docs' / 'results').glob('*.md'))
+RESULTS_DIR = REPO_ROOT / 'docs' / 'results'
+RESULTS = sorted(RESULTS_DIR.glob('*.md'))
+DATA = sorted((RESULTS_DIR / 'data').iterdir())
 FIELDS = {
     'GPU': r'NVIDIA \S.*|CPU \(no GPU\).*',
     'driver': r'\d+\.\d+(?:\.\d+)?|not recorded',
@@ -17,6 +22,7 @@ FIELDS = {
     'date': r'20\d\d-\d\d-\d\d\b.*',
     'commit': r'.*\b[0-9a-f]{7,40}\b.*',
 }
+LINK = re.compile(r'\]\(([^)#\s]+)(?:#[^)\s]*)?\)')
 
 
 def run_block(text: str) -> dict:
@@ -47,3 +53,22 @@ def test_run_block_parsing():
     assert run_block(page) == {'GPU': 'NVIDIA H200', 'date': '2026-11-21'}
     with pytest.raises(AssertionError):
         run_block('# t\n\n- GPU: NVIDIA H200\n')
+
+
+def test_the_results_folder_holds_pages_and_plots():
+    loose = [p.name for p in RESULTS_DIR.iterdir() if p.is_file() and p.suffix not in ('.md', '.png')]
+    assert not loose, f'raw records belong in docs/results/data/: {loose}'
+    assert not [p.name for p in DATA if p.suffix == '.md'], 'docs/results/data/ holds records, not pages'
+
+
+@pytest.mark.parametrize('page', RESULTS, ids=lambda p: p.name)
+def test_results_pages_link_files_that_exist(page):
+    targets = [t for t in LINK.findall(page.read_text()) if not re.match(r'[a-z]+:', t)]
+    missing = [t for t in targets if not (page.parent / t).exists()]
+    assert not missing, missing
+
+
+def test_every_raw_record_is_linked_from_its_page():
+    linked = {(page.parent / t).resolve() for page in RESULTS for t in LINK.findall(page.read_text())}
+    orphans = [p.name for p in DATA if p.resolve() not in linked]
+    assert not orphans, f'linked from no results page: {orphans}'
