@@ -283,7 +283,7 @@ class _Replayer:
         static = batch if own else _static_copy(batch)
         buffers = _flat(static)
         graphs = [] if own else _graphs(static)
-        before = [g.derived_keys() for g in graphs]
+        before = [g.cache.keys() for g in graphs]
         snap = self._snapshot()
         # the warm-up and the capture draw no random numbers of the run: the first replay draws
         # what the next eager step would (dropout as in the eager loop)
@@ -299,7 +299,7 @@ class _Replayer:
                 _reraise_capture_error(e, type(self).__name__)
                 raise
             for g, keys in zip(graphs, before):
-                g.drop_derived(keep=keys)
+                g.cache.drop(keep=keys)
             graph = torch.cuda.CUDAGraph()
             side = self.stream or torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -548,7 +548,7 @@ def _graphs(batch: Data) -> list:
         seen.add(id(obj))
         if isinstance(obj, CSRGraph):
             out.append(obj)
-            todo.extend(obj.derived_values())
+            todo.extend(obj.cache.values())
         elif isinstance(obj, (tuple, list)):
             todo.extend(obj)
         elif isinstance(obj, Tensor) and graph_of(obj) is not None:

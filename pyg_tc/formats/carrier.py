@@ -16,7 +16,7 @@ tensor itself.
   same memory, same strides, offset 0; again sliced in the next layer) is a
   ``TCEdgeIndex`` that remembers the batch it came from: where ``k`` is a hop
   boundary its graph is derived from the batch's
-  (:meth:`~pyg_tc.formats.CSRGraph.trimmed`: no sort, no synchronisation,
+  (:func:`~pyg_tc.formats.padding.trimmed`: no sort, no synchronisation,
   shared by forward, backward and every layer); elsewhere it is built from
   its edges as for any adjacency.
 * Any other adjacency (plain ``edge_index``, ``EdgeIndex``, ``torch.sparse``
@@ -44,6 +44,7 @@ from torch import Tensor
 from torch_geometric import EdgeIndex, Index
 
 from .csr import DEFAULT_CHUNK, CSRGraph, stale_error
+from .padding import trimmed
 
 _ATTR = '_pyg_tc_graph'  # an Entry
 _DERIVED = '_pyg_tc_derived'  # {name: Entry}
@@ -156,7 +157,7 @@ def _mark_prefix(src: Any, out: EdgeIndex) -> None:
 def _trimmed_graph(adj: Any, num_src: int, num_dst: int) -> Optional[CSRGraph]:
     """The graph of a prefix slice of a sampled batch (:func:`_mark_prefix`)
     with these node counts, derived from the batch's graph
-    (:meth:`CSRGraph.trimmed`), or None (not such a slice, changed since, or
+    (:func:`~pyg_tc.formats.padding.trimmed`), or None (not such a slice, changed since, or
     not a hop boundary)."""
     rec = getattr(adj, _PREFIX, None)
     if rec is None:
@@ -171,7 +172,7 @@ def _trimmed_graph(adj: Any, num_src: int, num_dst: int) -> Optional[CSRGraph]:
         or entry.key.device != adj.device
     ):
         return None
-    return entry.value.trimmed(rec.num_edges, num_dst, num_src)
+    return trimmed(entry.value, rec.num_edges, num_dst, num_src)
 
 
 def plain_tensor(t: Any) -> Any:

@@ -29,7 +29,6 @@ medium row, heavy rows spread over many warps).
 
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import Any, Callable, Collection, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -59,7 +58,7 @@ class Layout(NamedTuple):
     """How a graph's arrays sit beyond a plain CSR: one value, given to the
     graph when it is made and never changed."""
 
-    #: padded to static shapes (:meth:`~pyg_tc.formats.CSRGraph.pad`): padding rows and edge
+    #: padded to static shapes (:func:`~pyg_tc.formats.padding.pad`): padding rows and edge
     #: slots past the real ones; the one padding fact the layers read (a
     #: constant per bucket, so ``torch.compile`` guards on nothing that
     #: changes between batches)
@@ -68,15 +67,10 @@ class Layout(NamedTuple):
     #: trimmed graphs): the layers take their paths without synchronisation,
     #: so a step on it can be captured in a CUDA graph
     static_shapes: bool = False
-    #: a schedule has filler entries (``padded_schedule``)
+    #: a schedule has filler entries (:func:`~pyg_tc.formats.padding.padded_schedule`)
     fillers: bool = False
     #: ``(rows, edges)`` really in a padded graph (informational; None where unknown)
     real_size: Optional[Tuple[Optional[int], Optional[int]]] = None
-
-
-def padded_layout(real_size: Tuple[Optional[int], Optional[int]]) -> Layout:
-    """The :class:`Layout` of a graph padded to static shapes."""
-    return Layout(padded=True, static_shapes=True, fillers=True, real_size=real_size)
 
 
 class SampledHops(NamedTuple):
@@ -173,142 +167,6 @@ def _light_schedule(rowptr: Tensor) -> Schedule:
     )
     order = torch.sort(units[:, 2] - units[:, 1], descending=True, stable=True)[1]
     return Schedule(units[order], units.new_zeros(0), units.new_zeros(1), 0)
-
-
-def padded_schedules(rowptrs: Sequence[Tensor], chunk: int, num_edges: int) -> List[Schedule]:
-    """:func:`padded_schedule` of several ``rowptr`` of ``num_edges`` slots
-    (a padded graph's two directions): on CUDA with the kernels loaded the
-    ``csr_padded_schedules`` op (about ten launches each, no
-    synchronisation, so it can be captured), else :func:`padded_schedule`
-    (about 65 small ops each)."""
-    if chunk < 1:
-        raise ValueError(f'chunk must be positive, got {chunk}')
-    slots = 3 * (-(-num_edges // chunk))
-    if rowptrs and all(rp.is_cuda for rp in rowptrs) and _library._use_kernel(rowptrs[0]):
-        flat = csr_padded_schedules([rp.to(torch.int32) for rp in rowptrs], chunk, num_edges)
-        return [Schedule(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2], slots) for i in range(len(rowptrs))]
-    return [padded_schedule(rp, chunk, num_edges) for rp in rowptrs]
-
-
-def pad_hops_layout(
-    rowptr: Tensor,
-    col: Tensor,
-    num_nodes: Sequence[int],
-    num_edges: Sequence[int],
-    pad_nodes: Sequence[int],
-    pad_edges: Sequence[int],
-) -> List[Tensor]:
-    """The per-hop padded layout of a sampled batch's CSR
-    (:meth:`CSRGraph.pad_hops`): ``[rowptr, col, rows, node_index,
-    edge_index, node_mask]``, the padded CSR (int32; ``rows`` the target of
-    every slot), where each real node and edge went (int64) and which rows
-    are real (bool). On CUDA with the kernels loaded the ``csr_pad_hops`` op
-    (one launch, no synchronisation), else :func:`pad_hops_reference`
-    (about 40 small ops)."""
-    args = (list(map(int, num_nodes)), list(map(int, num_edges)), list(map(int, pad_nodes)), list(map(int, pad_edges)))
-    i32 = torch.int32
-    if rowptr.is_cuda and _library._use_kernel(rowptr):
-        return csr_pad_hops(rowptr.to(i32), col.to(i32), *args)
-    return pad_hops_reference(rowptr, col, *args)
-
-
-def pad_hops_reference(
-    rowptr: Tensor, col: Tensor, num_nodes: List[int], num_edges: List[int], pad_nodes: List[int], pad_edges: List[int]
-) -> List[Tensor]:
-    """The reference of the ``csr_pad_hops`` op (see ``pad_hops_layout``).
-    Node block ``h`` (``num_nodes[h]`` real rows) moves to rows ``O_h ..
-    O_h + pad_nodes[h]`` (``O_h`` the padded blocks before it); edge block
-    ``h`` (hop ``h + 1``'s ``num_edges[h]`` edges, in CSR order) to slots
-    ``Q_h .. Q_h + pad_edges[h]``. A real row keeps its edges; a padded row
-    of node block ``h`` starts where its block's real edges end, so the
-    block's last row (its *sink*) owns the block's padding slots, which are
-    edges from the last row of node block ``h + 1`` (both padded)."""
-    n, e, N, P = num_nodes, num_edges, pad_nodes, pad_edges
-    L = len(e)
-    if len(n) != L + 1 or len(N) != L + 1 or len(P) != L:
-        raise ValueError('pyg_tc: csr_pad_hops: one more node count than edge counts, padded and real alike')
-    if any(a <= b or b < 0 for a, b in zip(N, n)) or any(a < b or b < 0 for a, b in zip(P, e)):
-        raise ValueError(
-            'pyg_tc: csr_pad_hops: every node block needs a padded row (pad_nodes > num_nodes) and '
-            'pad_edges must be at least num_edges'
-        )
-    if rowptr.numel() != sum(n) + 1 or col.numel() != sum(e):
-        raise ValueError(
-            'pyg_tc: csr_pad_hops: rowptr must have one entry more than the real nodes, col one per real edge'
-        )
-    O, off = [0, *accumulate(N)], [0, *accumulate(n)]  # node block starts: padded, real
-    Q, base = [0, *accumulate(P)], [0, *accumulate(e)]  # edge block starts
-    R, E = O[-1], Q[-1]
-    dev, i32, i64 = rowptr.device, torch.int32, torch.int64
-    node_index = torch.cat([torch.arange(O[h], O[h] + n[h], dtype=i64, device=dev) for h in range(L + 1)])
-    edge_index = torch.cat(
-        [torch.arange(Q[h], Q[h] + e[h], dtype=i64, device=dev) for h in range(L)]
-        + [torch.zeros(0, dtype=i64, device=dev)]
-    )
-    new_id = node_index.to(i32)  # every real node's new id
-    real_col = new_id.index_select(0, col.long())
-    real_rows = new_id.index_select(0, csr_rows(rowptr, col.numel()).long())
-    ptr, out_col, out_rows = [], [], []
-    for h in range(L + 1):
-        nxt = e[h] if h < L else 0
-        ptr.append(rowptr[off[h] : off[h] + n[h]].to(i32) + (Q[h] - base[h]))
-        ptr.append(torch.full((N[h] - n[h],), Q[h] + nxt, dtype=i32, device=dev))
-        if h < L:
-            out_col += [
-                real_col[base[h] : base[h + 1]],
-                torch.full((P[h] - e[h],), O[h + 2] - 1, dtype=i32, device=dev),
-            ]
-            out_rows += [
-                real_rows[base[h] : base[h + 1]],
-                torch.full((P[h] - e[h],), O[h + 1] - 1, dtype=i32, device=dev),
-            ]
-    out_ptr = torch.cat(ptr + [torch.full((1,), E, dtype=i32, device=dev)])
-    empty = [torch.zeros(0, dtype=i32, device=dev)]
-    node_mask = torch.zeros(R, dtype=torch.bool, device=dev).index_fill_(0, node_index, True)
-    return [out_ptr, torch.cat(out_col + empty), torch.cat(out_rows + empty), node_index, edge_index, node_mask]
-
-
-def padded_schedule(rowptr: Tensor, chunk: int, num_edges: int) -> Schedule:
-    """The degree-bucket schedule of a padded graph's ``rowptr``
-    (:meth:`CSRGraph.pad`) with array sizes fixed by ``(rows, num_edges,
-    chunk)``, built without synchronisation. With ``q = ceil(num_edges /
-    chunk)``: ``R + q`` units (every row has one, a row of degree ``d``
-    ``ceil(d / chunk)``), ``q`` heavy entries (a heavy row has more than
-    ``chunk`` edges) and ``3 q`` workspace slots (heavy rows own at most
-    ``2 q``). What a graph does not use is filler: units ``(R - 1, E, E,
-    spare slot)`` (empty, their partial goes to a slot no row reads; sorted
-    last) and heavy entries ``(R - 1, empty slot range)``, which the second
-    pass skips. The real units, slots and heavy rows are those
-    :func:`build_schedules` gives, in the same order."""
-    rp = rowptr.long()
-    dev, R = rp.device, rp.numel() - 1
-    q = -(-num_edges // chunk)
-    U, H, S = R + q, q, 3 * q
-    deg = rp[1:] - rp[:-1]
-    n = torch.div(deg + chunk - 1, chunk, rounding_mode='floor').clamp_(min=1)
-    heavy = n > 1
-    csum = torch.cumsum(n, 0)
-    n_ext = torch.cat([n, U - csum[-1:]])  # the fillers: one more "row"
-    row = torch.repeat_interleave(torch.arange(R + 1, device=dev), n_ext, output_size=U)
-    k = torch.arange(U, device=dev) - torch.cat([csum - n, csum[-1:]])[row]
-    real = row < R
-    r = row.clamp(max=R - 1)
-    e = rp[R]
-    start = torch.where(real, rp[r] + k * chunk, e)
-    end = torch.where(real, torch.minimum(start + chunk, rp[r + 1]), e)
-    hn = torch.where(heavy, n, torch.zeros_like(n))
-    hcsum = torch.cumsum(hn, 0)
-    slot = torch.where(real, torch.where(heavy[r], (hcsum - hn)[r] + k, torch.full_like(k, -1)), hcsum[-1] + k)
-    order = torch.sort(end - start, descending=True, stable=True)[1]
-    units = torch.stack([r, start, end, slot], 1)[order].to(torch.int32).contiguous()
-    # heavy rows in row order (i-th heavy row to entry i, the others to a dropped entry H)
-    dest = torch.where(heavy, torch.cumsum(heavy, 0) - 1, torch.full_like(n, H))
-    heavy_rows = torch.full((H + 1,), R - 1, dtype=torch.long, device=dev).scatter_(
-        0, dest, torch.arange(R, device=dev)
-    )[:H]
-    counts = torch.zeros(H + 1, dtype=torch.long, device=dev).scatter_(0, dest, n)[:H]
-    heavy_ptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-    return Schedule(units, heavy_rows.to(torch.int32), heavy_ptr.to(torch.int32), S)
 
 
 def build_schedules(
@@ -455,8 +313,94 @@ def transpose_torch(col: Tensor, rows: Tensor, num_cols: int) -> Tuple[Tensor, T
 _DEFERRED = frozenset(('t_rowptr', 't_col', 't_perm', 'sched', 't_sched'))
 
 
+class GraphCache:
+    """What is derived from one graph's structure: made on first use, kept
+    beside the graph (``graph.cache``) and shared by every layer and op that
+    uses the graph. The graph itself never changes; only its cache fills.
+
+    * ``max_degree``: the largest in-degree once read (reading it
+      synchronises with the device; a padded graph's is given when known);
+    * ``sgt``: TC-GNN's tensor-core blocks (:class:`~pyg_tc.formats.sgt.SGT`),
+      made by :class:`~pyg_tc.transforms.SGTTransform` or the first ``'sgt'``
+      call; :meth:`~pyg_tc.formats.CSRGraph.to` carries them;
+    * ``notices``: the once-per-graph notices already given;
+    * entries by key (:meth:`memo`, :meth:`get`): derived graphs (the
+      self-loop graphs of ``pyg_tc.formats.loops``, ES-SpMM's capped
+      graphs, ``trim_to_layer``'s graphs of :mod:`pyg_tc.formats.padding`),
+      orders, and each op's own per-graph objects (normalisations, schedules,
+      tuning results); a key is a string or a tuple whose first item names the
+      object.
+
+    :meth:`keys` and :meth:`drop` let :class:`pyg_tc.capture.CapturedStep`
+    forget what its warm-up made, so that the capture makes it inside the CUDA
+    graph. Nothing here is carried by :meth:`~pyg_tc.formats.CSRGraph.to` except ``sgt``
+    (the rest is remade on the new device)."""
+
+    def __init__(self, max_degree: Optional[int] = None):
+        self.max_degree: Optional[int] = max_degree
+        self.sgt: Any = None
+        self.notices: set = set()
+        self._entries: dict = {}
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The entry under ``key``, ``make()`` made on first use and kept."""
+        if key not in self._entries:
+            self._entries[key] = make()
+        return self._entries[key]
+
+    def get(self, key: Any) -> Any:
+        """The entry under ``key``, or None; makes nothing (what a layer
+        checks under ``torch.compile``)."""
+        return self._entries.get(key)
+
+    def put(self, key: Any, value: Any) -> Any:
+        """Keep ``value`` under ``key`` (replacing what was there); returns it."""
+        self._entries[key] = value
+        return value
+
+    def keys(self) -> frozenset:
+        """What is kept now (entries, ``'max_degree'``, ``('notice', name)``),
+        to :meth:`drop` later what is made after this point."""
+        known = {'max_degree'} if self.max_degree is not None else set()
+        return frozenset(self._entries) | known | {('notice', n) for n in self.notices}
+
+    def values(self) -> list:
+        """Every kept entry (derived graphs among them)."""
+        return list(self._entries.values())
+
+    def drop(self, keep: Collection = ()) -> None:
+        """Forget what is not in ``keep`` (an earlier :meth:`keys`); it is made
+        again on next use. ``sgt`` stays."""
+        for key in [k for k in self._entries if k not in keep]:
+            del self._entries[key]
+        if 'max_degree' not in keep:
+            self.max_degree = None
+        self.notices = {n for n in self.notices if ('notice', n) in keep}
+
+
 class CSRGraph:
-    """Both directions of a graph with their schedules; see the module doc."""
+    """Both directions of a graph with their schedules (see the module doc):
+    an immutable value. Derived graphs (padded, trimmed, self-loop, capped)
+    are new graphs; what is derived from the structure is kept in
+    :attr:`cache`. Made by :meth:`from_coo`, :meth:`from_csr`,
+    :meth:`from_sampled` or the transforms of :mod:`pyg_tc.transforms`.
+
+    Args:
+        rowptr (torch.Tensor): ``[R + 1]`` int32, targets' edge ranges.
+        col (torch.Tensor): ``[E]`` int32, each edge's source.
+        perm (torch.Tensor, optional): ``[E]`` CSR position -> original edge
+            id; None when the input order is the CSR order.
+        t_rowptr, t_col, t_perm (torch.Tensor): the transpose (``t_perm``:
+            transpose position -> forward position).
+        sched, t_sched (Schedule): both directions' schedules.
+        num_rows, num_cols (int): targets ``R`` and sources ``C``.
+        chunk (int, optional): edges per schedule unit (None: :func:`~pyg_tc.formats.csr.auto_chunk`).
+        layout (Layout): padding and static shapes.
+        sampled_hops (SampledHops, optional): a sampled mini-batch's hop
+            structure (:meth:`from_sampled`), from which
+            :func:`pyg_tc.formats.padding.trimmed` derives ``trim_to_layer``'s graphs.
+        max_degree (int, optional): the largest in-degree when known.
+    """
 
     def __init__(
         self,
@@ -472,25 +416,43 @@ class CSRGraph:
         num_cols: int,
         chunk: Optional[int] = DEFAULT_CHUNK,
         layout: Layout = Layout(),
+        sampled_hops: Optional[SampledHops] = None,
+        max_degree: Optional[int] = None,
     ):
         if chunk is None:
             chunk = auto_chunk(col.numel(), rowptr.numel() - 1)
-        self.rowptr, self.col, self.perm = rowptr, col, perm
-        self.t_rowptr, self.t_col, self.t_perm = t_rowptr, t_col, t_perm
-        self.sched, self.t_sched = sched, t_sched
-        self.num_rows, self.num_cols, self.chunk = int(num_rows), int(num_cols), int(chunk)
-        self.sgt = None  # TC-GNN SGT metadata (pyg_tc.formats.sgt.SGT), built on demand
-        # ES-SpMM: the sampling (pyg_tc.ops.es_spmm.Sampling) layers apply on this graph by
-        # default (set by pyg_tc.transforms.CapNeighbors); None: exact aggregation
-        self.sampling = None
-        #: how the arrays sit beyond a plain CSR (padding, static shapes)
-        self.layout = layout
-        #: the hop structure of a sampled mini-batch (:meth:`from_sampled`),
-        #: by which :meth:`trimmed` derives PyG's ``trim_to_layer`` graphs
-        self.sampled_hops: Optional[SampledHops] = None
-        # the one store of what is derived from the structure, by key (see
-        # "derived objects" below); only pyg_tc.formats reads it directly
-        self._memo: dict = {}
+        fields = dict(rowptr=rowptr, col=col, perm=perm, t_rowptr=t_rowptr, t_col=t_col, t_perm=t_perm)
+        fields.update(sched=sched, t_sched=t_sched, num_rows=int(num_rows), num_cols=int(num_cols), chunk=int(chunk))
+        fields.update(layout=layout, sampled_hops=sampled_hops, cache=GraphCache(max_degree))
+        self.__dict__.update(fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f'pyg_tc: a CSRGraph is an immutable value ({name!r} cannot be set): derive a new graph, '
+            'or keep derived objects in graph.cache'
+        )
+
+    def __delattr__(self, name: str) -> None:
+        self.__setattr__(name, None)
+
+    def replace(self, **fields: Any) -> 'CSRGraph':
+        """A new graph with the given fields (the constructor's arguments)
+        replaced and the others shared; its cache starts empty. For a graph
+        whose structure differs only in one array (a test's corrupted
+        schedule, a schedule of another chunk)."""
+        names = ('rowptr', 'col', 'perm', 't_rowptr', 't_col', 't_perm', 'sched', 't_sched')
+        names += ('num_rows', 'num_cols', 'chunk', 'layout', 'sampled_hops')
+        unknown = set(fields) - set(names)
+        if unknown:
+            raise TypeError(f'pyg_tc: CSRGraph.replace: unknown fields {sorted(unknown)}')
+        return CSRGraph(**{**{name: getattr(self, name) for name in names}, **fields})
+
+    #: the typed store of what is derived from the structure (:class:`~pyg_tc.formats.csr.GraphCache`)
+    cache: GraphCache
+    #: how the arrays sit beyond a plain CSR (padding, static shapes)
+    layout: Layout
+    #: the hop structure of a sampled mini-batch (:meth:`from_sampled`), or None
+    sampled_hops: Optional[SampledHops]
 
     @property
     def padded(self) -> bool:
@@ -507,160 +469,17 @@ class CSRGraph:
         """``(rows, edges)`` really in a padded graph (:attr:`~pyg_tc.formats.csr.Layout.real_size`)."""
         return self.layout.real_size
 
-    # -- derived objects ----------------------------------------------------
-    # Objects computed from the structure once per graph and shared by every
-    # layer that uses it: derived graphs (the self-loop graph of
-    # :mod:`pyg_tc.formats.loops`, ES-SpMM's capped graph), row and edge
-    # orders, normalisations. One store holds them, which the named accessors
-    # below and :meth:`memo` fill; :meth:`derived_keys`, :meth:`derived_values`
-    # and :meth:`drop_derived` list and drop its entries. Not carried by
-    # :meth:`to` (recomputed on the new device).
-
-    def memo(self, key: Any, fn: Callable[[], Any]) -> Any:
-        """The object derived from the structure under ``key``, ``fn()``
-        computed on first use and kept (a layer's or op's own per-graph
-        cache: normalisations, schedules, tuning results; derived graphs have
-        named accessors)."""
-        if key not in self._memo:
-            self._memo[key] = fn()
-        return self._memo[key]
-
-    def memoised(self, key: Any) -> Any:
-        """The object kept under ``key`` by :meth:`memo`, or None; builds
-        nothing (what a layer checks under ``torch.compile``)."""
-        return self._memo.get(key)
-
-    def _remember(self, key: Any, value: Any) -> Any:
-        """Keep ``value`` under ``key`` (replacing what was there); returns it."""
-        self._memo[key] = value
-        return value
-
-    def derived_keys(self) -> frozenset:
-        """The keys of every derived object kept on this graph, to drop later
-        those made after this point (:meth:`drop_derived`)."""
-        return frozenset(self._memo)
-
-    def derived_values(self) -> list:
-        """Every derived object kept on this graph (graphs among them: e.g. a
-        self-loop graph, a capped graph)."""
-        return list(self._memo.values())
-
-    def drop_derived(self, keep: Collection = ()) -> None:
-        """Forget the derived objects whose key is not in ``keep`` (e.g. an
-        earlier :meth:`derived_keys`): they are made again on next use.
-        :class:`pyg_tc.capture.CapturedStep` drops what its warm-up made, so
-        that the capture computes it inside the CUDA graph."""
-        for key in [k for k in self._memo if k not in keep]:
-            del self._memo[key]
-
-    def known_max_degree(self) -> Optional[int]:
-        """:meth:`max_degree` if it was read already, else None (reading it
-        synchronises with the device)."""
-        return self._memo.get('max_degree')
-
-    @property
-    def fp16_sum_warned(self) -> bool:
-        """Whether a layer gave its notice about float16 sums on this graph
-        (once per graph). Kept with the derived objects, so
-        :meth:`drop_derived` resets it."""
-        return 'fp16_sum_warned' in self._memo
-
-    @fp16_sum_warned.setter
-    def fp16_sum_warned(self, value: bool) -> None:
-        if value:
-            self._memo['fp16_sum_warned'] = True
-        else:
-            self._memo.pop('fp16_sum_warned', None)
-
     def csr_positions(self) -> Optional[Tensor]:
         """The CSR position of every original edge (the inverse of ``perm``;
         once per graph), or None when the orders agree (``perm`` is None)."""
         if self.perm is None:
             return None
-        return self.memo('inverse_perm', lambda: inverse_perm(self.perm))
+        return self.cache.memo('inverse_perm', lambda: inverse_perm(self.perm))
 
     def rows_by_degree(self) -> Tensor:
         """The rows by in-degree, descending, ties in row order (int32; once
         per graph)."""
-        return self.memo('row_order', lambda: torch.sort(self.degree(), descending=True, stable=True)[1].int())
-
-    def capped(self, max_neighbors: int, sampling: str, seed: int, build: Optional[Callable[[], Any]] = None) -> Any:
-        """ES-SpMM's capped graph of this graph for ``(max_neighbors,
-        sampling, seed)``: what ``build()`` returns
-        (:func:`pyg_tc.ops.es_spmm.capped_graph`: the capped graph, its edges'
-        positions here and their weights), kept one per ``(max_neighbors,
-        sampling)``: a new seed's replaces the earlier one. ``build`` None:
-        lookup only (None when not kept)."""
-        key = ('capped', max_neighbors, sampling)
-        hit = self._memo.get(key)
-        if hit is not None and hit[0] == seed:
-            return hit[1]
-        if build is None:
-            return None
-        value = build()
-        self._memo[key] = (seed, value)
-        return value
-
-    def trimmed(self, num_edges: int, num_rows: int, num_cols: int) -> Optional['CSRGraph']:
-        """The graph of this sampled mini-batch's first ``num_edges`` edges
-        between its first ``num_rows`` targets and ``num_cols`` sources: what
-        PyG's ``trim_to_layer`` keeps for a layer (``edge_index.narrow(1, 0,
-        num_edges)`` and the first nodes). Derived from this graph without a
-        sort and without reading the device (``_trim``); memoised per
-        ``(num_edges, num_rows, num_cols)``, so forward, backward and every
-        layer share it; this graph itself when nothing is trimmed.
-
-        None when the graph has no hop structure (``sampled_hops``), or
-        ``num_edges`` is not a hop boundary, or the node counts do not cover
-        those hops' targets and sources: the caller builds the graph from
-        its edges instead."""
-        hops = self.sampled_hops
-        k, R, C = int(num_edges), int(num_rows), int(num_cols)
-        if hops is None or self.padded or self.perm is not None or R > self.num_rows or C > self.num_cols:
-            return None
-        if (k, R, C) == (self.num_edges, self.num_rows, self.num_cols):
-            return self
-        ends = [0, *accumulate(hops.num_edges)]
-        if k not in ends:
-            return None
-        # the first hops whose edges end at k: targets lie in hops < j, sources in hops <= j
-        j = ends.index(k)
-        nodes = list(accumulate(hops.num_nodes))
-        if j > 0 and (R < nodes[j - 1] or C < nodes[j]):
-            return None
-        return self.memo(('trimmed', k, R, C), lambda: self._trim(k, R, C))
-
-    def _trim(self, k: int, R: int, C: int) -> 'CSRGraph':
-        """:meth:`trimmed`'s graph, whose edges are the CSR prefix ``[0, k)``
-        (``k`` a row boundary): ``rowptr[:R + 1]`` clamped at ``k`` (rows past
-        the kept hops keep no edge), ``col[:k]`` (a view); the transpose is
-        this graph's with the entries of edges ``>= k`` removed by an
-        order-preserving compaction of known size ``k`` (mask, cumulative
-        sum, scatter; the new ``t_rowptr`` is the sum at the old one), which
-        is the stable sort a build would make. Schedules: one direct unit per
-        row where the degrees are known to fit a unit (the in-degrees from
-        the fan-outs, the out-degrees when this graph's transpose has no heavy
-        row), else ``padded_schedule`` (array sizes fixed by ``(R, k)``;
-        fillers the kernels skip). No synchronisation."""
-        chunk = auto_chunk(k, R)
-        rowptr = self.rowptr[: R + 1].clamp(max=k)
-        keep = self.t_perm < k
-        csum = torch.cumsum(keep, 0)
-        dest = torch.where(keep, csum - 1, torch.full_like(csum, k))  # dropped entries to a spare slot k
-        t_col = self.t_col.new_empty(k + 1).scatter_(0, dest, self.t_col)[:k]
-        t_perm = self.t_perm.new_empty(k + 1).scatter_(0, dest, self.t_perm)[:k]
-        t_rowptr = torch.cat([csum.new_zeros(1), csum]).index_select(0, self.t_rowptr[: C + 1].long())
-        t_rowptr = t_rowptr.to(torch.int32)
-        bound = self.sampled_hops.max_degree if self.sampled_hops.max_degree is not None else self.known_max_degree()
-        light = k <= chunk or (bound is not None and bound <= chunk)
-        t_light = k <= chunk or (self.t_sched.heavy_rows.numel() == 0 and self.chunk <= chunk)
-        heavy = padded_schedules([p for p, lt in ((rowptr, light), (t_rowptr, t_light)) if not lt], chunk, k)
-        sched = _light_schedule(rowptr) if light else heavy.pop(0)
-        t_sched = _light_schedule(t_rowptr) if t_light else heavy.pop(0)
-        layout = Layout(static_shapes=self.static_shapes, fillers=not (light and t_light))
-        g = CSRGraph(rowptr, self.col[:k], None, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk, layout)
-        g.sampling = self.sampling
-        return g
+        return self.cache.memo('row_order', lambda: torch.sort(self.degree(), descending=True, stable=True)[1].int())
 
     # -- construction -------------------------------------------------------
     @classmethod
@@ -734,10 +553,10 @@ class CSRGraph:
         they are; ``max_degree`` bounds the in-degrees (the largest fan-out)
         when known. Only the transpose and the schedules are built; with
         ``defer`` on first use (or :meth:`complete`), so a batch padded
-        next (:meth:`pad_hops`) never builds them.
+        next (:func:`~pyg_tc.formats.padding.pad_hops`) never builds them.
         ``num_sampled_nodes`` / ``num_sampled_edges`` (per hop, as PyG's
         batch fields) record the hop structure (``sampled_hops``), from
-        which :meth:`trimmed` derives ``trim_to_layer``'s graphs."""
+        which :func:`~pyg_tc.formats.padding.trimmed` derives ``trim_to_layer``'s graphs."""
         hops = None
         if num_sampled_nodes is not None or num_sampled_edges is not None:
             nodes = tuple(int(n) for n in num_sampled_nodes or ())
@@ -749,15 +568,13 @@ class CSRGraph:
                     f'{col.numel()} edges (one more node count than edge counts)'
                 )
             hops = SampledHops(nodes, edges, max_degree)
-        if defer:
-            chunk = auto_chunk(col.numel(), num_nodes) if chunk is None else chunk
-            g = cls(rowptr, col, None, None, None, None, None, None, num_nodes, num_nodes, chunk)
-            for name in _DEFERRED:
-                del g.__dict__[name]
-            g._deferred = (rows, max_degree)
-        else:
-            g = cls._finish(rowptr, col, None, num_nodes, num_nodes, chunk, rows, max_degree)
-        g.sampled_hops = hops
+        if not defer:
+            return cls._finish(rowptr, col, None, num_nodes, num_nodes, chunk, rows, max_degree, hops)
+        chunk = auto_chunk(col.numel(), num_nodes) if chunk is None else chunk
+        g = cls(rowptr, col, None, None, None, None, None, None, num_nodes, num_nodes, chunk, sampled_hops=hops)
+        for name in _DEFERRED:
+            del g.__dict__[name]
+        g.__dict__['_deferred'] = (rows, max_degree)
         return g
 
     def __getattr__(self, name: str) -> Any:
@@ -768,17 +585,17 @@ class CSRGraph:
 
     def complete(self) -> 'CSRGraph':
         """Builds the transpose and the schedules :meth:`from_sampled` deferred
-        (nothing for any other graph); returns the graph."""
+        (nothing for any other graph); returns the graph. (They are part of
+        the value, made late: the graph does not change.)"""
         pending = self.__dict__.pop('_deferred', None)
         if pending is not None:
             rows, max_degree = pending
             done = self._finish(self.rowptr, self.col, None, self.num_rows, self.num_cols, self.chunk, rows, max_degree)
-            for name in _DEFERRED:
-                setattr(self, name, getattr(done, name))
+            self.__dict__.update({name: done.__dict__[name] for name in _DEFERRED})
         return self
 
     @classmethod
-    def _finish(cls, rowptr, col, perm, R, C, chunk, rows=None, max_degree=None) -> 'CSRGraph':
+    def _finish(cls, rowptr, col, perm, R, C, chunk, rows=None, max_degree=None, hops=None) -> 'CSRGraph':
         """The transpose and both schedules of a CSR; ``rows``: the int32 row
         of every CSR position when the caller has it (:func:`_rows_to_keep`),
         else rebuilt after the sort; ``max_degree``: a bound of the forward
@@ -790,7 +607,7 @@ class CSRGraph:
         t_rowptr, t_col, t_perm = transpose(col, rows, C)
         del rows
         sched, t_sched = build_schedules([rowptr, t_rowptr], chunk, [max_degree, None])
-        return cls(rowptr, col, perm, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk)
+        return cls(rowptr, col, perm, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk, sampled_hops=hops)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -809,7 +626,9 @@ class CSRGraph:
 
     def max_degree(self) -> int:
         """The largest in-degree (0 without rows); read from the device once per graph."""
-        return self.memo('max_degree', lambda: int(self.degree().max()) if self.num_rows else 0)
+        if self.cache.max_degree is None:
+            self.cache.max_degree = int(self.degree().max()) if self.num_rows else 0
+        return self.cache.max_degree
 
     def per_edge(self, v: Tensor) -> Tensor:
         """A per-row (target) tensor ``v [R, ...]`` repeated for every edge of
@@ -840,133 +659,6 @@ class CSRGraph:
         )
         return g
 
-    def pad(self, num_rows: int, num_edges: int) -> 'CSRGraph':
-        """This square graph (a sampled mini-batch) padded to static shapes:
-        ``num_rows`` rows and ``num_edges`` edge slots (no fewer than it has;
-        mini-batches keep one padded row at least, :mod:`pyg_tc.transforms.pad`), for CUDA-graph capture and
-        ``torch.compile`` (one shape per bucket, :mod:`pyg_tc.transforms.pad`).
-
-        * padded rows have no edges: their ``rowptr`` entries repeat the edge
-          count ``E``, in both directions, so every kernel skips them and
-          their aggregation is 0;
-        * the padding edge slots ``E .. num_edges - 1`` lie past
-          ``rowptr[-1]``: no kernel reads them; their ``col`` (and the
-          transpose's) is the last row, so ``row()`` and ``per_edge`` see them
-          as loops of the last padded row, whose values nothing reads;
-        * both schedules (``padded_schedule``, ``chunk`` from
-          ``auto_chunk`` of the padded sizes) have array sizes fixed by
-          ``(num_rows, num_edges)``: heavy rows are split as in any graph,
-          unused units and heavy entries are fillers the kernels skip;
-        * ``perm`` / ``t_perm`` map padding slots to themselves.
-
-        Builds on the graph's device without synchronisation. ``padded`` is
-        set and ``real_size`` records the real ``(rows, edges)``."""
-        R, E = self.num_rows, self.num_edges
-        if self.padded:
-            raise ValueError('pyg_tc: this graph is padded already')
-        if self.num_cols != R:
-            raise ValueError(f'pyg_tc: only square graphs (sampled batches) are padded, got {R} x {self.num_cols}')
-        if num_rows < R or num_edges < E or (num_rows == R and (R == 0 or num_edges == E)):
-            raise ValueError(
-                f'pyg_tc: cannot pad a graph of {R} rows and {E} edges to {num_rows} rows and '
-                f'{num_edges} edges (no fewer rows or edges, and something to pad)'
-            )
-        if num_rows > _INT32_MAX or num_edges > _INT32_MAX:
-            raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
-        dev, P, Q = self.device, num_rows - R, num_edges - E
-
-        def ptr(rp: Tensor) -> Tensor:
-            return torch.cat([rp.to(torch.int32), rp.new_full((P,), E, dtype=torch.int32)])
-
-        def idx(c: Tensor) -> Tensor:
-            return torch.cat([c.to(torch.int32), c.new_full((Q,), num_rows - 1, dtype=torch.int32)])
-
-        tail = torch.arange(E, num_edges, dtype=torch.int32, device=dev)
-        perm = None if self.perm is None else torch.cat([self.perm.to(torch.int32), tail])
-        rowptr, t_rowptr = ptr(self.rowptr), ptr(self.t_rowptr)
-        chunk = auto_chunk(num_edges, num_rows)
-        g = CSRGraph(
-            rowptr,
-            idx(self.col),
-            perm,
-            t_rowptr,
-            idx(self.t_col),
-            torch.cat([self.t_perm.to(torch.int32), tail]),
-            *padded_schedules([rowptr, t_rowptr], chunk, num_edges),
-            num_rows,
-            num_rows,
-            chunk,
-            padded_layout((R, E)),
-        )
-        g.sampling = self.sampling
-        if self.known_max_degree() is not None:
-            g._remember('max_degree', self.known_max_degree())
-        return g
-
-    def pad_hops(self, num_nodes: Sequence[int], num_edges: Sequence[int], return_index: bool = False) -> Any:
-        """This sampled mini-batch's graph padded hop by hop to static shapes
-        (:class:`pyg_tc.transforms.PadHops`): node block ``h`` has
-        ``num_nodes[h]`` rows, edge block ``h`` (hop ``h``'s edges, targets
-        in node block ``h - 1``) ``num_edges[h - 1]`` slots; each block's
-        real entries first, in their order, then its padding. Node ``v`` of
-        hop ``h`` moves to ``v - n_0 - .. - n_{h-1} + N_0 + .. + N_{h-1}``.
-
-        The padding edge slots of block ``h`` are real CSR entries: in-edges
-        of node block ``h - 1``'s last row (its *sink*, a padded row), from
-        node block ``h``'s last row (padded). No real edge reads a padded
-        node, so every real row aggregates as before; padded rows aggregate
-        garbage nobody reads. Unlike :meth:`pad`'s graph, this one is an
-        ordinary graph (``padded`` False, ``perm`` None, every slot in a
-        row), with ``sampled_hops`` the padded hop counts, so
-        :meth:`trimmed` derives ``trim_to_layer``'s graphs at the padded hop
-        boundaries, themselves of static shapes. Both schedules are
-        ``padded_schedule``'s (array sizes fixed by the totals; the sink
-        rows may be heavy); ``static_shapes`` is set. Built on the graph's
-        device without synchronisation: the layout in one op
-        (``pad_hops_layout``), the transpose (a fixed-size sort of the
-        padded sources) and the schedules.
-
-        Args:
-            num_nodes (Sequence[int]): rows per hop, ``N_0 .. N_L``; each
-                more than the hop's real nodes (a sink row at least).
-            num_edges (Sequence[int]): edge slots per hop, ``P_1 .. P_L``;
-                no fewer than the hop's real edges.
-            return_index (bool, optional): also return where the real nodes
-                and edges went, which rows are real and the target of every
-                slot: ``(graph, node_index, edge_index, node_mask, rows)``
-                (see ``pad_hops_layout``).
-        """
-        hops = self.sampled_hops
-        if hops is None or self.padded or self.perm is not None or self.num_rows != self.num_cols:
-            raise ValueError('pyg_tc: pad_hops pads a sampled mini-batch graph (hop structure, CSR order, not padded)')
-        N, P = [int(v) for v in num_nodes], [int(v) for v in num_edges]
-        n, e = list(hops.num_nodes), list(hops.num_edges)
-        L = len(e)
-        if len(N) != L + 1 or len(P) != L:
-            raise ValueError(
-                f'pyg_tc: a batch of {L} hops pads to {L + 1} node counts and {L} edge counts, '
-                f'got {len(N)} and {len(P)}'
-            )
-        if any(a <= b for a, b in zip(N, n)) or any(a < b for a, b in zip(P, e)):
-            raise ValueError(
-                f'pyg_tc: cannot pad hops of {n} nodes and {e} edges to {N} nodes (one padded '
-                f'row at least per hop) and {P} edges'
-            )
-        R, E = sum(N), sum(P)
-        if R > _INT32_MAX or E > _INT32_MAX:
-            raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
-        rowptr, col, rows, node_index, edge_index, node_mask = pad_hops_layout(self.rowptr, self.col, n, e, N, P)
-        t_rowptr, t_col, t_perm = transpose(col, rows, R)
-        chunk = auto_chunk(E, R)
-        scheds = padded_schedules([rowptr, t_rowptr], chunk, E)
-        layout = Layout(static_shapes=True, fillers=True)
-        g = CSRGraph(rowptr, col, None, t_rowptr, t_col, t_perm, *scheds, R, R, chunk, layout)
-        g.sampling = self.sampling
-        # no degree bound: the sink rows' degrees change from batch to batch (a bound would let
-        # trimmed() pick schedules whose kind depends on the batch)
-        g.sampled_hops = SampledHops(tuple(N), tuple(P), None)
-        return (g, node_index, edge_index, node_mask, rows) if return_index else g
-
     def to(self, device, non_blocking: bool = False) -> 'CSRGraph':
         """This graph (both directions, schedules, attached SGT) on ``device``."""
 
@@ -986,11 +678,10 @@ class CSRGraph:
             self.num_cols,
             self.chunk,
             self.layout,
+            self.sampled_hops,
         )
-        if self.sgt is not None:
-            g.sgt = self.sgt.to(device, non_blocking=non_blocking)
-        g.sampling = self.sampling
-        g.sampled_hops = self.sampled_hops
+        if self.cache.sgt is not None:
+            g.cache.sgt = self.cache.sgt.to(device, non_blocking=non_blocking)
         return g
 
     def __repr__(self) -> str:
@@ -1061,7 +752,7 @@ class CSRGraph:
 
 
 def _without_fillers(s: Schedule) -> Schedule:
-    """The real part of a schedule with fillers (:func:`padded_schedule`:
+    """The real part of a schedule with fillers (:func:`~pyg_tc.formats.padding.padded_schedule`:
     a padded graph's, or a trimmed one's): the heavy entries with slots
     (they come first) and the units of their slots or written directly."""
     hp = s.heavy_ptr.long()
@@ -1193,57 +884,4 @@ csr_transpose = Op(
 #: synchronisation in all; called by :func:`build_schedules`
 csr_schedules = Op(
     'csr_schedules(Tensor[] rowptrs, int chunk) -> Tensor[]', reference=schedules_reference, fake=_schedules_fake
-)
-
-
-def padded_schedules_reference(rowptrs: List[Tensor], chunk: int, num_edges: int) -> List[Tensor]:
-    """:func:`pyg_tc.formats.csr.padded_schedule` of each ``rowptr``, flattened."""
-    out: List[Tensor] = []
-    for rp in rowptrs:
-        s = padded_schedule(rp, chunk, num_edges)
-        out += [s.units, s.heavy_rows, s.heavy_ptr]
-    return out
-
-
-def _padded_schedules_fake(a):
-    q = -(-a.num_edges // a.chunk)
-    out = []
-    for rp in a.rowptrs:
-        out += [rp.new_empty(rp.numel() - 1 + q, 4), rp.new_empty(q), rp.new_empty(q + 1)]
-    return out
-
-
-#: ``csr_padded_schedules(rowptrs, chunk, num_edges) -> [units, heavy_rows,
-#: heavy_ptr] * n``: :func:`padded_schedule` of each ``rowptr`` (array sizes
-#: fixed by the rows, ``num_edges`` and ``chunk``; no synchronisation);
-#: called by :func:`padded_schedules`
-csr_padded_schedules = Op(
-    'csr_padded_schedules(Tensor[] rowptrs, int chunk, int num_edges) -> Tensor[]',
-    reference=padded_schedules_reference,
-    fake=_padded_schedules_fake,
-)
-
-
-def _pad_hops_fake(a):
-    R, E = sum(a.pad_nodes), sum(a.pad_edges)
-    rp = a.rowptr
-    return [
-        rp.new_empty(R + 1),
-        rp.new_empty(E),
-        rp.new_empty(E),
-        rp.new_empty(sum(a.num_nodes), dtype=torch.int64),
-        rp.new_empty(sum(a.num_edges), dtype=torch.int64),
-        rp.new_empty(R, dtype=torch.bool),
-    ]
-
-
-#: ``csr_pad_hops(rowptr, col, num_nodes, num_edges, pad_nodes,
-#: pad_edges) -> [rowptr, col, rows, node_index, edge_index, node_mask]``:
-#: the per-hop padded layout of a sampled batch's CSR (one launch, no
-#: synchronisation); called by :func:`pad_hops_layout`
-csr_pad_hops = Op(
-    'csr_pad_hops(Tensor rowptr, Tensor col, int[] num_nodes, int[] num_edges, '
-    'int[] pad_nodes, int[] pad_edges) -> Tensor[]',
-    reference=pad_hops_reference,
-    fake=_pad_hops_fake,
 )

@@ -33,7 +33,8 @@ import torch
 from torch import Tensor
 
 from .carrier import TCEdgeIndex, derived, has_derived, has_graph, plain_tensor
-from .csr import DEFAULT_CHUNK, CSRGraph, auto_chunk, csr_rows, padded_layout, padded_schedules
+from .csr import DEFAULT_CHUNK, CSRGraph, auto_chunk, csr_rows
+from .padding import padded_layout, padded_schedules
 
 _INT32_MAX = 2**31 - 1
 MODES = ('append', 'sorted', 'coalesce')
@@ -106,7 +107,8 @@ def _append_loops(
         if graph.perm is not None:
             ids = ids.index_select(0, graph.perm.long())
         ids = ids.to(_index_dtype(E + num_loops))
-    graph.perm = None  # ids is the only edge map kept (see pyg_order)
+    if graph.perm is not None:
+        graph = graph.replace(perm=None)  # ids is the only edge map kept (see pyg_order)
     return LoopGraph(graph, ids)
 
 
@@ -174,7 +176,7 @@ def loop_graph(g: CSRGraph, num_loops: int, mode: str = 'append', build: bool = 
         raise ValueError(f'pyg_tc: unknown self-loop mode {mode!r}')
     key = _loop_key(mode, num_loops)
     if not build:
-        return g.memoised(key)
+        return g.cache.get(key)
 
     def make() -> LoopGraph:
         if mode == 'append' and g.static_shapes and num_loops == g.num_rows == g.num_cols:
@@ -201,7 +203,7 @@ def loop_graph(g: CSRGraph, num_loops: int, mode: str = 'append', build: bool = 
         graph = CSRGraph.from_csr(rowptr, c, g.num_cols, g.chunk)
         return LoopGraph(graph, ids.to(_index_dtype(E + num_loops)))
 
-    return g.memo(key, make)
+    return g.cache.memo(key, make)
 
 
 def plain_edge_index(adj: Any) -> bool:
@@ -256,7 +258,7 @@ def _fill_index(
 
 def pad_loop_graph(g: CSRGraph) -> LoopGraph:
     """The self-loop graph GAT and GATv2 use on a graph of static shapes
-    (:meth:`CSRGraph.pad`, :meth:`CSRGraph.pad_hops` and its trimmed
+    (:func:`~pyg_tc.formats.padding.pad`, :func:`~pyg_tc.formats.padding.pad_hops` and its trimmed
     graphs): :func:`static_loop_graph`, memoised on ``g`` where the layers
     look it up (:func:`loop_graph`). A transform that calls it
     (``PadToBuckets`` / ``PadHops`` with ``self_loops=True``) makes it part
@@ -264,7 +266,7 @@ def pad_loop_graph(g: CSRGraph) -> LoopGraph:
     step, also without synchronisation."""
     if not g.static_shapes:
         raise ValueError(
-            'pyg_tc: pad_loop_graph takes a graph of static shapes (CSRGraph.pad, pad_hops, or their trimmed graphs)'
+            'pyg_tc: pad_loop_graph takes a graph of static shapes (pyg_tc.formats.padding.pad, pad_hops, or their trimmed graphs)'
         )
     return loop_graph(g, g.num_rows, 'append')
 
@@ -272,10 +274,10 @@ def pad_loop_graph(g: CSRGraph) -> LoopGraph:
 def static_loop_graph(g: CSRGraph) -> LoopGraph:
     """:func:`_append_loops` of a square graph of static shapes (``N`` rows,
     ``P`` edge slots), on its device without synchronisation: padded to
-    ``P + N`` slots (:meth:`CSRGraph.pad`'s layout: slots past
+    ``P + N`` slots (:func:`~pyg_tc.formats.padding.pad`'s layout: slots past
     ``rowptr[-1]`` are padding, ``col`` / ``t_col`` the last row, ``t_perm``
     themselves, ``ids`` the last loop's). Every slot of ``g`` is an edge
-    (a :meth:`CSRGraph.pad` graph's padding slots are loops of its last
+    (a :func:`~pyg_tc.formats.padding.pad` graph's padding slots are loops of its last
     row, so they go as any self loop). Row ``r`` keeps its non-loop edges in
     CSR order and ends with its loop; in the transpose, column ``c`` keeps
     its entries in CSR order with its loop among them after the rows
@@ -317,10 +319,9 @@ def static_loop_graph(g: CSRGraph) -> LoopGraph:
     rowptr, t_rowptr = (nl + ar).to(i32), (t_nl + ar).to(i32)
     chunk = auto_chunk(cap, N)
     scheds = padded_schedules([rowptr, t_rowptr], chunk, cap)
-    graph = CSRGraph(rowptr, new_col, None, t_rowptr, t_col, t_perm, *scheds, N, N, chunk, padded_layout((N, None)))
-    graph.sampling = g.sampling
-    if g.known_max_degree() is not None:
-        graph._remember('max_degree', g.known_max_degree() + 1)
+    bound = None if g.cache.max_degree is None else g.cache.max_degree + 1
+    layout = padded_layout((N, None))
+    graph = CSRGraph(rowptr, new_col, None, t_rowptr, t_col, t_perm, *scheds, N, N, chunk, layout, max_degree=bound)
     return LoopGraph(graph, ids)
 
 
@@ -337,7 +338,7 @@ def loop_fill_index(
     and its trimmed graphs. ``build=False``: None when not memoised yet."""
     key = _fill_key(num_loops, by_source)
     if not build:
-        return g.memoised(key)
+        return g.cache.get(key)
 
     def make() -> Tuple[Tensor, Tensor]:
         live = None
@@ -347,7 +348,7 @@ def loop_fill_index(
                 live = live.index_select(0, g.csr_positions().long())
         return _fill_index(*_edges_of(g), num_loops, by_source, live)
 
-    return g.memo(key, make)
+    return g.cache.memo(key, make)
 
 
 def fill_index_from_edges(
@@ -358,8 +359,8 @@ def fill_index_from_edges(
     (:func:`loops_from_edges`). ``build=False``: None when not memoised yet."""
     key = _fill_key(num_loops, by_source)
     if not build:
-        return lg.graph.memoised(key)
-    return lg.graph.memo(key, lambda: _fill_index(*_flow_edges(adj, flow), num_loops, by_source))
+        return lg.graph.cache.get(key)
+    return lg.graph.cache.memo(key, lambda: _fill_index(*_flow_edges(adj, flow), num_loops, by_source))
 
 
 def pyg_order(g: Optional[CSRGraph], lg: Optional[LoopGraph]) -> Optional[Tensor]:
@@ -370,4 +371,4 @@ def pyg_order(g: Optional[CSRGraph], lg: Optional[LoopGraph]) -> Optional[Tensor
     (memoised on ``lg.graph``)."""
     if lg is None:
         return g.csr_positions()
-    return lg.graph.memo('pyg_order', lambda: torch.argsort(lg.ids.long()))
+    return lg.graph.cache.memo('pyg_order', lambda: torch.argsort(lg.ids.long()))

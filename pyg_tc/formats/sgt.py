@@ -56,7 +56,7 @@ BLOCK_W = 8  # condensed columns per block (TF32 MMA K)
 
 # Blocks per work unit, on every graph: windows of up to 64 blocks are whole
 # units, longer ones are split; where that leaves too few units to fill the GPU,
-# warps share a unit (:func:`pyg_tc.ops.sgt.warps_for`). Why 64: docs/tcgnn.md
+# warps share a unit (:func:`pyg_tc.ops.sgt.warps_for`). Why 64: docs/sgt.md
 # ("Units").
 DEFAULT_UNIT_BLOCKS = 64
 

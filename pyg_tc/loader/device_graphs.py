@@ -36,10 +36,9 @@ from ..formats.csr import (
     _rowptr_from_sorted,
     auto_chunk,
     build_schedules,
-    padded_layout,
-    padded_schedules,
     transpose,
 )
+from ..formats.padding import padded_layout, padded_schedules
 
 
 class DeviceGraphs:

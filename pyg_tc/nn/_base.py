@@ -116,18 +116,18 @@ FP16_MAX = 65504.0
 
 
 def warn_fp16_sum(g: CSRGraph, layer: str) -> None:
-    """The overflow policy's notice (docs/halfgnn.md): an unweighted sum in
+    """The overflow policy's notice (docs/half.md): an unweighted sum in
     float16 over rows of more than 2048 neighbours can exceed 65504, and
     then gives inf where the exact sum does not fit float16 (never silent
     saturation). Once per graph, eager only (the graph's maximum degree is
     read once and kept)."""
     if torch.compiler.is_compiling() or g.num_rows == 0:
         return
-    if g.fp16_sum_warned:
+    if 'fp16_sum' in g.cache.notices:
         return
-    if g.static_shapes and g.known_max_degree() is None:  # reading it would synchronise the step
+    if g.static_shapes and g.cache.max_degree is None:  # reading it would synchronise the step
         return
-    g.fp16_sum_warned = True
+    g.cache.notices.add('fp16_sum')
     deg = g.max_degree()
     if deg > 2048:
         warnings.warn(
@@ -340,10 +340,8 @@ class TCLayer:
         reduction runs the CSR kernel). Inside ``torch.autocast('cuda')`` fp32
         features are cast once to the autocast dtype
         (:func:`~pyg_tc.ops.dispatch.autocast_features`); inside
-        :func:`pyg_tc.sampled_aggregation` (or on a graph that
-        :class:`~pyg_tc.transforms.CapNeighbors` capped) the sampled
-        aggregation runs (``sampling=`` of :func:`~pyg_tc.ops.dispatch.aggregate`)."""
-        spec = es_spmm.active() or g.sampling
+        :func:`pyg_tc.sampled_aggregation` the sampled aggregation runs (``sampling=`` of :func:`~pyg_tc.ops.dispatch.aggregate`)."""
+        spec = es_spmm.active()
         restore = _same
         if not isinstance(x, CBSR):
             x = dispatch.autocast_features(x)

@@ -33,7 +33,7 @@ def _without_loops(g: CSRGraph) -> CSRGraph:
             keep[pos] = False
         return CSRGraph.from_coo(g.col[keep], g.row()[keep], g.num_cols, g.num_rows, g.chunk)
 
-    return g.memo('without_loops', build)
+    return g.cache.memo('without_loops', build)
 
 
 def edge_softmax(g: CSRGraph, score: Tensor, loop: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:

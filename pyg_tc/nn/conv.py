@@ -136,7 +136,7 @@ def _loop_info(g: CSRGraph) -> Tuple[Tensor, Tensor]:
         pos = (g.col == row).nonzero().flatten()
         return pos, row[pos].long()
 
-    return g.memo('self_loops', find)
+    return g.cache.memo('self_loops', find)
 
 
 def _loop_count(lrow: Tensor, n: int, dtype: torch.dtype) -> Tensor:
@@ -406,7 +406,7 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
             # Structure only: computed once per graph and shared by every GCN
             # layer on it (cached or not), with its transpose order.
             key = ('gcn_norm', self.improved, self.add_self_loops, reduce, dtype)
-            return g.memo(key, lambda: norm(None).detached())
+            return g.cache.memo(key, lambda: norm(None).detached())
         return norm(edge_weight)
 
 

@@ -336,12 +336,12 @@ def attention_schedules(g: CSRGraph) -> Tuple[Schedule, Schedule]:
     rows are cut into units of :func:`small_graph_chunk` edges (heavy rows
     merged by the second pass; Cora: 7.7 + 3 us), memoised on the graph;
     larger graphs use the graph's own schedule, and so do padded graphs
-    (:meth:`~pyg_tc.formats.CSRGraph.pad`: static shapes; its schedule splits
+    (:func:`~pyg_tc.formats.padding.pad`: static shapes; its schedule splits
     heavy rows with array sizes fixed by the bucket)."""
     chunk = small_graph_chunk(g)
     if g.chunk <= chunk or g.sched.units.size(0) >= coop_units(g.rowptr.device) or g.padded:
         return g.sched, g.t_sched
-    return g.memo(
+    return g.cache.memo(
         ('attn_schedules', chunk), lambda: (build_schedule(g.rowptr, chunk), build_schedule(g.t_rowptr, chunk))
     )
 

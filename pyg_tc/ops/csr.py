@@ -40,7 +40,7 @@ def _rows(rowptr: Tensor, num_edges: int) -> Tensor:
     """Row of every CSR position (int64), with the edge count given so the
     references and autograd formulas trace under ``torch.compile``. The
     padding slots of a padded graph (past ``rowptr[-1]``,
-    :meth:`~pyg_tc.formats.CSRGraph.pad`) get the last row."""
+    :func:`~pyg_tc.formats.padding.pad`) get the last row."""
     deg = (rowptr[1:] - rowptr[:-1]).long()
     if deg.numel():
         deg = torch.cat([deg[:-1], deg[-1:] + (num_edges - rowptr[-1:].long())])
@@ -538,12 +538,12 @@ def sddmm_graph(g: CSRGraph, a: Tensor, b: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------------
-# Numerics of the fp16 two-level sum (HalfGNN, docs/halfgnn.md)
+# Numerics of the fp16 two-level sum (HalfGNN, docs/half.md)
 
 
 def half2_two_level_sum(x: Tensor, w: Tensor, batch: int = 8, scale: bool = True) -> Tensor:
     """The half SpMM's two-level sum of one unit of edges, emulated on the CPU
-    (the specification of the kernel's half2 path, docs/halfgnn.md):
+    (the specification of the kernel's half2 path, docs/half.md):
     ``sum_e w[e] * x[e]`` over the edges in order, in batches of ``batch``
     edges (the kernel: 8, from the start of each unit). Within a batch the
     products are summed in ``x``'s dtype (fp16 or bf16) with one rounding per

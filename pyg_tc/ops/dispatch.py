@@ -120,7 +120,7 @@ def autocast_features(x: Any) -> Any:
     """Inside ``torch.autocast('cuda')``: fp32 CUDA features cast to the
     autocast dtype (one cast kernel; autocast's lower-precision policy, as
     for matmul), so the aggregation reads and writes half and the next
-    Linear needs no cast of its own (docs/halfgnn.md). fp64, half, CBSR
+    Linear needs no cast of its own (docs/half.md). fp64, half, CBSR
     and CPU inputs, and everything outside autocast, are returned as they
     are. Applied by the public :func:`spmm` / :func:`sddmm` and the layers'
     aggregation, not by internal graph helpers (GCN's degree and
@@ -449,7 +449,7 @@ def sddmm(
 # backend='auto'
 
 # Tensor cores are chosen when measured faster at all (margin 1.0; history in
-# docs/tcgnn.md).
+# docs/sgt.md).
 AUTO_MARGIN = 1.0
 TUNE_CALLS = 10  # calls per timed run
 TUNE_TRIALS = 5  # timed runs per backend, alternating; the best counts
@@ -466,7 +466,7 @@ def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm'
         op (str, optional): ``'spmm'`` or ``'sddmm'``.
 
     No static threshold on the SGT statistics separated the graphs where
-    tensor cores win from those where they lose (docs/tcgnn.md), so ``auto``
+    tensor cores win from those where they lose (docs/sgt.md), so ``auto``
     measures: the first call per (graph, op, width, dtype) times the
     candidates the op family declares (ten calls in a CUDA graph, best of
     five alternating runs each, like ``cudnn.benchmark``) and keeps the
@@ -475,17 +475,17 @@ def choose_backend(g: CSRGraph, width: int, dtype: torch.dtype, op: str = 'spmm'
     are considered; without kernels, on the CPU, for float64 or while a CUDA
     graph is being captured or compiled before tuning, the answer is 'csr'.
     The result is cached on the graph (per process and device)."""
-    if g.sgt is None or dtype == torch.float64 or not _library.kernels_loaded():
+    if g.cache.sgt is None or dtype == torch.float64 or not _library.kernels_loaded():
         return 'csr'  # (cheapest tests first: this runs on every layer call)
     if g.device.type != 'cuda':
         return 'csr'
     key = ('auto', op, int(width), dtype)
-    hit = g.memoised(key)
+    hit = g.cache.get(key)
     if hit is not None:
         return hit
     if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
         return 'csr'
-    return g.memo(key, lambda: _tune(g, int(width), dtype, op))
+    return g.cache.memo(key, lambda: _tune(g, int(width), dtype, op))
 
 
 def _replayable(fn: Callable) -> Callable:
@@ -536,7 +536,7 @@ PYG_WHERE_FASTER = os.environ.get('PYG_TC_ALWAYS_KERNELS', '').lower() not in ('
 #: of the graph, not of the call, so every layer of a step on one graph
 #: chooses alike (once the GPU paces the step, every layer should spend the
 #: least GPU time). Measured on an H200 host: two-layer steps, 500 input
-#: features, hidden 16 and 64 (``benchmarks/small_graphs.py --crossover``,
+#: features, hidden 16 and 64 (``pyg-tc bench small_graphs --crossover``,
 #: docs/results/small_graphs.md); layers not named are not slower on the
 #: kernels at any size
 PYG_BELOW = {'SAGEConv': 1 << 18, 'GCNConv': 1 << 19}

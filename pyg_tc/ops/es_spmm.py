@@ -241,19 +241,28 @@ def capped_graph(g, max_neighbors: int, sampling: str, seed: int):
     (:func:`sample_csr`), its edges' positions in ``g``'s CSR order and the
     per-edge Horvitz-Thompson weight (float64); None when no row of ``g`` has
     more than ``max_neighbors`` edges (the exact op applies). The latest
-    capped graph per (cap, strategy) is kept on ``g`` (a fixed seed builds
-    it once; a new seed per call replaces it)."""
+    capped graph per (cap, strategy) is kept in ``g.cache`` (a fixed seed
+    builds it once; a new seed per call replaces it)."""
     from ..formats.csr import CSRGraph
 
     if g.max_degree() <= max_neighbors:
         return None
 
-    def build():
-        rowptr_s, edge, scale = sample_csr(g.rowptr, max_neighbors, sampling, seed)
-        gs = CSRGraph.from_csr(rowptr_s, g.col.index_select(0, edge), g.num_cols, g.chunk)
-        return gs, edge, scale.index_select(0, gs.row().long())
+    hit = kept_capped(g, max_neighbors, sampling, seed)
+    if hit is not None:
+        return hit
+    rowptr_s, edge, scale = sample_csr(g.rowptr, max_neighbors, sampling, seed)
+    gs = CSRGraph.from_csr(rowptr_s, g.col.index_select(0, edge), g.num_cols, g.chunk)
+    built = (gs, edge, scale.index_select(0, gs.row().long()))
+    g.cache.put(('capped', max_neighbors, sampling), (seed, built))
+    return built
 
-    return g.capped(max_neighbors, sampling, seed, build)
+
+def kept_capped(g, max_neighbors: int, sampling: str, seed: int):
+    """:func:`capped_graph`'s value kept in ``g``'s cache for this seed, or None
+    (builds nothing)."""
+    hit = g.cache.get(('capped', max_neighbors, sampling))
+    return hit[1] if hit is not None and hit[0] == seed else None
 
 
 def check_sampled(g, x, value: Optional[Tensor], reduce: str, diag, spec: tuple) -> dict:
@@ -313,7 +322,7 @@ def _kernel_applies(g, a: dict) -> bool:
     """No capped graph kept for this seed, dense features, no gradient needed."""
     c, spec = a['checked'], a['spec']
     return (
-        g.capped(spec.max_neighbors, spec.sampling, a['seed']) is None
+        kept_capped(g, spec.max_neighbors, spec.sampling, a['seed']) is None
         and isinstance(a['x'], Tensor)
         and not (
             torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a['x'], c['value'], c['diag']))
@@ -348,8 +357,7 @@ def _kernel(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> 
 
 @dispatch.register('sampled_spmm', 'capped', needs_kernel=False)
 def _capped(g, x, value, reduce, diag, spec, seed, checked, backend, strict) -> Tensor:
-    built = g.capped(spec.max_neighbors, spec.sampling, seed)
-    gs, edge, w = built if built is not None else capped_graph(g, spec.max_neighbors, spec.sampling, seed)
+    gs, edge, w = capped_graph(g, spec.max_neighbors, spec.sampling, seed)
     v = None if value is None else value.index_select(0, edge)
     if reduce == 'sum':
         w = w.to(value.dtype if value is not None else torch.float64 if x.dtype == torch.float64 else torch.float32)

@@ -9,7 +9,7 @@ split windows), then the transpose (``t_*``) and the transpose-cell ->
 forward-cell map ``t_cell``: the backward of each op is the other op, on
 the forward SGT or its transpose. Kernels: ``kernels/sgt/``.
 
-Precision (decision, docs/tcgnn.md): fp32 inputs follow PyTorch's matmul
+Precision (decision, docs/sgt.md): fp32 inputs follow PyTorch's matmul
 setting: ``torch.get_float32_matmul_precision() == 'highest'`` (PyTorch's
 default) runs 3xTF32 (split operands, fp32-accurate); ``'high'`` or
 ``'medium'`` runs plain TF32 (inputs truncated to a 10-bit mantissa by the
@@ -35,20 +35,19 @@ from .csr import acc_dtype, diag_grad, sddmm_graph, spmm_graph
 
 def sgt_of(g: CSRGraph) -> SGT:
     """The graph's SGT (attached by :class:`~pyg_tc.transforms.SGTTransform`),
-    built on the graph's device on first use and kept on the graph.
+    built on the graph's device on first use and kept in its cache.
 
     Args:
         g (pyg_tc.formats.CSRGraph): the graph.
     """
-    if g.sgt is None:
-        g.sgt = SGT.build(g)
-    elif g.sgt.num_edges != g.num_edges or g.sgt.device != g.device:
+    sgt = g.cache.sgt
+    if sgt is None:
+        sgt = g.cache.sgt = SGT.build(g)
+    elif sgt.num_edges != g.num_edges or sgt.device != g.device:
         raise stale_error(
-            'SGT',
-            {'edges': (g.sgt.num_edges, g.num_edges), 'device': (g.sgt.device, g.device)},
-            're-apply SGTTransform',
+            'SGT', {'edges': (sgt.num_edges, g.num_edges), 'device': (sgt.device, g.device)}, 're-apply SGTTransform'
         )
-    return g.sgt
+    return sgt
 
 
 # ---------------------------------------------------------------------------
@@ -168,7 +167,7 @@ SPMM_FILL_WARPS = 8192
 
 
 def warps_for(s: SGT, width: int, dtype: torch.dtype, op: str = 'spmm') -> int:
-    """Warps per unit (the sweep behind these rules: docs/tcgnn.md).
+    """Warps per unit (the sweep behind these rules: docs/sgt.md).
 
     * SpMM with fewer than ``SPMM_COOP_WARPS`` (unit, feature slice) pairs:
       8 warps share each unit.

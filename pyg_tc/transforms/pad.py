@@ -34,7 +34,7 @@ edge slots per hop; each hop's real entries first, then its padding; the
 padding edges of a hop join the last padded rows of two consecutive blocks,
 so the CSR remains an ordinary graph sorted by target and each layer's
 trimmed graph is derived from it with static shapes;
-:meth:`pyg_tc.formats.CSRGraph.pad_hops`). Both kinds cost one captured
+:func:`pyg_tc.formats.padding.pad_hops`). Both kinds cost one captured
 graph per bucket. Buckets come from measured batches (:func:`~pyg_tc.transforms.buckets_from_batches`:
 the mean plus ``sigma`` standard deviations of ``num_batches`` batches, as
 NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
@@ -53,6 +53,7 @@ from torch_geometric.transforms import BaseTransform
 
 from ..formats.carrier import attach, resolve
 from ..formats.loops import pad_loop_graph
+from ..formats import padding
 
 
 class Bucket(NamedTuple):
@@ -259,7 +260,7 @@ class PadToBuckets(BaseTransform):
             raise ValueError(
                 'pyg_tc: PadToBuckets needs batches whose edges are in CSR order (pyg_tc.loader.NeighborLoader\'s)'
             )
-        pg = g.pad(N, P)
+        pg = padding.pad(g, N, P)
         if self.self_loops:
             pad_loop_graph(pg)
         _pad_attributes(batch, lambda v, d: _pad_rows(v, N, d), lambda v, d: _pad_rows(v, P, d), self.seed_capacity)
@@ -370,7 +371,7 @@ class PadHops(BaseTransform):
     node block ``h`` to the last row of node block ``h - 1`` (its *sink*):
     every block keeps a padded row, no real row has a padded neighbour, so
     the real rows' results are those of the unpadded batch
-    (:meth:`pyg_tc.formats.CSRGraph.pad_hops`). Padded rows hold garbage:
+    (:func:`pyg_tc.formats.padding.pad_hops`). Padded rows hold garbage:
     a loss over the seeds (:func:`~pyg_tc.capture.seed_loss`) never reads
     it, but an operation over all rows (e.g. ``BatchNorm``) sees it, as with
     :class:`PadToBuckets`.
@@ -379,7 +380,7 @@ class PadHops(BaseTransform):
     bucket's (``N_h``, ``P_h``, the same for every batch of the bucket), so
     ``trim_to_layer`` cuts at the padded hop boundaries and each layer's
     graph is derived from the batch's with static shapes
-    (:meth:`~pyg_tc.formats.CSRGraph.trimmed`); PyG's meaning (the real
+    (:func:`~pyg_tc.formats.padding.trimmed`); PyG's meaning (the real
     counts) moves to ``num_real_sampled_nodes`` / ``num_real_sampled_edges``.
     Also added, as by :class:`PadToBuckets`: ``node_mask``, ``seed_mask``,
     ``seed_capacity``, ``num_real_nodes``, ``num_real_edges`` and ``bucket``
@@ -399,7 +400,7 @@ class PadHops(BaseTransform):
         self_loops (bool, optional): also build what ``GATConv`` /
             ``GATv2Conv`` (``add_self_loops=True``) use under
             ``trim_to_layer``: each layer's trimmed graph
-            (:meth:`~pyg_tc.formats.CSRGraph.trimmed`, the bucket's hop
+            (:func:`~pyg_tc.formats.padding.trimmed`, the bucket's hop
             boundaries) and its padded self-loop graph, memoised on the
             batch's graph (part of the batch, copied per step), instead of
             the layers deriving them inside the step (on the device, without
@@ -459,7 +460,7 @@ class PadHops(BaseTransform):
                 "pyg_tc: PadHops needs batches whose CSR carries their hop structure (pyg_tc.loader.NeighborLoader's)"
             )
         # the padded CSR, and where each real node and edge went (one index_copy per attribute)
-        pg, node_index, edge_index, node_mask, rows = g.pad_hops(N, P, return_index=True)
+        pg, node_index, edge_index, node_mask, rows = padding.pad_hops(g, N, P, return_index=True)
         if self.self_loops:
             _trimmed_loop_graphs(pg, N, P)
         ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
@@ -493,6 +494,6 @@ def _trimmed_loop_graphs(pg, N: Sequence[int], P: Sequence[int]) -> None:
     pad_loop_graph(pg)
     for i in range(1, H):
         C = sum(N[: H + 1 - i])
-        t = pg.trimmed(sum(P[: H - i]), C, C)
+        t = padding.trimmed(pg, sum(P[: H - i]), C, C)
         if t is not None:
             pad_loop_graph(t)

@@ -55,6 +55,7 @@ from torch_geometric.transforms import BaseTransform
 
 from ..formats.carrier import attach, plain_tensor
 from ..formats.csr import CSRGraph
+from ..formats.padding import pad
 from .pad import _pad_attributes, _pad_rows, _round_up
 
 
@@ -212,7 +213,7 @@ class PadGraphs(BaseTransform):
         batch.ptr = torch.cat([ptr, ptr.new_full((S - 1 - G,), n), ptr.new_full((1,), N)])
         ei = batch.edge_index
         ei = torch.cat([ei, ei.new_full((2, P - E), N - 1)], 1)
-        batch.edge_index = attach(ei, N, g.pad(N, P), sort_order='col')
+        batch.edge_index = attach(ei, N, pad(g, N, P), sort_order='col')
         batch.num_nodes = N
         batch._num_graphs = S
         batch.node_mask = torch.arange(N, device=dev) < n

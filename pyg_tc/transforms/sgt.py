@@ -23,7 +23,7 @@ class SGTTransform(DegreeBucketTransform):
 
     Runs on the device of ``data.edge_index``: vectorised torch, identical
     output on CPU (datasets) and GPU (e.g. per ``NeighborLoader`` mini-batch
-    after moving it; docs/tcgnn.md has its time next to one SpMM).
+    after moving it; docs/sgt.md has its time next to one SpMM).
 
     Args:
         window: rows per window; 16 (the MMA's M) is the only value the
@@ -52,19 +52,19 @@ class SGTTransform(DegreeBucketTransform):
         """Attach the SGT of ``data``'s graph (built once, kept with its CSR format)."""
         data = super().forward(data)
         g = DegreeBucketTransform.graph(data)
-        if g.sgt is None or g.sgt.num_edges != g.num_edges or g.sgt.device != g.device:
-            g.sgt = SGT.build(g, self.unit_blocks)
+        if g.cache.sgt is None:
+            g.cache.sgt = SGT.build(g, self.unit_blocks)
         if self.check:
-            g.sgt.validate(g)
+            g.cache.sgt.validate(g)
         return data
 
     @staticmethod
     def sgt(data: Data) -> SGT:
         """The SGT a transformed ``data`` carries."""
         g = DegreeBucketTransform.graph(data)
-        if g is None or g.sgt is None:
+        if g is None or g.cache.sgt is None:
             raise ValueError('SGTTransform: data.edge_index carries no SGT metadata; apply SGTTransform first')
-        return g.sgt
+        return g.cache.sgt
 
     @staticmethod
     def stats(data: Data) -> dict:

@@ -66,6 +66,19 @@ def test_static_buffers_match_every_batch_of_a_bucket():
             assert [(t.shape, t.dtype) for t in fo] == [(t.shape, t.dtype) for t in fs]
 
 
+def test_buffers_hold_the_graphs_kept_in_a_batch_graphs_cache():
+    """The self-loop graph a padding transform keeps in the batch graph's
+    cache is part of the step's buffers (a replay reads it, so every batch's
+    must be copied in)."""
+    from pyg_tc.formats.carrier import graph_of
+    from pyg_tc.formats.loops import pad_loop_graph
+
+    b = next(iter(_loader('cpu')))
+    lg = pad_loop_graph(graph_of(b.edge_index))  # kept by the transform: the same object
+    ids = {id(t) for t in _flat(b)}
+    assert {id(lg.graph.rowptr), id(lg.graph.t_perm), id(lg.graph.sched.units), id(lg.ids)} <= ids
+
+
 def test_copy_in_writes_every_tensor_of_the_batch_by_dtype():
     """A replay reads the buffers: each of the batch's tensors (float, int32,
     int64, bool) lands in its own buffer, copied a dtype at a time."""

@@ -219,10 +219,7 @@ def _tamper_graph() -> CSRGraph:
 def _units(g, f, transpose=False):
     s = g.t_sched if transpose else g.sched
     s = s._replace(units=f(s.units.clone()).contiguous())
-    if transpose:
-        g.t_sched = s
-    else:
-        g.sched = s
+    return g.replace(**{'t_sched' if transpose else 'sched': s})
 
 
 def _first(units, cond):
@@ -273,7 +270,7 @@ def _swap_t_perm(g):
 
 
 def _drop_transpose_unit(g):
-    _units(g, lambda u: u[1:], transpose=True)
+    return _units(g, lambda u: u[1:], transpose=True)
 
 
 TAMPER = {
@@ -290,7 +287,7 @@ TAMPER = {
     'heavy_ptr_mid': lambda g: g.sched.heavy_ptr.__setitem__(1, g.sched.heavy_ptr[1] + 1),
     'heavy_ptr_end': lambda g: g.sched.heavy_ptr.__setitem__(-1, g.sched.heavy_ptr[-1] + 1),
     'heavy_rows_swapped': _swap_heavy_rows,
-    'num_slots_wrong': lambda g: setattr(g, 'sched', g.sched._replace(num_slots=g.sched.num_slots + 1)),
+    'num_slots_wrong': lambda g: g.replace(sched=g.sched._replace(num_slots=g.sched.num_slots + 1)),
     'col_out_of_range': lambda g: g.col.__setitem__(0, g.num_cols),
     'col_negative': lambda g: g.col.__setitem__(3, -1),
     'col_changed_in_range': lambda g: g.col.__setitem__(0, (g.col[0] + 1) % g.num_cols),
@@ -308,7 +305,7 @@ TAMPER = {
 def test_validate_rejects_corruption(case):
     g = _tamper_graph()
     bad = copy.deepcopy(g)
-    TAMPER[case](bad)
+    bad = TAMPER[case](bad) or bad  # (a tampered tensor in place, or a graph with a tampered schedule)
     with pytest.raises(ValueError, match='pyg_tc'):
         bad.validate()
     g.validate()  # the original is untouched
@@ -362,6 +359,41 @@ def test_to_keeps_content(device):
     assert back.perm is not None
     csr = CSRGraph.from_csr(g.rowptr, g.col, n, chunk=32)
     assert csr.to(device).perm is None
+
+
+def test_a_graph_is_an_immutable_value_with_a_cache_beside_it():
+    ei, n = make_graph('hub', 'cpu')
+    g = CSRGraph.from_coo(ei[0], ei[1], n, n, chunk=32)
+    for name, value in (('sched', g.t_sched), ('chunk', 4), ('sgt', None), ('anything', 1)):
+        with pytest.raises(AttributeError, match='immutable'):
+            setattr(g, name, value)
+    with pytest.raises(AttributeError, match='immutable'):
+        del g.perm
+    assert g.cache.max_degree is None
+    deg = g.max_degree()
+    assert g.cache.max_degree == deg == int(g.degree().max())
+    keys = g.cache.keys()
+    norm = g.cache.memo(('norm', 1), lambda: torch.ones(3))
+    assert g.cache.memo(('norm', 1), lambda: torch.zeros(3)) is norm  # made once
+    assert g.cache.get(('norm', 2)) is None
+    g.cache.notices.add('fp16_sum')
+    g.cache.drop(keep=keys)  # what was made after `keys` goes; what was there stays
+    assert g.cache.get(('norm', 1)) is None and g.cache.max_degree == deg and not g.cache.notices
+    g.cache.drop()
+    assert g.cache.max_degree is None and g.cache.keys() == frozenset()
+    # another graph from this one: fields replaced, the others shared, its own empty cache
+    g.max_degree()
+    h = g.replace(chunk=8)
+    assert h.chunk == 8 and h.col is g.col and h.sched is g.sched and h.cache is not g.cache
+    assert h.cache.max_degree is None
+    with pytest.raises(TypeError, match='unknown fields'):
+        g.replace(sgt=None)
+    # a copy is the same graph with its cache; a move is a graph on another device whose cache
+    # starts empty (a static batch's buffers are moved once and then hold every batch's graph)
+    c = copy.deepcopy(g)
+    assert torch.equal(c.col, g.col) and c.cache.max_degree == deg
+    moved = g.to('cpu')
+    assert moved.cache.max_degree is None and moved.sampled_hops == g.sampled_hops
 
 
 @pytest.mark.parametrize('kind', ['hub', 'empty', 'bipartite'])

@@ -10,6 +10,7 @@ import torch
 
 from pyg_tc.formats.csr import CSRGraph, Layout
 from pyg_tc.formats.loops import _append_loops, _edges_of, static_loop_graph
+from pyg_tc.formats import padding
 
 from ..conftest import DEVICES, forbid_device_reads
 
@@ -34,13 +35,13 @@ def _host(g: CSRGraph):
     src, dst = _edges_of(g)
     lg = _append_loops(src, dst, g.num_cols, g.num_rows, g.num_rows, g.chunk)
     cap = g.num_edges + g.num_rows
-    return (lg.graph.pad(g.num_rows, cap) if lg.graph.num_edges < cap else lg.graph), lg.ids
+    return (padding.pad(lg.graph, g.num_rows, cap) if lg.graph.num_edges < cap else lg.graph), lg.ids
 
 
 def _cases(device):
     g = _graph(40, 300, 7, 0, device)
-    yield 'padded', g.pad(48, 360)
-    yield 'padded, no loops', _graph(30, 200, 0, 1, device).pad(31, 210)
+    yield 'padded', padding.pad(g, 48, 360)
+    yield 'padded, no loops', padding.pad(_graph(30, 200, 0, 1, device), 31, 210)
     plain = _graph(20, 90, 0, 2, device)  # no self loop: every slot of P + N is an edge, no padding left
     assert not bool((plain.col == plain.row()).any())
     static = Layout(static_shapes=True)
@@ -49,7 +50,7 @@ def _cases(device):
     hops = _sampled(device)
     yield 'per hop', hops
     for k, C in ((hops.sampled_hops.num_edges[0], sum(hops.sampled_hops.num_nodes[:2])),):
-        yield 'trimmed', hops.trimmed(k, C, C)
+        yield 'trimmed', padding.trimmed(hops, k, C, C)
 
 
 def _sampled(device):
@@ -66,7 +67,7 @@ def _sampled(device):
     b = next(iter(loader))
     graph = b.edge_index._pyg_tc_graph[1]
     ns, es = graph.sampled_hops.num_nodes, graph.sampled_hops.num_edges
-    return graph.pad_hops([n + 2 for n in ns], [e + 5 for e in es])
+    return padding.pad_hops(graph, [n + 2 for n in ns], [e + 5 for e in es])
 
 
 @pytest.mark.parametrize('device', DEVICES)

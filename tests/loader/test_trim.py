@@ -19,6 +19,7 @@ from pyg_tc.formats.carrier import TCEdgeIndex, get_graph
 from pyg_tc.formats.csr import CSRGraph, _without_fillers
 from pyg_tc.loader import NeighborLoader
 from pyg_tc.ops.csr import spmm_graph
+from pyg_tc.formats import padding
 
 from ..conftest import DEVICES, cuda_only
 
@@ -92,7 +93,7 @@ def test_trim_builds_formats_without_this_change():
     _, ei, _ = trim_to_layer(1, b.num_sampled_nodes, b.num_sampled_edges, b.x, b.edge_index)
     assert isinstance(ei, TCEdgeIndex) and not hasattr(ei, '_pyg_tc_graph')
     g = get_graph(ei)[0]
-    assert g is b.edge_index._pyg_tc_graph[1].memoised(('trimmed', ei.size(1), ei.sparse_size(0), ei.sparse_size(1)))
+    assert g is b.edge_index._pyg_tc_graph[1].cache.get(('trimmed', ei.size(1), ei.sparse_size(0), ei.sparse_size(1)))
 
 
 def count_builds(monkeypatch) -> list:
@@ -134,7 +135,7 @@ def test_trim_matches_pyg_and_untrimmed(kind, data, device, monkeypatch):
     E, N = g.num_edges, g.num_rows
     layers = {(E - sum(b.num_sampled_edges[-i:]), N - sum(b.num_sampled_nodes[-i:])) for i in (1, 2)} - {(E, N)}
     assert layers  # one derived graph per trimmed layer (layers 2 and 3), shared by backward
-    assert {k[1:3] for k in g.derived_keys() if k[0] == 'trimmed'} == layers
+    assert {k[1:3] for k in g.cache.keys() if k[0] == 'trimmed'} == layers
 
 
 def hop_boundaries(b):
@@ -157,7 +158,7 @@ def test_trimmed_graph_equals_a_build(data, device):
     heavy = False
     for j, k in enumerate(ends):
         for R in {nodes[j], nodes[min(j + 1, len(nodes) - 1)]}:
-            t = g.trimmed(k, R, R)
+            t = padding.trimmed(g, k, R, R)
             ei = b.edge_index.as_tensor()[:, :k]
             ref = CSRGraph.from_coo(ei[0], ei[1], R, R)
             t.validate()
@@ -176,7 +177,7 @@ def test_trimmed_graph_equals_a_build(data, device):
             torch.testing.assert_close(out, spmm_graph(ref, x))
             spmm_graph(ref, x).sum().backward()
             torch.testing.assert_close(gx, x.grad)
-            assert g.trimmed(k, R, R) is t  # memoised
+            assert padding.trimmed(g, k, R, R) is t  # memoised
     assert heavy == (data == 'hub')
 
 
@@ -187,21 +188,21 @@ def test_not_a_hop_boundary_or_not_a_prefix_is_built():
     g = b.edge_index._pyg_tc_graph[1]
     ends, nodes = hop_boundaries(b)
     N = b.num_nodes
-    assert g.trimmed(ends[1] + 1, N, N) is None
-    assert g.trimmed(ends[2], nodes[0], nodes[2]) is None  # hop-2 edges point to hop-1 nodes
-    assert g.trimmed(ends[2], nodes[2], nodes[1]) is None  # ... from hop-2 nodes
-    assert g.trimmed(g.num_edges, N, N) is g
+    assert padding.trimmed(g, ends[1] + 1, N, N) is None
+    assert padding.trimmed(g, ends[2], nodes[0], nodes[2]) is None  # hop-2 edges point to hop-1 nodes
+    assert padding.trimmed(g, ends[2], nodes[2], nodes[1]) is None  # ... from hop-2 nodes
+    assert padding.trimmed(g, g.num_edges, N, N) is g
     mid = b.edge_index[:, : ends[1] + 1]
     assert isinstance(mid, TCEdgeIndex)  # a prefix, but no hop boundary: built
     r = get_graph(mid, size=(N, N))[0]
     assert torch.equal(r.rowptr, CSRGraph.from_coo(mid.as_tensor()[0], mid.as_tensor()[1], N, N).rowptr)
-    assert not any(k[0] == 'trimmed' and k[1] == ends[1] + 1 for k in g.derived_keys())
+    assert not any(k[0] == 'trimmed' and k[1] == ends[1] + 1 for k in g.cache.keys())
     tail = b.edge_index[:, 1 : ends[2] + 1]  # not a prefix
     assert not isinstance(tail, TCEdgeIndex)
     # an in-place write to the batch after slicing: the slice no longer derives from it
     cut = b.edge_index.narrow(1, 0, ends[2])
     b.edge_index[0, 0] = nodes[1] - 1
-    assert get_graph(cut, size=(nodes[2], nodes[2]))[0] is not g.memoised(('trimmed', ends[2], nodes[2], nodes[2]))
+    assert get_graph(cut, size=(nodes[2], nodes[2]))[0] is not g.cache.get(('trimmed', ends[2], nodes[2], nodes[2]))
     assert int(get_graph(cut, size=(nodes[2], nodes[2]))[0].col[0]) == nodes[1] - 1
 
 
@@ -246,7 +247,7 @@ def test_hop_counts_must_describe_the_batch():
             *args, num_sampled_nodes=b.num_sampled_nodes, num_sampled_edges=[e + 1 for e in b.num_sampled_edges]
         )
     assert g.to('cpu').sampled_hops == g.sampled_hops == (tuple(b.num_sampled_nodes), tuple(b.num_sampled_edges), 5)
-    assert CSRGraph.from_sampled(*args).trimmed(b.num_sampled_edges[0], g.num_rows, g.num_rows) is None
+    assert padding.trimmed(CSRGraph.from_sampled(*args), b.num_sampled_edges[0], g.num_rows, g.num_rows) is None
 
 
 @cuda_only
@@ -261,6 +262,6 @@ def test_derivation_does_not_synchronise_on_the_gpu():
         try:
             for j in range(1, len(ends) - 1):
                 t = get_graph(b.edge_index.narrow(1, 0, ends[j]), size=(nodes[j], nodes[j]))[0]
-                assert t is b.edge_index._pyg_tc_graph[1].memoised(('trimmed', ends[j], nodes[j], nodes[j]))
+                assert t is b.edge_index._pyg_tc_graph[1].cache.get(('trimmed', ends[j], nodes[j], nodes[j]))
         finally:
             torch.cuda.set_sync_debug_mode(0)

@@ -5,7 +5,7 @@ attention or bias promote PyG's result; half for SAGE and GIN), casts each
 node-feature input at most once per layer (and its output at most once, to
 PyG's dtype), trains with ``torch.amp.GradScaler``, and compiles without graph
 breaks; the same models after ``.half()`` / ``.bfloat16()``. Plus the float16
-overflow notice of unweighted sums (docs/halfgnn.md, "Overflow policy")."""
+overflow notice of unweighted sums (docs/half.md, "Overflow policy")."""
 
 import warnings
 

@@ -8,7 +8,8 @@ import torch
 
 import pyg_tc.ops  # noqa: F401 (defines the ops)
 from pyg_tc import _library
-from pyg_tc.formats.csr import CSRGraph, build_schedules_torch, padded_schedule, padded_schedules, transpose_torch
+from pyg_tc.formats.csr import CSRGraph, build_schedules_torch, transpose_torch
+from pyg_tc.formats.padding import padded_schedule, padded_schedules
 
 from ..conftest import DEVICES, GRAPH_KINDS, cuda_only, make_graph, sizes
 
@@ -152,7 +153,7 @@ HOP_CASES = [
 def test_pad_hops_op(case, device):
     """``csr_pad_hops`` gives ``pad_hops_reference``'s tensors bit for bit,
     and the padded CSR keeps every real row's neighbours (renumbered)."""
-    from pyg_tc.formats.csr import pad_hops_reference
+    from pyg_tc.formats.padding import pad_hops_reference
 
     n, e, N, P = HOP_CASES[case]
     rowptr, col = _hop_batch(n, e, seed=case)

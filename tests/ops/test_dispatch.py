@@ -189,7 +189,7 @@ def test_cuda_sampled_aggregation_choice(kernels):
     assert choose('auto', _sampled_args(features(n, 8, torch.float32, 'cpu'), S)) == 'capped'
     assert choose('auto', _sampled_args(x, g.max_degree())) == 'exact'
     assert choose('sgt', _sampled_args(x, g.max_degree())) == 'exact'
-    g.capped(S, 'uniform', 5, lambda: 'kept')  # a capped graph kept for seed 5: used in preference
+    g.cache.put(('capped', S, 'uniform'), (5, 'kept'))  # a capped graph kept for seed 5: used in preference
     assert choose('auto', _sampled_args(x, S, seed=5)) == 'capped'
     assert choose('auto', _sampled_args(x, S, seed=6)) == 'kernel'
     kernels(False)

@@ -8,7 +8,15 @@ import torch
 
 from pyg_tc.bench.graphs import rmat
 from pyg_tc.ops import spmm_reference
-from pyg_tc.ops.es_spmm import FASTRAND_PRIME, SAMPLINGS, row_order, sample_csr, sampled_spmm_reference, uniform_index
+from pyg_tc.ops.es_spmm import (
+    FASTRAND_PRIME,
+    SAMPLINGS,
+    kept_capped,
+    row_order,
+    sample_csr,
+    sampled_spmm_reference,
+    uniform_index,
+)
 
 
 def csr_of(ei, n):
@@ -274,14 +282,18 @@ def test_cap_neighbors_transform(kind):
     x = torch.rand(120, 6)
     data = CapNeighbors(8, 'uniform', seed=4)(Data(x=x, edge_index=ei.clone(), num_nodes=120))
     g = DegreeBucketTransform.graph(data)
-    assert g.capped(8, 'uniform', 4) is not None  # built once, by the transform
+    capped = kept_capped(g, 8, 'uniform', 4)
+    assert capped is not None  # built once, by the transform
+    cap = CapNeighbors(8, 'uniform', seed=4)
     with torch.no_grad():
-        out = conv(x, data.edge_index)
+        assert torch.equal(conv(x, data.edge_index), conv(x, ei))  # outside the block: exact
+        with cap.sampled_aggregation():
+            out = conv(x, data.edge_index)
+            assert kept_capped(g, 8, 'uniform', 4) is capped  # the transform's graph, not another
         with pyg_tc.sampled_aggregation(8, 'uniform', seed=4):
             want = conv(x, ei)
         assert torch.equal(out, want)
-        with pyg_tc.sampled_aggregation(10_000):  # an enclosing switch takes precedence
-            assert torch.equal(conv(x, data.edge_index), conv(x, ei))
+        assert not torch.equal(out, conv(x, ei))
     assert repr(CapNeighbors(8)) == "CapNeighbors(max_neighbors=8, sampling='uniform', seed=0)"
     with pytest.raises(ValueError, match='seed'):
         CapNeighbors(8, seed=None)
@@ -381,8 +393,8 @@ def test_layers_kernel_path_cuda(kind):
     g = CSRGraph.from_csr(rowptr, col, 120).to('cuda')
     xs = torch.rand(120, 16, device='cuda')
     out = pyg_tc.ops.spmm(xs, g, max_neighbors=8, seed=3)
-    assert g.capped(8, 'uniform', 3) is None  # nothing built
-    assert not any(k[0] == 'capped' for k in g.derived_keys() if isinstance(k, tuple))
+    assert kept_capped(g, 8, 'uniform', 3) is None  # nothing built
+    assert not any(k[0] == 'capped' for k in g.cache.keys() if isinstance(k, tuple))
     ref = sampled_spmm_reference(rowptr, col, None, xs.cpu(), 8, 'uniform', 3)
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
 

@@ -1,4 +1,4 @@
-"""The fp16 two-level sum (HalfGNN's half2 path, docs/halfgnn.md) on hub rows:
+"""The fp16 two-level sum (HalfGNN's half2 path, docs/half.md) on hub rows:
 relative error against fp64 at most 1e-3 (issue 17, requirement 2), the
 power-of-two batch scaling needed for it on a 700K hub with GCN weights, and
 no intermediate overflow (a batch whose fp16 total overflows is summed in
@@ -55,7 +55,7 @@ def test_no_intermediate_overflow():
 
 def test_bf16_two_level_within_3x_its_own_rounding():
     # bf16 (8 mantissa bits): the batch partials cost about 2-2.5x the error
-    # of rounding the exact result to bf16 (docs/halfgnn.md)
+    # of rounding the exact result to bf16 (docs/half.md)
     x, w, ref = _row(100_000, 'gcn')
     xb = x.float().bfloat16()
     ref = (w.unsqueeze(1) * xb.double()).sum(0)

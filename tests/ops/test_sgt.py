@@ -137,7 +137,7 @@ def _graph(kind, unit_blocks=None, device='cuda'):
     ei, n = make_graph(kind, device)
     ns, nd = sizes(n)
     g = CSRGraph.from_coo(ei[0], ei[1], ns, nd)
-    g.sgt = SGT.build(g, unit_blocks)
+    g.cache.sgt = SGT.build(g, unit_blocks)
     return g, ei, ns, nd
 
 
@@ -249,10 +249,10 @@ def test_errors():
         ops.spmm(x, ei, reduce='max', backend='sgt')
     g = CSRGraph.from_coo(ei[0], ei[1], n, n)
     other = CSRGraph.from_coo(ei[0, :10], ei[1, :10], n, n)
-    g.sgt = SGT.build(other)
+    g.cache.sgt = SGT.build(other)
     with pytest.raises(ValueError, match='stale SGT'):
         ops.sgt_spmm_graph(g, x)
-    g.sgt = None
+    g.cache.sgt = None
     with pytest.raises(ValueError, match='cell values'):
         sgt_spmm_cells(g, x, torch.ones(3))
     with pytest.raises(ValueError, match='stale graph metadata'):
@@ -287,7 +287,7 @@ def test_emulation_matches_reference(kind, unit_blocks):
 
 
 def test_spmm_warps_rule():
-    """warps_for (docs/tcgnn.md): 8 warps per unit on graphs with few units,
+    """warps_for (docs/sgt.md): 8 warps per unit on graphs with few units,
     else enough to fill the GPU while each warp keeps 8 blocks; shapes of
     the measured graphs (units, blocks with 64-block units)."""
     from types import SimpleNamespace as NS

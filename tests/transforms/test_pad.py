@@ -23,6 +23,7 @@ from pyg_tc.loader import NeighborLoader
 from pyg_tc.transforms import Bucket, PadToBuckets, buckets_from_batches, buckets_from_fanouts
 from pyg_tc.capture import seed_loss
 from pyg_tc.nn.models import MaxKGNN
+from pyg_tc.formats import padding
 
 from ..conftest import DEVICES
 from ..loader.test_sampler import graph
@@ -92,7 +93,7 @@ def test_pad_graph_invariants(kind, extra):
     ei, N = graph(kind)
     g = CSRGraph.from_coo(ei[0], ei[1], N, N)
     R, E = N + extra[0], ei.size(1) + extra[1]
-    p = g.pad(R, E).validate()
+    p = padding.pad(g, R, E).validate()
     assert (p.num_rows, p.num_cols, p.num_edges, p.padded, p.real_size) == (R, R, E, True, (N, ei.size(1)))
     assert torch.equal(p.rowptr[: N + 1], g.rowptr) and bool((p.rowptr[N:] == ei.size(1)).all())
     assert torch.equal(p.degree()[:N], g.degree()) and not bool(p.degree()[N:].any())
@@ -125,9 +126,9 @@ def test_pad_graph_invariants(kind, extra):
     torch.testing.assert_close(emu, agg, atol=1e-5, rtol=1e-5)
     assert p.transpose().real_size == p.real_size and p.transpose().padded and p.transpose().validate()
     with pytest.raises(ValueError, match='cannot pad'):
-        g.pad(N - 1, E)
+        padding.pad(g, N - 1, E)
     with pytest.raises(ValueError, match='padded already'):
-        p.pad(R + 1, E)
+        padding.pad(p, R + 1, E)
 
 
 def _data(seed=0, N=300, E=2000, loops=True):
@@ -297,7 +298,7 @@ def test_agnn_graph_without_loops_of_a_padded_graph(kind):
     ei, N = graph(kind)
     ei = torch.cat([ei, torch.arange(0, N, 3).repeat(2, 1)], 1)  # some self loops
     g = CSRGraph.from_coo(ei[0], ei[1], N, N)
-    p = g.pad(N + 5, ei.size(1) + 40)
+    p = padding.pad(g, N + 5, ei.size(1) + 40)
 
     def edges(h):
         return sorted(zip(h.row().tolist(), h.col.tolist()))

@@ -20,6 +20,7 @@ from pyg_tc.formats.csr import CSRGraph
 from pyg_tc.capture import CapturedStep, seed_loss, trimmed_forward
 from pyg_tc.transforms import HopBucket, PadHops, buckets_from_batches
 from pyg_tc.loader import NeighborLoader
+from pyg_tc.formats import padding
 
 from ..conftest import forbid_device_reads
 from ..capture.test_step import _train
@@ -97,7 +98,7 @@ def test_graph_is_valid_and_equals_a_build(data):
     # every trimmed layer's graph derives (padded hop boundaries), with static shapes
     ends, nodes = [0, *accumulate(bk.num_edges)], list(accumulate(bk.num_nodes))
     for j in range(1, len(ends) - 1):
-        t = g.trimmed(ends[j], nodes[j], nodes[j])
+        t = padding.trimmed(g, ends[j], nodes[j], nodes[j])
         assert t is not None and t.static_shapes
         t.validate()
         r = CSRGraph.from_coo(ei[0, : ends[j]], ei[1, : ends[j]], nodes[j], nodes[j])
@@ -125,7 +126,7 @@ def test_trimmed_models_match_the_unpadded_batch(kind, data, monkeypatch):
         close(got, run(ours, ref, ref.edge_index, trim=False))
         close(run(ours, b, b.edge_index, trim=False), want)  # untrimmed on the padded batch too
     g = b.edge_index._pyg_tc_graph[1]
-    assert len([k for k in g.derived_keys() if k[0] == 'trimmed']) == 2  # layers 2 and 3
+    assert len([k for k in g.cache.keys() if k[0] == 'trimmed']) == 2  # layers 2 and 3
 
 
 @pytest.mark.parametrize('data', ['random', 'hub'])
@@ -212,9 +213,9 @@ def test_smallest_fitting_bucket_and_errors():
         PadHops([((17, 10), (5, 5))], 16)
     g = b.edge_index._pyg_tc_graph[1]
     with pytest.raises(ValueError, match='cannot pad hops'):
-        g.pad_hops(b.num_sampled_nodes, b.num_sampled_edges)  # no padded row
+        padding.pad_hops(g, b.num_sampled_nodes, b.num_sampled_edges)  # no padded row
     with pytest.raises(ValueError, match='node counts'):
-        g.pad_hops(small.num_nodes[:-1], small.num_edges)
+        padding.pad_hops(g, small.num_nodes[:-1], small.num_edges)
 
 
 def _data(N=400, E=3000, seed=0):
