@@ -55,12 +55,6 @@ def test_run_block_parsing():
         run_block('# t\n\n- GPU: NVIDIA H200\n')
 
 
-def test_the_results_folder_holds_pages_and_plots():
-    loose = [p.name for p in RESULTS_DIR.iterdir() if p.is_file() and p.suffix not in ('.md', '.png')]
-    assert not loose, f'raw records belong in docs/results/data/: {loose}'
-    assert not [p.name for p in DATA if p.suffix == '.md'], 'docs/results/data/ holds records, not pages'
-
-
 @pytest.mark.parametrize('page', RESULTS, ids=lambda p: p.name)
 def test_results_pages_link_files_that_exist(page):
     targets = [t for t in LINK.findall(page.read_text()) if not re.match(r'[a-z]+:', t)]
