@@ -65,6 +65,7 @@ import math
 import pickle
 import statistics
 import time
+from types import SimpleNamespace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -75,6 +76,7 @@ from torch import Tensor
 
 from pyg_tc.formats.carrier import format_bytes
 from pyg_tc.bench.graphs import ALL_NAMES, BenchGraph, data_dir, load_graph
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, Text, environment, fmt, log
 from pyg_tc.bench.timing import bench, free, is_cuda, kernel_time, short_error, track_memory, warm_up
 
@@ -522,24 +524,13 @@ def bench_fused(name: str, a) -> Iterator[dict]:
 # -- 3. 2-layer GAT training step -----------------------------------------------------------------
 
 
-class GAT(torch.nn.Module):
-    """PyG's ``examples/gat.py``: dropout, GATConv(in, hidden, heads), ELU,
-    dropout, GATConv(hidden * heads, out, 1 head, concat=False); attention
-    dropout in both layers."""
-
-    def __init__(self, impl: str, cin: int, cout: int, hidden: int = 8, heads: int = 8, dropout: float = GAT_DROPOUT):
-        super().__init__()
-        cls = layer_class(impl, 'GATConv')
-        self.dropout = dropout
-        self.conv1 = cls(cin, hidden, heads, dropout=dropout)
-        self.conv2 = cls(hidden * heads, cout, heads=1, concat=False, dropout=dropout)
-
-    def forward(self, x, edge_index):
-        """Two GAT layers with ELU and dropout (PyG's examples/gat.py)."""
-        x = Fn.dropout(x, self.dropout, self.training)
-        x = Fn.elu(self.conv1(x, edge_index))
-        x = Fn.dropout(x, self.dropout, self.training)
-        return self.conv2(x, edge_index)
+def GAT(impl: str, cin: int, cout: int, hidden: int = 8, heads: int = 8, dropout: float = GAT_DROPOUT):
+    """PyG's ``examples/gat.py`` with ``impl``'s ``GATConv``: dropout,
+    GATConv(in, hidden, heads), ELU, dropout, GATConv(hidden * heads, out, one
+    head); attention dropout in both layers."""
+    lib = SimpleNamespace(GATConv=layer_class(impl, 'GATConv'))
+    dims = [cin, hidden * heads, cout]
+    return Net(lib, 'gat', dims, dropout=dropout, heads=heads, last_heads=1, att_dropout=dropout, act='elu')
 
 
 def _gat_state(cin: int, cout: int, seed: int, device) -> dict:

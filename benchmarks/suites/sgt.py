@@ -19,9 +19,9 @@ import statistics
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import torch
-import torch.nn.functional as Fn
 
 from pyg_tc.bench.graphs import load_graph, resolve_names
+from pyg_tc.bench.models import Net
 from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment, fmt, log, ms_col
 from pyg_tc.bench.timing import (
     Impl,
@@ -368,49 +368,19 @@ def bench_table6(a, log=log) -> Iterator[dict]:
 # -- 5. training epoch and accuracy ---------------------------------------------------------
 
 
-class GCN(torch.nn.Module):
-    """2 x GCNConv (cached), ReLU, dropout: PyG's examples/gcn.py."""
-
-    def __init__(self, lib, cin: int, hidden: int, cout: int, dropout: float = 0.5, **kw):
-        super().__init__()
-        self.dropout = dropout
-        self.conv1 = lib.GCNConv(cin, hidden, cached=True, **kw)
-        self.conv2 = lib.GCNConv(hidden, cout, cached=True, **kw)
-
-    def forward(self, x, edge_index):
-        """Dropout, conv, ReLU, dropout, conv."""
-        x = Fn.dropout(x, self.dropout, self.training)
-        x = Fn.dropout(self.conv1(x, edge_index).relu(), self.dropout, self.training)
-        return self.conv2(x, edge_index)
-
-
-class AGNN(torch.nn.Module):
-    """Linear -> ReLU -> ``layers`` x AGNNConv -> Linear, dropout on input and
-    before the last Linear: PyG's examples/agnn.py with TC-GNN's 4 layers x 32."""
-
-    def __init__(self, lib, cin: int, hidden: int, cout: int, dropout: float = 0.5, layers: int = 4, **kw):
-        super().__init__()
-        self.dropout = dropout
-        self.lin1 = torch.nn.Linear(cin, hidden)
-        self.props = torch.nn.ModuleList(lib.AGNNConv(requires_grad=True, **kw) for _ in range(layers))
-        self.lin2 = torch.nn.Linear(hidden, cout)
-
-    def forward(self, x, edge_index):
-        """Linear, ReLU, the AGNN layers, Linear."""
-        x = self.lin1(Fn.dropout(x, self.dropout, self.training)).relu()
-        for p in self.props:
-            x = p(x, edge_index)
-        return self.lin2(Fn.dropout(x, self.dropout, self.training))
-
-
-MODELS = {'gcn': (GCN, 16), 'agnn': (AGNN, 32)}
+#: the trained models: PyG's examples/gcn.py (2 x GCNConv, cached, hidden 16) and
+#: examples/agnn.py at TC-GNN's size (4 AGNN propagations of width 32, every temperature learnt)
+MODELS = {'gcn': 16, 'agnn': 32}
 
 
 def make_model(model: str, impl: str, cin: int, cout: int) -> torch.nn.Module:
     """``impl`` 'pyg' (torch_geometric.nn layers) or a pyg_tc backend."""
     lib = importlib.import_module('torch_geometric.nn' if impl == 'pyg' else 'pyg_tc.nn')
-    cls, hidden = MODELS[model]
-    return cls(lib, cin, hidden, cout, **({} if impl == 'pyg' else {'backend': impl}))
+    kw = {} if impl == 'pyg' else {'backend': impl}
+    hidden = MODELS[model]
+    if model == 'agnn':
+        return Net(lib, 'agnn', [cin] + [hidden] * 5 + [cout], dropout=0.5, layer_kwargs={'requires_grad': True, **kw})
+    return Net(lib, 'gcn', [cin, hidden, cout], dropout=0.5, cached=True, layer_kwargs=kw)
 
 
 def _init_state(model: str, cin: int, cout: int, seed: int) -> dict:
@@ -456,7 +426,7 @@ def bench_train(name: str, a, log=log) -> Iterator[dict]:
                     model=model,
                     impl=impl,
                     in_channels=cin,
-                    hidden=MODELS[model][1],
+                    hidden=MODELS[model],
                     classes=cout,
                     precision=torch.get_float32_matmul_precision(),
                 ),

@@ -32,6 +32,7 @@ def conv(
     *,
     mlp_width: Optional[int] = None,
     att_dropout: float = 0.0,
+    layer_kwargs: Optional[dict] = None,
 ) -> torch.nn.Module:
     """One ``kind`` layer of ``lib`` mapping ``cin`` to ``cout`` channels.
 
@@ -51,24 +52,27 @@ def conv(
             ``cout``).
         att_dropout (float, optional): GAT's dropout of the attention
             coefficients (``GATConv(dropout=...)``).
+        layer_kwargs (dict, optional): more keyword arguments of the layer
+            (e.g. pyg_tc's ``backend=``).
     """
+    kw = layer_kwargs or {}
     if kind == 'gcn':
-        return lib.GCNConv(cin, cout, cached=cached)
+        return lib.GCNConv(cin, cout, cached=cached, **kw)
     if kind == 'sage':
-        return lib.SAGEConv(cin, cout, aggr='mean')
+        return lib.SAGEConv(cin, cout, aggr='mean', **kw)
     width = mlp_width or cout
     if kind in ('gin', 'gin-mean'):
         mlp = torch.nn.Sequential(torch.nn.Linear(cin, width), torch.nn.ReLU(), torch.nn.Linear(width, cout))
-        return lib.GINConv(mlp, aggr='mean') if kind == 'gin-mean' else lib.GINConv(mlp)
+        return lib.GINConv(mlp, aggr='mean', **kw) if kind == 'gin-mean' else lib.GINConv(mlp, **kw)
     if kind == 'gin-bn':
         from torch_geometric.nn import MLP
 
-        return lib.GINConv(MLP([cin, width, cout]))
+        return lib.GINConv(MLP([cin, width, cout]), **kw)
     if kind in ('gat', 'gatv2'):
         if cout % heads:
             raise ValueError(f'{kind}: {cout} output channels do not split into {heads} heads')
         layer = lib.GATConv if kind == 'gat' else lib.GATv2Conv
-        return layer(cin, cout // heads, heads=heads, dropout=att_dropout)
+        return layer(cin, cout // heads, heads=heads, dropout=att_dropout, **kw)
     raise ValueError(f'unknown layer {kind!r}; choose from {KINDS[:-1]}')
 
 
@@ -102,6 +106,9 @@ class Net(torch.nn.Module):
         input_dropout (bool, optional): dropout on the input features too.
         mlp_width (int, optional): the hidden width of GIN's MLPs (default:
             each layer's output width).
+        layer_kwargs (dict, optional): more keyword arguments of every
+            layer (e.g. pyg_tc's ``backend=``; for ``'agnn'``,
+            ``requires_grad=True`` learns the first temperature too).
 
     Shapes:
         - **input:** node features :math:`(|\\mathcal{V}|, F_{in})`, edge
@@ -125,8 +132,10 @@ class Net(torch.nn.Module):
         act: str = 'relu',
         input_dropout: bool = True,
         mlp_width: Optional[int] = None,
+        layer_kwargs: Optional[dict] = None,
     ):
         super().__init__()
+        kw = layer_kwargs or {}
         if act not in ACTS:
             raise ValueError(f'unknown activation {act!r}; choose from {tuple(ACTS)}')
         self.kind, self.act = kind, act
@@ -135,7 +144,9 @@ class Net(torch.nn.Module):
             if len(dims) < 4 or len(set(dims[1:-1])) != 1:
                 raise ValueError(f'agnn: dims [in, width, ..., width, out] with two widths or more, got {dims}')
             self.lin_in = torch.nn.Linear(dims[0], dims[1])
-            self.convs = torch.nn.ModuleList(lib.AGNNConv(requires_grad=i > 0) for i in range(len(dims) - 3))
+            self.convs = torch.nn.ModuleList(
+                lib.AGNNConv(**{'requires_grad': i > 0, **kw}) for i in range(len(dims) - 3)
+            )
             self.lin_out = torch.nn.Linear(dims[-2], dims[-1])
             return
         n = len(dims) - 1
@@ -149,6 +160,7 @@ class Net(torch.nn.Module):
                 heads=heads if j < n - 1 or last_heads is None else last_heads,
                 mlp_width=mlp_width,
                 att_dropout=att_dropout,
+                layer_kwargs=kw,
             )
             for j, (i, o) in enumerate(zip(dims[:-1], dims[1:]))
         )

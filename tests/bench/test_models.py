@@ -86,3 +86,13 @@ def test_graph_net_gives_each_graph_its_own_row(kind):
     assert both.shape == (3, C)
     torch.testing.assert_close(both[:2], torch.cat(alone), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(both[2], net.head.bias)  # an empty graph: the head's bias
+
+
+@pytest.mark.parametrize('kind', ['gcn', 'sage', 'gin', 'gat', 'agnn'])
+def test_layer_kwargs_reach_every_layer(kind):
+    dims = [F_IN, 8, 8, 8, C] if kind == 'agnn' else [F_IN, 8, C]
+    net = Net(pyg_tc.nn, kind, dims, layer_kwargs={'backend': 'reference'})
+    assert [c.backend for c in net.convs] == ['reference'] * len(net.convs)
+    if kind == 'agnn':  # requires_grad given: every temperature learnt (TC-GNN's AGNN)
+        learnt = Net(pyg_nn, 'agnn', dims, layer_kwargs={'requires_grad': True})
+        assert [c.requires_grad for c in learnt.convs] == [True, True]
