@@ -225,17 +225,24 @@ def test_gradients_are_the_samples_transpose():
     assert bool((gw[~kept] == 0).all()) and bool((gw[kept] != 0).all())
 
 
+def _conv(kind: str) -> torch.nn.Module:
+    """A pyg_tc layer of ``kind`` from 6 to 5 channels."""
+    import pyg_tc.nn
+
+    return {
+        'gcn': lambda: pyg_tc.nn.GCNConv(6, 5),
+        'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
+        'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5)),
+    }[kind]()
+
+
 @pytest.mark.parametrize('kind', ['gcn', 'sage', 'gin'])
 def test_layers_sampled_aggregation(kind):
     import pyg_tc
 
     _, _, _, ei = _graph(1)
     torch.manual_seed(0)
-    conv = {
-        'gcn': lambda: pyg_tc.nn.GCNConv(6, 5),
-        'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
-        'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5)),
-    }[kind]().double()
+    conv = _conv(kind).double()
     x = torch.rand(120, 6, dtype=torch.float64)
     with torch.no_grad():
         exact = conv(x, ei)
@@ -274,17 +281,13 @@ def test_cap_neighbors_transform(kind):
 
     _, _, _, ei = _graph(2)
     torch.manual_seed(0)
-    conv = {
-        'gcn': lambda: pyg_tc.nn.GCNConv(6, 5),
-        'sage': lambda: pyg_tc.nn.SAGEConv(6, 5),
-        'gin': lambda: pyg_tc.nn.GINConv(torch.nn.Linear(6, 5)),
-    }[kind]()
+    conv = _conv(kind)
     x = torch.rand(120, 6)
-    data = CapNeighbors(8, 'uniform', seed=4)(Data(x=x, edge_index=ei.clone(), num_nodes=120))
+    cap = CapNeighbors(8, 'uniform', seed=4)
+    data = cap(Data(x=x, edge_index=ei.clone(), num_nodes=120))
     g = DegreeBucketTransform.graph(data)
     capped = kept_capped(g, 8, 'uniform', 4)
     assert capped is not None  # built once, by the transform
-    cap = CapNeighbors(8, 'uniform', seed=4)
     with torch.no_grad():
         assert torch.equal(conv(x, data.edge_index), conv(x, ei))  # outside the block: exact
         with cap.sampled_aggregation():
