@@ -289,6 +289,7 @@ OVERRIDES = {
     'spmm_two_level': 'PYG_TC_SPMM_TWO_LEVEL',
     'sddmm_inflight': 'PYG_TC_SDDMM_INFLIGHT',
     'cbsr_pair': 'PYG_TC_CBSR_PAIR',
+    'attn_nv4': 'PYG_TC_ATTN_NV4',
 }
 _OVERRIDDEN: Dict[str, Any] = {}
 

@@ -22,6 +22,7 @@
 
 #include "attn/attn_params.h"
 #include "common/host.h"
+#include "common/launch_config.h"
 #include "common/static_switch.h"
 
 namespace pyg_tc {
@@ -30,7 +31,7 @@ namespace {
 using Opt = std::optional<at::Tensor>;
 
 // Lane layout: 16-byte vectors when the head width and the bases allow; a
-// lane holds one vector of its head (four for heads wider than 32 vectors);
+// lane holds four vectors of its head (one for heads of fewer than 4 vectors);
 // LH = lanes per head, the smallest power of two that covers the head; HS =
 // heads per unit (up to 32 lanes); blockIdx.y walks the slices of heads.
 struct Layout {
@@ -44,7 +45,12 @@ Layout layout(int64_t H, int64_t C, int64_t elem, bool aligned) {
   o.vec = aligned && C % vw == 0;
   const int64_t cv = o.vec ? C / vw : C;
   TORCH_CHECK(cv <= 128, "pyg_tc: attention head too wide for the fused kernels (use the reference)");
-  o.nv4 = cv > 32;
+  // four vectors per lane from four vectors per head up (benchmarks/probes/attn_lanes_probe.py:
+  // 1.4-1.9x faster forward + backward than one per lane at 4-32 vectors per head, fp32 and half,
+  // on an H200; slower at one or two vectors per head)
+  o.nv4 = cv >= 4;
+  const int nv4 = launch_overrides().attn_nv4;
+  if (nv4 == 1 || (nv4 == 0 && cv <= 32)) o.nv4 = nv4 == 1;
   const int64_t per_lane = o.nv4 ? 4 : 1;
   o.LH = pow2_ladder((cv + per_lane - 1) / per_lane, 32);
   o.HS = std::min(pow2_ladder(H, 32), 32 / o.LH);

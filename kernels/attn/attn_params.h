@@ -68,7 +68,7 @@ struct AttnParams {
   // launchers turn it into template arguments with attn_switch
   // (attn_device.cuh)
   bool vec{};  // 16-byte vectors
-  bool nv4{};  // four vectors per lane (heads wider than 32 vectors)
+  bool nv4{};  // four vectors per lane (heads of 4 vectors or more)
   bool v2{};  // GATv2 scores (else GAT / given scores)
 };
 

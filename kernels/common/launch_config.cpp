@@ -43,6 +43,7 @@ int pyg_tc_set_override(const char* name, int64_t a, int64_t b) {
   int* flag = std::strcmp(name, "spmm_coop") == 0        ? &o.spmm_coop
               : std::strcmp(name, "spmm_two_level") == 0 ? &o.spmm_two_level
               : std::strcmp(name, "cbsr_pair") == 0      ? &o.cbsr_pair
+              : std::strcmp(name, "attn_nv4") == 0       ? &o.attn_nv4
                                                          : nullptr;
   if (flag == nullptr) return -1;
   if (!(rule || a == 0 || a == 1)) return -2;

@@ -17,6 +17,7 @@ struct LaunchOverrides {
   int spmm_two_level = -1;  // the half two-level sum off (0) / on (1)
   int sddmm_inflight = 0;   // csr SDDMM edges in flight per lane (4, 8)
   int cbsr_pair = -1;       // maxk CBSR SpMM paired loads off (0) / allowed (1)
+  int attn_nv4 = -1;        // attention: four 16-byte vectors per lane off (0, where a head fits 32 lanes) / on (1)
 };
 
 // The overrides in force (one process-wide value).

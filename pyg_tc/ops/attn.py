@@ -370,10 +370,27 @@ def _fake_attend(a: Any) -> Tuple[Tensor, Tensor]:
     return (a.x.new_empty(R, a.x.size(1), a.x.size(2)), a.x.new_empty(R, a.x.size(1), dtype=torch.float64))
 
 
+def _row_dots_reference(a: Tensor, b: Tensor) -> Tensor:
+    """``[N, H]``: ``<a[n, h], b[n, h]>`` in the accumulation dtype (fp32, fp64 for fp64)."""
+    acc = acc_dtype(a.dtype)
+    return (a.to(acc) * b.to(acc)).sum(-1)
+
+
+row_dots = Op(
+    'row_dots(Tensor a, Tensor b) -> Tensor',
+    reference=_row_dots_reference,
+    fake=lambda a: a.a.new_empty(a.a.shape[:2], dtype=acc_dtype(a.a.dtype)),
+)
+
+
 def _delta(grad: Tensor, out: Tensor, grad_lse: Optional[Tensor]) -> Tensor:
-    """``delta_i = <grad_i, out_i> - grad_lse_i`` per row and head (fp32)."""
+    """``delta_i = <grad_i, out_i> - grad_lse_i`` per row and head (fp32; one
+    read of each on CUDA, no fp32 copy of half operands)."""
     acc = acc_dtype(out.dtype)
-    d = (grad.to(acc) * out.to(acc)).sum(-1)
+    if grad.is_cuda and out.dtype != torch.float64 and grad.dtype == out.dtype:
+        d = row_dots(grad.contiguous(), out.contiguous())
+    else:
+        d = _row_dots_reference(grad, out)
     return d - grad_lse.to(acc) if grad_lse is not None else d
 
 
@@ -518,6 +535,65 @@ attn_gatv2_backward = Op(
         a.x.new_empty(a.col.size(0) if a.need_edge and a.edge is not None else 0, a.x.size(1), a.x.size(2)),
     ),
 )
+
+
+def _att_logits_reference(x: Tensor, att: Tensor) -> Tensor:
+    """``[k, N, H]``: ``(x * att[j]).sum(-1)`` per attention vector, in fp32."""
+    _check_att_logits(x, att)
+    return (x.float().unsqueeze(0) * att.unsqueeze(1)).sum(-1)
+
+
+def _att_logits_bwd_reference(x: Tensor, att: Tensor, grad: Tensor) -> Tuple[Tensor, Tensor]:
+    gx = (grad.unsqueeze(-1) * att.unsqueeze(1)).sum(0).to(x.dtype)
+    return gx, (grad.unsqueeze(-1) * x.float().unsqueeze(0)).sum(1)
+
+
+def _check_att_logits(x: Tensor, att: Tensor) -> None:
+    if x.dim() != 3 or x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(
+            f'pyg_tc: att_logits: x must be a float32 / float16 / bfloat16 [N, H, C] tensor, got '
+            f'{x.dtype} {tuple(x.shape)}'
+        )
+    if att.dtype != torch.float32 or att.dim() != 3 or att.size(0) not in (1, 2) or att.shape[1:] != x.shape[1:]:
+        raise ValueError(
+            f'pyg_tc: att_logits: att must be fp32 [k, H, C] (k = 1 or 2) matching x, got '
+            f'{att.dtype} {tuple(att.shape)}'
+        )
+
+
+def _att_logits_backward(a: Any, needs: dict, grad: Tensor) -> dict:
+    gx, gatt = att_logits_backward(a.x, a.att, grad.float().contiguous())
+    return {'x': gx if needs['x'] else None, 'att': gatt if needs['att'] else None}
+
+
+att_logits_op = Op(
+    'att_logits(Tensor x, Tensor att) -> Tensor',
+    reference=_att_logits_reference,
+    fake=lambda a: a.x.new_empty((a.att.size(0), a.x.size(0), a.x.size(1)), dtype=torch.float32),
+    backward=_att_logits_backward,
+    save=('x', 'att'),
+)
+
+att_logits_backward = Op(
+    'att_logits_backward(Tensor x, Tensor att, Tensor grad) -> (Tensor g_x, Tensor g_att)',
+    reference=_att_logits_bwd_reference,
+    fake=lambda a: (torch.empty_like(a.x), torch.empty_like(a.att)),
+)
+
+
+def att_logits(x: Tensor, att: Tensor) -> Tensor:
+    """GAT's per-node logit terms of half (or fp32) features: ``out[j] =
+    (x * att[j]).sum(-1)``, the products and sums in fp32 (PyG's
+    expression under autocast) in one read of ``x``, without its
+    ``[N, H, C]`` fp32 temporary; differentiable in ``x`` and ``att``
+    (``x``'s gradient rounded once to its dtype, ``att``'s summed in fp32).
+
+    Shapes:
+        - **input:** x :math:`(N, H, C)` (fp32 / fp16 / bf16), att
+          :math:`(k, H, C)` fp32 (k = 1 or 2)
+        - **output:** :math:`(k, N, H)` fp32
+    """
+    return att_logits_op(x.contiguous(), att.contiguous())
 
 
 # ---------------------------------------------------------------------------

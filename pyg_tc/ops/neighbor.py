@@ -199,3 +199,33 @@ gather_rows = Op(
     reference=gather_rows_reference,
     fake=lambda a: a.x.new_empty((a.index.numel(),) + tuple(a.x.shape[1:]), device=a.index.device),
 )
+
+
+#: the fp8 format of features stored by the loader (``FeatureStorage``)
+FP8 = torch.float8_e4m3fn
+#: the dtypes an fp8 gather upcasts to
+UPCAST = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def gather_rows_scaled_reference(x: Tensor, scale: Tensor, index: Tensor, dtype: torch.dtype) -> Tensor:
+    """``dtype(float(x[index]) * scale)`` on ``index``'s device: an fp8
+    (e4m3) matrix's rows upcast, ``scale`` per column (``[F]``) or one for
+    the matrix (``[1]``); one fp32 product and one rounding to ``dtype``."""
+    if x.dtype != FP8 or x.dim() != 2:
+        raise ValueError(f'pyg_tc: gather_rows_scaled: x must be a 2-D {FP8} matrix, got {x.dtype} {tuple(x.shape)}')
+    if scale.dtype != torch.float32 or scale.dim() != 1 or scale.numel() not in (1, x.size(1)):
+        raise ValueError(
+            f'pyg_tc: gather_rows_scaled: scale must be fp32 of 1 or {x.size(1)} values, got '
+            f'{scale.dtype} {tuple(scale.shape)}'
+        )
+    if dtype not in UPCAST:
+        raise ValueError(f'pyg_tc: gather_rows_scaled: dtype must be one of {UPCAST}, got {dtype}')
+    rows = x.index_select(0, index.to(x.device)).to(index.device)
+    return (rows.float() * scale.to(index.device)).to(dtype)
+
+
+gather_rows_scaled = Op(
+    'gather_rows_scaled(Tensor x, Tensor scale, Tensor index, ScalarType dtype) -> Tensor',
+    reference=gather_rows_scaled_reference,
+    fake=lambda a: a.x.new_empty((a.index.numel(), a.x.size(1)), dtype=a.dtype, device=a.index.device),
+)

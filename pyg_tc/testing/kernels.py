@@ -26,6 +26,9 @@ def kernel_overrides(**overrides: Any) -> Iterator[None]:
         sddmm_inflight: the csr SDDMM's edges in flight per lane, 4 or 8.
         cbsr_pair: False turns off the CBSR SpMM's paired loads
             (``PYG_TC_CBSR_PAIR=0``).
+        attn_nv4: the fused attention kernels' four 16-byte vectors per
+            lane on (True) or off (False, where a head fits 32 lanes of one
+            vector) (``PYG_TC_ATTN_NV4``).
 
     Raises:
         ValueError: an unknown name or an unsupported value.

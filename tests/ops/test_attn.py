@@ -869,6 +869,23 @@ def test_cuda_half_widths(C, dtype):
 
 
 @cuda
+@pytest.mark.parametrize('nv4', [True, False])
+@pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
+@pytest.mark.parametrize('H,C', [(1, 3), (2, 8), (1, 64), (1, 256), (3, 200)])
+def test_cuda_lane_layouts(H, C, dtype, nv4):
+    """Either lane layout (four 16-byte vectors per lane, or one where the
+    head fits 32 lanes), forced with ``kernel_overrides(attn_nv4=...)``:
+    the same results against the reference."""
+    from pyg_tc.testing import kernel_overrides
+
+    g = cuda_graph('hub')
+    with kernel_overrides(attn_nv4=nv4):
+        for model in MODELS:
+            inp = make_inputs(model, g, H, C, dtype, 'cuda', seed=34)
+            check_against_reference(model, g, inp, dtype, what=f'{model} H{H} C{C} nv4={nv4}')
+
+
+@cuda
 @pytest.mark.parametrize('slope', [0.2, 1.0])
 @pytest.mark.parametrize('terms', TERM_SUBSETS, ids=lambda t: '+'.join(t) or 'none')
 def test_cuda_gat_terms(terms, slope):
