@@ -10,6 +10,7 @@
   per-hop padded batches).
 """
 
+from .half_weights import HalfWeights
 from .losses import graph_loss, masked_loss, seed_loss, step_loss
 from .padded import padding, padding_aware, trimmed_forward
 from .step import CapturedForward, CapturedStep
@@ -17,6 +18,7 @@ from .step import CapturedForward, CapturedStep
 __all__ = [
     'CapturedStep',
     'CapturedForward',
+    'HalfWeights',
     'step_loss',
     'masked_loss',
     'seed_loss',

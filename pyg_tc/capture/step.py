@@ -37,6 +37,7 @@ from torch_geometric.data import Data
 from ..formats.carrier import attach, graph_of, plain_tensor
 from ..ops.dispatch import kernel_paths
 from ..loader.loader import _tensors
+from .half_weights import HalfWeights
 from .losses import step_loss
 from .padded import padding
 
@@ -186,7 +187,8 @@ class _Replayer:
     def _amp(self):
         if self.autocast is None:
             return contextlib.nullcontext()
-        return torch.autocast('cuda', dtype=self.autocast, cache_enabled=False)
+        dev = next(iter(self.model.parameters()), torch.empty(0)).device.type
+        return torch.autocast('cuda' if dev == 'cuda' else 'cpu', dtype=self.autocast, cache_enabled=False)
 
     # -- subclass hooks --------------------------------------------------------
     def _body(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
@@ -250,11 +252,16 @@ class _Replayer:
         }
         states = self.optimizer.state.values() if self.optimizer is not None else ()
         opt = {id(t): t.detach().clone() for st in states for t in st.values() if isinstance(t, Tensor)}
-        return model, opt
+        half = getattr(self, 'half', None)
+        masters = [m.detach().clone() for m in half.masters] if half is not None else []
+        return model, opt, masters
 
     def _restore(self, snap: tuple) -> None:
-        model, opt = snap
+        model, opt, masters = snap
+        half = getattr(self, 'half', None)
         with torch.no_grad():
+            if masters:
+                torch._foreach_copy_(half.masters, masters)
             for k, v in self.model.state_dict(keep_vars=True).items():
                 if k in model:
                     v.copy_(model[k])
@@ -320,8 +327,12 @@ class _Replayer:
         finally:
             self._restore(snap)
             torch.cuda.set_rng_state(rng, _index(batch.x.device))
-        grads = [p.grad for p in self.model.parameters()]
+        grads = [p.grad for p in self._grad_owners()]
         return _Captured(static, graph, out, buffers, grads)
+
+    def _grad_owners(self) -> List[Tensor]:
+        """The tensors whose ``.grad`` an eager optimizer step after a replay reads."""
+        return list(self.model.parameters())
 
 
 class CapturedStep(_Replayer):
@@ -358,6 +369,14 @@ class CapturedStep(_Replayer):
             ``torch.autocast('cuda', autocast)``.
         scaler (torch.amp.GradScaler, optional): scaled backward (captured)
             and the scaler's step and update (eager).
+        half_weights (bool, optional): with ``autocast`` fp16 / bf16, the
+            model computes with half copies of its parameters
+            (:class:`~pyg_tc.capture.HalfWeights`: no weight cast in the
+            forward, half activations between half layers) while the
+            optimizer steps the fp32 parameters it was built on (its state
+            fp32); each step upcasts the gradients into them and rounds them
+            back into the half copies. The model's parameters are the half
+            copies until :meth:`restore_weights`. Not with DDP.
         warmup (int, optional): warm-up steps before each capture (default 3;
             at least 1: the last runs with synchronisations as errors, so
             that code the capture would fail on raises before it).
@@ -404,8 +423,16 @@ class CapturedStep(_Replayer):
         scaler: Optional[Any] = None,
         warmup: int = 3,
         stream: Optional[torch.cuda.Stream] = None,
+        half_weights: bool = False,
     ):
         cuda = any(p.is_cuda for p in model.parameters())
+        if half_weights and (autocast is None or _is_ddp(model)):
+            raise ValueError(
+                'pyg_tc: CapturedStep(half_weights=True) needs autocast=torch.bfloat16 or torch.float16, '
+                'and a model that is not DistributedDataParallel'
+            )
+        #: the half copies of the parameters and their fp32 masters (half_weights=True)
+        self.half = HalfWeights(model, autocast) if half_weights else None
         if cuda:
             check_capturable(optimizer)
         if cuda and _is_ddp(model) and stream is None:
@@ -436,24 +463,50 @@ class CapturedStep(_Replayer):
             self.scaler.update()
         else:
             self.optimizer.step()
+        if self.half is not None:
+            self.half.masters_to_halves()
+
+    def _zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.half is not None:
+            self.half.zero_grad()
+
+    def _backward_to_masters(self, loss: Tensor) -> None:
+        self._backward(loss)
+        if self.half is not None:
+            self.half.grads_to_masters()
+
+    def _grad_owners(self) -> List[Tensor]:
+        return [p for group in self.optimizer.param_groups for p in group['params']]
 
     def _body(self, batch: Data, model: Optional[torch.nn.Module] = None) -> Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
+        self._zero_grad()
         loss = self._loss(batch, model)
-        self._backward(loss)
+        self._backward_to_masters(loss)
         if self.scaler is None:
             self.optimizer.step()
+            if self.half is not None:
+                self.half.masters_to_halves()
         return loss
 
     def eager(self, batch: Data) -> Tensor:
         """The same step without capture (what a batch outside every bucket
         gets)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self._zero_grad()
         loss = self._loss(batch)
-        self._backward(loss)
+        self._backward_to_masters(loss)
         self._optimizer_step()
         self.eager_steps += 1
         return loss.detach()
+
+    def restore_weights(self) -> None:
+        """With ``half_weights=True``: puts the fp32 parameters (the
+        optimizer's) back into the model and frees the captured graphs;
+        later calls train the fp32 model without half copies."""
+        if self.half is not None:
+            self.close()
+            self.half.restore()
+            self.half = None
 
     def __call__(self, batch: Data) -> Tensor:
         """One training step on ``batch``; returns its loss (a detached
@@ -465,7 +518,7 @@ class CapturedStep(_Replayer):
             return self.eager(batch)
         cap.graph.replay()
         if self.scaler is not None:  # its step reads .grad: the graph's (an eager step may have replaced them)
-            for p, g in zip(self.model.parameters(), cap.grads):
+            for p, g in zip(self._grad_owners(), cap.grads):
                 p.grad = g
             self._optimizer_step()
         self.replays += 1

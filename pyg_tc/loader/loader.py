@@ -32,7 +32,7 @@ import copy
 import queue
 import threading
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from torch_geometric.sampler import SamplerOutput
 from ..formats.carrier import attach, graph_of
 from ..formats.csr import CSRGraph
 from ..ops import neighbor as ops
+from .features import FeatureStorage, as_storage
 from .sampler import NeighborSampler, SampledBatch, draw_seed
 
 
@@ -293,7 +294,32 @@ class _GPULoader:
             hit = cache[key] = (value, value._version, value.contiguous().pin_memory())
         return hit[2]
 
+    def _use_storage(self, storage: Union[None, torch.dtype, FeatureStorage], data: Any) -> None:
+        """Keeps ``feature_storage`` (checked: its attributes exist on a homogeneous ``data``)."""
+        self.feature_storage = as_storage(storage)
+        if self.feature_storage is not None and isinstance(data, Data):
+            for key in self.feature_storage.attrs:
+                if not isinstance(data.get(key), Tensor) or not data.is_node_attr(key):
+                    raise ValueError(f'pyg_tc.loader: feature_storage stores data.{key}, which is not a node attribute')
+
+    def _stored(self, key: str, value: Tensor) -> Any:
+        """Attribute ``key`` as ``feature_storage`` keeps it (converted once
+        per tensor and version: on the sampler's GPU for a tensor there, else
+        in pinned host memory; on a CPU sampler on the CPU)."""
+        dev = self._sampler.device
+        if dev.type == 'cuda' and value.is_cuda and value.device != dev:
+            raise ValueError(f'pyg_tc.loader: data.{key} is on {value.device} but the sampler runs on {dev}')
+        cache = self.__dict__.setdefault('_stored_features', {})
+        hit = cache.get(key)
+        if hit is None or hit[0] is not value or hit[1] != value._version:
+            pin = dev.type == 'cuda' and not value.is_cuda
+            hit = cache[key] = (value, value._version, self.feature_storage.store(key, value, pin, dev))
+        return hit[2]
+
     def _gather(self, key: str, value: Any, index: Tensor, dim: int) -> Any:
+        storage = getattr(self, 'feature_storage', None)
+        if storage is not None and dim == 0 and key in storage.attrs and isinstance(value, Tensor):
+            return storage.gather(self._stored(key, value), index)
         if isinstance(value, np.ndarray):  # as PyG: gathered on the host, then a tensor (on the batch's device)
             return torch.from_numpy(np.take(value, index.cpu().numpy(), axis=dim)).to(index.device)
         if not isinstance(value, Tensor):
@@ -406,6 +432,12 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
             ``capture_error_mode='thread_local'`` (the thread's CUDA calls
             would otherwise break the capture; :class:`~pyg_tc.capture.CapturedStep` and
             ``torch.compile`` capture so).
+        feature_storage (torch.dtype or FeatureStorage, optional): node
+            features stored and gathered in half precision or fp8
+            (:class:`~pyg_tc.loader.FeatureStorage`; a dtype is
+            ``FeatureStorage(dtype)``): the batch's ``x`` in bfloat16 /
+            float16 (fp8: upcast in the gather, bfloat16 by default). Default
+            None: gathered as stored.
         **kwargs: every other argument of PyG's ``NeighborLoader``
             (``input_nodes``, ``batch_size``, ``shuffle``, ``replace``,
             ``transform``, ...). ``neighbor_sampler=`` takes a
@@ -434,6 +466,7 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
         graph_memory: str = 'auto',
         prefetch: int = 0,
         cpu_sampler: str = 'auto',
+        feature_storage: Union[None, torch.dtype, FeatureStorage] = None,
         **kwargs,
     ):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
@@ -447,6 +480,7 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
             )
         if prefetch and cpu_sampler == 'auto':
             cpu_sampler = 'reference'  # (on a GPU the kernel, the reference's twin, either way)
+        self._use_storage(feature_storage, data)
         neighbor_sampler = self._use_sampler(
             neighbor_sampler,
             data,
@@ -508,6 +542,12 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
         graph_memory (str, optional): see :class:`NeighborSampler`.
         cpu_sampler (str, optional): the sampler on the CPU (see
             :class:`NeighborSampler`).
+        feature_storage (torch.dtype or FeatureStorage, optional): node
+            features stored and gathered in half precision or fp8
+            (:class:`~pyg_tc.loader.FeatureStorage`; a dtype is
+            ``FeatureStorage(dtype)``): the batch's ``x`` in bfloat16 /
+            float16 (fp8: upcast in the gather, bfloat16 by default). Default
+            None: gathered as stored.
         **kwargs: every other argument of PyG's ``LinkNeighborLoader``.
     """
 
@@ -535,8 +575,10 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
         device: Optional[Any] = None,
         graph_memory: str = 'auto',
         cpu_sampler: str = 'auto',
+        feature_storage: Union[None, torch.dtype, FeatureStorage] = None,
         **kwargs,
     ):
+        self._use_storage(feature_storage, data)
         neighbor_sampler = self._use_sampler(
             neighbor_sampler,
             data,

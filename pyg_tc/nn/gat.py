@@ -38,6 +38,7 @@ from ..formats.loops import (
     pyg_order,
 )
 from ..ops import dispatch
+from ..ops.attn import att_logits as fused_att_logits
 from ..ops.attn import attention_weights, gat_logits, new_rng
 from ..ops.csr import acc_dtype
 from ._base import TCLayer, add_bias_as, autocast_input, pyg_dtype, pyg_method, softmax_dtype
@@ -63,9 +64,12 @@ def att_logits(x: Tensor, *atts: Tensor) -> List[Tensor]:
     block-diagonal per head) gives all ``k`` terms in one read of ``x``, and
     its backward is two more products, where PyG's product and sum make an
     ``N x H x C`` temporary and broadcast kernels forward and backward
-    (about 40% of a products-shaped GAT step's GPU time). Otherwise PyG's
-    expression (its dtypes under autocast; under ``torch.compile``, which
-    fuses it).
+    (about 40% of a products-shaped GAT step's GPU time). Half ``x``
+    (fp16 / bf16, e.g. under autocast): :func:`pyg_tc.ops.attn.att_logits`,
+    one read of ``x`` with fp32 products and sums (PyG's dtypes under
+    autocast, without its fp32 ``N x H x C`` temporary; fp32 terms for a
+    half model too). Otherwise, and under ``torch.compile`` (which fuses
+    it), PyG's expression.
 
     Args:
         x (torch.Tensor): node features per head.
@@ -84,6 +88,9 @@ def att_logits(x: Tensor, *atts: Tensor) -> List[Tensor]:
         and (x.dtype == torch.float64 or torch.get_float32_matmul_precision() == 'highest')
     )
     if not fast:
+        if x.dtype in (torch.float16, torch.bfloat16) and len(atts) <= 2 and not torch.compiler.is_compiling():
+            out = fused_att_logits(x, torch.stack([a.reshape(H, C).float() for a in atts]))
+            return list(out.unbind(0))
         return [(x * a).sum(dim=-1) for a in atts]
     k = len(atts)
     a = torch.stack([t.reshape(H, C) for t in atts])  # [k, H, C]

@@ -190,3 +190,94 @@ def test_captured_and_eager_steps_mixed_with_a_scaler():
     b = _train(step, loader)
     assert step.replays > 0 and step.eager_steps > 0
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def _master_eager(model, opt, dtype, scaler=None):
+    """The reference of ``half_weights=True``: the step on a half copy of the
+    model under autocast, its gradients upcast into the fp32 model, the
+    optimizer's step there, the copy rounded again from it."""
+    half = copy.deepcopy(model).to(dtype)
+    dev = next(model.parameters()).device.type
+
+    def step(b):
+        half.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev, dtype=dtype):
+            loss = seed_loss(half(b.x, b.edge_index), b)
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        for p, h in zip(model.parameters(), half.parameters()):
+            p.grad = h.grad.float()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        with torch.no_grad():
+            for p, h in zip(model.parameters(), half.parameters()):
+                h.copy_(p)
+        return loss.detach()
+
+    return step
+
+
+@pytest.mark.parametrize('conv', ['sage', 'gat'])
+def test_half_weights_cpu_step_is_the_master_weight_step(conv):
+    torch.manual_seed(0)
+    m1 = Net(conv)
+    m2 = copy.deepcopy(m1)
+    o1, o2 = torch.optim.Adam(m1.parameters(), lr=1e-2), torch.optim.Adam(m2.parameters(), lr=1e-2)
+    step = CapturedStep(m2, o2, autocast=torch.bfloat16, half_weights=True)
+    assert all(p.dtype == torch.bfloat16 for p in m2.parameters())
+    assert all(p.dtype == torch.float32 for g in o2.param_groups for p in g['params'])
+    a = _train(_master_eager(m1, o1, torch.bfloat16), _loader('cpu'))
+    b = _train(step, _loader('cpu'))
+    assert torch.equal(a, b)
+    for p1, p2 in zip(m1.parameters(), step.half.masters):
+        assert torch.equal(p1, p2)
+    step.restore_weights()  # the fp32 parameters (the optimizer's) back in the model
+    for p1, p2 in zip(m1.parameters(), m2.parameters()):
+        assert p2.dtype == torch.float32 and torch.equal(p1, p2)
+    assert [id(p) for p in m2.parameters()] == [id(p) for g in o2.param_groups for p in g['params']]
+
+
+def test_half_weights_needs_a_half_autocast():
+    m = Net('sage')
+    opt = torch.optim.Adam(m.parameters())
+    with pytest.raises(ValueError, match=r'half_weights=True\) needs autocast'):
+        CapturedStep(m, opt, half_weights=True)
+    with pytest.raises(ValueError, match='float16 or torch.bfloat16'):
+        CapturedStep(m, opt, autocast=torch.float32, half_weights=True)
+
+
+def test_half_weights_keeps_norms_fp32_and_shared_parameters_shared():
+    lin = torch.nn.Linear(4, 4)
+    m = torch.nn.Sequential(lin, torch.nn.BatchNorm1d(4), torch.nn.LayerNorm(4), lin)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    step = CapturedStep(m, opt, autocast=torch.bfloat16, half_weights=True)
+    assert m[0].weight is m[3].weight and m[0].weight.dtype == torch.bfloat16
+    assert m[1].weight.dtype == torch.float32 and m[2].weight.dtype == torch.float32
+    assert len(step.half.halves) == 2  # the Linear's weight and bias, once
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('conv', ['sage', 'gcn', 'gat'])
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_half_weights_captured_equals_master_weight_loop(conv, dtype):
+    """Captured with half weights (fp16: with a GradScaler, its step eager
+    after each replay): the loss curve and the fp32 masters of the eager
+    master-weight loop."""
+    torch.manual_seed(0)
+    m1 = Net(conv).cuda()
+    m2 = copy.deepcopy(m1)
+    o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, capturable=True)
+    o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True)
+    s1 = s2 = None
+    if dtype == torch.float16:
+        s1, s2 = torch.amp.GradScaler('cuda'), torch.amp.GradScaler('cuda')
+    step = CapturedStep(m2, o2, autocast=dtype, scaler=s2, half_weights=True)
+    a = _train(_master_eager(m1, o1, dtype, s1), _loader('cuda'))
+    b = _train(step, _loader('cuda'))
+    assert step.replays > 0
+    torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)
+    for p1, p2 in zip(m1.parameters(), step.half.masters):
+        torch.testing.assert_close(p1, p2, atol=2e-3, rtol=1e-2)
