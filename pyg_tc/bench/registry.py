@@ -21,6 +21,10 @@ SUITES: Dict[str, Tuple[str, str]] = {
     'sgt': ('benchmarks.suites.sgt', 'TC-GNN: tensor-core SpMM / SDDMM, auto rules, SGT build, training'),
     'gat': ('benchmarks.suites.gat', 'fuseGNN: fused GAT / GATv2 vs PyG and the unfused ops, training'),
     'half': ('benchmarks.suites.half', 'HalfGNN: fp16 / bf16 SpMM / SDDMM, training steps, accuracy'),
+    'half_minibatch': (
+        'benchmarks.suites.half_minibatch',
+        'half precision in mini-batch training: bf16 / fp16 / fp8 features, captured epochs, GAT, accuracy',
+    ),
     'es_spmm': ('benchmarks.suites.es_spmm', 'ES-SpMM: sampled SpMM kernels, sampled inference and training'),
     'minibatch': ('benchmarks.suites.minibatch', "NeighborLoader training per batch, PyG's layers vs pyg_tc's"),
     'sampling': ('benchmarks.suites.sampling', "GPU neighbour sampling vs PyG's samplers, the mini-batch epoch"),
