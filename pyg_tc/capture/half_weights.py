@@ -48,6 +48,9 @@ class HalfWeights:
         halves: Dict[int, torch.nn.Parameter] = {}
         #: (module, name, fp32 master) per swapped slot
         self.slots: List[tuple] = []
+        #: the half copies and their fp32 masters, in pairs (a shared parameter once)
+        self.halves: List[torch.nn.Parameter] = []
+        self.masters: List[torch.nn.Parameter] = []
         for mod in model.modules():
             if isinstance(mod, NORMS):
                 continue
@@ -57,11 +60,10 @@ class HalfWeights:
                 h = halves.get(id(p))
                 if h is None:
                     h = halves[id(p)] = torch.nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)
-                    h._pyg_tc_master = p
+                    self.halves.append(h)
+                    self.masters.append(p)
                 mod._parameters[name] = h
                 self.slots.append((mod, name, p))
-        self.halves = [h for h in halves.values()]
-        self.masters = [h._pyg_tc_master for h in self.halves]
 
     def zero_grad(self) -> None:
         """Drops the half parameters' gradients (``.grad = None``)."""

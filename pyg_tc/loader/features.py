@@ -68,11 +68,12 @@ def quantize_fp8(x: Tensor, scale: str = 'column') -> Tuple[Tensor, Tensor]:
     if scale not in ('column', 'tensor'):
         raise ValueError(f"pyg_tc: quantize_fp8: scale must be 'column' or 'tensor', got {scale!r}")
     xf = x.float()
-    amax = xf.abs().amax(dim=0) if scale == 'column' else xf.abs().amax().reshape(1)
-    if x.numel() and not bool(torch.isfinite(amax).all()):
+    if x.numel() == 0:  # (amax has no identity over nothing: scales of 1)
+        amax = xf.new_zeros(x.size(1) if scale == 'column' else 1)
+    else:
+        amax = xf.abs().amax(dim=0) if scale == 'column' else xf.abs().amax().reshape(1)
+    if not bool(torch.isfinite(amax).all()):
         raise ValueError('pyg_tc: quantize_fp8: x holds inf or NaN; fp8 features need finite values')
-    if amax.numel() == 0:
-        amax = torch.zeros(max(x.size(1), 1) if scale == 'column' else 1, device=x.device)
     exp = torch.ceil(torch.log2(amax / FP8_MAX)).clamp(-126, 127)
     s = torch.where(amax > 0, torch.exp2(exp), torch.ones_like(amax))
     # (a power-of-two s: x / s is exact; the one rounding is to fp8)
@@ -150,9 +151,16 @@ class FeatureStorage:
         if isinstance(stored, tuple):
             q, s = stored
             return ops.gather_rows_scaled(q, s, index, self.batch_dtype)
-        if stored.device == index.device or stored.is_pinned():
-            return ops.gather_rows(stored, index)
-        return stored.index_select(0, index.to(stored.device)).to(index.device)
+        return gather_from(stored, index)
+
+
+def gather_from(src: Tensor, index: Tensor) -> Tensor:
+    """The rows ``index`` of ``src`` on ``index``'s device: the gather
+    kernel where ``src`` is on that device or pinned (contiguous, or rows at
+    a pitch), else ``index_select`` where ``src`` lives and a copy."""
+    if src.device == index.device or src.is_pinned():
+        return ops.gather_rows(src, index)
+    return src.index_select(0, index.to(src.device)).to(index.device)
 
 
 def padded_rows(x: Tensor, pin: bool = False) -> Tensor:

@@ -47,8 +47,7 @@ from torch_geometric.sampler import SamplerOutput
 
 from ..formats.carrier import attach, graph_of
 from ..formats.csr import CSRGraph
-from ..ops import neighbor as ops
-from .features import FeatureStorage, as_storage
+from .features import FeatureStorage, as_storage, gather_from
 from .sampler import NeighborSampler, SampledBatch, draw_seed
 
 
@@ -286,12 +285,19 @@ class _GPULoader:
         dev = self._sampler.device
         if dev.type != 'cuda' or value.device == dev or value.is_pinned():
             return value
-        if value.is_cuda:
+        return self._converted('_pinned', key, value, lambda: value.contiguous().pin_memory())
+
+    def _converted(self, cache: str, key: str, value: Tensor, make: Any) -> Any:
+        """``make()`` for attribute ``key``, made once per tensor and version
+        (kept in ``self.<cache>``); a CUDA tensor on another GPU than the
+        sampler's is an error."""
+        dev = self._sampler.device
+        if dev.type == 'cuda' and value.is_cuda and value.device != dev:
             raise ValueError(f'pyg_tc.loader: data.{key} is on {value.device} but the sampler runs on {dev}')
-        cache = self.__dict__.setdefault('_pinned', {})
-        hit = cache.get(key)
+        kept = self.__dict__.setdefault(cache, {})
+        hit = kept.get(key)
         if hit is None or hit[0] is not value or hit[1] != value._version:
-            hit = cache[key] = (value, value._version, value.contiguous().pin_memory())
+            hit = kept[key] = (value, value._version, make())
         return hit[2]
 
     def _use_storage(self, storage: Union[None, torch.dtype, FeatureStorage], data: Any) -> None:
@@ -307,14 +313,8 @@ class _GPULoader:
         per tensor and version: on the sampler's GPU for a tensor there, else
         in pinned host memory; on a CPU sampler on the CPU)."""
         dev = self._sampler.device
-        if dev.type == 'cuda' and value.is_cuda and value.device != dev:
-            raise ValueError(f'pyg_tc.loader: data.{key} is on {value.device} but the sampler runs on {dev}')
-        cache = self.__dict__.setdefault('_stored_features', {})
-        hit = cache.get(key)
-        if hit is None or hit[0] is not value or hit[1] != value._version:
-            pin = dev.type == 'cuda' and not value.is_cuda
-            hit = cache[key] = (value, value._version, self.feature_storage.store(key, value, pin, dev))
-        return hit[2]
+        pin = dev.type == 'cuda' and not value.is_cuda
+        return self._converted('_stored_features', key, value, lambda: self.feature_storage.store(key, value, pin, dev))
 
     def _gather(self, key: str, value: Any, index: Tensor, dim: int) -> Any:
         storage = getattr(self, 'feature_storage', None)
@@ -328,8 +328,8 @@ class _GPULoader:
                 'node or edge; the loader gathers tensors and NumPy arrays only (as PyG\'s)'
             )
         src = self._source(key, value)
-        if dim == 0 and (src.device == index.device or src.is_pinned()):
-            return ops.gather_rows(src.contiguous(), index)
+        if dim == 0:
+            return gather_from(src.contiguous(), index)
         return src.index_select(dim, index.to(src.device)).to(index.device)
 
     def _filter_data(self, out: SamplerOutput) -> Optional[Data]:

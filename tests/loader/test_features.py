@@ -223,3 +223,10 @@ def test_gather_rows_of_padded_rows(dtype, width, where):
     view = short.as_strided((3000, width), (pitch, 1))
     view.copy_(x.cuda())
     assert torch.equal(gather_rows(view, idx), x.cuda()[idx])
+
+
+@pytest.mark.parametrize('shape', [(0, 5), (4, 0), (0, 0)])
+@pytest.mark.parametrize('scale', ['column', 'tensor'])
+def test_quantize_fp8_empty(shape, scale):
+    q, s = quantize_fp8(torch.zeros(shape), scale)
+    assert q.shape == shape and torch.equal(s, torch.ones(shape[1] if scale == 'column' else 1))
