@@ -7,9 +7,11 @@ Parts (``--parts``, a comma list):
 * ``gather``: the loader's feature gather of ``--rows`` random rows,
   kernel-only, per feature width (products' 100, Reddit's 602), from the
   GPU's memory (``hbm``) and from pinned host memory over UVA (``uva``):
-  fp32, bf16 as the user stores it (rows unpadded), bf16 / fp16 as
-  :class:`~pyg_tc.loader.FeatureStorage` keeps it (rows padded to 16 bytes),
-  fp8 (e4m3, per-column scales) upcast to bf16 in the gather.
+  fp32 as the loader gathers it (``data.x`` on the GPU; its pinned copy,
+  rows padded to 64 bytes), bf16 as the user stores it (rows unpadded),
+  bf16 / fp16 as :class:`~pyg_tc.loader.FeatureStorage` keeps it (rows
+  padded to 16 bytes on the GPU, 64 in pinned memory), fp8 (e4m3,
+  per-column scales) upcast to bf16 in the gather.
 * ``epoch``: a training epoch (``--batches`` batches of ``--batch-size``
   seeds, fan-out ``--fanout``, the loader included) on the R-MAT products-
   and Reddit-shaped graphs (the real datasets' widths), 3-layer SAGE / GCN /
@@ -88,9 +90,12 @@ def _hops(model, b):
 
 
 def make_step(model, precision: str, captured: bool) -> CapturedStep:
-    """The training step of ``precision`` (Adam, capturable on a GPU: the same optimizer eager and captured)."""
+    """The training step of ``precision`` (Adam, fused and capturable on a GPU: the same optimizer
+    for every precision, eager and captured; fused, the GradScaler's step needs no host
+    synchronisation)."""
     _, amp = PRECISIONS[precision]
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3, capturable=DEV.type == 'cuda')
+    cuda = DEV.type == 'cuda'
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3, capturable=cuda, fused=cuda)
     scaler = torch.amp.GradScaler('cuda') if precision == 'fp16' and DEV.type == 'cuda' else None
     return CapturedStep(model, opt, forward=_hops, autocast=amp, scaler=scaler, half_weights=amp is not None)
 
@@ -118,10 +123,13 @@ def gather_records(a) -> Iterator[dict]:
                         return gather_rows_scaled(src, scale, idx, torch.bfloat16)
 
                     read = a.rows * F
-                else:
+                else:  # fp32: what the loader gathers from (data.x on the GPU, else its pinned copy)
                     v = x.to(dt)
-                    src = (v.pin_memory() if pin else v.to(DEV)) if name in ('fp32', 'bf16 as stored') else None
-                    if src is None:
+                    if name == 'bf16 as stored':
+                        src = v.pin_memory() if pin else v.to(DEV)
+                    elif name == 'fp32' and not pin:
+                        src = v.to(DEV)
+                    else:
                         src = padded_rows(v if pin else v.to(DEV), pin=pin)
 
                     def fn(src=src):

@@ -368,7 +368,11 @@ class CapturedStep(_Replayer):
         autocast (torch.dtype, optional): run forward and loss under
             ``torch.autocast('cuda', autocast)``.
         scaler (torch.amp.GradScaler, optional): scaled backward (captured)
-            and the scaler's step and update (eager).
+            and the scaler's step and update (eager). Build the optimizer
+            with ``fused=True`` (Adam / AdamW): it unscales and skips a step
+            with infinite gradients on the GPU, so the scaler's step does not
+            synchronise the host (it does, once per step, for other
+            optimizers).
         half_weights (bool, optional): with ``autocast`` fp16 / bf16, the
             model computes with half copies of its parameters
             (:class:`~pyg_tc.capture.HalfWeights`: no weight cast in the

@@ -22,10 +22,12 @@ every batch moves over HBM or PCIe.
 
 Memory: the converted copy is made once per attribute (on the GPU for
 features there, else in pinned host memory read over UVA) and held by the
-loader, its rows padded to a multiple of 16 bytes (a 100-wide bf16 row:
-104 values) so the gather reads whole 16-byte words. To keep one copy
-only, store ``data.x`` in half yourself (``data.x = data.x.bfloat16()``;
-gathered as stored, rows unpadded).
+loader, its rows padded to a multiple of 16 bytes on the GPU (the gather
+reads whole 16-byte words; a 100-wide bf16 row: 104 values) and of 64 bytes
+in pinned host memory (PCIe reads whole 64-byte pieces; a 100-wide bf16
+row: 128 values). To keep one copy only, store ``data.x`` in half yourself
+(``data.x = data.x.bfloat16()``; gathered as stored, rows unpadded on the
+GPU).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ from ..ops import neighbor as ops
 
 #: e4m3's largest finite magnitude
 FP8_MAX = 448.0
+#: the row alignment (bytes) of :func:`padded_rows`: on the GPU (the gather's 16-byte loads)
+#: and in pinned host memory (the 64-byte pieces PCIe reads: a row that straddles fewer of
+#: them moves fewer bytes)
+ROW_ALIGN, PINNED_ROW_ALIGN = 16, 64
 HALVES = (torch.float16, torch.bfloat16)
 
 
@@ -157,18 +163,22 @@ class FeatureStorage:
 def gather_from(src: Tensor, index: Tensor) -> Tensor:
     """The rows ``index`` of ``src`` on ``index``'s device: the gather
     kernel where ``src`` is on that device or pinned (contiguous, or rows at
-    a pitch), else ``index_select`` where ``src`` lives and a copy."""
+    a pitch; another layout is copied first), else ``index_select`` where
+    ``src`` lives and a copy."""
     if src.device == index.device or src.is_pinned():
-        return ops.gather_rows(src, index)
+        pitched = src.dim() == 2 and src.stride(1) == 1 and src.stride(0) >= src.size(1)
+        return ops.gather_rows(src if pitched or src.is_contiguous() else src.contiguous(), index)
     return src.index_select(0, index.to(src.device)).to(index.device)
 
 
 def padded_rows(x: Tensor, pin: bool = False) -> Tensor:
-    """``x`` (2-D) as a view of a matrix whose rows are padded to a multiple
-    of 16 bytes (zeros; pinned host memory with ``pin``): the gather then
-    reads whole 16-byte words of every row, whatever its width."""
+    """``x`` (2-D) as a view of a matrix whose rows are padded with zeros to
+    a multiple of :data:`ROW_ALIGN` bytes (16), or in pinned host memory with
+    ``pin``, of :data:`PINNED_ROW_ALIGN` (64): the gather then reads whole
+    16-byte words of every row, whatever its width, and over PCIe no row
+    straddles more 64-byte pieces than it fills."""
     F = x.size(1)
-    pad = -F % max(16 // x.element_size(), 1)
+    pad = -F % max((PINNED_ROW_ALIGN if pin else ROW_ALIGN) // x.element_size(), 1)
     if pad == 0:
         x = x.contiguous()
         return x.pin_memory() if pin else x

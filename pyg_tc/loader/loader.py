@@ -9,8 +9,9 @@ PyG's batches) with three changes:
   needs no workers);
 * node and edge attributes are gathered on the GPU, from the GPU when they
   live there, else from pinned host memory over UVA (a pinned copy is made
-  once, on the first batch, for attributes in ordinary host memory): a
-  feature matrix larger than the GPU's memory works;
+  once, on the first batch, for attributes in ordinary host memory; a
+  matrix's rows padded to 64 bytes, the pieces PCIe reads): a feature
+  matrix larger than the GPU's memory works;
 * the batch's ``edge_index`` is an ``EdgeIndex`` (sorted by target) carrying
   pyg_tc's CSR (:class:`~pyg_tc.formats.TCEdgeIndex`): pyg_tc's layers build
   no format for it; PyG's layers take it as any ``EdgeIndex``.
@@ -47,33 +48,43 @@ from torch_geometric.sampler import SamplerOutput
 
 from ..formats.carrier import attach, graph_of
 from ..formats.csr import CSRGraph
-from .features import FeatureStorage, as_storage, gather_from
+from .features import FeatureStorage, as_storage, gather_from, padded_rows
 from .sampler import NeighborSampler, SampledBatch, draw_seed
 
 
-def _tensors(obj: Any, seen: set) -> Iterator[Tensor]:
+#: leaves of a batch that hold no tensor (skipped without a lookup)
+_LEAVES = (int, float, str, bool, type(None), torch.dtype, torch.device)
+
+
+def _tensors(obj: Any, seen: Optional[set] = None) -> List[Tensor]:
     """Every tensor reachable from a batch (its attributes, the format's
-    arrays), each once."""
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors(v, seen)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v, seen)
-    elif isinstance(obj, Data):
-        for v in obj._store.values():
-            yield from _tensors(v, seen)
-    elif hasattr(obj, '__dict__') and type(obj).__module__.startswith('pyg_tc'):
-        yield from _tensors(vars(obj), seen)
-    if isinstance(obj, Tensor):
-        for name in ('_pyg_tc_graph', '_pyg_tc_derived'):
-            if hasattr(obj, name):
-                yield from _tensors(getattr(obj, name), seen)
+    arrays), each once, in a fixed order (depth first, as stored): a loop
+    over an explicit stack, as it runs twice per batch (the loader's stream
+    records, the captured step's copy-in)."""
+    seen = set() if seen is None else seen
+    out: List[Tensor] = []
+    stack = [obj]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, _LEAVES) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Tensor):
+            out.append(obj)
+            extra = obj.__dict__
+            kids = [extra[n] for n in ('_pyg_tc_graph', '_pyg_tc_derived') if n in extra]
+        elif isinstance(obj, (list, tuple)):
+            kids = obj
+        elif isinstance(obj, dict):
+            kids = list(obj.values())
+        elif isinstance(obj, Data):
+            kids = list(obj._store.values())
+        elif hasattr(obj, '__dict__') and type(obj).__module__.startswith('pyg_tc'):
+            kids = [vars(obj)]
+        else:
+            continue
+        stack.extend(reversed(kids))
+    return out
 
 
 def _record_on(batch: Any, stream: torch.cuda.Stream) -> None:
@@ -281,10 +292,13 @@ class _GPULoader:
 
     def _source(self, key: str, value: Tensor) -> Tensor:
         """Where attribute ``key`` is gathered from: itself on the sampler's
-        device or on a CPU sampler, else a pinned copy (made once per tensor)."""
+        device or on a CPU sampler, else a pinned copy (made once per tensor;
+        a matrix's rows padded to 64 bytes, :func:`~pyg_tc.loader.features.padded_rows`)."""
         dev = self._sampler.device
         if dev.type != 'cuda' or value.device == dev or value.is_pinned():
             return value
+        if value.dim() == 2:
+            return self._converted('_pinned', key, value, lambda: padded_rows(value, pin=True))
         return self._converted('_pinned', key, value, lambda: value.contiguous().pin_memory())
 
     def _converted(self, cache: str, key: str, value: Tensor, make: Any) -> Any:
@@ -329,7 +343,7 @@ class _GPULoader:
             )
         src = self._source(key, value)
         if dim == 0:
-            return gather_from(src.contiguous(), index)
+            return gather_from(src, index)
         return src.index_select(dim, index.to(src.device)).to(index.device)
 
     def _filter_data(self, out: SamplerOutput) -> Optional[Data]:

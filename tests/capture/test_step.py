@@ -262,15 +262,17 @@ def test_half_weights_keeps_norms_fp32_and_shared_parameters_shared():
 @pytest.mark.cuda
 @pytest.mark.parametrize('conv', ['sage', 'gcn', 'gat'])
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
-def test_half_weights_captured_equals_master_weight_loop(conv, dtype):
+@pytest.mark.parametrize('fused', [False, True])
+def test_half_weights_captured_equals_master_weight_loop(conv, dtype, fused):
     """Captured with half weights (fp16: with a GradScaler, its step eager
-    after each replay): the loss curve and the fp32 masters of the eager
-    master-weight loop."""
+    after each replay; with a fused Adam, one that unscales and skips
+    without a host synchronisation): the loss curve and the fp32 masters of
+    the eager master-weight loop."""
     torch.manual_seed(0)
     m1 = Net(conv).cuda()
     m2 = copy.deepcopy(m1)
-    o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, capturable=True)
-    o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True)
+    o1 = torch.optim.Adam(m1.parameters(), lr=1e-2, capturable=True, fused=fused)
+    o2 = torch.optim.Adam(m2.parameters(), lr=1e-2, capturable=True, fused=fused)
     s1 = s2 = None
     if dtype == torch.float16:
         s1, s2 = torch.amp.GradScaler('cuda'), torch.amp.GradScaler('cuda')
