@@ -173,8 +173,8 @@ def gather_from(src: Tensor, index: Tensor) -> Tensor:
 
 def padded_rows(x: Tensor, pin: bool = False) -> Tensor:
     """``x`` (2-D) as a view of a matrix whose rows are padded with zeros to
-    a multiple of :data:`ROW_ALIGN` bytes (16), or in pinned host memory with
-    ``pin``, of :data:`PINNED_ROW_ALIGN` (64): the gather then reads whole
+    a multiple of ``ROW_ALIGN`` bytes (16), or in pinned host memory with
+    ``pin``, of ``PINNED_ROW_ALIGN`` (64): the gather then reads whole
     16-byte words of every row, whatever its width, and over PCIe no row
     straddles more 64-byte pieces than it fills."""
     F = x.size(1)
