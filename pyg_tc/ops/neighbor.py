@@ -18,8 +18,9 @@ this module's reference is the CPU implementation and the test oracle):
   with ``replace=True``, ``k`` independent uniform draws in draw order (none
   when ``d = 0``).
 * Randomness: draw ``i`` of the target at position ``r`` of hop ``h`` uses
-  Philox 4x32-10 (``pyg_tc._philox``) of counter ``(r, h, i, 0)`` under the
-  64-bit key ``seed``; its first two words make a 53-bit uniform ``u`` in
+  Philox 4x32-10 (``pyg_tc._philox``) of counter ``(r, h, i, t)`` under the
+  64-bit key ``seed``, ``t = 0`` (a heterogeneous graph's edge type number,
+  :mod:`pyg_tc.ops.hetero_neighbor`); its first two words make a 53-bit uniform ``u`` in
   ``[0, 1)`` and the integer ``min(floor(u * n), n - 1)`` in ``[0, n)``. A
   batch is a pure function of (graph, seeds, fan-outs, replace, seed).
 * Edges: hop by hop, target by target, so ``dst`` never decreases: the edge
@@ -46,21 +47,28 @@ from .._philox import U32, philox4x32
 _TWO53 = float(2**53)
 
 
-def draw_index(seed: int, hop: int, r: Tensor, i: Tensor, n: Tensor) -> Tensor:
+def draw_index(seed: int, hop: int, r: Tensor, i: Tensor, n: Tensor, relation: int = 0) -> Tensor:
     """The integer in ``[0, n)`` of draw ``i`` of the targets at positions
-    ``r`` of hop ``hop`` (int64 tensors, broadcast): see the module doc."""
+    ``r`` of hop ``hop`` (int64 tensors, broadcast) of edge type number
+    ``relation`` (0 for a homogeneous graph): see the module doc."""
     r, i, n = torch.broadcast_tensors(r, i if torch.is_tensor(i) else torch.full_like(r, i), n)
     zero = torch.zeros_like(r)
     w0, w1, _, _ = philox4x32(
-        r & U32, zero + (hop & U32), i & U32, zero, torch.tensor(seed & U32), torch.tensor((seed >> 32) & U32)
+        r & U32,
+        zero + (hop & U32),
+        i & U32,
+        zero + (relation & U32),
+        torch.tensor(seed & U32),
+        torch.tensor((seed >> 32) & U32),
     )
     u = ((w0 >> 5).double() * 67108864.0 + (w1 >> 6).double()) / _TWO53
     return torch.minimum(torch.floor(u * n.double()).long(), n - 1)
 
 
-def hop_positions(deg: Tensor, k: int, replace: bool, seed: int, hop: int) -> Tuple[Tensor, Tensor]:
-    """Sampled edges of one hop: (count per target ``[F]``, position of each
-    sampled edge within its target's CSC row, concatenated in target order)."""
+def hop_positions(deg: Tensor, k: int, replace: bool, seed: int, hop: int, relation: int = 0) -> Tuple[Tensor, Tensor]:
+    """Sampled edges of one hop (of edge type number ``relation``): (count
+    per target ``[F]``, position of each sampled edge within its target's
+    CSC row, concatenated in target order)."""
     F = deg.numel()
     if k < 0:
         cnt = deg.clone()
@@ -75,7 +83,7 @@ def hop_positions(deg: Tensor, k: int, replace: bool, seed: int, hop: int) -> Tu
     if k < 0 or total == 0:
         return cnt, within
     if replace:
-        return cnt, draw_index(seed, hop, rows, within, deg[rows])
+        return cnt, draw_index(seed, hop, rows, within, deg[rows], relation)
     pos = within.clone()
     drawn = deg > k  # Floyd's rows; the others take every edge
     if bool(drawn.any()):
@@ -84,7 +92,7 @@ def hop_positions(deg: Tensor, k: int, replace: bool, seed: int, hop: int) -> Tu
         S = torch.empty(r.numel(), k, dtype=torch.long)
         for i in range(k):  # j = d - k + i, t uniform in [0, j]; t taken before -> j
             j = d - k + i
-            t = draw_index(seed, hop, r, i, j + 1)
+            t = draw_index(seed, hop, r, i, j + 1, relation)
             hit = (S[:, :i] == t.unsqueeze(1)).any(1)
             S[:, i] = torch.where(hit, j, t)
         S = S.sort(1)[0]
