@@ -90,6 +90,8 @@ nitpick_ignore_regex = [
     # PyG's GATv2Conv docstring (appended to ours by pyg_tc.nn.conv.pyg_layer)
     # refers to a class GATv2 that PyG does not have.
     (r'py:class', r'GATv2'),
+    # PyG's RGCNConv docstring (appended to ours) refers to FastRGCNConv unqualified.
+    (r'py:class', r'FastRGCNConv'),
 ]
 
 # --- HTML -------------------------------------------------------------------

@@ -4,6 +4,7 @@ from .agnn import AGNNConv
 from .conv import GCNConv, GINConv, SAGEConv, gcn_norm_csr
 from .gat import GATConv, GATv2Conv
 from .maxk import MaxK
+from .rgcn import RGCNConv
 from . import models
 from .models import MaxKGNN
 
@@ -14,6 +15,7 @@ __all__ = [
     'GCNConv',
     'SAGEConv',
     'GINConv',
+    'RGCNConv',
     'gcn_norm_csr',
     'MaxK',
     'MaxKGNN',
