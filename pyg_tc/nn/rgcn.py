@@ -65,16 +65,15 @@ def typed_graph(edge_index: Tensor, edge_type: Tensor, num_relations: int, size:
         raise ValueError(f'pyg_tc: edge_type has {edge_type.numel()} entries for the {ei.size(1)} edges of edge_index')
     if edge_type.device != ei.device:
         raise ValueError(f'pyg_tc: edge_type is on {edge_type.device}, edge_index on {ei.device}')
-    if edge_type.numel():
-        lo, hi = (int(v) for v in torch.aminmax(edge_type))
-        if lo < 0 or hi >= R:
-            raise IndexError(f'pyg_tc: edge_type must lie in [0, {R}) (num_relations); found min {lo}, max {hi}')
     if n_dst * R > _INT32_MAX or by_source and n_src * R > _INT32_MAX:
         raise ValueError(f'pyg_tc: RGCNConv: {max(n_src, n_dst)} nodes x {R} relations exceed 2^31 - 1 typed rows')
-    src, dst = ei[0].long(), ei[1].long()
-    t = edge_type.long()
-    if src.numel():
-        (s_lo, s_hi), (d_lo, d_hi) = (tuple(int(v) for v in torch.aminmax(v)) for v in (src, dst))
+    src, dst, t = ei[0].long(), ei[1].long(), edge_type.long()
+    if t.numel():  # one synchronisation for every range
+        lo, hi, s_lo, s_hi, d_lo, d_hi = torch.stack(
+            [*torch.aminmax(t), *torch.aminmax(src), *torch.aminmax(dst)]
+        ).tolist()
+        if lo < 0 or hi >= R:
+            raise IndexError(f'pyg_tc: edge_type must lie in [0, {R}) (num_relations); found min {lo}, max {hi}')
         if min(s_lo, d_lo) < 0 or s_hi >= n_src or d_hi >= n_dst:
             raise IndexError(
                 f'pyg_tc: edge_index out of range: sources must lie in [0, {n_src}) and targets in [0, {n_dst}); '
@@ -155,9 +154,12 @@ class RGCNConv(TCLayer, pyg_nn.RGCNConv):
 
     @torch.jit.unused
     def _tc_forward(self, x: Any, edge_index: Any, edge_type: Optional[Tensor] = None) -> Tensor:
-        if _is_sparse(edge_index) or not isinstance(edge_index, Tensor) or edge_type is None:
-            return self._run_pyg(x, edge_index, edge_type)
-        if self._pyg_reason(edge_index):
+        if (
+            _is_sparse(edge_index)
+            or not isinstance(edge_index, Tensor)
+            or edge_type is None
+            or self._pyg_reason(edge_index)
+        ):
             return self._run_pyg(x, edge_index, edge_type)
         x_l = x[0] if isinstance(x, tuple) else x
         if x_l is None:
