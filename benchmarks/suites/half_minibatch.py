@@ -25,7 +25,10 @@ Parts (``--parts``, a comma list):
   row: the best of ``--epochs`` epochs after a warm-up epoch, the bytes of
   features gathered per batch, the peak GPU memory from the row's start
   (the graph and its fp32 features included; the previous rows' loaders,
-  stored features and captured graphs freed before it).
+  stored features and captured graphs freed before it). ``--prefetch``
+  (a comma list, default ``0``) repeats the rows per ``NeighborLoader(...,
+  prefetch=k)``: batches made ahead on the loader's thread; ``x fp32``
+  compares rows of the same ``k``.
 * ``gat``: full-graph ``GATConv(256, 8, heads=8)`` forward + backward on the
   Reddit-shaped graph (``x [N, 256]`` with ``requires_grad``, a fixed output
   gradient): PyG's layer in fp32 against pyg_tc's in fp32, under bf16
@@ -165,52 +168,57 @@ def epoch_records(a) -> Iterator[dict]:
         dims = [F] + [a.hidden] * (a.layers - 1) + [C]
         for kind in a.models:
             rows = []
-            for precision in a.precisions:
+            for precision, mode, prefetch in itertools.product(a.precisions, a.modes, a.prefetch):
                 storage, _ = PRECISIONS[precision]
-                for mode in a.modes:
-                    captured = mode == 'captured'
-                    free(DEV)  # (the previous row's loader, stored features and graphs gone)
-                    _reset_peak()
-                    loader = NeighborLoader(
-                        data,
-                        a.fanout,
-                        input_nodes=seeds,
-                        batch_size=a.batch_size,
-                        shuffle=True,
-                        transform=PadHops(hop_buckets, a.batch_size) if captured else None,
-                        feature_storage=storage,
-                    )
-                    torch.manual_seed(0)
-                    model = Net(pyg_tc.nn, kind, dims, trim=True).to(DEV)
-                    step = make_step(model, precision, captured)
-                    run = step if captured else step.eager
-                    log(f'[half_minibatch] {graph} {kind} {precision} {mode}')
-                    times, n, xbytes = [], 0, []
-                    for ep in range(a.epochs + 1):  # epoch 0 warms up (the kernels, the captures)
-                        t, n = loop_time(run, itertools.islice(loader, a.batches), DEV)
-                        if ep:
-                            times.append(t)
-                    for b in itertools.islice(loader, 5):
-                        xbytes.append(b.x.numel() * b.x.element_size())
-                    rec = dict(
-                        kind='epoch',
-                        graph=graph,
-                        model=kind,
-                        precision=precision,
-                        mode=mode,
-                        batches=n,
-                        epoch_s=min(times),
-                        ms_per_batch=1e3 * min(times) / max(n, 1),
-                        x_mb_per_batch=statistics.mean(xbytes) / 2**20,
-                        peak_gb=_peak(),
-                        replays=step.replays,
-                        eager_steps=step.eager_steps,
-                    )
-                    step.close()
-                    rows.append(rec)
-                    loader = model = step = run = b = None
+                captured = mode == 'captured'
+                free(DEV)  # (the previous row's loader, stored features and graphs gone)
+                _reset_peak()
+                loader = NeighborLoader(
+                    data,
+                    a.fanout,
+                    input_nodes=seeds,
+                    batch_size=a.batch_size,
+                    shuffle=True,
+                    transform=PadHops(hop_buckets, a.batch_size) if captured else None,
+                    feature_storage=storage,
+                    prefetch=prefetch,
+                )
+                torch.manual_seed(0)
+                model = Net(pyg_tc.nn, kind, dims, trim=True).to(DEV)
+                step = make_step(model, precision, captured)
+                run = step if captured else step.eager
+                log(f'[half_minibatch] {graph} {kind} {precision} {mode} prefetch {prefetch}')
+                times, n, xbytes = [], 0, []
+                for ep in range(a.epochs + 1):  # epoch 0 warms up (the kernels, the captures)
+                    t, n = loop_time(run, itertools.islice(loader, a.batches), DEV)
+                    if ep:
+                        times.append(t)
+                for b in itertools.islice(loader, 5):
+                    xbytes.append(b.x.numel() * b.x.element_size())
+                rec = dict(
+                    kind='epoch',
+                    graph=graph,
+                    model=kind,
+                    precision=precision,
+                    mode=mode,
+                    prefetch=prefetch,
+                    batches=n,
+                    epoch_s=min(times),
+                    ms_per_batch=1e3 * min(times) / max(n, 1),
+                    x_mb_per_batch=statistics.mean(xbytes) / 2**20,
+                    peak_gb=_peak(),
+                    replays=step.replays,
+                    eager_steps=step.eager_steps,
+                )
+                step.close()
+                rows.append(rec)
+                loader = model = step = run = b = None
             for r in rows:
-                ref = next(q for q in rows if q['precision'] == 'fp32' and q['mode'] == r['mode'])
+                ref = next(
+                    q
+                    for q in rows
+                    if q['precision'] == 'fp32' and q['mode'] == r['mode'] and q['prefetch'] == r['prefetch']
+                )
                 r['x_fp32'] = ref['epoch_s'] / r['epoch_s']
                 r['peak_vs_fp32'] = r['peak_gb'] / ref['peak_gb'] if ref['peak_gb'] else None
                 yield r
@@ -394,6 +402,7 @@ def reporter(out: str, env: dict) -> Reporter:
                     Col('model', 'model'),
                     Col('precision', 'precision'),
                     Col('mode', 'mode'),
+                    Col('prefetch', 'prefetch', 'd'),
                     Col('epoch s', 'epoch_s', '.3f'),
                     Col('ms / batch', 'ms_per_batch', '.3f'),
                     Col('x fp32', 'x_fp32', '.2f', bold=True),
@@ -471,6 +480,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     p.add_argument('--models', default='sage,gcn,gat')
     p.add_argument('--precisions', default='fp32,bf16,fp16,fp8')
     p.add_argument('--modes', default='eager,captured')
+    p.add_argument('--prefetch', default='0', help="the loaders' prefetch depths (a comma list)")
     p.add_argument('--fanout', default='15,10,5')
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--hidden', type=int, default=256)
@@ -495,6 +505,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     for k in ('parts', 'graphs', 'models', 'precisions', 'modes', 'datasets'):
         setattr(a, k, [v for v in getattr(a, k).split(',') if v])
     a.fanout = [int(k) for k in a.fanout.split(',')]
+    a.prefetch = [int(k) for k in a.prefetch.split(',')]
     if a.quick:
         a.graphs, a.batches, a.epochs, a.rows, a.rep, a.gat_rep = ['tiny'], 4, 1, 2000, 2, 2
         a.batch_size, a.hidden, a.seeds, a.acc_epochs = 100, 16, 2, 2

@@ -6,11 +6,12 @@
 //     then one kernel writes t_rowptr from the sorted keys' boundaries and
 //     gathers t_col; no synchronisation.
 //   csr_schedules(rowptrs, chunk) -> [units, heavy_rows, heavy_ptr]... + [slots]:
-//     the degree-bucket schedule of each rowptr: units per row
-//     (ceil(deg / chunk), at least one), three exclusive scans (units, heavy
-//     slots, heavy rows), one synchronisation for the sizes of all of them,
-//     one kernel writing the units in row order, a stable radix sort by
-//     length (longest first), one gather.
+//     the degree-bucket schedule of each rowptr: one exclusive scan of each
+//     row's (units = ceil(deg / chunk), at least one; heavy slots; heavy
+//     flag), read from rowptr by the scan's input iterator, one
+//     synchronisation for the sizes of all of them, one kernel writing the
+//     units in row order, a stable radix sort by length (longest first), one
+//     gather; a call's temporaries in one allocation (per synchronisation).
 //   csr_padded_schedules(rowptrs, chunk, num_edges) -> [units, heavy_rows, heavy_ptr]...:
 //     the same schedules with array sizes fixed by (rows, num_edges, chunk)
 //     and filler entries (formats/csr.py's padded_schedule, its reference):
@@ -20,7 +21,7 @@
 //     -> [rowptr, col, rows, node_index, edge_index, node_mask]: a sampled
 //     batch's CSR padded hop by hop (formats/csr.py's pad_hops_reference),
 //     one launch (the block offsets in its params), no synchronisation.
-// A format build is about 15 launches and one synchronisation.
+// A format build is about 12 launches and one synchronisation.
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -30,6 +31,8 @@
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 
 #include <climits>
 #include <string>
@@ -49,25 +52,44 @@ inline int bits_for(int64_t n) {  // bits of the largest key below n (at least 1
   return b;
 }
 
-at::Tensor temp_bytes(size_t n, const at::Tensor& like) {
-  return at::empty({(int64_t)std::max<size_t>(n, 1)}, like.options().dtype(at::kByte));
+// One allocation for a call's temporaries: pieces carved from one byte
+// buffer, each 256-byte aligned. A first pass with no buffer (take() gives
+// nullptr) counts the bytes; cub's size queries take those null pointers.
+class Workspace {
+ public:
+  template <typename T>
+  T* take(int64_t n) {
+    const size_t at = used_;
+    used_ += (static_cast<size_t>(std::max<int64_t>(n, 0)) * sizeof(T) + 255) / 256 * 256;
+    return base_ ? reinterpret_cast<T*>(base_ + at) : nullptr;
+  }
+  void* take_bytes(size_t n) { return take<char>((int64_t)n); }
+  // the buffer for what the counting pass took, on like's device; the next pass carves it
+  at::Tensor allocate(const at::Tensor& like) {
+    buffer_ = at::empty({(int64_t)std::max<size_t>(used_, 1)}, like.options().dtype(at::kByte));
+    base_ = reinterpret_cast<char*>(buffer_.data_ptr());
+    used_ = 0;
+    return buffer_;
+  }
+
+ private:
+  at::Tensor buffer_;
+  char* base_ = nullptr;
+  size_t used_ = 0;
+};
+
+template <typename K, typename V>
+size_t sort_pairs_bytes(int64_t n, int end_bit, cudaStream_t stream) {
+  size_t bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const K*)nullptr, (K*)nullptr, (const V*)nullptr,
+                                                 (V*)nullptr, (int)n, 0, end_bit, stream));
+  return bytes;
 }
 
 template <typename K, typename V>
-void sort_pairs(const K* kin, K* kout, const V* vin, V* vout, int64_t n, int end_bit, const at::Tensor& like,
+void sort_pairs(const K* kin, K* kout, const V* vin, V* vout, int64_t n, int end_bit, void* temp, size_t bytes,
                 cudaStream_t stream) {
-  size_t bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, kin, kout, vin, vout, (int)n, 0, end_bit, stream));
-  auto temp = temp_bytes(bytes, like);
-  C10_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(temp.data_ptr(), bytes, kin, kout, vin, vout, (int)n, 0, end_bit, stream));
-}
-
-void exclusive_sum(const int* in, int* out, int64_t n, const at::Tensor& like, cudaStream_t stream) {
-  size_t bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, (int)n, stream));
-  auto temp = temp_bytes(bytes, like);
-  C10_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data_ptr(), bytes, in, out, (int)n, stream));
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, bytes, kin, kout, vin, vout, (int)n, 0, end_bit, stream));
 }
 
 __global__ void iota(int* __restrict__ out, int64_t n) {
@@ -99,61 +121,95 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cuda(const at::Tens
   TORCH_CHECK(E < (1ll << 31) && C < (1ll << 31), "pyg_tc: csr_transpose supports fewer than 2^31 edges and nodes");
   const auto c = col.contiguous(), r = rows.contiguous();
   auto opts = c.options();
-  auto keys = at::empty({E}, opts);
-  auto ids = at::empty({E}, opts);
   auto t_perm = at::empty({E}, opts);
   auto t_rowptr = at::empty({C + 1}, opts);
   auto t_col = at::empty({E}, opts);
-  if (E > 0) {
-    iota<<<blocks_for(E), kThreads, 0, stream>>>(ids.data_ptr<int>(), E);
+  const int bits = bits_for(C);
+  const size_t sort_bytes = E > 0 ? sort_pairs_bytes<unsigned, int>(E, bits, stream) : 0;
+  Workspace ws;
+  for (int pass = 0; pass < 2; ++pass) {
+    unsigned* keys = ws.take<unsigned>(E);
+    int* ids = ws.take<int>(E);
+    void* temp = ws.take_bytes(sort_bytes);
+    if (pass == 0) {
+      ws.allocate(c);
+      continue;
+    }
+    if (E > 0) {
+      iota<<<blocks_for(E), kThreads, 0, stream>>>(ids, E);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      sort_pairs(reinterpret_cast<const unsigned*>(c.data_ptr<int>()), keys, (const int*)ids, t_perm.data_ptr<int>(),
+                 E, bits, temp, sort_bytes, stream);
+    }
+    transpose_finish<<<blocks_for(E + 1), kThreads, 0, stream>>>(keys, t_perm.data_ptr<int>(), r.data_ptr<int>(), E, C,
+                                                                 t_rowptr.data_ptr<int>(), t_col.data_ptr<int>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    sort_pairs(reinterpret_cast<const unsigned*>(c.data_ptr<int>()), reinterpret_cast<unsigned*>(keys.data_ptr<int>()),
-               ids.data_ptr<int>(), t_perm.data_ptr<int>(), E, bits_for(C), c, stream);
   }
-  transpose_finish<<<blocks_for(E + 1), kThreads, 0, stream>>>(reinterpret_cast<const unsigned*>(keys.data_ptr<int>()),
-                                                               t_perm.data_ptr<int>(), r.data_ptr<int>(), E, C,
-                                                               t_rowptr.data_ptr<int>(), t_col.data_ptr<int>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {t_rowptr, t_col, t_perm};
 }
 
-// Per row v < R: its unit count n (ceil(deg / chunk), at least 1), n again
-// when heavy (n > 1) else 0, and the heavy flag; entry R is 0 (the scans'
-// totals).
-__global__ void schedule_count(const int* __restrict__ rowptr, int64_t R, int chunk, int* __restrict__ n_units,
-                               int* __restrict__ n_slots, int* __restrict__ heavy) {
-  const int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (v > R) return;
-  int n = 0;
-  if (v < R) {
+// Row v < R of a schedule: (its unit count n = ceil(deg / chunk), at least
+// 1; n again when heavy (n > 1) else 0; the heavy flag; 0); entry R is 0,
+// so one exclusive scan of them gives every row's (first unit, first heavy
+// slot, heavy index) and, at R, the totals.
+struct RowCounts {
+  const int* rowptr;
+  int64_t R;
+  int chunk;
+  __host__ __device__ int4 operator()(int64_t v) const {
+    if (v >= R) return make_int4(0, 0, 0, 0);
     const int d = rowptr[v + 1] - rowptr[v];
-    n = d > chunk ? (d + chunk - 1) / chunk : 1;
+    const int n = d > chunk ? (d + chunk - 1) / chunk : 1;
+    return make_int4(n, n > 1 ? n : 0, n > 1, 0);
   }
-  n_units[v] = n;
-  n_slots[v] = n > 1 ? n : 0;
-  heavy[v] = n > 1;
+};
+
+struct AddInt4 {
+  __host__ __device__ int4 operator()(const int4& a, const int4& b) const {
+    return make_int4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+  }
+};
+
+using RowCountIt = thrust::transform_iterator<RowCounts, thrust::counting_iterator<int64_t>>;
+
+inline RowCountIt row_counts(const int* rowptr, int64_t R, int chunk) {
+  return RowCountIt(thrust::counting_iterator<int64_t>(0), RowCounts{rowptr, R, chunk});
 }
 
-__global__ void schedule_fill(const int* __restrict__ rowptr, int64_t R, int chunk, const int* __restrict__ uoff,
-                              const int* __restrict__ soff, const int* __restrict__ hidx, int4* __restrict__ units,
-                              unsigned* __restrict__ keys, int* __restrict__ ids, int* __restrict__ heavy_rows,
-                              int* __restrict__ heavy_ptr) {
+// offs[v] = (first unit, first heavy slot, heavy index, 0) of row v <= R: one scan, no count kernel
+size_t schedule_scan_bytes(int64_t R, cudaStream_t stream) {
+  size_t bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceScan::ExclusiveScan(nullptr, bytes, row_counts(nullptr, R, 1), (int4*)nullptr, AddInt4{},
+                                                make_int4(0, 0, 0, 0), (int)(R + 1), stream));
+  return bytes;
+}
+
+void schedule_scan(const int* rowptr, int64_t R, int chunk, int4* offs, void* temp, size_t bytes,
+                   cudaStream_t stream) {
+  C10_CUDA_CHECK(cub::DeviceScan::ExclusiveScan(temp, bytes, row_counts(rowptr, R, chunk), offs, AddInt4{},
+                                                make_int4(0, 0, 0, 0), (int)(R + 1), stream));
+}
+
+__global__ void schedule_fill(const int* __restrict__ rowptr, int64_t R, int chunk, const int4* __restrict__ offs,
+                              int4* __restrict__ units, unsigned* __restrict__ keys, int* __restrict__ ids,
+                              int* __restrict__ heavy_rows, int* __restrict__ heavy_ptr) {
   const int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (v == 0) heavy_ptr[0] = 0;
   if (v >= R) return;
-  const int n = uoff[v + 1] - uoff[v], end_row = rowptr[v + 1];
+  const int4 o = offs[v];
+  const int n = offs[v + 1].x - o.x, end_row = rowptr[v + 1];
   const bool is_heavy = n > 1;
   for (int k = 0; k < n; ++k) {
-    const int u = uoff[v] + k;
+    const int u = o.x + k;
     const int start = rowptr[v] + k * chunk;
     const int end = min(start + chunk, end_row);
-    units[u] = make_int4((int)v, start, end, is_heavy ? soff[v] + k : -1);
+    units[u] = make_int4((int)v, start, end, is_heavy ? o.y + k : -1);
     keys[u] = (unsigned)(chunk - (end - start));  // ascending key = longest first
     ids[u] = u;
   }
   if (is_heavy) {
-    heavy_rows[hidx[v]] = (int)v;
-    heavy_ptr[hidx[v] + 1] = soff[v] + n;
+    heavy_rows[o.z] = (int)v;
+    heavy_ptr[o.z + 1] = o.y + n;
   }
 }
 
@@ -168,11 +224,10 @@ __global__ void gather_units(const int4* __restrict__ in, const int* __restrict_
 // heavy entries past the real ones are (R - 1, an empty slot range).
 // schedule_fill then writes the real entries.
 __global__ void schedule_fillers(const int* __restrict__ rowptr, int64_t R, int chunk, int64_t U, int64_t H,
-                                 const int* __restrict__ uoff, const int* __restrict__ soff, int4* __restrict__ units,
-                                 unsigned* __restrict__ keys, int* __restrict__ ids, int* __restrict__ heavy_rows,
-                                 int* __restrict__ heavy_ptr) {
+                                 const int4* __restrict__ offs, int4* __restrict__ units, unsigned* __restrict__ keys,
+                                 int* __restrict__ ids, int* __restrict__ heavy_rows, int* __restrict__ heavy_ptr) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  const int real_units = uoff[R], real_slots = soff[R], E = rowptr[R];
+  const int real_units = offs[R].x, real_slots = offs[R].y, E = rowptr[R];
   if (i >= real_units && i < U) {
     units[i] = make_int4((int)(R - 1), E, E, real_slots + (int)(i - real_units));
     keys[i] = (unsigned)chunk;
@@ -184,6 +239,30 @@ __global__ void schedule_fillers(const int* __restrict__ rowptr, int64_t R, int 
   }
 }
 
+// The units of a schedule sorted longest first (stable): the sort's
+// temporaries and the units in row order from ws, the result in units.
+struct UnitSort {
+  int4* tmp;
+  unsigned *keys, *keys_out;
+  int *ids, *order;
+  void* temp;
+  size_t bytes;
+  UnitSort(Workspace& ws, int64_t U, size_t sort_bytes)
+      : tmp(ws.take<int4>(U)),
+        keys(ws.take<unsigned>(U)),
+        keys_out(ws.take<unsigned>(U)),
+        ids(ws.take<int>(U)),
+        order(ws.take<int>(U)),
+        temp(ws.take_bytes(sort_bytes)),
+        bytes(sort_bytes) {}
+  void run(int64_t U, int chunk, int4* units, cudaStream_t stream) const {
+    if (U == 0) return;
+    sort_pairs((const unsigned*)keys, keys_out, (const int*)ids, order, U, bits_for(chunk + 1), temp, bytes, stream);
+    gather_units<<<blocks_for(U), kThreads, 0, stream>>>(tmp, order, U, units);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+};
+
 std::vector<at::Tensor> csr_schedules_cuda(at::TensorList rowptrs, int64_t chunk) {
   TORCH_CHECK(chunk >= 1 && chunk < (1 << 30), "pyg_tc: csr_schedules: chunk must be positive");
   const int64_t M = (int64_t)rowptrs.size();
@@ -192,60 +271,66 @@ std::vector<at::Tensor> csr_schedules_cuda(at::TensorList rowptrs, int64_t chunk
   c10::cuda::CUDAGuard guard(rowptrs[0].device());
   auto stream = c10::cuda::getCurrentCUDAStream();
   const auto opts = rowptrs[0].options().dtype(at::kInt);
-  std::vector<at::Tensor> rps, n_units, n_slots, heavy, uoff, soff, hidx;
-  auto sizes_dev = at::empty({3 * M}, opts);
+  std::vector<at::Tensor> rps;
+  std::vector<int4*> offs(M);
+  std::vector<size_t> scan_bytes(M);
   for (int64_t m = 0; m < M; ++m) {
     const auto& rp = rowptrs[m];
     TORCH_CHECK(rp.is_cuda() && rp.scalar_type() == at::kInt && rp.dim() == 1 && rp.numel() >= 1,
                 "pyg_tc: csr_schedules needs int32 CUDA rowptrs");
     rps.push_back(rp.contiguous());
-    const int64_t R = rp.numel() - 1;
-    for (auto* v : {&n_units, &n_slots, &heavy, &uoff, &soff, &hidx}) v->push_back(at::empty({R + 1}, opts));
-    schedule_count<<<blocks_for(R + 1), kThreads, 0, stream>>>(rps[m].data_ptr<int>(), R, (int)chunk,
-                                                               n_units[m].data_ptr<int>(), n_slots[m].data_ptr<int>(),
-                                                               heavy[m].data_ptr<int>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    exclusive_sum(n_units[m].data_ptr<int>(), uoff[m].data_ptr<int>(), R + 1, rp, stream);
-    exclusive_sum(n_slots[m].data_ptr<int>(), soff[m].data_ptr<int>(), R + 1, rp, stream);
-    exclusive_sum(heavy[m].data_ptr<int>(), hidx[m].data_ptr<int>(), R + 1, rp, stream);
-    for (int j = 0; j < 3; ++j) {
-      const auto& src = j == 0 ? uoff[m] : j == 1 ? soff[m] : hidx[m];
-      C10_CUDA_CHECK(cudaMemcpyAsync(sizes_dev.data_ptr<int>() + 3 * m + j, src.data_ptr<int>() + R, sizeof(int),
-                                     cudaMemcpyDeviceToDevice, stream));
+    scan_bytes[m] = schedule_scan_bytes(rp.numel() - 1, stream);
+  }
+  // every schedule's offsets, then (after the one synchronisation) its sort's temporaries
+  Workspace ws;
+  int* sizes_dev = nullptr;
+  for (int pass = 0; pass < 2; ++pass) {
+    sizes_dev = ws.take<int>(3 * M);
+    std::vector<void*> temps(M);
+    for (int64_t m = 0; m < M; ++m) {
+      offs[m] = ws.take<int4>(rps[m].numel());
+      temps[m] = ws.take_bytes(scan_bytes[m]);
+    }
+    if (pass == 0) {
+      ws.allocate(rps[0]);
+      continue;
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t R = rps[m].numel() - 1;
+      schedule_scan(rps[m].data_ptr<int>(), R, (int)chunk, offs[m], temps[m], scan_bytes[m], stream);
+      C10_CUDA_CHECK(cudaMemcpyAsync(sizes_dev + 3 * m, offs[m] + R, 3 * sizeof(int), cudaMemcpyDeviceToDevice, stream));
     }
   }
   // The one synchronisation: units, slots and heavy rows of every schedule.
   auto sizes = at::empty({3 * M}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
-  C10_CUDA_CHECK(cudaMemcpyAsync(sizes.data_ptr<int>(), sizes_dev.data_ptr<int>(), 3 * M * sizeof(int),
-                                 cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaMemcpyAsync(sizes.data_ptr<int>(), sizes_dev, 3 * M * sizeof(int), cudaMemcpyDeviceToHost, stream));
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
   const int* sz = sizes.data_ptr<int>();
   auto slots = at::empty({M}, at::TensorOptions().dtype(at::kLong));
-  for (int64_t m = 0; m < M; ++m) {
-    const int64_t R = rps[m].numel() - 1, U = sz[3 * m], S = sz[3 * m + 1], H = sz[3 * m + 2];
-    auto tmp = at::empty({U, 4}, opts), units = at::empty({U, 4}, opts);
-    auto keys = at::empty({U}, opts), keys_out = at::empty({U}, opts);
-    auto ids = at::empty({U}, opts), order = at::empty({U}, opts);
-    auto heavy_rows = at::empty({H}, opts), heavy_ptr = at::empty({H + 1}, opts);
-    schedule_fill<<<blocks_for(R), kThreads, 0, stream>>>(
-        rps[m].data_ptr<int>(), R, (int)chunk, uoff[m].data_ptr<int>(), soff[m].data_ptr<int>(),
-        hidx[m].data_ptr<int>(), reinterpret_cast<int4*>(tmp.data_ptr<int>()),
-        reinterpret_cast<unsigned*>(keys.data_ptr<int>()), ids.data_ptr<int>(), heavy_rows.data_ptr<int>(),
-        heavy_ptr.data_ptr<int>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (U > 0) {
-      sort_pairs(reinterpret_cast<const unsigned*>(keys.data_ptr<int>()),
-                 reinterpret_cast<unsigned*>(keys_out.data_ptr<int>()), ids.data_ptr<int>(), order.data_ptr<int>(), U,
-                 bits_for(chunk + 1), rps[m], stream);
-      gather_units<<<blocks_for(U), kThreads, 0, stream>>>(reinterpret_cast<const int4*>(tmp.data_ptr<int>()),
-                                                           order.data_ptr<int>(), U,
-                                                           reinterpret_cast<int4*>(units.data_ptr<int>()));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+  std::vector<size_t> sort_bytes(M);
+  for (int64_t m = 0; m < M; ++m) sort_bytes[m] = sort_pairs_bytes<unsigned, int>(sz[3 * m], bits_for(chunk + 1), stream);
+  Workspace ws2;
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<UnitSort> sorts;
+    for (int64_t m = 0; m < M; ++m) sorts.emplace_back(ws2, sz[3 * m], sort_bytes[m]);
+    if (pass == 0) {
+      ws2.allocate(rps[0]);
+      continue;
     }
-    out.push_back(units);
-    out.push_back(heavy_rows);
-    out.push_back(heavy_ptr);
-    slots.data_ptr<int64_t>()[m] = S;
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t R = rps[m].numel() - 1, U = sz[3 * m], S = sz[3 * m + 1], H = sz[3 * m + 2];
+      auto units = at::empty({U, 4}, opts), heavy_rows = at::empty({H}, opts), heavy_ptr = at::empty({H + 1}, opts);
+      const UnitSort& us = sorts[m];
+      schedule_fill<<<blocks_for(R), kThreads, 0, stream>>>(rps[m].data_ptr<int>(), R, (int)chunk, offs[m], us.tmp,
+                                                           us.keys, us.ids, heavy_rows.data_ptr<int>(),
+                                                           heavy_ptr.data_ptr<int>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      us.run(U, (int)chunk, reinterpret_cast<int4*>(units.data_ptr<int>()), stream);
+      out.push_back(units);
+      out.push_back(heavy_rows);
+      out.push_back(heavy_ptr);
+      slots.data_ptr<int64_t>()[m] = S;
+    }
   }
   out.push_back(slots);
   return out;
@@ -260,44 +345,51 @@ std::vector<at::Tensor> csr_padded_schedules_cuda(at::TensorList rowptrs, int64_
   c10::cuda::CUDAGuard guard(rowptrs[0].device());
   auto stream = c10::cuda::getCurrentCUDAStream();
   const auto opts = rowptrs[0].options().dtype(at::kInt);
-  const int64_t q = (num_edges + chunk - 1) / chunk;
+  const int64_t q = (num_edges + chunk - 1) / chunk, H = q, M = (int64_t)rowptrs.size();
+  std::vector<at::Tensor> rps;
+  std::vector<size_t> scan_bytes(M), sort_bytes(M);
   for (const auto& rp_in : rowptrs) {
     TORCH_CHECK(rp_in.is_cuda() && rp_in.scalar_type() == at::kInt && rp_in.dim() == 1 && rp_in.numel() >= 2,
                 "pyg_tc: csr_padded_schedules needs int32 CUDA rowptrs of one row at least");
-    const auto rp = rp_in.contiguous();
-    const int64_t R = rp.numel() - 1, U = R + q, H = q;
-    auto n_units = at::empty({R + 1}, opts), n_slots = at::empty({R + 1}, opts), heavy = at::empty({R + 1}, opts);
-    auto uoff = at::empty({R + 1}, opts), soff = at::empty({R + 1}, opts), hidx = at::empty({R + 1}, opts);
-    schedule_count<<<blocks_for(R + 1), kThreads, 0, stream>>>(rp.data_ptr<int>(), R, (int)chunk,
-                                                               n_units.data_ptr<int>(), n_slots.data_ptr<int>(),
-                                                               heavy.data_ptr<int>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    exclusive_sum(n_units.data_ptr<int>(), uoff.data_ptr<int>(), R + 1, rp, stream);
-    exclusive_sum(n_slots.data_ptr<int>(), soff.data_ptr<int>(), R + 1, rp, stream);
-    exclusive_sum(heavy.data_ptr<int>(), hidx.data_ptr<int>(), R + 1, rp, stream);
-    auto tmp = at::empty({U, 4}, opts), units = at::empty({U, 4}, opts);
-    auto keys = at::empty({U}, opts), keys_out = at::empty({U}, opts);
-    auto ids = at::empty({U}, opts), order = at::empty({U}, opts);
-    auto heavy_rows = at::empty({H}, opts), heavy_ptr = at::empty({H + 1}, opts);
-    int4* tmp4 = reinterpret_cast<int4*>(tmp.data_ptr<int>());
-    unsigned* ukeys = reinterpret_cast<unsigned*>(keys.data_ptr<int>());
-    schedule_fillers<<<blocks_for(std::max(U, H)), kThreads, 0, stream>>>(
-        rp.data_ptr<int>(), R, (int)chunk, U, H, uoff.data_ptr<int>(), soff.data_ptr<int>(), tmp4, ukeys,
-        ids.data_ptr<int>(), heavy_rows.data_ptr<int>(), heavy_ptr.data_ptr<int>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    schedule_fill<<<blocks_for(R), kThreads, 0, stream>>>(rp.data_ptr<int>(), R, (int)chunk, uoff.data_ptr<int>(),
-                                                         soff.data_ptr<int>(), hidx.data_ptr<int>(), tmp4, ukeys,
-                                                         ids.data_ptr<int>(), heavy_rows.data_ptr<int>(),
-                                                         heavy_ptr.data_ptr<int>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    sort_pairs(reinterpret_cast<const unsigned*>(ukeys), reinterpret_cast<unsigned*>(keys_out.data_ptr<int>()),
-               ids.data_ptr<int>(), order.data_ptr<int>(), U, bits_for(chunk + 1), rp, stream);
-    gather_units<<<blocks_for(U), kThreads, 0, stream>>>(tmp4, order.data_ptr<int>(), U,
-                                                         reinterpret_cast<int4*>(units.data_ptr<int>()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    out.push_back(units);
-    out.push_back(heavy_rows);
-    out.push_back(heavy_ptr);
+    rps.push_back(rp_in.contiguous());
+    const int64_t R = rps.back().numel() - 1;
+    scan_bytes[rps.size() - 1] = schedule_scan_bytes(R, stream);
+    sort_bytes[rps.size() - 1] = sort_pairs_bytes<unsigned, int>(R + q, bits_for(chunk + 1), stream);
+  }
+  // one allocation for every schedule's temporaries (their sizes are fixed by R, num_edges and chunk)
+  Workspace ws;
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<int4*> offs;
+    std::vector<void*> scan_temps;
+    std::vector<UnitSort> sorts;
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t R = rps[m].numel() - 1;
+      offs.push_back(ws.take<int4>(R + 1));
+      scan_temps.push_back(ws.take_bytes(scan_bytes[m]));
+      sorts.emplace_back(ws, R + q, sort_bytes[m]);
+    }
+    if (pass == 0) {
+      ws.allocate(rps[0]);
+      continue;
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      const int* rp = rps[m].data_ptr<int>();
+      const int64_t R = rps[m].numel() - 1, U = R + q;
+      auto units = at::empty({U, 4}, opts), heavy_rows = at::empty({H}, opts), heavy_ptr = at::empty({H + 1}, opts);
+      const UnitSort& us = sorts[m];
+      schedule_scan(rp, R, (int)chunk, offs[m], scan_temps[m], scan_bytes[m], stream);
+      schedule_fillers<<<blocks_for(std::max(U, H)), kThreads, 0, stream>>>(
+          rp, R, (int)chunk, U, H, offs[m], us.tmp, us.keys, us.ids, heavy_rows.data_ptr<int>(),
+          heavy_ptr.data_ptr<int>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      schedule_fill<<<blocks_for(R), kThreads, 0, stream>>>(rp, R, (int)chunk, offs[m], us.tmp, us.keys, us.ids,
+                                                           heavy_rows.data_ptr<int>(), heavy_ptr.data_ptr<int>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      us.run(U, (int)chunk, reinterpret_cast<int4*>(units.data_ptr<int>()), stream);
+      out.push_back(units);
+      out.push_back(heavy_rows);
+      out.push_back(heavy_ptr);
+    }
   }
   return out;
 }
