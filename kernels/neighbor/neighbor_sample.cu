@@ -52,9 +52,10 @@ constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n) { return (unsigned)((n + kThreads - 1) / kThreads + (n == 0)); }
 
 // min(floor(u * n), n - 1) of a 53-bit uniform u from Philox words (w.x, w.y):
-// the reference's draw_index.
-__device__ __forceinline__ int64_t draw(uint32_t r, uint32_t hop, uint32_t i, uint64_t seed, int64_t n) {
-  const uint4 w = philox4x32(r, hop, i, 0u, (uint32_t)seed, (uint32_t)(seed >> 32));
+// the reference's draw_index (rel: the edge type's number, 0 when homogeneous).
+__device__ __forceinline__ int64_t draw(uint32_t r, uint32_t hop, uint32_t i, uint64_t seed, int64_t n,
+                                        uint32_t rel = 0u) {
+  const uint4 w = philox4x32(r, hop, i, rel, (uint32_t)seed, (uint32_t)(seed >> 32));
   const double u = ((double)(w.x >> 5) * 67108864.0 + (double)(w.y >> 6)) * (1.0 / 9007199254740992.0);
   const int64_t t = (int64_t)floor(u * (double)n);
   return t < n - 1 ? t : n - 1;
@@ -108,6 +109,32 @@ __global__ void count_edges(const int64_t* __restrict__ colptr, const int64_t* _
   cnt[r] = n;  // cnt[bound] = 0: the exclusive scan's last entry is the total
 }
 
+// The n sampled positions (within its CSC row of degree d) of the target at
+// position r of a hop: every edge in CSC order, n independent draws
+// (replace), or Floyd's n distinct draws sorted (insertion sort: n is a
+// fan-out). rel: the edge type's number (0 when homogeneous).
+__device__ __forceinline__ void sample_positions(int64_t* pos, int64_t n, int64_t d, int k, bool replace, uint32_t r,
+                                                 uint32_t hop, uint32_t rel, uint64_t seed) {
+  if (n == d && (k < 0 || !replace)) {  // every edge, in CSC order
+    for (int64_t i = 0; i < n; ++i) pos[i] = i;
+  } else if (replace) {  // n independent draws, in draw order
+    for (int64_t i = 0; i < n; ++i) pos[i] = draw(r, hop, (uint32_t)i, seed, d, rel);
+  } else {  // Floyd
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j = d - n + i;
+      int64_t t = draw(r, hop, (uint32_t)i, seed, j + 1, rel);
+      for (int64_t q = 0; q < i; ++q)
+        if (pos[q] == t) {
+          t = j;
+          break;
+        }
+      int64_t q = i;
+      for (; q > 0 && pos[q - 1] > t; --q) pos[q] = pos[q - 1];
+      pos[q] = t;
+    }
+  }
+}
+
 __global__ void sample_edges(const int64_t* __restrict__ colptr, const int* __restrict__ row,
                              const int64_t* __restrict__ nodes, const int64_t* __restrict__ off,
                              Counters c, int hop, int k, bool replace, uint64_t seed,
@@ -123,24 +150,7 @@ __global__ void sample_edges(const int64_t* __restrict__ colptr, const int* __re
   const int64_t e0 = c.edge_base[hop] + o;  // first edge of this target in the batch
   rowptr[v] = (int)e0;
   int64_t* pos = eid + e0;
-  if (n == d && (k < 0 || !replace)) {  // every edge, in CSC order
-    for (int64_t i = 0; i < n; ++i) pos[i] = i;
-  } else if (replace) {  // n independent draws, in draw order
-    for (int64_t i = 0; i < n; ++i) pos[i] = draw((uint32_t)r, hop, (uint32_t)i, seed, d);
-  } else {  // Floyd: n distinct positions, then sorted (insertion sort: n is a fan-out)
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t j = d - n + i;
-      int64_t t = draw((uint32_t)r, hop, (uint32_t)i, seed, j + 1);
-      for (int64_t q = 0; q < i; ++q)
-        if (pos[q] == t) {
-          t = j;
-          break;
-        }
-      int64_t q = i;
-      for (; q > 0 && pos[q - 1] > t; --q) pos[q] = pos[q - 1];
-      pos[q] = t;
-    }
-  }
+  sample_positions(pos, n, d, k, replace, (uint32_t)r, (uint32_t)hop, 0u, seed);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t e = start + pos[i];
     pos[i] = e;
@@ -165,6 +175,18 @@ __global__ void flag_new(const int* __restrict__ cand, const int64_t* __restrict
   flag[i] = f;
 }
 
+// Edge i of a hop, when it is its source's first appearance (flag), gives
+// the source its local id base + ids[i]; its bid is cleared.
+__device__ __forceinline__ void add_new_node(int64_t i, int64_t Eb, const int* cand, const int* flag, const int* ids,
+                                             int64_t base, int* node_map, int* first, int64_t* nodes) {
+  if (i >= Eb || !flag[i]) return;
+  const int s = cand[i];
+  const int64_t v = base + ids[i];
+  node_map[s] = (int)v;
+  nodes[v] = s;
+  first[s] = INT_MAX;
+}
+
 __global__ void assign_new(const int* __restrict__ cand, const int* __restrict__ flag, const int* __restrict__ ids,
                            const int64_t* __restrict__ off, int64_t Fb, int64_t Eb, Counters c, int hop,
                            int* __restrict__ node_map, int* __restrict__ first, int64_t* __restrict__ nodes) {
@@ -175,12 +197,7 @@ __global__ void assign_new(const int* __restrict__ cand, const int* __restrict__
     c.count[hop + 1] = ids[Eb];
     c.edge_base[hop + 1] = c.edge_base[hop] + off[Fb];
   }
-  if (i >= Eb || !flag[i]) return;
-  const int s = cand[i];
-  const int64_t v = base + ids[i];
-  node_map[s] = (int)v;
-  nodes[v] = s;
-  first[s] = INT_MAX;
+  add_new_node(i, Eb, cand, flag, ids, base, node_map, first, nodes);
 }
 
 __global__ void relabel(const int* __restrict__ cand, const int64_t* __restrict__ off, int64_t Fb, Counters c,
@@ -384,8 +401,299 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
           eid.narrow(0, 0, e), counts.clone()};
 }
 
+// ---------------------------------------------------------------- heterogeneous graphs
+//
+// hetero_neighbor_sample (specification and reference: pyg_tc/ops/hetero_neighbor.py):
+// the homogeneous hop once per (hop, edge type) step, in order, each with
+// the node map and bids of its source type. Node counts live on the device
+// in rows of T entries (one per node type): row 0 zeros, row 1 the seeds,
+// row 2 + s the counts after step s = h * R + e. Hop h's targets of type t
+// are rows [h ? 1 + (h - 1) R : 0, 1 + h R) of t's node list: the nodes the
+// previous hop added (the seeds for h = 0). Per edge type, ebase[e][h] is
+// the first edge of hop h in its arrays.
+struct HStep {
+  const int64_t* tgt_begin;  // the targets' first local id (dst type)
+  const int64_t* tgt_end;    // one past their last
+  const int64_t* src_now;    // row 1 + s: node counts before the step
+  int64_t* src_next;         // row 2 + s: after it
+  const int64_t* edge_begin;  // ebase[e][h]
+  int64_t* edge_next;         // ebase[e][h + 1]
+};
+
+__global__ void h_seed_map(const int64_t* __restrict__ seeds, int64_t B, int* __restrict__ first,
+                           int* __restrict__ node_map, int64_t* __restrict__ seed_count) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i == 0) *seed_count = B;
+  if (i >= B) return;
+  const int64_t g = seeds[i];
+  if (first[g] == (int)i) {
+    node_map[g] = (int)i;
+    first[g] = INT_MAX;
+  }
+}
+
+__global__ void h_count(const int64_t* __restrict__ colptr, const int64_t* __restrict__ nodes, HStep st,
+                        int64_t bound, int k, bool replace, int64_t* __restrict__ cnt) {
+  const int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (r > bound) return;
+  const int64_t begin = *st.tgt_begin;
+  int64_t n = 0;
+  if (r < *st.tgt_end - begin) {
+    const int64_t g = nodes[begin + r];
+    const int64_t d = colptr[g + 1] - colptr[g];
+    n = k < 0 ? d : replace ? (d > 0 ? k : 0) : (d < k ? d : k);
+  }
+  cnt[r] = n;
+}
+
+__global__ void h_sample(const int64_t* __restrict__ colptr, const int* __restrict__ row,
+                         const int64_t* __restrict__ nodes, const int64_t* __restrict__ off, HStep st, int hop,
+                         int rel, int k, bool replace, uint64_t seed, const int* __restrict__ node_map,
+                         int* __restrict__ first, int64_t* __restrict__ eid, int* __restrict__ cand,
+                         int64_t* __restrict__ dst) {
+  const int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int64_t begin = *st.tgt_begin;
+  if (r >= *st.tgt_end - begin) return;
+  const int64_t v = begin + r;
+  const int64_t g = nodes[v];
+  const int64_t start = colptr[g], d = colptr[g + 1] - start;
+  const int64_t o = off[r], n = off[r + 1] - o;
+  const int64_t e0 = *st.edge_begin + o;
+  int64_t* pos = eid + e0;
+  sample_positions(pos, n, d, k, replace, (uint32_t)r, (uint32_t)hop, (uint32_t)rel, seed);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = start + pos[i];
+    pos[i] = e;
+    const int s = row[e];
+    cand[o + i] = s;
+    dst[e0 + i] = v;
+    if (node_map[s] < 0) atomicMin(first + s, (int)(o + i));
+  }
+}
+
+__global__ void h_assign(const int* __restrict__ cand, const int* __restrict__ flag, const int* __restrict__ ids,
+                         const int64_t* __restrict__ off, int64_t Fb, int64_t Eb, HStep st, int T, int src,
+                         int* __restrict__ node_map, int* __restrict__ first, int64_t* __restrict__ nodes) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int64_t base = st.src_now[src];
+  if (i == 0) {  // (the other threads read only this step's entries)
+    for (int t = 0; t < T; ++t) st.src_next[t] = st.src_now[t];
+    st.src_next[src] = base + ids[Eb];
+    *st.edge_next = *st.edge_begin + off[Fb];
+  }
+  add_new_node(i, Eb, cand, flag, ids, base, node_map, first, nodes);
+}
+
+__global__ void h_relabel(const int* __restrict__ cand, const int64_t* __restrict__ off, int64_t Fb, HStep st,
+                          const int* __restrict__ node_map, int64_t* __restrict__ src) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= off[Fb]) return;
+  src[*st.edge_begin + i] = node_map[cand[i]];
+}
+
+// counts: nodes per type per hop ([T][H + 1]), then edges per edge type per hop ([R][H])
+__global__ void h_finish(const int64_t* __restrict__ rows, const int64_t* __restrict__ ebase, int T, int R, int H,
+                         int64_t* __restrict__ counts) {
+  if (blockIdx.x * blockDim.x + threadIdx.x != 0) return;
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h <= H; ++h) {
+      const int64_t* end = rows + (int64_t)(1 + h * R) * T;
+      const int64_t* begin = h == 0 ? rows : rows + (int64_t)(1 + (h - 1) * R) * T;
+      counts[t * (H + 1) + h] = end[t] - begin[t];
+    }
+  for (int e = 0; e < R; ++e)
+    for (int h = 0; h < H; ++h) counts[T * (H + 1) + e * H + h] = ebase[e * (H + 1) + h + 1] - ebase[e * (H + 1) + h];
+}
+
+__global__ void h_reset_map(const int64_t* __restrict__ nodes, const int64_t* __restrict__ total, int64_t bound,
+                            int* __restrict__ node_map) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= bound || i >= *total) return;
+  node_map[nodes[i]] = -1;
+}
+
+std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>,
+           at::Tensor>
+hetero_neighbor_sample_cuda(at::TensorList colptrs, at::TensorList rows, c10::IntArrayRef edge_src,
+                            c10::IntArrayRef edge_dst, at::TensorList seeds, c10::IntArrayRef fanouts, bool replace,
+                            int64_t seed, at::TensorList node_maps, at::TensorList firsts) {
+  const int64_t R = (int64_t)colptrs.size(), T = (int64_t)seeds.size();
+  TORCH_CHECK((int64_t)rows.size() == R && (int64_t)edge_src.size() == R && (int64_t)edge_dst.size() == R,
+              "pyg_tc: hetero_neighbor_sample: one colptr, row, source and target type per edge type");
+  TORCH_CHECK(T > 0 && (int64_t)node_maps.size() == T && (int64_t)firsts.size() == T,
+              "pyg_tc: hetero_neighbor_sample: one seed tensor, node_map and first per node type");
+  TORCH_CHECK(R == 0 ? fanouts.empty() : (int64_t)fanouts.size() % R == 0,
+              "pyg_tc: hetero_neighbor_sample: fanouts holds one list of hops per edge type");
+  const int64_t H = R ? (int64_t)fanouts.size() / R : 0, S = H * R;
+  c10::cuda::CUDAGuard guard(node_maps[0].device());
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const auto opts = node_maps[0].options().dtype(at::kLong);
+  std::vector<int64_t> N(T), B(T);
+  std::vector<at::Tensor> sd(T);
+  for (int64_t t = 0; t < T; ++t) {
+    N[t] = node_maps[t].numel();
+    TORCH_CHECK(node_maps[t].is_cuda() && firsts[t].is_cuda() && node_maps[t].scalar_type() == at::kInt &&
+                    firsts[t].scalar_type() == at::kInt && firsts[t].numel() == N[t] && N[t] < INT_MAX,
+                "pyg_tc: hetero_neighbor_sample: node_map and first must be int32 CUDA tensors of the type's "
+                "node count (below 2^31 - 1)");
+    TORCH_CHECK(seeds[t].is_cuda() && seeds[t].scalar_type() == at::kLong && seeds[t].dim() == 1,
+                "pyg_tc: hetero_neighbor_sample: seeds must be 1-D int64 CUDA tensors");
+    sd[t] = seeds[t].contiguous();
+    B[t] = sd[t].numel();
+  }
+  for (int64_t e = 0; e < R; ++e) {
+    check_graph_array(colptrs[e], at::kLong, "colptr");
+    check_graph_array(rows[e], at::kInt, "row");
+    TORCH_CHECK(edge_src[e] >= 0 && edge_src[e] < T && edge_dst[e] >= 0 && edge_dst[e] < T &&
+                    colptrs[e].numel() == N[edge_dst[e]] + 1,
+                "pyg_tc: hetero_neighbor_sample: edge type ", e, " needs node types in range and a colptr of its "
+                "target type's node count + 1");
+    for (int64_t h = 0; h < H; ++h)
+      TORCH_CHECK(fanouts[e * H + h] >= -1, "pyg_tc: hetero_neighbor_sample: fan-outs must be >= -1");
+  }
+  // Host bounds: Fb[t][h] targets of type t in hop h, Eb[e][h] edges (-1: read after the count's scan).
+  std::vector<std::vector<int64_t>> Fb(T, std::vector<int64_t>(H + 1, 0)), Eb(R, std::vector<int64_t>(H, 0));
+  for (int64_t t = 0; t < T; ++t) Fb[t][0] = B[t];
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t e = 0; e < R; ++e) {
+      const int64_t k = fanouts[e * H + h];
+      Eb[e][h] = k < 0 ? -1 : Fb[edge_dst[e]][h] * k;
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t sum = 0;
+      for (int64_t e = 0; e < R; ++e)
+        if (edge_src[e] == t) sum += Eb[e][h] < 0 ? N[t] : Eb[e][h];
+      Fb[t][h + 1] = std::min(sum, N[t]);
+    }
+  }
+  auto edge_bound = [&](int64_t e) {
+    int64_t total = 0;
+    for (int64_t h = 0; h < H; ++h) total += std::max<int64_t>(Eb[e][h], 0);
+    return total;
+  };
+  std::vector<at::Tensor> nodes(T), eid(R), src(R), dst(R);
+  std::vector<int64_t> node_bound(T);
+  int64_t max_F = 1, max_E = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t b = 0;
+    for (int64_t h = 0; h <= H; ++h) b += Fb[t][h], max_F = std::max(max_F, Fb[t][h]);
+    node_bound[t] = std::min(b, N[t] + B[t]);
+    nodes[t] = at::empty({node_bound[t]}, opts);
+  }
+  for (int64_t e = 0; e < R; ++e) {
+    eid[e] = at::empty({edge_bound(e)}, opts);
+    src[e] = at::empty({edge_bound(e)}, opts);
+    dst[e] = at::empty({edge_bound(e)}, opts);
+    for (int64_t h = 0; h < H; ++h) max_E = std::max(max_E, Eb[e][h]);
+  }
+  auto counters = at::zeros({(S + 2) * T + R * (H + 1)}, opts);  // node count rows, then ebase
+  int64_t* cnt_rows = counters.data_ptr<int64_t>();
+  int64_t* ebase = cnt_rows + (S + 2) * T;
+  auto cnt = at::empty({max_F + 1}, opts), off = at::empty({max_F + 1}, opts);
+  auto cand = at::empty({max_E}, opts.dtype(at::kInt));
+  auto flag = at::empty({max_E + 1}, opts.dtype(at::kInt)), ids = at::empty({max_E + 1}, opts.dtype(at::kInt));
+  auto grow = [&](at::Tensor& t, int64_t n) {
+    if (t.numel() >= n) return;
+    auto bigger = at::empty({n}, t.options());
+    bigger.narrow(0, 0, t.numel()).copy_(t);
+    t = bigger;
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    int* fi = firsts[t].data_ptr<int>();
+    if (B[t] > 0) {
+      seed_bid<<<blocks_for(B[t]), kThreads, 0, stream>>>(sd[t].data_ptr<int64_t>(), B[t], fi,
+                                                           nodes[t].data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    h_seed_map<<<blocks_for(B[t]), kThreads, 0, stream>>>(sd[t].data_ptr<int64_t>(), B[t], fi,
+                                                          node_maps[t].data_ptr<int>(), cnt_rows + T + t);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  std::vector<int64_t> done(R, 0);  // summed bounds of each edge type's hops so far
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t e = 0; e < R; ++e) {
+      const int64_t s = h * R + e, a = edge_src[e], b = edge_dst[e];
+      const int k = (int)fanouts[e * H + h];
+      HStep st{cnt_rows + (h == 0 ? 0 : 1 + (h - 1) * R) * T + b,
+               cnt_rows + (1 + h * R) * T + b,
+               cnt_rows + (1 + s) * T,
+               cnt_rows + (2 + s) * T,
+               ebase + e * (H + 1) + h,
+               ebase + e * (H + 1) + h + 1};
+      const int64_t F = Fb[b][h];
+      const int64_t* cp = colptrs[e].data_ptr<int64_t>();
+      h_count<<<blocks_for(F + 1), kThreads, 0, stream>>>(cp, nodes[b].data_ptr<int64_t>(), st, F, k, replace,
+                                                          cnt.data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      exclusive_sum(cnt.data_ptr<int64_t>(), off.data_ptr<int64_t>(), F + 1, sd[0], stream);
+      const int64_t* of = off.data_ptr<int64_t>();
+      if (Eb[e][h] < 0) {  // all neighbours: the bound is the sum of degrees (one synchronisation)
+        Eb[e][h] = read_scalar(of + F, stream);
+        for (auto* t : {&eid[e], &src[e], &dst[e]}) grow(*t, edge_bound(e));
+        grow(cand, Eb[e][h]);
+        grow(flag, Eb[e][h] + 1);
+        grow(ids, Eb[e][h] + 1);
+      }
+      const int64_t E = Eb[e][h];
+      TORCH_CHECK(done[e] + E < INT_MAX, "pyg_tc: hetero_neighbor_sample: an edge type may hold fewer than "
+                                         "2^31 - 1 edges of a batch");
+      int* nm = node_maps[a].data_ptr<int>();
+      int* fi = firsts[a].data_ptr<int>();
+      h_sample<<<blocks_for(F), kThreads, 0, stream>>>(cp, rows[e].data_ptr<int>(), nodes[b].data_ptr<int64_t>(), of,
+                                                       st, (int)h, (int)e, k, replace, (uint64_t)seed, nm, fi,
+                                                       eid[e].data_ptr<int64_t>(), cand.data_ptr<int>(),
+                                                       dst[e].data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      flag_new<<<blocks_for(E + 1), kThreads, 0, stream>>>(cand.data_ptr<int>(), of, F, E, nm, fi,
+                                                           flag.data_ptr<int>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      exclusive_sum(flag.data_ptr<int>(), ids.data_ptr<int>(), E + 1, sd[0], stream);
+      h_assign<<<blocks_for(E), kThreads, 0, stream>>>(cand.data_ptr<int>(), flag.data_ptr<int>(),
+                                                       ids.data_ptr<int>(), of, F, E, st, (int)T, (int)a, nm, fi,
+                                                       nodes[a].data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      h_relabel<<<blocks_for(E), kThreads, 0, stream>>>(cand.data_ptr<int>(), of, F, st, nm,
+                                                        src[e].data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      done[e] += E;
+    }
+  }
+  const int64_t n_counts = T * (H + 1) + R * H;
+  auto counts_dev = at::empty({n_counts}, opts);
+  h_finish<<<1, 32, 0, stream>>>(cnt_rows, ebase, (int)T, (int)R, (int)H, counts_dev.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  for (int64_t t = 0; t < T; ++t) {
+    h_reset_map<<<blocks_for(node_bound[t]), kThreads, 0, stream>>>(
+        nodes[t].data_ptr<int64_t>(), cnt_rows + (1 + S) * T + t, node_bound[t], node_maps[t].data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  // The one synchronisation of a call without fan-out -1: the counts.
+  auto counts = at::empty({n_counts}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  C10_CUDA_CHECK(cudaMemcpyAsync(counts.data_ptr<int64_t>(), counts_dev.data_ptr<int64_t>(),
+                                 n_counts * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int64_t* ct = counts.data_ptr<int64_t>();
+  std::vector<at::Tensor> out_nodes(T), out_src(R), out_dst(R), out_eid(R);
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t n = 0;
+    for (int64_t h = 0; h <= H; ++h) n += ct[t * (H + 1) + h];
+    out_nodes[t] = nodes[t].narrow(0, 0, n);
+  }
+  for (int64_t e = 0; e < R; ++e) {
+    int64_t m = 0;
+    for (int64_t h = 0; h < H; ++h) m += ct[T * (H + 1) + e * H + h];
+    out_src[e] = src[e].narrow(0, 0, m);
+    out_dst[e] = dst[e].narrow(0, 0, m);
+    out_eid[e] = eid[e].narrow(0, 0, m);
+  }
+  return {out_nodes, out_src, out_dst, out_eid, counts.clone()};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(pyg_tc, CUDA, m) { m.impl("neighbor_sample", &neighbor_sample_cuda); }
+TORCH_LIBRARY_IMPL(pyg_tc, CUDA, m) {
+  m.impl("neighbor_sample", &neighbor_sample_cuda);
+  m.impl("hetero_neighbor_sample", &hetero_neighbor_sample_cuda);
+}
 
 }  // namespace pyg_tc

@@ -2,12 +2,13 @@
 with pyg-lib's semantics, on pyg_tc's specification
 (:mod:`pyg_tc.ops.hetero_neighbor`).
 
-This is the sampler the GPU loaders will use for heterogeneous graphs: for
-now it samples with the pure-PyTorch reference on the CPU (the oracle of
-the GPU kernel to come), so it is not exported and no loader picks it;
-PyG's loaders take it as ``neighbor_sampler=``. Its batches equal pyg-lib's
-where the fan-outs cover the degrees (edges sorted by target and source,
-``is_sorted=True``, so both read one CSC order).
+:class:`pyg_tc.loader.NeighborLoader` samples ``HeteroData`` with it: on a
+GPU the ``hetero_neighbor_sample`` kernel, on the CPU its pure-PyTorch
+reference, the same batches bit for bit. PyG's loaders take it as
+``neighbor_sampler=`` too (with the graph's attributes on the sampler's
+device). Its batches equal pyg-lib's where the fan-outs cover the degrees
+(edges sorted by target and source, ``is_sorted=True``, so both read one
+CSC order).
 """
 
 from typing import Any, Dict, List, Optional, Union
@@ -25,7 +26,8 @@ from torch_geometric.sampler import (
 from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
-from ..ops.hetero_neighbor import EdgeType, hetero_neighbor_sample_reference
+from ..ops.hetero_neighbor import EdgeType, hetero_neighbor_sample
+from ..ops.neighbor import gather_rows
 from .sampler import _INT32_MAX, _check_range, _csc, draw_seed
 
 
@@ -49,6 +51,10 @@ class HeteroNeighborSampler(BaseSampler):
         replace (bool, optional): sample with replacement.
         is_sorted (bool, optional): every ``edge_index`` is sorted by target
             (no sort at construction).
+        device (torch.device, optional): where batches are sampled and the
+            graph's CSCs are kept (default: where the graph's ``edge_index``
+            tensors are, as PyG's loaders gather the batch's attributes
+            there).
 
     Temporal and weighted sampling, ``disjoint=True`` and
     ``subgraph_type='induced'`` raise ``NotImplementedError``.
@@ -64,6 +70,7 @@ class HeteroNeighborSampler(BaseSampler):
         time_attr: Optional[str] = None,
         weight_attr: Optional[str] = None,
         subgraph_type: str = 'directional',
+        device: Optional[Any] = None,
         **kwargs: Any,
     ):
         if not isinstance(data, HeteroData):
@@ -85,6 +92,13 @@ class HeteroNeighborSampler(BaseSampler):
                 raise ValueError(f'pyg_tc: num_neighbors of {e} must be >= 0 or -1, got {list(ks)}')
         self.num_neighbors = {e: [int(k) for k in ks] for e, ks in fanouts.items()}
         self.replace = bool(replace)
+        if device is None:
+            eis = [data[e].edge_index for e in data.edge_types]
+            device = eis[0].device if eis else 'cpu'
+        dev = torch.device(device)
+        if dev.type == 'cuda' and dev.index is None:
+            dev = torch.device('cuda', torch.cuda.current_device())
+        self.device = dev
         self.colptr: Dict[EdgeType, Tensor] = {}
         self.row: Dict[EdgeType, Tensor] = {}
         self.perm: Dict[EdgeType, Optional[Tensor]] = {}
@@ -98,7 +112,13 @@ class HeteroNeighborSampler(BaseSampler):
                 raise ValueError(f'pyg_tc: edge type {e}: 2^31 - 1 nodes or edges and more are not supported')
             _check_range(ei[0], self.num_nodes[src], f'edge_index of {e} (sources)')
             _check_range(ei[1], self.num_nodes[dst], f'edge_index of {e} (targets)')
-            self.colptr[e], self.row[e], self.perm[e] = _csc(ei.cpu(), self.num_nodes[dst], is_sorted)
+            self.colptr[e], self.row[e], self.perm[e] = _csc(ei.to(dev), self.num_nodes[dst], is_sorted)
+        types = list(self.num_nodes)
+        self._src = [types.index(e[0]) for e in self.edge_types]
+        self._dst = [types.index(e[2]) for e in self.edge_types]
+        # the kernel's state per node type: node -> batch id, first appearance (left as found)
+        self._node_map = [torch.full((n,), -1, dtype=torch.int32, device=dev) for n in self.num_nodes.values()]
+        self._first = [torch.full((n,), _INT32_MAX, dtype=torch.int32, device=dev) for n in self.num_nodes.values()]
 
     @property
     def edge_permutation(self) -> None:
@@ -141,12 +161,37 @@ class HeteroNeighborSampler(BaseSampler):
                 raise TypeError(f'pyg_tc: seed nodes must be a 1-D integer tensor, got {s.dtype} {tuple(s.shape)}')
             _check_range(s, self.num_nodes[t], f'seed nodes of type {t!r}')
         rng = draw_seed() if rng is None else rng
-        node, row, col, eid, nsn, nse = hetero_neighbor_sample_reference(
-            self.colptr, self.row, seeds, self.num_neighbors, self.num_nodes, self.replace, rng
+        empty = torch.zeros(0, dtype=torch.long)
+        seed_list = [seeds.get(t, empty).to(self.device, torch.long) for t in self.num_nodes]
+        H = len(next(iter(self.num_neighbors.values()), []))
+        nodes, src, dst, eid, counts = hetero_neighbor_sample(
+            [self.colptr[e] for e in self.edge_types],
+            [self.row[e] for e in self.edge_types],
+            self._src,
+            self._dst,
+            seed_list,
+            [k for e in self.edge_types for k in self.num_neighbors[e]],
+            self.replace,
+            rng,
+            self._node_map,
+            self._first,
         )
-        edge = {e: v if self.perm[e] is None else self.perm[e][v].long() for e, v in eid.items()}
+        c = counts.tolist()
+        T = len(self.num_nodes)
+        node = dict(zip(self.num_nodes, nodes))
+        nsn = {t: c[i * (H + 1) : (i + 1) * (H + 1)] for i, t in enumerate(self.num_nodes)}
+        nse = {e: c[T * (H + 1) + i * H : T * (H + 1) + (i + 1) * H] for i, e in enumerate(self.edge_types)}
+        edge = {
+            e: v if self.perm[e] is None else gather_rows(self.perm[e], v).long() for e, v in zip(self.edge_types, eid)
+        }
         return HeteroSamplerOutput(
-            node=node, row=row, col=col, edge=edge, batch=None, num_sampled_nodes=nsn, num_sampled_edges=nse
+            node=node,
+            row=dict(zip(self.edge_types, src)),
+            col=dict(zip(self.edge_types, dst)),
+            edge=edge,
+            batch=None,
+            num_sampled_nodes=nsn,
+            num_sampled_edges=nse,
         )
 
     def __repr__(self) -> str:

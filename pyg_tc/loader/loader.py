@@ -40,16 +40,18 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric import EdgeIndex
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.data.storage import BaseStorage
 from torch_geometric.loader import LinkNeighborLoader as PyGLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as PyGNeighborLoader
 from torch_geometric.loader.base import DataLoaderIterator
-from torch_geometric.sampler import SamplerOutput
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from ..formats.carrier import attach, graph_of
 from ..formats.csr import CSRGraph
 from .features import FeatureStorage, as_storage, gather_from, padded_rows
-from .sampler import NeighborSampler, SampledBatch, draw_seed
+from .hetero import HeteroNeighborSampler
+from .sampler import NeighborSampler, SampledBatch, draw_seed, pyg_sampler_installed
 
 
 #: leaves of a batch that hold no tensor (skipped without a lookup)
@@ -79,6 +81,10 @@ def _tensors(obj: Any, seen: Optional[set] = None) -> List[Tensor]:
             kids = list(obj.values())
         elif isinstance(obj, Data):
             kids = list(obj._store.values())
+        elif isinstance(obj, HeteroData):
+            kids = list(obj.stores)
+        elif isinstance(obj, BaseStorage):
+            kids = list(obj.values())
         elif hasattr(obj, '__dict__') and type(obj).__module__.startswith('pyg_tc'):
             kids = [vars(obj)]
         else:
@@ -317,6 +323,11 @@ class _GPULoader:
     def _use_storage(self, storage: Union[None, torch.dtype, FeatureStorage], data: Any) -> None:
         """Keeps ``feature_storage`` (checked: its attributes exist on a homogeneous ``data``)."""
         self.feature_storage = as_storage(storage)
+        if self.feature_storage is not None and isinstance(data, HeteroData):
+            raise NotImplementedError(
+                'pyg_tc.loader: feature_storage is not supported for HeteroData yet; store the features '
+                'in the dtype to gather (data[node_type].x = x.bfloat16()) instead'
+            )
         if self.feature_storage is not None and isinstance(data, Data):
             for key in self.feature_storage.attrs:
                 if not isinstance(data.get(key), Tensor) or not data.is_node_attr(key):
@@ -379,12 +390,55 @@ class _GPULoader:
         batch.num_sampled_edges = out.num_sampled_edges
         return batch
 
+    def _filter_hetero_data(self, out: HeteroSamplerOutput) -> HeteroData:
+        """The batch of a ``HeteroSamplerOutput`` (PyG's ``filter_hetero_data``
+        and the fields PyG's ``NeighborLoader`` adds), every attribute gathered
+        on the sampler's device (from the GPU, or pinned host memory over UVA)."""
+        data = self.data
+        batch = copy.copy(data)
+        dev = self._sampler.device
+        empty = torch.zeros(0, dtype=torch.long, device=dev)
+        for t in data.node_types:
+            index = out.node.get(t, empty)
+            store, dst = data[t], batch[t]
+            for key, value in store.items():
+                if key == 'num_nodes':
+                    dst.num_nodes = index.numel()
+                elif store.is_node_attr(key):
+                    dst[key] = self._gather((t, key), value, index, data.__cat_dim__(key, value, store))
+            if 'n_id' not in dst:
+                dst.n_id = index
+        for e in data.edge_types:
+            edge = out.edge.get(e, empty) if out.edge is not None else empty
+            store, dst = data[e], batch[e]
+            for key, value in store.items():
+                if key == 'edge_index':
+                    dst.edge_index = torch.stack([out.row.get(e, empty), out.col.get(e, empty)])
+                elif key == 'adj_t':
+                    raise NotImplementedError("pyg_tc.loader: adj_t is not supported; use PyG's loader")
+                elif store.is_edge_attr(key):
+                    dst[key] = self._gather((e, key), value, edge, data.__cat_dim__(key, value, store))
+            if 'e_id' not in dst:
+                dst.e_id = edge
+        batch.set_value_dict('batch', out.batch)
+        batch.set_value_dict('num_sampled_nodes', out.num_sampled_nodes)
+        batch.set_value_dict('num_sampled_edges', out.num_sampled_edges)
+        input_type = self.input_data.input_type
+        batch[input_type].input_id = out.metadata[0]
+        batch[input_type].seed_time = out.metadata[1]
+        batch[input_type].batch_size = out.metadata[0].size(0)
+        return batch
+
     def _use_sampler(
         self, sampler: Optional[NeighborSampler], data: Any, num_neighbors: List[int], **kwargs: Any
     ) -> NeighborSampler:
-        """The given sampler, or a :class:`NeighborSampler` of ``data`` built
-        with the loader's sampling arguments."""
-        if sampler is None:
+        """The given sampler, or one of ``data`` built with the loader's
+        sampling arguments: a :class:`NeighborSampler`, or for ``HeteroData`` a
+        ``HeteroNeighborSampler`` (the kernel on a GPU; on the CPU its
+        reference, or PyG's sampler where ``cpu_sampler`` picks it)."""
+        if sampler is None and isinstance(data, HeteroData):
+            sampler = _hetero_sampler(data, num_neighbors, **kwargs)
+        elif sampler is None:
             sampler = NeighborSampler(data, num_neighbors, **kwargs)
         self._sampler = sampler
         return sampler
@@ -424,15 +478,26 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
     ``num_sampled_edges``), same semantics as PyG's sampler, with the batch's
     CSR attached to ``edge_index``.
 
+    A ``HeteroData`` graph gives ``HeteroData`` batches with PyG's fields per
+    node and edge type, sampled by the ``hetero_neighbor_sample`` kernel
+    (pyg-lib's semantics) and gathered on the GPU; its ``edge_index`` per
+    edge type is a plain tensor (no CSR attached yet), and
+    ``feature_storage`` and ``graph_memory`` other than the sampler's
+    device are not supported for it yet.
+
     Args:
-        data (torch_geometric.data.Data): the graph, on the CPU or the GPU.
-        num_neighbors (List[int]): fan-out per hop (``-1``: all neighbours).
+        data (torch_geometric.data.Data or torch_geometric.data.HeteroData):
+            the graph, on the CPU or the GPU.
+        num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]):
+            fan-out per hop (``-1``: all neighbours); for a ``HeteroData``
+            graph also one list per edge type.
         device (torch.device, optional): where batches are sampled and
             gathered (default: the current CUDA device, else the CPU).
         graph_memory (str, optional): see :class:`NeighborSampler`.
         cpu_sampler (str, optional): the sampler on the CPU (see
             :class:`NeighborSampler`): pyg-lib's when it is installed
-            (``'auto'``, default), ``'pyg'`` or ``'reference'``.
+            (``'auto'``, default), ``'pyg'`` or ``'reference'``; for a
+            ``HeteroData`` graph pyg_tc's reference unless ``'pyg'``.
         prefetch (int, optional): batches made ahead on a thread of the
             loader's own (default 0: each batch is made when the loop asks
             for it, on a GPU on a side stream; on the CPU it samples with
@@ -531,6 +596,11 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
         device and its CSR attached to ``edge_index``."""
+        if isinstance(out, HeteroSamplerOutput) and isinstance(self.data, HeteroData) and self._sampler_is_ours():
+            if self.transform_sampler_output:
+                out = self.transform_sampler_output(out)
+            data = self._filter_hetero_data(out)
+            return data if self.transform is None else self.transform(data)
         out, data = self._filter(out, PyGNeighborLoader.filter_fn)
         if not isinstance(data, Data) or out is None:
             return data
@@ -538,6 +608,9 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
         data.seed_time = out.metadata[1]
         data.batch_size = out.metadata[0].size(0)
         return _complete(data if self.transform is None else self.transform(data))
+
+    def _sampler_is_ours(self) -> bool:
+        return isinstance(self._sampler, HeteroNeighborSampler)
 
 
 class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
@@ -659,3 +732,39 @@ def _check_input(index: Any, what: str = 'input_nodes', dim: int = 0) -> None:
         return
     if isinstance(index, Tensor) and index.size(dim if index.dim() > dim else 0) == 0:
         raise ValueError(f'pyg_tc.loader: {what} is empty: there is nothing to sample from')
+
+
+def _hetero_sampler(
+    data: HeteroData,
+    num_neighbors: Any,
+    device: Optional[Any] = None,
+    cpu_sampler: str = 'auto',
+    graph_memory: str = 'auto',
+    directed: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """The sampler of a ``HeteroData`` graph: pyg_tc's
+    ``HeteroNeighborSampler`` on ``device`` (default: the current CUDA
+    device, else the CPU; on the CPU its reference, the GPU's batches bit
+    for bit), or PyG's own sampler on the CPU with ``cpu_sampler='pyg'``."""
+    from torch_geometric.sampler import NeighborSampler as PyGNeighborSampler
+
+    dev = torch.device(device) if device is not None else torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    if cpu_sampler not in ('auto', 'pyg', 'reference'):
+        raise ValueError(f"pyg_tc.loader: cpu_sampler must be 'auto', 'pyg' or 'reference', got {cpu_sampler!r}")
+    if graph_memory not in ('auto', 'device'):
+        raise NotImplementedError(
+            f"pyg_tc.loader: graph_memory={graph_memory!r} is not supported for HeteroData yet (the graph's CSCs "
+            "live on the sampler's device)"
+        )
+    if not directed:
+        kwargs['subgraph_type'] = 'induced'
+    if cpu_sampler == 'pyg':
+        if dev.type != 'cpu':
+            raise ValueError(f"pyg_tc.loader: cpu_sampler='pyg' samples on the CPU (PyG has no GPU sampler), not {dev}")
+        if not pyg_sampler_installed():
+            raise ImportError("pyg_tc.loader: cpu_sampler='pyg' needs pyg-lib or torch_sparse")
+        sampler = PyGNeighborSampler(data, num_neighbors, **kwargs)
+        sampler.device = dev  # (where the loader makes its batches)
+        return sampler
+    return HeteroNeighborSampler(data, num_neighbors, device=dev, **kwargs)

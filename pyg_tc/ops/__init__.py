@@ -11,6 +11,8 @@
   :mod:`pyg_tc.formats.csr`, beside their references: the formats sit below the ops;
 * :mod:`~pyg_tc.ops.neighbor`: mini-batch neighbour sampling whose output is the batch's CSR
   (``neighbor_sample``) and the row gather of its features (``gather_rows``);
+  :mod:`~pyg_tc.ops.hetero_neighbor`: the same for heterogeneous graphs
+  (``hetero_neighbor_sample``, every edge type of a hop in turn);
 * :mod:`~pyg_tc.ops.es_spmm`: ES-SpMM's edge sampling (capped rows, the
   sampled aggregation and :func:`~pyg_tc.sampled_aggregation`);
 * :mod:`~pyg_tc.ops.dispatch`: the backend vocabulary and the one place that
@@ -24,7 +26,7 @@ pure-PyTorch reference runs through the same registered op.
 """
 
 from .._library import ensure
-from . import attn, cbsr, csr, dispatch, es_spmm, neighbor, sgt  # noqa: F401 (define the ops)
+from . import attn, cbsr, csr, dispatch, es_spmm, hetero_neighbor, neighbor, sgt  # noqa: F401 (define the ops)
 from .csr import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference
 from .attn import (
     attention_weights,

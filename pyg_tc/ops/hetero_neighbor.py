@@ -27,6 +27,17 @@ Specification, extending :mod:`pyg_tc.ops.neighbor` to typed graphs:
   nodes); ``eid`` each edge's CSC position.
 
 With fan-outs covering the degrees, batches equal pyg-lib's.
+
+The op ``hetero_neighbor_sample`` takes the graph as lists (node and edge
+types by number): each edge type's CSC (``colptrs`` int64, ``rows`` int32),
+its source and target type (``edge_src``, ``edge_dst``), the seeds of every
+node type (int64, empty where a type has none), the fan-outs of every edge
+type in one list (``fanouts[e * H + h]``) and two int32 state arrays per
+node type (``node_maps`` all -1, ``firsts`` all ``2^31 - 1``; the CUDA
+kernel leaves them as it found them). It returns each type's nodes (global
+ids), each edge type's local sources and targets (int64) and CSC positions,
+and the counts (int64, on the CPU): nodes per type per hop
+(``[T][H + 1]``), then edges per edge type per hop (``[R][H]``).
 """
 
 from typing import Dict, List, Sequence, Tuple
@@ -34,6 +45,7 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .._library import Op
 from .neighbor import hop_positions
 
 EdgeType = Tuple[str, str, str]
@@ -134,3 +146,68 @@ def hetero_neighbor_sample_reference(
         num_sampled_nodes,
         num_sampled_edges,
     )
+
+
+def hetero_neighbor_sample_op_reference(
+    colptrs: List[Tensor],
+    rows: List[Tensor],
+    edge_src: List[int],
+    edge_dst: List[int],
+    seeds: List[Tensor],
+    fanouts: List[int],
+    replace: bool,
+    seed: int,
+    node_maps: List[Tensor],
+) -> Tuple[List[Tensor], List[Tensor], List[Tensor], List[Tensor], Tensor]:
+    """The ``hetero_neighbor_sample`` op on the CPU (see the module doc):
+    :func:`hetero_neighbor_sample_reference` with types by number."""
+    T, R = len(seeds), len(colptrs)
+    H = len(fanouts) // R if R else 0
+    types = [str(t) for t in range(T)]
+    ets = [(types[a], f'r{e}', types[b]) for e, (a, b) in enumerate(zip(edge_src, edge_dst))]
+    dev = node_maps[0].device if node_maps else torch.device('cpu')
+    node, row, col, eid, nsn, nse = hetero_neighbor_sample_reference(
+        dict(zip(ets, colptrs)),
+        dict(zip(ets, rows)),
+        dict(zip(types, seeds)),
+        {et: list(fanouts[e * H : (e + 1) * H]) for e, et in enumerate(ets)},
+        {t: m.numel() for t, m in zip(types, node_maps)},
+        replace,
+        seed,
+    )
+    counts = [c for t in types for c in nsn[t]] + [c for et in ets for c in nse[et]]
+    return (
+        [node[t].to(dev) for t in types],
+        [row[et].to(dev) for et in ets],
+        [col[et].to(dev) for et in ets],
+        [eid[et].to(dev) for et in ets],
+        torch.tensor(counts, dtype=torch.long),
+    )
+
+
+def _fake(a):
+    ctx = torch.library.get_ctx()
+    dev = a.node_maps[0].device
+    R, T = len(a.colptrs), len(a.seeds)
+    H = len(a.fanouts) // R if R else 0
+
+    def empties(n: int) -> List[Tensor]:
+        return [torch.empty(ctx.new_dynamic_size(), dtype=torch.long, device=dev) for _ in range(n)]
+
+    edges = [ctx.new_dynamic_size() for _ in range(R)]
+    return (
+        empties(T),
+        [torch.empty(m, dtype=torch.long, device=dev) for m in edges],
+        [torch.empty(m, dtype=torch.long, device=dev) for m in edges],
+        [torch.empty(m, dtype=torch.long, device=dev) for m in edges],
+        torch.empty(T * (H + 1) + R * H, dtype=torch.long),
+    )
+
+
+hetero_neighbor_sample = Op(
+    'hetero_neighbor_sample(Tensor[] colptrs, Tensor[] rows, int[] edge_src, int[] edge_dst, Tensor[] seeds, '
+    'int[] fanouts, bool replace, int seed, Tensor(a!)[] node_maps, Tensor(b!)[] firsts) -> '
+    '(Tensor[] nodes, Tensor[] src, Tensor[] dst, Tensor[] eid, Tensor counts)',
+    reference=hetero_neighbor_sample_op_reference,
+    fake=_fake,
+)

@@ -1,8 +1,8 @@
-"""Heterogeneous neighbour sampling (``pyg_tc.ops.hetero_neighbor``, the
-reference of the GPU kernel to come, and ``HeteroNeighborSampler``): pyg-lib's
-batches where the fan-outs cover the degrees, the homogeneous op's batches
-for a graph of one edge type, uniform inclusion per relation below the
-degrees, clear errors."""
+"""Heterogeneous neighbour sampling (``pyg_tc.ops.hetero_neighbor``: the
+reference and its CUDA kernel; ``HeteroNeighborSampler``): pyg-lib's batches
+where the fan-outs cover the degrees, the homogeneous op's batches for a
+graph of one edge type, uniform inclusion per relation below the degrees,
+the kernel's batches equal to the reference's, clear errors."""
 
 from __future__ import annotations
 
@@ -283,3 +283,110 @@ def test_real_heterogeneous_batches_equal_pyg_lib(tmp_path_factory, name, target
             assert torch.equal(a[t].n_id, b[t].n_id), t
         for e in data.edge_types:
             assert torch.equal(a[e].edge_index, b[e].edge_index) and torch.equal(a[e].e_id, b[e].e_id), e
+
+
+# -- the CUDA kernel (hetero_neighbor_sample) against its reference ---------------------------------
+
+_INT32_MAX = 2**31 - 1
+
+
+def _op_args(data: HeteroData, fanouts: dict, seeds: dict, device: str):
+    types = list(data.node_types)
+    ets = list(data.edge_types)
+    cps, rws = [], []
+    for e in ets:
+        cp, rw, _ = _csc(data[e].edge_index, data[e[2]].num_nodes, False)
+        cps.append(cp.to(device))
+        rws.append(rw.to(device))
+    H = len(next(iter(fanouts.values())))
+    return (
+        cps,
+        rws,
+        [types.index(e[0]) for e in ets],
+        [types.index(e[2]) for e in ets],
+        [seeds.get(t, torch.zeros(0, dtype=torch.long)).to(device) for t in types],
+        [k for e in ets for k in fanouts[e]],
+        H,
+    )
+
+
+FANOUTS = {
+    'below-degrees': lambda ets: {e: [3, 2] for e in ets},
+    'covering': lambda ets: {e: [1000, 1000] for e in ets},
+    'all': lambda ets: {e: [-1, -1] for e in ets},
+    'mixed': lambda ets: {e: [[2, -1], [0, 4], [-1, 1], [5, 0], [1, 1], [3, 3]][i % 6] for i, e in enumerate(ets)},
+    'three-hops': lambda ets: {e: [4, 3, 2] for e in ets},
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('fanouts', list(FANOUTS))
+@pytest.mark.parametrize('replace', [False, True])
+def test_cuda_kernel_equals_reference(fanouts, replace):
+    """The kernel's batch is the reference's bit for bit: nodes per type,
+    local sources and targets and CSC positions per edge type, counts; seeds
+    of two types with a repeated seed; the state arrays left as found."""
+    from pyg_tc.ops.hetero_neighbor import hetero_neighbor_sample
+
+    data = hetero_graph(2)
+    fo = FANOUTS[fanouts](data.edge_types)
+    seeds = {'paper': torch.tensor([3, 7, 3, 40, 79]), 'author': torch.tensor([0, 49])}
+    outs = {}
+    for dev in ('cpu', 'cuda'):
+        cps, rws, es, ed, sd, flat, _ = _op_args(data, fo, seeds, dev)
+        maps = [torch.full((data[t].num_nodes,), -1, dtype=torch.int32, device=dev) for t in data.node_types]
+        firsts = [torch.full((data[t].num_nodes,), _INT32_MAX, dtype=torch.int32, device=dev) for t in data.node_types]
+        outs[dev] = [hetero_neighbor_sample(cps, rws, es, ed, sd, flat, replace, seed, maps, firsts) for seed in (1, 2)]
+        assert all(bool((m == -1).all()) for m in maps) and all(bool((f == _INT32_MAX).all()) for f in firsts)
+    for ref, got in zip(outs['cpu'], outs['cuda']):
+        for a, b in zip(ref[:4], got[:4]):
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                assert y.is_cuda and y.dtype == torch.long
+                assert torch.equal(x, y.cpu())
+        assert torch.equal(ref[4], got[4])
+
+
+@pytest.mark.cuda
+def test_cuda_kernel_no_seeds_and_no_edge_types():
+    """No seeds of any type, and a graph of node types only: empty batches."""
+    from pyg_tc.ops.hetero_neighbor import hetero_neighbor_sample
+
+    data = hetero_graph(3)
+    fo = FANOUTS['below-degrees'](data.edge_types)
+    cps, rws, es, ed, sd, flat, _ = _op_args(data, fo, {}, 'cuda')
+    maps = [torch.full((data[t].num_nodes,), -1, dtype=torch.int32, device='cuda') for t in data.node_types]
+    firsts = [torch.full((data[t].num_nodes,), _INT32_MAX, dtype=torch.int32, device='cuda') for t in data.node_types]
+    nodes, src, dst, eid, counts = hetero_neighbor_sample(cps, rws, es, ed, sd, flat, False, 0, maps, firsts)
+    assert all(n.numel() == 0 for n in nodes) and all(e.numel() == 0 for e in eid)
+    assert int(counts.sum()) == 0
+    seeds = [torch.tensor([1, 1, 2], device='cuda')]
+    m1 = [torch.full((4,), -1, dtype=torch.int32, device='cuda')]
+    f1 = [torch.full((4,), _INT32_MAX, dtype=torch.int32, device='cuda')]
+    nodes, src, dst, eid, counts = hetero_neighbor_sample([], [], [], [], seeds, [], False, 0, m1, f1)
+    assert nodes[0].tolist() == [1, 1, 2] and counts.tolist() == [3]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('num_neighbors', [[3, 2], [-1, -1]])
+def test_cuda_loader_batches_equal_cpu_sampler(num_neighbors):
+    """PyG's NeighborLoader over the graph on the GPU with this sampler (the
+    kernel) gives the CPU sampler's batches under the same torch seed."""
+    from torch_geometric.loader import NeighborLoader
+
+    data = hetero_graph(4)
+    kw = dict(num_neighbors=num_neighbors, input_nodes=('paper', torch.arange(0, 80, 3)), batch_size=9)
+    gpu = data.clone().to('cuda')  # (PyG's to() moves the stores in place)
+    batches = {}
+    for dev, graph in (('cpu', data), ('cuda', gpu)):
+        sampler = HeteroNeighborSampler(graph, num_neighbors)
+        assert sampler.device.type == dev
+        torch.manual_seed(5)
+        batches[dev] = list(NeighborLoader(graph, **kw, neighbor_sampler=sampler))
+    for a, b in zip(batches['cpu'], batches['cuda']):
+        for t in data.node_types:
+            assert b[t].n_id.is_cuda and torch.equal(a[t].n_id, b[t].n_id.cpu()), t
+            assert torch.equal(a[t].x, b[t].x.cpu()) and a[t].num_sampled_nodes == b[t].num_sampled_nodes, t
+        for e in data.edge_types:
+            assert torch.equal(a[e].edge_index, b[e].edge_index.cpu()), e
+            assert torch.equal(a[e].e_id, b[e].e_id.cpu()) and torch.equal(a[e].edge_attr, b[e].edge_attr.cpu()), e
