@@ -37,7 +37,7 @@ None`` (or ``reset_parameters()``), exactly like PyG's.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -302,25 +302,28 @@ def has_derived(adj: Any) -> bool:
 
 def attach(
     edge_index: Tensor,
-    num_nodes: Optional[int] = None,
+    num_nodes: Union[None, int, Tuple[int, int]] = None,
     graph: Optional[CSRGraph] = None,
     chunk: Optional[int] = DEFAULT_CHUNK,
     sort_order: Optional[str] = None,
 ) -> TCEdgeIndex:
     """Wrap ``edge_index`` (edge order unchanged) as a :class:`TCEdgeIndex`
     carrying its graph; builds the graph on ``edge_index``'s device if needed.
-    ``sort_order`` (``'row'`` / ``'col'``) declares an order the edges are
-    already in, as ``EdgeIndex`` does (not checked)."""
+    ``num_nodes``: the node count, or ``(sources, targets)`` of a bipartite
+    graph (an edge type of a heterogeneous graph). ``sort_order``
+    (``'row'`` / ``'col'``) declares an order the edges are already in, as
+    ``EdgeIndex`` does (not checked)."""
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError('pyg_tc: edge_index must be a [2, E] tensor')
     if num_nodes is None:
         num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+    num_src, num_dst = (int(num_nodes[0]), int(num_nodes[1])) if isinstance(num_nodes, tuple) else (num_nodes,) * 2
     data = plain_tensor(edge_index)
-    ei = EdgeIndex(data.contiguous(), sparse_size=(num_nodes, num_nodes), sort_order=sort_order)
+    ei = EdgeIndex(data.contiguous(), sparse_size=(num_src, num_dst), sort_order=sort_order)
     if graph is None:
-        graph = CSRGraph.from_coo(data[0], data[1], num_nodes, num_nodes, chunk)
+        graph = CSRGraph.from_coo(data[0], data[1], num_src, num_dst, chunk)
     ei.__class__ = TCEdgeIndex
-    setattr(ei, _ATTR, Entry(_key(ei, num_nodes, num_nodes, 'source_to_target'), graph))
+    setattr(ei, _ATTR, Entry(_key(ei, num_src, num_dst, 'source_to_target'), graph))
     return ei
 
 

@@ -546,6 +546,7 @@ class CSRGraph:
         num_sampled_nodes: Optional[Sequence[int]] = None,
         num_sampled_edges: Optional[Sequence[int]] = None,
         defer: bool = False,
+        num_cols: Optional[int] = None,
     ) -> 'CSRGraph':
         """The graph of a sampled mini-batch (:mod:`pyg_tc.loader`): its edges
         come sorted by target with every index in range, so ``rowptr``,
@@ -556,7 +557,10 @@ class CSRGraph:
         next (:func:`~pyg_tc.formats.padding.pad_hops`) never builds them.
         ``num_sampled_nodes`` / ``num_sampled_edges`` (per hop, as PyG's
         batch fields) record the hop structure (``sampled_hops``), from
-        which :func:`~pyg_tc.formats.padding.trimmed` derives ``trim_to_layer``'s graphs."""
+        which :func:`~pyg_tc.formats.padding.trimmed` derives ``trim_to_layer``'s graphs.
+        ``num_cols``: the source nodes of a bipartite batch graph (an edge type
+        of a heterogeneous batch; default ``num_nodes``, targets and sources
+        alike)."""
         hops = None
         if num_sampled_nodes is not None or num_sampled_edges is not None:
             nodes = tuple(int(n) for n in num_sampled_nodes or ())
@@ -568,10 +572,11 @@ class CSRGraph:
                     f'{col.numel()} edges (one more node count than edge counts)'
                 )
             hops = SampledHops(nodes, edges, max_degree)
+        C = num_nodes if num_cols is None else int(num_cols)
         if not defer:
-            return cls._finish(rowptr, col, None, num_nodes, num_nodes, chunk, rows, max_degree, hops)
+            return cls._finish(rowptr, col, None, num_nodes, C, chunk, rows, max_degree, hops)
         chunk = auto_chunk(col.numel(), num_nodes) if chunk is None else chunk
-        g = cls(rowptr, col, None, None, None, None, None, None, num_nodes, num_nodes, chunk, sampled_hops=hops)
+        g = cls(rowptr, col, None, None, None, None, None, None, num_nodes, C, chunk, sampled_hops=hops)
         for name in _DEFERRED:
             del g.__dict__[name]
         g.__dict__['_deferred'] = (rows, max_degree)

@@ -413,7 +413,7 @@ class _GPULoader:
             store, dst = data[e], batch[e]
             for key, value in store.items():
                 if key == 'edge_index':
-                    dst.edge_index = torch.stack([out.row.get(e, empty), out.col.get(e, empty)])
+                    dst.edge_index = self._typed_edge_index(e, out, empty)
                 elif key == 'adj_t':
                     raise NotImplementedError("pyg_tc.loader: adj_t is not supported; use PyG's loader")
                 elif store.is_edge_attr(key):
@@ -428,6 +428,26 @@ class _GPULoader:
         batch[input_type].seed_time = out.metadata[1]
         batch[input_type].batch_size = out.metadata[0].size(0)
         return batch
+
+    def _typed_edge_index(self, e: Any, out: HeteroSamplerOutput, empty: Tensor) -> Tensor:
+        """Edge type ``e``'s ``edge_index`` of a batch made by pyg_tc's
+        sampler (sorted by target: its CSR over the batch's target nodes),
+        with that CSR attached (no sort; on a GPU its transpose and schedules
+        built here, on the CPU by the first layer that needs them)."""
+        src, _, dst = e
+        row, col = out.row.get(e, empty), out.col.get(e, empty)
+        n_src, n_dst = out.node[src].numel() if src in out.node else 0, out.node[dst].numel() if dst in out.node else 0
+        rows = col.to(torch.int32)
+        bounds = torch.arange(n_dst + 1, dtype=torch.int32, device=rows.device)
+        rowptr = torch.searchsorted(rows, bounds, out_int32=True)
+        fan = self._sampler.num_neighbors.get(e, [-1])
+        known = None if min(fan, default=-1) < 0 else max(fan, default=0)  # (with replace too)
+        graph = CSRGraph.from_sampled(
+            rowptr, row.to(torch.int32), rows, n_dst, max_degree=known, defer=True, num_cols=n_src
+        )
+        if graph.device.type == 'cuda':
+            graph.complete()
+        return attach(torch.stack([row, col]), (n_src, n_dst), graph, sort_order='col')
 
     def _use_sampler(
         self, sampler: Optional[NeighborSampler], data: Any, num_neighbors: List[int], **kwargs: Any
@@ -480,8 +500,8 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
 
     A ``HeteroData`` graph gives ``HeteroData`` batches with PyG's fields per
     node and edge type, sampled by the ``hetero_neighbor_sample`` kernel
-    (pyg-lib's semantics) and gathered on the GPU; its ``edge_index`` per
-    edge type is a plain tensor (no CSR attached yet), and
+    (pyg-lib's semantics) and gathered on the GPU, each edge type's
+    ``edge_index`` carrying its CSR over the batch's (sources, targets);
     ``feature_storage`` and ``graph_memory`` other than the sampler's
     device are not supported for it yet.
 

@@ -135,7 +135,7 @@ def test_hetero_model_trains_on_the_batches():
             loss = torch.nn.functional.cross_entropy(out, b['paper'].y[: b['paper'].batch_size])
             loss.backward()
             opt.step()
-            total += float(loss)
+            total += loss.item()
         losses.append(total)
     assert losses[-1] < 0.7 * losses[0]
 
@@ -153,3 +153,35 @@ def test_errors():
     )
     with pytest.raises(IndexError, match='seed nodes'):
         next(iter(loader))
+
+
+@pytest.mark.parametrize('device', DEVICES)
+def test_each_edge_type_carries_its_csr(device):
+    """Every edge type's ``edge_index`` is an ``EdgeIndex`` of the batch's
+    (sources, targets) sizes, sorted by target, carrying pyg_tc's CSR of
+    exactly its edges; pyg_tc's bipartite layers use it (no format built)
+    and give PyG's outputs."""
+    from torch_geometric.nn import SAGEConv
+
+    import pyg_tc.nn
+    from pyg_tc.formats import CSRGraph
+    from pyg_tc.formats.carrier import graph_of
+
+    data = hetero_graph(11)
+    loader = NeighborLoader(data, [4, 3], input_nodes=('paper', torch.arange(40)), batch_size=20, device=device)
+    b = next(iter(loader))
+    for e in data.edge_types:
+        src, _, dst = e
+        ei = b[e].edge_index
+        g = graph_of(ei)
+        assert g is not None and ei.sparse_size() == (b[src].num_nodes, b[dst].num_nodes), e
+        assert (g.num_rows, g.num_cols) == (b[dst].num_nodes, b[src].num_nodes), e
+        plain = ei.as_tensor()
+        ref = CSRGraph.from_coo(plain[0], plain[1], b[src].num_nodes, b[dst].num_nodes)
+        assert torch.equal(g.rowptr.cpu(), ref.rowptr.cpu()) and torch.equal(g.col.cpu(), ref.col.cpu()), e
+    e = ('author', 'writes', 'paper')
+    torch.manual_seed(0)
+    pyg, ours = SAGEConv((3, 3), 5).to(device), pyg_tc.nn.SAGEConv((3, 3), 5).to(device)
+    ours.load_state_dict(pyg.state_dict())
+    x = (b['author'].x, b['paper'].x)
+    torch.testing.assert_close(ours(x, b[e].edge_index), pyg(x, b[e].edge_index.as_tensor().clone()))
