@@ -392,8 +392,9 @@ class _GPULoader:
 
     def _filter_hetero_data(self, out: HeteroSamplerOutput) -> HeteroData:
         """The batch of a ``HeteroSamplerOutput`` (PyG's ``filter_hetero_data``
-        and the fields PyG's ``NeighborLoader`` adds), every attribute gathered
-        on the sampler's device (from the GPU, or pinned host memory over UVA)."""
+        and the fields PyG's loaders add to every batch; the loader adds its
+        own), every attribute gathered on the sampler's device (from the GPU,
+        or pinned host memory over UVA)."""
         data = self.data
         batch = copy.copy(data)
         dev = self._sampler.device
@@ -423,11 +424,20 @@ class _GPULoader:
         batch.set_value_dict('batch', out.batch)
         batch.set_value_dict('num_sampled_nodes', out.num_sampled_nodes)
         batch.set_value_dict('num_sampled_edges', out.num_sampled_edges)
-        input_type = self.input_data.input_type
-        batch[input_type].input_id = out.metadata[0]
-        batch[input_type].seed_time = out.metadata[1]
-        batch[input_type].batch_size = out.metadata[0].size(0)
+        batch[self.input_data.input_type].input_id = out.metadata[0]
         return batch
+
+    def _hetero_batch(self, out: Any) -> Optional[HeteroData]:
+        """The common part of a heterogeneous batch made by pyg_tc's sampler
+        (after ``transform_sampler_output``), or None where PyG's
+        ``filter_fn`` makes the batch (PyG's own sampler, or a homogeneous one)."""
+        if not (isinstance(self.data, HeteroData) and isinstance(self._sampler, HeteroNeighborSampler)):
+            return None
+        if self.transform_sampler_output:
+            out = self.transform_sampler_output(out)
+        if not isinstance(out, HeteroSamplerOutput):
+            return None
+        return self._filter_hetero_data(out)
 
     def _typed_edge_index(self, e: Any, out: HeteroSamplerOutput, empty: Tensor) -> Tensor:
         """Edge type ``e``'s ``edge_index`` of a batch made by pyg_tc's
@@ -616,10 +626,11 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
         device and its CSR attached to ``edge_index``."""
-        if isinstance(out, HeteroSamplerOutput) and isinstance(self.data, HeteroData) and self._sampler_is_ours():
-            if self.transform_sampler_output:
-                out = self.transform_sampler_output(out)
-            data = self._filter_hetero_data(out)
+        data = self._hetero_batch(out) if isinstance(out, HeteroSamplerOutput) else None
+        if data is not None:
+            input_type = self.input_data.input_type
+            data[input_type].seed_time = out.metadata[1]
+            data[input_type].batch_size = out.metadata[0].size(0)
             return data if self.transform is None else self.transform(data)
         out, data = self._filter(out, PyGNeighborLoader.filter_fn)
         if not isinstance(data, Data) or out is None:
@@ -628,9 +639,6 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
         data.seed_time = out.metadata[1]
         data.batch_size = out.metadata[0].size(0)
         return _complete(data if self.transform is None else self.transform(data))
-
-    def _sampler_is_ours(self) -> bool:
-        return isinstance(self._sampler, HeteroNeighborSampler)
 
 
 class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
@@ -641,8 +649,14 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
     ``dst_pos_index`` / ``dst_neg_index``), with the batch's CSR attached to
     ``edge_index``.
 
+    A ``HeteroData`` graph (``edge_label_index=(edge type, links)``) gives
+    ``HeteroData`` batches as :class:`NeighborLoader`'s, with PyG's link
+    fields on the input edge type (or the triplet indices on its end
+    types), on the sampler's device.
+
     Args:
-        data (torch_geometric.data.Data): the graph, on the CPU or the GPU.
+        data (torch_geometric.data.Data or torch_geometric.data.HeteroData):
+            the graph, on the CPU or the GPU.
         num_neighbors (List[int]): fan-out per hop (``-1``: all neighbours).
         device (torch.device, optional): where batches are sampled and
             gathered (default: the current CUDA device, else the CPU).
@@ -727,6 +741,9 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
     def filter_fn(self, out: SamplerOutput) -> Any:
         """PyG's ``filter_fn``, with the batch's node and edge attributes gathered on the sampler's
         device and its CSR attached to ``edge_index``."""
+        data = self._hetero_batch(out) if isinstance(out, HeteroSamplerOutput) else None
+        if data is not None:
+            return self._hetero_link_fields(data, out)
         out, data = self._filter(out, PyGLinkNeighborLoader.filter_fn)
         if not isinstance(data, Data) or out is None:
             return data
@@ -743,6 +760,28 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
             del data.edge_label_index
             del data.edge_label_time
         return _complete(data if self.transform is None else self.transform(data))
+
+    def _hetero_link_fields(self, data: HeteroData, out: HeteroSamplerOutput) -> Any:
+        """PyG's link fields of a heterogeneous batch (on the input edge
+        type, or its end types for triplet negatives), then the transform."""
+        t = self.input_data.input_type
+        dev = self._sampler.device
+        meta = [m.to(dev) if isinstance(m, Tensor) else m for m in out.metadata]
+        data[t].input_id = meta[0]
+        if self.neg_sampling is None or self.neg_sampling.is_binary():
+            data[t].edge_label_index = meta[1]
+            data[t].edge_label = meta[2]
+            data[t].edge_label_time = meta[3]
+        elif self.neg_sampling.is_triplet():
+            data[t[0]].src_index = meta[1]
+            data[t[-1]].dst_pos_index = meta[2]
+            data[t[-1]].dst_neg_index = meta[3]
+            data[t[0]].seed_time = meta[4]
+            data[t[-1]].seed_time = meta[4]
+            if t in data.edge_types:
+                del data[t].edge_label_index
+                del data[t].edge_label_time
+        return data if self.transform is None else self.transform(data)
 
 
 def _check_input(index: Any, what: str = 'input_nodes', dim: int = 0) -> None:

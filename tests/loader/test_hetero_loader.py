@@ -185,3 +185,43 @@ def test_each_edge_type_carries_its_csr(device):
     ours.load_state_dict(pyg.state_dict())
     x = (b['author'].x, b['paper'].x)
     torch.testing.assert_close(ours(x, b[e].edge_index), pyg(x, b[e].edge_index.as_tensor().clone()))
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('neg', [None, 'binary', 'triplet'])
+def test_link_loader_batches_equal_pyg_link_loader(device, neg):
+    """``LinkNeighborLoader`` on ``HeteroData``: the batches of PyG's
+    ``LinkNeighborLoader`` driven by pyg_tc's sampler under the same seed
+    (nodes, edges, attributes; ``edge_label_index`` / ``edge_label``, or the
+    triplet indices), on the sampler's device."""
+    from torch_geometric.loader import LinkNeighborLoader as PyGLinkNeighborLoader
+
+    from pyg_tc.loader import LinkNeighborLoader
+
+    data = hetero_graph(12)
+    e = ('author', 'writes', 'paper')
+    kw = dict(edge_label_index=(e, data[e].edge_index[:, :30]), batch_size=10, shuffle=True)
+    if neg is not None:
+        kw['neg_sampling'] = dict(mode=neg, amount=1)
+    torch.manual_seed(2)
+    ours = list(LinkNeighborLoader(data, [3, 2], device=device, **kw))
+    torch.manual_seed(2)
+    ref = list(PyGLinkNeighborLoader(data, [3, 2], neighbor_sampler=HeteroNeighborSampler(data, [3, 2]), **kw))
+    assert len(ours) == len(ref) == 3
+    fields = {
+        None: [(e, 'edge_label_index')],  # (no edge_label given: none, as PyG's)
+        'binary': [(e, 'edge_label_index'), (e, 'edge_label')],
+        'triplet': [('author', 'src_index'), ('paper', 'dst_pos_index'), ('paper', 'dst_neg_index')],
+    }[neg]
+    for a, b in zip(ours, ref):
+        for t in data.node_types:
+            assert torch.equal(a[t].n_id.cpu(), b[t].n_id) and torch.equal(a[t].x.cpu(), b[t].x), t
+            assert a[t].n_id.device.type == device
+        for et in data.edge_types:
+            assert torch.equal(a[et].edge_index.cpu(), b[et].edge_index), et
+            assert torch.equal(a[et].e_id.cpu(), b[et].e_id) and torch.equal(a[et].edge_attr.cpu(), b[et].edge_attr)
+        assert torch.equal(a[e].input_id.cpu(), b[e].input_id)
+        assert ('edge_label' in a[e]) == ('edge_label' in b[e])
+        for store, key in fields:
+            assert a[store][key].device.type == device, (store, key)
+            assert torch.equal(a[store][key].cpu(), b[store][key].cpu()), (store, key)
