@@ -392,8 +392,8 @@ class _GPULoader:
 
     def _filter_hetero_data(self, out: HeteroSamplerOutput) -> HeteroData:
         """The batch of a ``HeteroSamplerOutput`` (PyG's ``filter_hetero_data``
-        and the fields PyG's loaders add to every batch; the loader adds its
-        own), every attribute gathered on the sampler's device (from the GPU,
+        and the fields PyG's loaders add to every batch; each loader adds its
+        input fields), every attribute gathered on the sampler's device (from the GPU,
         or pinned host memory over UVA)."""
         data = self.data
         batch = copy.copy(data)
@@ -424,7 +424,6 @@ class _GPULoader:
         batch.set_value_dict('batch', out.batch)
         batch.set_value_dict('num_sampled_nodes', out.num_sampled_nodes)
         batch.set_value_dict('num_sampled_edges', out.num_sampled_edges)
-        batch[self.input_data.input_type].input_id = out.metadata[0]
         return batch
 
     def _hetero_batch(self, out: Any) -> Optional[HeteroData]:
@@ -629,6 +628,7 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
         data = self._hetero_batch(out) if isinstance(out, HeteroSamplerOutput) else None
         if data is not None:
             input_type = self.input_data.input_type
+            data[input_type].input_id = out.metadata[0]
             data[input_type].seed_time = out.metadata[1]
             data[input_type].batch_size = out.metadata[0].size(0)
             return data if self.transform is None else self.transform(data)
