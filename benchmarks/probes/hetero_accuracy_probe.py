@@ -5,7 +5,9 @@
 test accuracy at the best validation epoch, mean +- std over seeds, and
 whether pyg_tc's mean lies within one standard deviation of PyG's.
 ``--impls`` adds ``mixed``: PyG's layers on pyg_tc's loader (which of the
-two a difference comes from).
+two a difference comes from). ``--precisions`` trains pyg_tc's model also under
+autocast in bf16 / fp16 with the node features stored in that precision
+(fp16 with a ``GradScaler``; the loss in fp32), against its fp32 run.
 
 Datasets (``--root``, e.g. ``$PYG_TC_DATA/hetero``, copied to a temporary
 folder first): IMDB (movies, 3 genres) and DBLP (authors, 4 areas; the
@@ -68,9 +70,28 @@ def load(root: str, name: str):
     return data, target
 
 
-def run(data, target, model, loader, epochs: int, lr: float) -> tuple:
+#: precision -> autocast dtype (None: fp32)
+PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+
+def stored(data, dtype):
+    """``data`` with its node features stored in ``dtype`` (a copy; itself for None)."""
+    if dtype is None:
+        return data
+    data = copy.copy(data)
+    for store in data.node_stores:
+        if 'x' in store and store.x.is_floating_point():
+            store.x = store.x.to(dtype)
+    return data
+
+
+def run(data, target, model, loader, epochs: int, lr: float, dtype=None) -> tuple:
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=5e-4)
+    scaler = torch.amp.GradScaler(DEV.type, enabled=dtype is torch.float16)
     full = copy.copy(data).to(DEV)
+
+    def cast():
+        return torch.autocast(DEV.type, dtype=dtype, enabled=dtype is not None)
     best_val, test_at_best = -1.0, 0.0
     t0 = time.perf_counter()
     for _ in range(epochs):
@@ -79,11 +100,13 @@ def run(data, target, model, loader, epochs: int, lr: float) -> tuple:
             b = b.to(DEV)
             opt.zero_grad()
             n = b[target].batch_size
-            out = model(b.x_dict, b.edge_index_dict)[target][:n]
-            F.cross_entropy(out, b[target].y[:n]).backward()
-            opt.step()
+            with cast():
+                out = model(b.x_dict, b.edge_index_dict)[target][:n]
+            scaler.scale(F.cross_entropy(out.float(), b[target].y[:n])).backward()
+            scaler.step(opt)
+            scaler.update()
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), cast():
             pred = model(full.x_dict, full.edge_index_dict)[target].argmax(-1)
         acc = {
             k: float((pred[m] == full[target].y[m]).float().mean())
@@ -102,6 +125,7 @@ def main():
     p.add_argument('--seeds', type=int, default=5)
     p.add_argument('--first-seed', type=int, default=0)
     p.add_argument('--impls', default='PyG,pyg_tc', help="a comma list of PyG, pyg_tc and mixed")
+    p.add_argument('--precisions', default='fp32', help='pyg_tc runs per precision: fp32, bf16, fp16')
     p.add_argument('--epochs', type=int, default=30)
     p.add_argument('--hidden', type=int, default=64)
     p.add_argument('--fanout', default='10,10')
@@ -119,7 +143,9 @@ def main():
         classes = int(data[target].y.max()) + 1
         train = data[target].train_mask.nonzero().view(-1)
         for kind in a.models.split(','):
+            precisions = a.precisions.split(',')
             impls = a.impls.split(',')
+            impls += [f'pyg_tc-{q}' for q in precisions if q != 'fp32' and 'pyg_tc' in impls]
             accs = {k: [] for k in impls}
             for seed in range(a.first_seed, a.first_seed + a.seeds):
                 torch.manual_seed(seed)
@@ -131,15 +157,17 @@ def main():
                     ours(init.x_dict, init.edge_index_dict)
                 ours.load_state_dict(ref.state_dict())
                 models = {'PyG': ref, 'pyg_tc': ours, 'mixed': copy.deepcopy(ref)}  # (before any training)
+                models.update({k: copy.deepcopy(ours) for k in impls if k.startswith('pyg_tc-')})
                 kw = dict(input_nodes=(target, train), batch_size=a.batch_size, shuffle=True)
                 for impl in impls:
                     model = models[impl]
+                    dtype = PRECISIONS[impl.split('-')[1]] if '-' in impl else None
                     torch.manual_seed(seed)
                     if impl == 'PyG':
                         loader = PyGNeighborLoader(data, fan, **kw)
                     else:
-                        loader = NeighborLoader(data, fan, device=DEV, **kw)
-                    acc, sec = run(data, target, model, loader, a.epochs, a.lr)
+                        loader = NeighborLoader(stored(data, dtype), fan, device=DEV, **kw)
+                    acc, sec = run(stored(data, dtype), target, model, loader, a.epochs, a.lr, dtype)
                     accs[impl].append(acc)
                     rec = dict(
                         dataset=name,
@@ -159,6 +187,9 @@ def main():
             summary = ', '.join(f'{k} {100 * m[k]:.2f} +- {100 * s[k]:.2f}' for k in impls)
             if 'PyG' in m and 'pyg_tc' in m:
                 summary += f"; within one std of PyG: {abs(m['pyg_tc'] - m['PyG']) <= s['PyG']}"
+            for k in impls:
+                if k.startswith('pyg_tc-'):
+                    summary += f"; {k} within one std of pyg_tc fp32: {abs(m[k] - m['pyg_tc']) <= s['pyg_tc']}"
             print(f'{name} {kind}: {summary}', flush=True)
 
 

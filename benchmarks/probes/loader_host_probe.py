@@ -87,9 +87,8 @@ def stage_ms(loader, n: int) -> dict:
         except StopIteration:
             idx = torch.utils.data.DataLoader._get_iterator(loader)
             index = idx._next_index()
-        seeds = [loader.dataset[j] for j in index]
         marks.append(time.perf_counter())
-        out = loader._sample_batch(seeds, None)
+        out = loader._sample_batch(index, None)
         sync()
         marks.append(time.perf_counter())
         out, data = loader._filter(out, None)

@@ -165,6 +165,70 @@ def _complete(batch: Any) -> Any:
     return batch
 
 
+class _SeedBatches:
+    """The batches of seed indices of a loader with torch's default samplers
+    (``shuffle`` on or off, no ``sampler`` / ``batch_sampler`` of the user's),
+    each one slice of a tensor: the permutation ``RandomSampler`` draws
+    (the same draws, so the same batches as torch's ``BatchSampler``) or
+    ``0 .. n - 1``, without walking the indices one by one in Python."""
+
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool):
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    @staticmethod
+    def handles(loader: Any) -> bool:
+        """Whether ``loader``'s batches come from torch's default samplers."""
+        s, bs = loader.sampler, loader.batch_sampler
+        if type(bs) is not torch.utils.data.BatchSampler or bs.sampler is not s:
+            return False
+        if type(s) is torch.utils.data.RandomSampler:
+            return not s.replacement and s._num_samples is None
+        return type(s) is torch.utils.data.SequentialSampler
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        s, bs = self.sampler, self.batch_size
+        n = len(s.data_source)
+        shuffled = isinstance(s, torch.utils.data.RandomSampler)
+        if shuffled:
+            g = s.generator
+            if g is None:  # as RandomSampler: a generator seeded from torch's default one
+                g = torch.Generator()
+                g.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+            order = torch.randperm(n, generator=g)
+        else:
+            order = torch.arange(n)
+        stop = n - n % bs if self.drop_last else n
+        for i in range(0, stop, bs):
+            yield order[i : i + bs]
+        if shuffled:  # RandomSampler's last draw (its empty remainder's): a given generator advances as there
+            torch.randperm(n, generator=g)
+
+
+class _Batches:
+    """A loader's batches made in the loop's thread: torch's iterator walked
+    for the seed indices (its draws; :class:`_SeedBatches` where it applies),
+    each batch made by the loader's ``collate_fn`` and ``filter_fn`` (the
+    dataset is ``range(n)``: an index is its own seed position)."""
+
+    def __init__(self, loader: Any):
+        self.loader = loader
+        self.indices = torch.utils.data.DataLoader._get_iterator(loader)
+
+    def __iter__(self) -> '_Batches':
+        return self
+
+    def __next__(self) -> Any:
+        index = self.indices._next_index()
+        return self.loader.filter_fn(self.loader.collate_fn(index))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
 def _produce(
     loader: Any, stream: Optional[torch.cuda.Stream], requests: queue.SimpleQueue, results: queue.SimpleQueue
 ) -> None:
@@ -179,7 +243,7 @@ def _produce(
                 return
             index, seed = request
             try:
-                out = loader._sample_batch([loader.dataset[i] for i in index], seed)
+                out = loader._sample_batch(index, seed)
                 batch = loader.filter_fn(out)
                 done = None
                 if stream is not None:
@@ -489,11 +553,23 @@ class _GPULoader:
         finally:
             self.transform_sampler_output = keep
 
+    @property
+    def _index_sampler(self) -> Any:
+        """What torch's iterator draws the batches' seed indices from: for
+        torch's default samplers :class:`_SeedBatches` (tensor slices, the same
+        batches), else torch's own."""
+        if self._auto_collation and _SeedBatches.handles(self):
+            return _SeedBatches(self.sampler, self.batch_size, self.drop_last)
+        return torch.utils.data.DataLoader._index_sampler.fget(self)
+
     def _get_iterator(self) -> Iterator:
         dev = self._sampler.device
         if getattr(self, 'prefetch', 0) > 0:
             return _Prefetch(self, dev, self.prefetch)
-        it = DataLoaderIterator(torch.utils.data.DataLoader._get_iterator(self), self.filter_fn)
+        if isinstance(self.dataset, range) and self.dataset == range(len(self.dataset)):
+            it = _Batches(self)
+        else:
+            it = DataLoaderIterator(torch.utils.data.DataLoader._get_iterator(self), self.filter_fn)
         if dev.type == 'cuda':
             return _SideStream(it, dev)
         return it

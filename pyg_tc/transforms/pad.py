@@ -184,18 +184,28 @@ def _pad_attributes(
     pad_nodes: Callable[[Tensor, int], Tensor],
     pad_edges: Callable[[Tensor, int], Tensor],
     seed_capacity: int,
+    num_nodes: int,
+    num_edges: int,
 ) -> None:
     """Pads ``batch``'s tensor attributes in place: node attributes with
     ``pad_nodes(value, cat_dim)``, edge attributes with ``pad_edges``, and
-    the per-seed ``input_id`` / ``seed_time`` to ``seed_capacity`` entries."""
+    the per-seed ``input_id`` / ``seed_time`` to ``seed_capacity`` entries.
+    A tensor is a node or edge attribute by PyG's rule (``is_node_attr`` /
+    ``is_edge_attr`` of a ``Data``: its size along its cat dimension is the
+    batch's ``num_nodes`` or ``num_edges``; a tie goes to the edges when
+    ``'edge'`` is in the key), applied with the counts the caller knows."""
     store = batch._store
-    node_keys = [k for k in store.keys() if k not in ('edge_index', 'num_nodes') and store.is_node_attr(k)]
-    edge_keys = [k for k in store.keys() if k != 'edge_index' and store.is_edge_attr(k)]
-    for keys, pad in ((node_keys, pad_nodes), (edge_keys, pad_edges)):
-        for key in keys:
-            value = store[key]
-            if isinstance(value, Tensor):
-                batch[key] = pad(value, batch.__cat_dim__(key, value, store))
+    for key, value in list(store.items()):
+        if key in ('edge_index', 'num_nodes') or not isinstance(value, Tensor) or value.dim() == 0:
+            continue
+        dim = batch.__cat_dim__(key, value, store)
+        if not isinstance(dim, int):
+            continue
+        size = value.size(dim)
+        if size == num_nodes and (num_nodes != num_edges or 'edge' not in key):
+            batch[key] = pad_nodes(value, dim)
+        elif size == num_edges:
+            batch[key] = pad_edges(value, dim)
     for key in ('input_id', 'seed_time'):  # one entry per seed: seed_capacity of them
         value = batch.get(key)
         if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) <= seed_capacity:
@@ -263,7 +273,9 @@ class PadToBuckets(BaseTransform):
         pg = padding.pad(g, N, P)
         if self.self_loops:
             pad_loop_graph(pg)
-        _pad_attributes(batch, lambda v, d: _pad_rows(v, N, d), lambda v, d: _pad_rows(v, P, d), self.seed_capacity)
+        _pad_attributes(
+            batch, lambda v, d: _pad_rows(v, N, d), lambda v, d: _pad_rows(v, P, d), self.seed_capacity, n, E
+        )
         ei = batch.edge_index.as_tensor() if hasattr(batch.edge_index, 'as_tensor') else batch.edge_index
         ei = torch.cat([ei, ei.new_full((2, P - E), N - 1)], 1)
         batch.edge_index = attach(ei, N, pg, sort_order='col')
@@ -470,6 +482,8 @@ class PadHops(BaseTransform):
             lambda v, d: _pad_blocks(v, node_index.to(v.device), sum(N), d),
             lambda v, d: _pad_blocks(v, edge_index.to(v.device), sum(P), d),
             self.seed_capacity,
+            n,
+            E,
         )
         R = bucket.total_nodes
         batch.edge_index = attach(torch.stack([pg.col, rows]).to(ei.dtype), R, pg, sort_order='col')

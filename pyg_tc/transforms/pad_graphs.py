@@ -204,7 +204,7 @@ class PadGraphs(BaseTransform):
             and store[k].dim() >= 1
             and store[k].size(0) == G
         ]
-        _pad_attributes(batch, lambda v, d: _pad_rows(v, N, d), lambda v, d: _pad_rows(v, P, d), 0)
+        _pad_attributes(batch, lambda v, d: _pad_rows(v, N, d), lambda v, d: _pad_rows(v, P, d), 0, n, E)
         for key in graph_keys:
             batch[key] = _pad_rows(store[key], S)
         dev = batch.batch.device
