@@ -24,8 +24,12 @@ Parts (``--parts``, a comma list):
   (:class:`~pyg_tc.transforms.PadHops`), one CUDA graph per bucket. Each
   row: the best of ``--epochs`` epochs after a warm-up epoch, the bytes of
   features gathered per batch, the peak GPU memory from the row's start
-  (the graph and its fp32 features included; the previous rows' loaders,
-  stored features and captured graphs freed before it). ``--prefetch``
+  (the graph and the features on the GPU included; the previous rows'
+  loaders, stored features and captured graphs freed before it). The fp32
+  rows hold ``data.x`` on the GPU; the half / fp8 rows keep the fp32
+  ``data.x`` in host memory and only the converted copy on the GPU
+  (``FeatureStorage(..., memory='device')``), or with ``--half-features
+  with-fp32`` also the fp32 ``data.x`` on the GPU. ``--prefetch``
   (a comma list, default ``0``) repeats the rows per ``NeighborLoader(...,
   prefetch=k)``: batches made ahead on the loader's thread; ``x fp32``
   compares rows of the same ``k``.
@@ -46,6 +50,8 @@ Run on a GPU: ``python -m benchmarks.suites.half_minibatch --out DIR``
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import itertools
 import statistics
 import time
@@ -60,7 +66,7 @@ from pyg_tc.bench.report import Col, Figure, Panel, Reporter, Table, environment
 from pyg_tc.bench.timing import free, kernel_time, loop_time
 from pyg_tc.capture import CapturedStep
 from pyg_tc.loader import FeatureStorage, NeighborLoader, quantize_fp8
-from pyg_tc.loader.features import padded_rows
+from pyg_tc.loader.features import as_storage, padded_rows
 from pyg_tc.ops.neighbor import FP8, gather_rows, gather_rows_scaled
 from pyg_tc.transforms import PadHops, buckets_from_batches
 
@@ -162,6 +168,8 @@ def epoch_records(a) -> Iterator[dict]:
         F, C, _ = SHAPES[graph]
         data, seeds, _ = make_data(graph)
         data = data.to(DEV)
+        host = copy.copy(data)  # (the half rows' graph: the fp32 features in host memory)
+        host.x = data.x.cpu()
         plain = NeighborLoader(data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True)
         torch.manual_seed(0)
         hop_buckets = buckets_from_batches(plain, num_batches=20, levels=2, per_hop=True)
@@ -170,11 +178,14 @@ def epoch_records(a) -> Iterator[dict]:
             rows = []
             for precision, mode, prefetch in itertools.product(a.precisions, a.modes, a.prefetch):
                 storage, _ = PRECISIONS[precision]
+                source = data
+                if storage is not None and a.half_features == 'gpu-only':
+                    storage, source = dataclasses.replace(as_storage(storage), memory='device'), host
                 captured = mode == 'captured'
                 free(DEV)  # (the previous row's loader, stored features and graphs gone)
                 _reset_peak()
                 loader = NeighborLoader(
-                    data,
+                    source,
                     a.fanout,
                     input_nodes=seeds,
                     batch_size=a.batch_size,
@@ -202,6 +213,7 @@ def epoch_records(a) -> Iterator[dict]:
                     precision=precision,
                     mode=mode,
                     prefetch=prefetch,
+                    features_on_gpu='fp32' if source is data else 'converted copy',
                     batches=n,
                     epoch_s=min(times),
                     ms_per_batch=1e3 * min(times) / max(n, 1),
@@ -481,6 +493,12 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None)
     p.add_argument('--precisions', default='fp32,bf16,fp16,fp8')
     p.add_argument('--modes', default='eager,captured')
     p.add_argument('--prefetch', default='0', help="the loaders' prefetch depths (a comma list)")
+    p.add_argument(
+        '--half-features',
+        default='gpu-only',
+        choices=['gpu-only', 'with-fp32'],
+        help="the half rows' features on the GPU: the converted copy only, or also the fp32 data.x",
+    )
     p.add_argument('--fanout', default='15,10,5')
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--hidden', type=int, default=256)

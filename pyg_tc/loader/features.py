@@ -20,14 +20,17 @@ every batch moves over HBM or PCIe.
   of at least ``2^-6 s``, an absolute error of at most ``2^-10 s`` below
   (e4m3's subnormals), so magnitudes under ``2^-10 s`` become zero.
 
-Memory: the converted copy is made once per attribute (on the GPU for
-features there, else in pinned host memory read over UVA) and held by the
-loader, its rows padded to a multiple of 16 bytes on the GPU (the gather
-reads whole 16-byte words; a 100-wide bf16 row: 104 values) and of 64 bytes
-in pinned host memory (PCIe reads whole 64-byte pieces; a 100-wide bf16
-row: 128 values). To keep one copy only, store ``data.x`` in half yourself
-(``data.x = data.x.bfloat16()``; gathered as stored, rows unpadded on the
-GPU).
+Memory: the converted copy is made once per attribute (by default on the
+GPU for features there, else in pinned host memory read over UVA;
+``FeatureStorage(memory=...)`` picks) and held by the loader, its rows
+padded to a multiple of 16 bytes on the GPU (the gather reads whole 16-byte
+words; a 100-wide bf16 row: 104 values) and of 64 bytes in pinned host
+memory (PCIe reads whole 64-byte pieces; a 100-wide bf16 row: 128 values),
+converted a slice of rows at a time (no full-size temporary). To hold the
+features on the GPU in half only, keep the fp32 ``data.x`` in host memory
+and store with ``FeatureStorage(torch.bfloat16, memory='device')``, or
+store ``data.x`` in half yourself (``data.x = data.x.bfloat16()``; gathered
+as stored, rows unpadded).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ FP8_MAX = 448.0
 #: them moves fewer bytes)
 ROW_ALIGN, PINNED_ROW_ALIGN = 16, 64
 HALVES = (torch.float16, torch.bfloat16)
+#: ``FeatureStorage(memory=...)``'s choices
+MEMORY = ('auto', 'device', 'pinned')
 
 
 def quantize_fp8(x: Tensor, scale: str = 'column') -> Tuple[Tensor, Tensor]:
@@ -100,6 +105,13 @@ class FeatureStorage:
             per ``'tensor'``.
         attrs (Sequence[str], optional): the node attributes stored so
             (default ``('x',)``; each must be a 2-D floating tensor).
+        memory (str, optional): where a GPU loader keeps the converted copy:
+            ``'auto'`` (default: on the GPU for an attribute there, else in
+            pinned host memory read over UVA), ``'device'`` (on the loader's
+            GPU, also for an attribute in host memory: keep the fp32
+            original on the host and only the half copy on the GPU) or
+            ``'pinned'`` (pinned host memory). A CPU loader keeps it on the
+            CPU.
 
     ``NeighborLoader(data, ..., feature_storage=torch.bfloat16)`` is
     ``feature_storage=FeatureStorage(torch.bfloat16)``.
@@ -113,6 +125,7 @@ class FeatureStorage:
     compute_dtype: Optional[torch.dtype] = None
     scale: str = 'column'
     attrs: Sequence[str] = ('x',)
+    memory: str = 'auto'
 
     def __post_init__(self) -> None:
         if self.dtype not in HALVES + (ops.FP8,):
@@ -131,6 +144,8 @@ class FeatureStorage:
             )
         if self.scale not in ('column', 'tensor'):
             raise ValueError(f"pyg_tc: FeatureStorage: scale must be 'column' or 'tensor', got {self.scale!r}")
+        if self.memory not in MEMORY:
+            raise ValueError(f'pyg_tc: FeatureStorage: memory must be one of {MEMORY}, got {self.memory!r}')
         object.__setattr__(self, 'attrs', tuple(self.attrs))
 
     @property
@@ -142,15 +157,24 @@ class FeatureStorage:
 
     def store(self, key: str, value: Tensor, pin: bool, device: torch.device) -> Any:
         """What the loader keeps for attribute ``key``: a half tensor, or an
-        ``(fp8 values, scales on device)`` pair (``pin``: the values in
-        pinned host memory)."""
+        ``(fp8 values, scales on device)`` pair; the values on ``device``, or
+        with ``pin`` in pinned host memory."""
         if not isinstance(value, Tensor) or value.dim() != 2 or not value.is_floating_point():
             got = f'{value.dtype} {tuple(value.shape)}' if isinstance(value, Tensor) else type(value).__name__
             raise ValueError(f'pyg_tc.loader: feature_storage stores 2-D floating node attributes; data.{key} is {got}')
         if self.dtype == ops.FP8:
             q, s = quantize_fp8(value, self.scale)
-            return (q.pin_memory() if pin else q, s.to(device))
-        return padded_rows(value.to(self.dtype), pin)
+            return (q.pin_memory() if pin else q.to(device), s.to(device))
+        return padded_rows(value, pin, self.dtype, device)
+
+    def placement(self, value: Tensor, device: torch.device) -> Tuple[bool, torch.device]:
+        """``(pin, device)`` of :meth:`store` for an attribute ``value`` of a
+        loader sampling on ``device`` (see ``memory``)."""
+        if device.type != 'cuda':
+            return False, device
+        if self.memory == 'device':
+            return False, device
+        return self.memory == 'pinned' or not value.is_cuda, device
 
     def gather(self, stored: Any, index: Tensor) -> Tensor:
         """The rows ``index`` of what :meth:`store` kept, on ``index``'s device."""
@@ -171,20 +195,34 @@ def gather_from(src: Tensor, index: Tensor) -> Tensor:
     return src.index_select(0, index.to(src.device)).to(index.device)
 
 
-def padded_rows(x: Tensor, pin: bool = False) -> Tensor:
+def padded_rows(
+    x: Tensor, pin: bool = False, dtype: Optional[torch.dtype] = None, device: Optional[torch.device] = None
+) -> Tensor:
     """``x`` (2-D) as a view of a matrix whose rows are padded with zeros to
     a multiple of ``ROW_ALIGN`` bytes (16), or in pinned host memory with
     ``pin``, of ``PINNED_ROW_ALIGN`` (64): the gather then reads whole
     16-byte words of every row, whatever its width, and over PCIe no row
-    straddles more 64-byte pieces than it fills."""
+    straddles more 64-byte pieces than it fills. ``dtype`` / ``device``
+    (default ``x``'s; ``pin`` puts it in host memory): the copy's, converted
+    in slices of rows, so no full-size temporary is made on either side."""
+    dtype = x.dtype if dtype is None else dtype
+    device = torch.device('cpu') if pin else (x.device if device is None else torch.device(device))
     F = x.size(1)
-    pad = -F % max((PINNED_ROW_ALIGN if pin else ROW_ALIGN) // x.element_size(), 1)
-    if pad == 0:
+    pad = -F % max((PINNED_ROW_ALIGN if pin else ROW_ALIGN) // torch.empty((), dtype=dtype).element_size(), 1)
+    if pad == 0 and dtype == x.dtype and x.device == device:
         x = x.contiguous()
         return x.pin_memory() if pin else x
-    buf = torch.zeros(x.size(0), F + pad, dtype=x.dtype, device=x.device, pin_memory=pin)
-    buf[:, :F] = x
+    buf = torch.empty(x.size(0), F + pad, dtype=dtype, device=device, pin_memory=pin)
+    if pad:
+        buf[:, F:].zero_()
+    step = max(1, _SLICE_BYTES // max(F * x.element_size(), 1))
+    for i in range(0, x.size(0), step):
+        buf[i : i + step, :F].copy_(x[i : i + step])
     return buf[:, :F]
+
+
+#: the rows converted at a time by :func:`padded_rows` (bytes of the source)
+_SLICE_BYTES = 64 << 20
 
 
 def as_storage(value: Union[None, torch.dtype, FeatureStorage]) -> Optional[FeatureStorage]:

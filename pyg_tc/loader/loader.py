@@ -399,11 +399,11 @@ class _GPULoader:
 
     def _stored(self, key: str, value: Tensor) -> Any:
         """Attribute ``key`` as ``feature_storage`` keeps it (converted once
-        per tensor and version: on the sampler's GPU for a tensor there, else
-        in pinned host memory; on a CPU sampler on the CPU)."""
-        dev = self._sampler.device
-        pin = dev.type == 'cuda' and not value.is_cuda
-        return self._converted('_stored_features', key, value, lambda: self.feature_storage.store(key, value, pin, dev))
+        per tensor and version, where its ``memory`` puts it; on a CPU
+        sampler on the CPU)."""
+        storage = self.feature_storage
+        pin, dev = storage.placement(value, self._sampler.device)
+        return self._converted('_stored_features', key, value, lambda: storage.store(key, value, pin, dev))
 
     def _gather(self, key: str, value: Any, index: Tensor, dim: int) -> Any:
         storage = getattr(self, 'feature_storage', None)

@@ -317,14 +317,25 @@ class _GATBase(TCLayer):
             dtype = out.dtype
         return add_bias_as(out, self.bias, dtype)
 
-    @staticmethod
-    def _pyg_dtype(x: Tensor, *terms: Optional[Tensor]) -> torch.dtype:
-        """The dtype of PyG's attention weights, messages and aggregation:
-        the projected features ``x`` times the attention weights, computed
-        from ``x`` and the attention parameters / edge terms ``terms`` (fp32
-        under CUDA autocast: PyG's ``sum`` and softmax ``exp`` run there in
-        fp32). Under autocast with fp32 parameters: float32."""
+    def _pyg_dtype(self, x: Tensor, *terms: Optional[Tensor]) -> torch.dtype:
+        """The dtype of the attention weights, messages and aggregation:
+        PyG's, the projected features ``x`` times the attention weights,
+        computed from ``x`` and the attention parameters / edge terms
+        ``terms`` (fp32 under CUDA autocast: PyG's ``sum`` and softmax ``exp``
+        run there in fp32), so under autocast with fp32 parameters float32.
+        A half model (the layer's parameters in ``x``'s half dtype, e.g.
+        ``CapturedStep(..., half_weights=True)`` or ``model.bfloat16()``)
+        keeps that dtype under autocast too, where PyG promotes to fp32: the
+        next layer reads half activations (the aggregation accumulates in
+        fp32 either way)."""
+        if x.dtype in (torch.float16, torch.bfloat16) and self._parameter_dtype() == x.dtype:
+            return x.dtype
         return pyg_dtype(x.dtype, softmax_dtype(x), *(t.dtype for t in terms if t is not None))
+
+    def _parameter_dtype(self) -> torch.dtype:
+        """The dtype of the layer's attention vector (``att_src`` / ``att``)."""
+        att = getattr(self, 'att_src', None)
+        return (att if att is not None else self.att).dtype
 
     def _weights(self, adj: Any, g: CSRGraph, lg: Optional[LoopGraph], alpha: Tensor, num_loops: int) -> Any:
         """PyG's second return value for ``return_attention_weights`` from

@@ -163,6 +163,51 @@ def test_loader_feature_storage(device, storage, where):
             assert torch.equal(b[key].cpu(), want)
 
 
+@pytest.mark.parametrize('dtype', [None, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize('width', [8, 13])
+def test_padded_rows_converts_in_slices(monkeypatch, dtype, width):
+    """``padded_rows`` converts a slice of rows at a time (here 7 rows of the
+    source per slice): the values are ``x`` in the dtype, the padding zero."""
+    from pyg_tc.loader import features as F
+
+    monkeypatch.setattr(F, '_SLICE_BYTES', 7 * width * 4)
+    x = features(50, width)
+    v = F.padded_rows(x, dtype=dtype)
+    want = x if dtype is None else x.to(dtype)
+    assert v.dtype == want.dtype and torch.equal(v, want)
+    pitch = v.stride(0)
+    assert (pitch * v.element_size()) % F.ROW_ALIGN == 0 and pitch >= width
+    full = v.as_strided((50, pitch), (pitch, 1))
+    assert torch.equal(full[:, width:], torch.zeros_like(full[:, width:]))
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('memory', ['auto', 'device', 'pinned'])
+@pytest.mark.parametrize('where', ['host', 'device'])
+def test_loader_feature_storage_memory(device, memory, where):
+    """``FeatureStorage(memory=...)`` places the converted copy (a GPU
+    loader: on the GPU for ``'device'``, or ``'auto'`` and features there;
+    else pinned host memory; a CPU loader: on the CPU) and the batches are
+    the same wherever it lies."""
+    data = graph_data()
+    if where == 'device':
+        data = data.to(device)
+    kw = dict(batch_size=16, shuffle=False, device=device)
+    torch.manual_seed(0)
+    loader = NeighborLoader(data, [4, 3], feature_storage=FeatureStorage(torch.bfloat16, memory=memory), **kw)
+    batches = list(loader)
+    stored = loader._stored_features['x'][2]
+    if device == 'cpu':
+        assert stored.device.type == 'cpu' and not stored.is_pinned()
+    elif memory == 'device' or (memory == 'auto' and where == 'device'):
+        assert stored.is_cuda
+    else:
+        assert stored.device.type == 'cpu' and stored.is_pinned()
+    for b in batches:
+        assert b.x.dtype == torch.bfloat16 and b.x.device == b.n_id.device
+        assert torch.equal(b.x.cpu(), data.x.cpu()[b.n_id.cpu()].bfloat16())
+
+
 def test_loader_feature_storage_follows_in_place_changes():
     data = graph_data()
     loader = NeighborLoader(data, [2], batch_size=8, feature_storage=torch.bfloat16)
@@ -192,6 +237,8 @@ def test_feature_storage_errors():
         FeatureStorage(torch.bfloat16, compute_dtype=torch.float32)
     with pytest.raises(ValueError, match='compute_dtype'):
         FeatureStorage(FP8, compute_dtype=torch.int8)
+    with pytest.raises(ValueError, match='memory must be one of'):
+        FeatureStorage(torch.bfloat16, memory='gpu')
     with pytest.raises(ValueError, match='not a node attribute'):
         NeighborLoader(data, [2], batch_size=8, feature_storage=FeatureStorage(torch.float16, attrs=('w',)))
     with pytest.raises(TypeError, match='torch.dtype or a FeatureStorage'):

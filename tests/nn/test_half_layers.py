@@ -4,9 +4,11 @@ PyG's dtype (float32 for GCN, GAT, GATv2 and AGNN, whose fp32 edge weights,
 attention or bias promote PyG's result; half for SAGE and GIN), casts each
 node-feature input at most once per layer (and its output at most once, to
 PyG's dtype), trains with ``torch.amp.GradScaler``, and compiles without graph
-breaks; the same models after ``.half()`` / ``.bfloat16()``. Plus the float16
+breaks; the same models after ``.half()`` / ``.bfloat16()``, where GAT / GATv2
+keep the half dtype under autocast too. Plus the float16
 overflow notice of unweighted sums (docs/half.md, "Overflow policy")."""
 
+import copy
 import warnings
 
 import pytest
@@ -184,6 +186,31 @@ def test_autocast_half_layers(kind, dtype):
     for p in net.parameters():
         if p.grad is not None:
             assert p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all()
+
+
+@pytest.mark.parametrize('dtype', HALF, ids=dtype_id)
+@pytest.mark.parametrize('kind', ['gat', 'gatv2'])
+def test_half_model_gat_keeps_half_under_autocast(kind, dtype):
+    """A half model (its parameters in the autocast dtype, as
+    ``CapturedStep(..., half_weights=True)`` makes it) keeps GAT's output half
+    under autocast, where the fp32 model returns PyG's fp32: its values are
+    the fp32 model's of the same (rounded) weights within half rounding, and
+    its gradients flow in half."""
+    torch.manual_seed(0)
+    ei = graph()
+    x = torch.randn(N, CIN, device='cuda')
+    net = Net(kind).cuda()
+    net(x, ei)  # (the formats)
+    half = copy.deepcopy(net).to(dtype)
+    ref = copy.deepcopy(half).float()(x, ei)
+    with torch.autocast('cuda', dtype=dtype):
+        out, dts = _conv_dtypes(half, x, ei)
+        fp32_dts = _conv_dtypes(net, x, ei)[1]
+    assert dts == [dtype, dtype] and fp32_dts == [torch.float32, torch.float32]
+    _close(kind, out, ref, dtype)
+    out.float().square().mean().backward()
+    for p in half.parameters():
+        assert p.grad is not None and p.grad.dtype == dtype and torch.isfinite(p.grad).all()
 
 
 @pytest.mark.parametrize('kind', KINDS)
