@@ -92,6 +92,7 @@ def run(data, target, model, loader, epochs: int, lr: float, dtype=None) -> tupl
 
     def cast():
         return torch.autocast(DEV.type, dtype=dtype, enabled=dtype is not None)
+
     best_val, test_at_best = -1.0, 0.0
     t0 = time.perf_counter()
     for _ in range(epochs):

@@ -56,9 +56,7 @@ def test_a_sampler_of_the_users_is_followed():
 def test_link_loader_seed_batches_are_torch_dataloader_batches():
     data = _data()
     links = data.edge_index[:, :50]
-    loader = LinkNeighborLoader(
-        data, [2], edge_label_index=links, batch_size=16, shuffle=True, cpu_sampler='reference'
-    )
+    loader = LinkNeighborLoader(data, [2], edge_label_index=links, batch_size=16, shuffle=True, cpu_sampler='reference')
     torch.manual_seed(2)
     ours = [b.input_id for b in loader]
     torch.manual_seed(2)
