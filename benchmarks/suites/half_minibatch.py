@@ -50,10 +50,10 @@ Run on a GPU: ``python -m benchmarks.suites.half_minibatch --out DIR``
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import itertools
 import statistics
+import threading
 import time
 from typing import Iterator, List, Optional, Sequence
 
@@ -92,6 +92,19 @@ def _reset_peak() -> None:
     if DEV.type == 'cuda':
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+
+
+def _quiesce() -> float:
+    """Frees what earlier rows left (garbage, their prefetch threads, which
+    finish the batch in hand after their loader is dropped), resets the
+    peak and returns the GPU memory still allocated (GB)."""
+    free(DEV)
+    for t in threading.enumerate():
+        if t.name == 'pyg_tc-prefetch':
+            t.join(timeout=60)
+    free(DEV)
+    _reset_peak()
+    return torch.cuda.memory_allocated() / 2**30 if DEV.type == 'cuda' else 0.0
 
 
 def _hops(model, b):
@@ -168,8 +181,7 @@ def epoch_records(a) -> Iterator[dict]:
         F, C, _ = SHAPES[graph]
         data, seeds, _ = make_data(graph)
         data = data.to(DEV)
-        host = copy.copy(data)  # (the half rows' graph: the fp32 features in host memory)
-        host.x = data.x.cpu()
+        x_host = data.x.cpu()  # (the half rows' fp32 features, their GPU copy dropped)
         plain = NeighborLoader(data, a.fanout, input_nodes=seeds, batch_size=a.batch_size, shuffle=True)
         torch.manual_seed(0)
         hop_buckets = buckets_from_batches(plain, num_batches=20, levels=2, per_hop=True)
@@ -178,14 +190,14 @@ def epoch_records(a) -> Iterator[dict]:
             rows = []
             for precision, mode, prefetch in itertools.product(a.precisions, a.modes, a.prefetch):
                 storage, _ = PRECISIONS[precision]
-                source = data
-                if storage is not None and a.half_features == 'gpu-only':
-                    storage, source = dataclasses.replace(as_storage(storage), memory='device'), host
+                on_gpu = storage is None or a.half_features == 'with-fp32'
+                if storage is not None and not on_gpu:
+                    storage = dataclasses.replace(as_storage(storage), memory='device')
+                data.x = x_host.to(DEV) if on_gpu and not data.x.is_cuda else data.x if on_gpu else x_host
                 captured = mode == 'captured'
-                free(DEV)  # (the previous row's loader, stored features and graphs gone)
-                _reset_peak()
+                base = _quiesce()  # (the previous row's loader, its thread, stored features and graphs gone)
                 loader = NeighborLoader(
-                    source,
+                    data,
                     a.fanout,
                     input_nodes=seeds,
                     batch_size=a.batch_size,
@@ -213,12 +225,13 @@ def epoch_records(a) -> Iterator[dict]:
                     precision=precision,
                     mode=mode,
                     prefetch=prefetch,
-                    features_on_gpu='fp32' if source is data else 'converted copy',
+                    features_on_gpu='fp32' if storage is None else 'converted' if not on_gpu else 'fp32 + converted',
                     batches=n,
                     epoch_s=min(times),
                     ms_per_batch=1e3 * min(times) / max(n, 1),
                     x_mb_per_batch=statistics.mean(xbytes) / 2**20,
                     peak_gb=_peak(),
+                    base_gb=base,
                     replays=step.replays,
                     eager_steps=step.eager_steps,
                 )
@@ -408,7 +421,9 @@ def reporter(out: str, env: dict) -> Reporter:
                 '## Epochs',
                 'epoch',
                 note='The loader (sampling, gathering, padding) and the step; the best of the timed epochs. '
-                '`x fp32`: the fp32 epoch of the same mode over this one (one run, one GPU).',
+                '`x fp32`: the fp32 epoch of the same mode over this one (one run, one GPU). '
+                '`at start`: GPU memory allocated when the row starts (the graph and, for fp32 rows, '
+                'its fp32 features); `peak`: the most allocated during the row (that included).',
                 cols=[
                     Col('graph', 'graph'),
                     Col('model', 'model'),
@@ -419,6 +434,8 @@ def reporter(out: str, env: dict) -> Reporter:
                     Col('ms / batch', 'ms_per_batch', '.3f'),
                     Col('x fp32', 'x_fp32', '.2f', bold=True),
                     Col('features MB / batch', 'x_mb_per_batch', '.1f'),
+                    Col('features on the GPU', 'features_on_gpu'),
+                    Col('at start GB', 'base_gb', '.2f'),
                     Col('peak GB', 'peak_gb', '.2f'),
                     Col('peak x fp32', 'peak_vs_fp32', '.2f'),
                 ],
