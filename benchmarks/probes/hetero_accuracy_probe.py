@@ -7,7 +7,8 @@ whether pyg_tc's mean lies within one standard deviation of PyG's.
 ``--impls`` adds ``mixed``: PyG's layers on pyg_tc's loader (which of the
 two a difference comes from). ``--precisions`` trains pyg_tc's model also under
 autocast in bf16 / fp16 with the node features stored in that precision
-(fp16 with a ``GradScaler``; the loss in fp32), against its fp32 run.
+(fp16 with a ``GradScaler``; the loss in fp32), or with the features stored
+in fp8 (``FeatureStorage(FP8)``) under bf16 autocast, against its fp32 run.
 
 Datasets (``--root``, e.g. ``$PYG_TC_DATA/hetero``, copied to a temporary
 folder first): IMDB (movies, 3 genres) and DBLP (authors, 4 areas; the
@@ -38,7 +39,8 @@ from torch_geometric.datasets import DBLP, IMDB
 from torch_geometric.loader import NeighborLoader as PyGNeighborLoader
 
 import pyg_tc.nn
-from pyg_tc.loader import NeighborLoader
+from pyg_tc.loader import FeatureStorage, NeighborLoader, quantize_fp8
+from pyg_tc.ops.neighbor import FP8
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 #: dataset -> (class, folder, target node type)
@@ -70,18 +72,25 @@ def load(root: str, name: str):
     return data, target
 
 
-#: precision -> autocast dtype (None: fp32)
-PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+#: precision -> autocast dtype (None: fp32); fp8: features stored in e4m3
+#: (``FeatureStorage(FP8)``, per-column scales per node type) upcast to bf16
+PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16, 'fp8': torch.bfloat16}
 
 
-def stored(data, dtype):
-    """``data`` with its node features stored in ``dtype`` (a copy; itself for None)."""
-    if dtype is None:
+def stored(data, precision):
+    """``data`` with its node features as the loader of ``precision`` gives
+    them (a copy; itself for fp32): rounded to the half dtype, or fp8's
+    stored values upcast to bf16."""
+    if precision == 'fp32':
         return data
     data = copy.copy(data)
     for store in data.node_stores:
         if 'x' in store and store.x.is_floating_point():
-            store.x = store.x.to(dtype)
+            if precision == 'fp8':
+                q, s = quantize_fp8(store.x)
+                store.x = (q.float() * s).bfloat16()
+            else:
+                store.x = store.x.to(PRECISIONS[precision])
     return data
 
 
@@ -126,7 +135,7 @@ def main():
     p.add_argument('--seeds', type=int, default=5)
     p.add_argument('--first-seed', type=int, default=0)
     p.add_argument('--impls', default='PyG,pyg_tc', help="a comma list of PyG, pyg_tc and mixed")
-    p.add_argument('--precisions', default='fp32', help='pyg_tc runs per precision: fp32, bf16, fp16')
+    p.add_argument('--precisions', default='fp32', help='pyg_tc runs per precision: fp32, bf16, fp16, fp8')
     p.add_argument('--epochs', type=int, default=30)
     p.add_argument('--hidden', type=int, default=64)
     p.add_argument('--fanout', default='10,10')
@@ -162,13 +171,16 @@ def main():
                 kw = dict(input_nodes=(target, train), batch_size=a.batch_size, shuffle=True)
                 for impl in impls:
                     model = models[impl]
-                    dtype = PRECISIONS[impl.split('-')[1]] if '-' in impl else None
+                    precision = impl.split('-')[1] if '-' in impl else 'fp32'
+                    dtype = PRECISIONS[precision]
                     torch.manual_seed(seed)
                     if impl == 'PyG':
                         loader = PyGNeighborLoader(data, fan, **kw)
+                    elif precision == 'fp8':  # (the loader's fp8 path: stored once, upcast in the gather)
+                        loader = NeighborLoader(data, fan, device=DEV, feature_storage=FeatureStorage(FP8), **kw)
                     else:
-                        loader = NeighborLoader(stored(data, dtype), fan, device=DEV, **kw)
-                    acc, sec = run(stored(data, dtype), target, model, loader, a.epochs, a.lr, dtype)
+                        loader = NeighborLoader(stored(data, precision), fan, device=DEV, **kw)
+                    acc, sec = run(stored(data, precision), target, model, loader, a.epochs, a.lr, dtype)
                     accs[impl].append(acc)
                     rec = dict(
                         dataset=name,

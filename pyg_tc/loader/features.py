@@ -161,7 +161,10 @@ class FeatureStorage:
         with ``pin`` in pinned host memory."""
         if not isinstance(value, Tensor) or value.dim() != 2 or not value.is_floating_point():
             got = f'{value.dtype} {tuple(value.shape)}' if isinstance(value, Tensor) else type(value).__name__
-            raise ValueError(f'pyg_tc.loader: feature_storage stores 2-D floating node attributes; data.{key} is {got}')
+            where = key if key.startswith('[') else f'.{key}'
+            raise ValueError(
+                f'pyg_tc.loader: feature_storage stores 2-D floating node attributes; data{where} is {got}'
+            )
         if self.dtype == ops.FP8:
             q, s = quantize_fp8(value, self.scale)
             return (q.pin_memory() if pin else q.to(device), s.to(device))

@@ -385,29 +385,35 @@ class _GPULoader:
         return hit[2]
 
     def _use_storage(self, storage: Union[None, torch.dtype, FeatureStorage], data: Any) -> None:
-        """Keeps ``feature_storage`` (checked: its attributes exist on a homogeneous ``data``)."""
+        """Keeps ``feature_storage`` (checked: its attributes exist on ``data``,
+        for ``HeteroData`` on one node type at least)."""
         self.feature_storage = as_storage(storage)
         if self.feature_storage is not None and isinstance(data, HeteroData):
-            raise NotImplementedError(
-                'pyg_tc.loader: feature_storage is not supported for HeteroData yet; store the features '
-                'in the dtype to gather (data[node_type].x = x.bfloat16()) instead'
-            )
+            for key in self.feature_storage.attrs:
+                if not any(isinstance(store.get(key), Tensor) for store in data.node_stores):
+                    raise ValueError(
+                        f'pyg_tc.loader: feature_storage stores data[node_type].{key}, which no node type has'
+                    )
         if self.feature_storage is not None and isinstance(data, Data):
             for key in self.feature_storage.attrs:
                 if not isinstance(data.get(key), Tensor) or not data.is_node_attr(key):
                     raise ValueError(f'pyg_tc.loader: feature_storage stores data.{key}, which is not a node attribute')
 
-    def _stored(self, key: str, value: Tensor) -> Any:
-        """Attribute ``key`` as ``feature_storage`` keeps it (converted once
-        per tensor and version, where its ``memory`` puts it; on a CPU
-        sampler on the CPU)."""
+    def _stored(self, key: Any, value: Tensor) -> Any:
+        """Attribute ``key`` (a name, or ``(node type, name)``) as
+        ``feature_storage`` keeps it (converted once per tensor and version,
+        where its ``memory`` puts it; on a CPU sampler on the CPU)."""
         storage = self.feature_storage
         pin, dev = storage.placement(value, self._sampler.device)
-        return self._converted('_stored_features', key, value, lambda: storage.store(key, value, pin, dev))
+        name = key if isinstance(key, str) else f'[{key[0]!r}].{key[1]}'
+        return self._converted('_stored_features', key, value, lambda: storage.store(name, value, pin, dev))
 
-    def _gather(self, key: str, value: Any, index: Tensor, dim: int) -> Any:
+    def _gather(self, key: Any, value: Any, index: Tensor, dim: int) -> Any:
+        """The rows ``index`` (along ``dim``) of attribute ``key``: a name, or
+        ``(node type, name)`` / ``(edge type, name)`` of a ``HeteroData``."""
         storage = getattr(self, 'feature_storage', None)
-        if storage is not None and dim == 0 and key in storage.attrs and isinstance(value, Tensor):
+        node_attr = key if isinstance(key, str) else key[1] if isinstance(key[0], str) else None
+        if storage is not None and dim == 0 and node_attr in storage.attrs and isinstance(value, Tensor):
             return storage.gather(self._stored(key, value), index)
         if isinstance(value, np.ndarray):  # as PyG: gathered on the host, then a tensor (on the batch's device)
             return torch.from_numpy(np.take(value, index.cpu().numpy(), axis=dim)).to(index.device)
@@ -587,8 +593,9 @@ class NeighborLoader(_GPULoader, PyGNeighborLoader):
     node and edge type, sampled by the ``hetero_neighbor_sample`` kernel
     (pyg-lib's semantics) and gathered on the GPU, each edge type's
     ``edge_index`` carrying its CSR over the batch's (sources, targets);
-    ``feature_storage`` and ``graph_memory`` other than the sampler's
-    device are not supported for it yet.
+    ``feature_storage`` applies to the named attributes of every node
+    type; ``graph_memory`` other than the sampler's device is not
+    supported for it yet.
 
     Args:
         data (torch_geometric.data.Data or torch_geometric.data.HeteroData):

@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch_geometric.loader import NeighborLoader as PyGNeighborLoader
 
-from pyg_tc.loader import NeighborLoader
+from pyg_tc.loader import FeatureStorage, NeighborLoader, quantize_fp8
 from pyg_tc.loader.hetero import HeteroNeighborSampler
+from pyg_tc.ops.neighbor import FP8
 
 from .test_hetero_sampler import SIZES, _pyg_lib, hetero_graph
 
@@ -140,10 +141,57 @@ def test_hetero_model_trains_on_the_batches():
     assert losses[-1] < 0.7 * losses[0]
 
 
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize(
+    'storage',
+    [torch.bfloat16, FeatureStorage(FP8), FeatureStorage(torch.float16, memory='device')],
+    ids=['bf16', 'fp8', 'fp16-device'],
+)
+def test_feature_storage_per_node_type(device, storage):
+    """``feature_storage`` stores every node type's features (fp8: with its
+    own scales per type) and gathers them in the batch dtype; every other
+    field is the batch of the loader without it."""
+    data = hetero_graph(6)
+    kw = dict(input_nodes=('paper', torch.arange(0, 60, 2)), batch_size=10, device=device)
+    torch.manual_seed(0)
+    plain = list(NeighborLoader(data, [3, 2], **kw))
+    torch.manual_seed(0)
+    ours = list(NeighborLoader(data, [3, 2], feature_storage=storage, **kw))
+    st = storage if isinstance(storage, FeatureStorage) else FeatureStorage(storage)
+    assert len(plain) == len(ours) == 3
+    for a, b in zip(plain, ours):
+        for t in data.node_types:
+            assert torch.equal(a[t].n_id, b[t].n_id)
+            full = data[t].x
+            if st.dtype == FP8:
+                q, s = quantize_fp8(full, st.scale)
+                want = (q.float() * s)[a[t].n_id.cpu()].to(st.batch_dtype)
+            else:
+                want = full[a[t].n_id.cpu()].to(st.dtype)
+            assert b[t].x.dtype == st.batch_dtype and b[t].x.device == a[t].x.device
+            assert torch.equal(b[t].x.cpu(), want), t
+        for e in data.edge_types:
+            assert torch.equal(a[e].edge_attr, b[e].edge_attr)  # (edge attributes as stored)
+            assert torch.equal(a[e].edge_index.as_tensor(), b[e].edge_index.as_tensor())
+
+
 def test_errors():
     data = hetero_graph(10)
-    with pytest.raises(NotImplementedError, match='feature_storage'):
-        NeighborLoader(data, [2], input_nodes=('paper', None), feature_storage=torch.bfloat16, device='cpu')
+    with pytest.raises(ValueError, match='no node type has'):
+        NeighborLoader(
+            data, [2], input_nodes=('paper', None), feature_storage=FeatureStorage(torch.bfloat16, attrs=('h',))
+        )
+    data['paper'].w = torch.arange(SIZES['paper'])
+    loader = NeighborLoader(
+        data,
+        [2],
+        input_nodes=('paper', None),
+        feature_storage=FeatureStorage(torch.bfloat16, attrs=('w',)),
+        device='cpu',
+    )
+    with pytest.raises(ValueError, match=r"data\['paper'\].w is torch.int64"):
+        next(iter(loader))
+    del data['paper'].w
     with pytest.raises(NotImplementedError, match='disjoint'):
         NeighborLoader(data, [2], input_nodes=('paper', None), disjoint=True, device='cpu')
     with pytest.raises(NotImplementedError, match='graph_memory'):
