@@ -1,9 +1,10 @@
 """The datasets of the tutorials: the real ones from a folder, or synthetic stand-ins of the same shape.
 
-The tutorials run on four PyG datasets: Cora (node classification), PROTEINS_full and ENZYMES
-(graph classification) and Tolokers (a large-degree node classification graph). :func:`load`
-reads the real one from a folder laid out as PyG roots its datasets (``planetoid/Cora``,
-``tu/PROTEINS_full``, ``tu/ENZYMES``, ``heterophilous/tolokers``; PyG downloads missing files
+The tutorials run on five PyG datasets: Cora (node classification), PROTEINS_full and ENZYMES
+(graph classification), Tolokers (a large-degree node classification graph) and DBLP (a
+heterogeneous graph: authors, papers, terms, conferences). :func:`load` reads the real one from
+a folder laid out as PyG roots its datasets (``planetoid/Cora``, ``tu/PROTEINS_full``,
+``tu/ENZYMES``, ``heterophilous/tolokers``, ``hetero/dblp_hencex``; PyG downloads missing files
 there), or, given no folder, returns :func:`synthetic` data of the same shape, so every
 tutorial also runs offline::
 
@@ -26,7 +27,7 @@ from typing import Callable, List, Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data, InMemoryDataset
+from torch_geometric.data import Data, HeteroData, InMemoryDataset
 
 __all__ = ['NAMES', 'DatasetUnavailableError', 'SyntheticDataset', 'synthetic', 'load', 'load_or_exit']
 
@@ -36,7 +37,10 @@ _REAL = {
     'PROTEINS_full': ('TUDataset', 'tu', 'PROTEINS_full'),
     'ENZYMES': ('TUDataset', 'tu', 'ENZYMES'),
     'Tolokers': ('HeterophilousGraphDataset', 'heterophilous', 'Tolokers'),
+    'DBLP': ('DBLP', 'hetero', 'dblp_hencex'),
 }
+#: PyG classes that take no ``name``: the third entry of ``_REAL`` is their folder
+_NO_NAME = ('DBLP',)
 #: synthetic only (no real counterpart): :func:`load` returns them whatever the root
 _SYNTHETIC_ONLY = ('Molecules',)
 #: the dataset names :func:`load` and :func:`synthetic` know
@@ -57,9 +61,10 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
 
     Args:
         name (str): One of :data:`NAMES` (``'Cora'``, ``'PROTEINS_full'``, ``'ENZYMES'``,
-            ``'Tolokers'``; ``'Molecules'`` is synthetic only).
+            ``'Tolokers'``, ``'DBLP'``; ``'Molecules'`` is synthetic only).
         root (str, optional): The folder holding the datasets as PyG roots them
-            (``planetoid/Cora``, ``tu/PROTEINS_full``, ``tu/ENZYMES``, ``heterophilous/tolokers``).
+            (``planetoid/Cora``, ``tu/PROTEINS_full``, ``tu/ENZYMES``, ``heterophilous/tolokers``,
+            ``hetero/dblp_hencex``).
             PyG downloads missing files there and writes ``processed/`` beside ``raw/``, so it must
             be writable. If :obj:`None`, returns :func:`synthetic` data of the same shape.
             (default: :obj:`None`)
@@ -67,8 +72,8 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
             ``transform``. (default: :obj:`None`)
 
     Returns:
-        The PyG dataset (``Planetoid``, ``TUDataset`` or ``HeterophilousGraphDataset``), or a
-        :class:`SyntheticDataset`.
+        The PyG dataset (``Planetoid``, ``TUDataset``, ``HeterophilousGraphDataset`` or
+        ``DBLP``), or a :class:`SyntheticDataset`.
 
     Raises:
         ValueError: For an unknown ``name``.
@@ -83,6 +88,9 @@ def load(name: str, root: Optional[str] = None, transform: Optional[Callable] = 
     cls, sub, pyg_name = _REAL[name]
     folder = os.path.join(os.fspath(root), sub)
     try:
+        if name in _NO_NAME:
+            folder = os.path.join(folder, pyg_name)
+            return getattr(D, cls)(folder, transform=transform)
         return getattr(D, cls)(folder, pyg_name, transform=transform)
     except OSError as e:  # DNS / HTTP errors of the download, a folder that cannot be written
         reason = (str(e).strip().splitlines() or [''])[0][:200]
@@ -122,7 +130,8 @@ class SyntheticDataset(InMemoryDataset):
     distribution; for ``'PROTEINS_full'`` and ``'ENZYMES'`` small graphs with one-hot node types
     as ``x`` and one label per graph; ``'Molecules'`` (no real counterpart) 4,000 molecule-shaped
     graphs as ZINC's: 10-40 atoms, a tree plus a few rings (mean degree about 2.2), 9 one-hot atom
-    types, 2 classes that depend on the atoms' types and their neighbours'.
+    types, 2 classes that depend on the atoms' types and their neighbours'; ``'DBLP'`` one
+    ``HeteroData`` with DBLP's node and edge types, counts, feature widths and author split.
 
     Args:
         name (str): One of :data:`NAMES`.
@@ -315,10 +324,89 @@ def _molecules(num_graphs: int, gen: torch.Generator) -> List[Data]:
     return out
 
 
+def _dblp(gen: torch.Generator) -> List[HeteroData]:
+    """DBLP's shape (PyG's ``DBLP``): 4,057 authors (451 binary keywords; 4 research areas of
+    1,197 / 745 / 1,109 / 1,006; 400 / 400 / 3,257 train / val / test), 14,328 papers (4,233
+    binary words), 7,723 terms (50-wide embeddings), 20 conferences (no features); 19,645
+    author-paper, 85,810 paper-term and 14,328 paper-conference edges, each relation with its
+    reverse (PyG's relation name ``to``). Each conference belongs to an area (5 each) and each
+    paper to one conference; an author writes papers of their own area 3 times in 4, and the
+    keywords, words and term embeddings lean to their area: the area can be learned from the
+    features and the relations, as in DBLP."""
+    A, P, T, K, C = 4057, 14328, 7723, 20, 4
+    y = torch.repeat_interleave(torch.arange(C), torch.tensor([1197, 745, 1109, 1006]))[
+        torch.randperm(A, generator=gen)
+    ]
+    paper_conf = torch.randint(0, K, (P,), generator=gen)
+    paper_area = paper_conf % C  # conference k belongs to area k % 4
+    term_area = torch.randint(0, C, (T,), generator=gen)
+    by_area = [(paper_area == c).nonzero().view(-1) for c in range(C)]
+
+    def pairs(src: Tensor, dst: Tensor, count: int, n_dst: int) -> Tensor:
+        """The first ``count`` distinct (src, dst) pairs, in draw order."""
+        key = src * n_dst + dst
+        uniq, inv = torch.unique(key, return_inverse=True)
+        first = torch.full((uniq.numel(),), key.numel(), dtype=torch.long).scatter_reduce(
+            0, inv, torch.arange(key.numel()), 'amin'
+        )
+        key = key[first.sort().values][:count]
+        if key.numel() < count:
+            raise RuntimeError('synthetic DBLP: too few distinct edges drawn')
+        return torch.stack([key // n_dst, key % n_dst])
+
+    # authors write 1 paper at least, the prolific ones many (power law); 3 in 4 in their area
+    w = _power_law_weights(A, 0.9, 3.0, gen)
+    authors = torch.cat([torch.arange(A), torch.multinomial(w, 2 * 19645, replacement=True, generator=gen)])
+    papers = torch.randint(0, P, (authors.numel(),), generator=gen)
+    own = torch.rand(authors.numel(), generator=gen) < 0.75
+    for c in range(C):
+        sel = own & (y[authors] == c)
+        papers[sel] = by_area[c][torch.randint(0, by_area[c].numel(), (int(sel.sum()),), generator=gen)]
+    writes = pairs(authors, papers, 19645, P)
+    # papers have about 6 terms, 2 in 5 of their area's
+    tw = _power_law_weights(T, 0.8, 20.0, gen)
+    src = torch.cat([torch.arange(P), torch.randint(0, P, (2 * 85810,), generator=gen)])
+    terms = torch.multinomial(tw, src.numel(), replacement=True, generator=gen)
+    topical = torch.rand(src.numel(), generator=gen) < 0.4
+    area_terms = [(term_area == c).nonzero().view(-1) for c in range(C)]
+    for c in range(C):
+        sel = topical & (paper_area[src] == c)
+        terms[sel] = area_terms[c][torch.randint(0, area_terms[c].numel(), (int(sel.sum()),), generator=gen)]
+    has = pairs(src, terms, 85810, T)
+
+    def words(n: int, width: int, per: int, area: Tensor, vocab_size: int) -> Tensor:
+        """Binary bags of up to ``per`` words (a word drawn twice counts once), 3 in 10 from the
+        row's area vocabulary."""
+        vocab = torch.randperm(width, generator=gen)[: C * vocab_size].view(C, vocab_size)
+        pop = (torch.arange(width, dtype=torch.float64) + 10.0) ** -1.0
+        pop = pop[torch.randperm(width, generator=gen)]
+        pick = torch.multinomial(pop, n * per, replacement=True, generator=gen).view(n, per)
+        from_area = torch.rand(n, per, generator=gen) < 0.3
+        own_words = vocab[area].gather(1, torch.randint(0, vocab_size, (n, per), generator=gen))
+        return torch.zeros(n, width).scatter_(1, torch.where(from_area, own_words, pick), 1.0)
+
+    data = HeteroData()
+    data['author'].x = words(A, 451, 10, y, 40)
+    data['author'].y = y
+    train, val, test = _splits(A, (400, 400, 3257), gen)
+    data['author'].train_mask, data['author'].val_mask, data['author'].test_mask = train, val, test
+    data['paper'].x = words(P, 4233, 6, paper_area, 200)
+    centers = torch.randn(C, 50, generator=gen)
+    data['term'].x = torch.randn(T, 50, generator=gen) + 0.7 * centers[term_area]
+    data['conference'].num_nodes = K
+    conf = torch.stack([torch.arange(P), paper_conf])
+    rels = [('author', 'paper', writes), ('paper', 'author', writes.flip(0)), ('paper', 'term', has)]
+    rels += [('paper', 'conference', conf), ('term', 'paper', has.flip(0)), ('conference', 'paper', conf.flip(0))]
+    for src_type, dst_type, ei in rels:  # (DBLP's order of edge types)
+        data[src_type, 'to', dst_type].edge_index = ei
+    return [data]
+
+
 _GENERATORS = {
     'Cora': _cora,
     'Tolokers': _tolokers,
     'PROTEINS_full': lambda gen: _tu(1113, [663, 450], 41.0, 620, gen),
     'ENZYMES': lambda gen: _tu(600, [100] * 6, 32.6, 126, gen),
     'Molecules': lambda gen: _molecules(4000, gen),
+    'DBLP': _dblp,
 }

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_geometric.datasets
+from torch_geometric.data import HeteroData
 from torch_geometric.nn import GCNConv
 from torch_geometric.utils import contains_self_loops, is_undirected
 
@@ -121,6 +122,44 @@ def test_tu_and_tolokers_labels_carry_signal(made):
     assert auc > 0.8
 
 
+def test_dblp_shape(made):
+    """DBLP's node and edge types, counts, widths and author split; binary keywords and
+    words; a reverse for every relation; an author's area predictable from its papers'."""
+    d = made['DBLP'][0]
+    assert isinstance(d, HeteroData)
+    assert {t: d[t].num_nodes for t in d.node_types} == {'author': 4057, 'paper': 14328, 'term': 7723, 'conference': 20}
+    assert {t: d[t].x.shape[1] for t in ('author', 'paper', 'term')} == {'author': 451, 'paper': 4233, 'term': 50}
+    assert 'x' not in d['conference']
+    edges = {e: d[e].edge_index.size(1) for e in d.edge_types}
+    assert edges == {
+        ('author', 'to', 'paper'): 19645,
+        ('paper', 'to', 'author'): 19645,
+        ('paper', 'to', 'term'): 85810,
+        ('paper', 'to', 'conference'): 14328,
+        ('term', 'to', 'paper'): 85810,
+        ('conference', 'to', 'paper'): 14328,
+    }
+    for s_, d_ in (('author', 'paper'), ('paper', 'term'), ('paper', 'conference')):
+        fwd, rev = d[s_, 'to', d_].edge_index, d[d_, 'to', s_].edge_index
+        assert torch.equal(fwd.flip(0), rev)
+        key = fwd[0] * d[d_].num_nodes + fwd[1]
+        assert key.unique().numel() == key.numel()  # no repeated edge
+    assert torch.bincount(d['author', 'to', 'paper'].edge_index[0], minlength=4057).min() >= 1  # every author writes
+    for t in ('author', 'paper'):
+        assert set(d[t].x.unique().tolist()) == {0.0, 1.0}
+    a = d['author']
+    assert torch.bincount(a.y).tolist() == [1197, 745, 1109, 1006]
+    masks = torch.stack([a.train_mask, a.val_mask, a.test_mask])
+    assert masks.sum(1).tolist() == [400, 400, 3257] and masks.sum(0).max() == 1
+    # the majority conference area (conference k is area k % 4) of an author's papers is its label
+    src, dst = d['author', 'to', 'paper'].edge_index
+    conf = torch.empty(14328, dtype=torch.long)
+    conf[d['paper', 'to', 'conference'].edge_index[0]] = d['paper', 'to', 'conference'].edge_index[1]
+    votes = torch.zeros(4057, 4).index_add_(0, src, F.one_hot(conf[dst] % 4, 4).float())
+    assert float((votes.argmax(1) == a.y).float().mean()) > 0.7
+    assert torch.equal(synthetic('DBLP')[0]['paper', 'to', 'term'].edge_index, d['paper', 'to', 'term'].edge_index)
+
+
 def test_load_without_root_is_synthetic():
     ds = load('ENZYMES')
     assert isinstance(ds, SyntheticDataset) and len(ds) == 600 and repr(ds) == "SyntheticDataset('ENZYMES', 600)"
@@ -175,6 +214,26 @@ def test_real_and_synthetic_have_the_same_shape(made, name, rel, tmp_path_factor
         assert r.num_nodes == f.num_nodes and abs(r.num_edges / f.num_edges - 1) < 0.01
         for key in ('x', 'y', 'train_mask', 'val_mask', 'test_mask'):
             assert r[key].shape == f[key].shape, key
+
+
+def test_real_and_synthetic_dblp_have_the_same_shape(made, tmp_path_factory):
+    """With ``$PYG_TC_DATA``: the real DBLP through ``load`` and its stand-in agree in node and
+    edge types, counts, feature widths, dtypes and mask sizes."""
+    root = writable_copy(tmp_path_factory, 'hetero/dblp_hencex')
+    (root / 'hetero').mkdir()
+    (root / 'dblp_hencex').rename(root / 'hetero' / 'dblp_hencex')
+    real, fake = load('DBLP', root)[0], made['DBLP'][0]
+    assert isinstance(load('DBLP', root), torch_geometric.datasets.DBLP)
+    assert real.node_types == fake.node_types and real.edge_types == fake.edge_types
+    for t in real.node_types:
+        assert real[t].num_nodes == fake[t].num_nodes and sorted(real[t].keys()) == sorted(fake[t].keys()), t
+        for key in real[t].keys():
+            if key != 'num_nodes':
+                assert real[t][key].shape == fake[t][key].shape and real[t][key].dtype == fake[t][key].dtype, (t, key)
+    for e in real.edge_types:
+        assert real[e].edge_index.shape == fake[e].edge_index.shape, e
+    for m in ('train_mask', 'val_mask', 'test_mask'):
+        assert int(real['author'][m].sum()) == int(fake['author'][m].sum())
 
 
 def test_molecules_are_molecule_shaped():

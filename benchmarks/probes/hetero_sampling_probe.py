@@ -3,7 +3,7 @@ pyg_tc's sampler (the ``hetero_neighbor_sample`` kernel) against pyg-lib's
 hetero sampler (PyG's default), in one process and as PyG's
 ``NeighborLoader`` with worker processes.
 
-The graph (``igbh_shaped``): papers, authors (1.2 per paper), institutes
+The graph (``pyg_tc.bench.graphs.igbh_shaped``): papers, authors (1.2 per paper), institutes
 (1 per 100 papers) and fields of study (1 per 10 papers); edge types
 ``cites``, ``written_by``, ``affiliated_to``, ``topic`` and their reverses
 (8), sources drawn with power-law (Zipf) popularity, targets uniformly;
@@ -27,37 +27,12 @@ import json
 import time
 
 import torch
-from torch_geometric.data import HeteroData
 from torch_geometric.sampler import NodeSamplerInput
 
+from pyg_tc.bench.graphs import igbh_shaped
 from pyg_tc.loader.hetero import HeteroNeighborSampler
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-
-
-def igbh_shaped(papers: int, seed: int = 0) -> HeteroData:
-    """The synthetic IGBH-shaped graph (see the module doc), on the CPU."""
-    g = torch.Generator().manual_seed(seed)
-    n = {'paper': papers, 'author': papers * 6 // 5, 'institute': max(papers // 100, 1), 'fos': max(papers // 10, 1)}
-    data = HeteroData()
-    for t, k in n.items():
-        data[t].num_nodes = k
-
-    def zipf(k: int, m: int) -> torch.Tensor:  # m sources of k nodes, popularity ~ 1 / rank
-        u = torch.rand(m, generator=g, dtype=torch.float64)
-        return torch.randperm(k, generator=g)[(k**u - 1).long().clamp_(max=k - 1)]
-
-    def rel(src: str, name: str, dst: str, per_dst: float):
-        m = int(n[dst] * per_dst)
-        ei = torch.stack([zipf(n[src], m), torch.randint(0, n[dst], (m,), generator=g)])
-        data[src, name, dst].edge_index = ei
-        data[dst, f'rev_{name}', src].edge_index = ei.flip(0)
-
-    rel('paper', 'cites', 'paper', 10)
-    rel('author', 'written_by', 'paper', 3)
-    rel('institute', 'affiliated_to', 'author', 1)
-    rel('fos', 'topic', 'paper', 5)
-    return data
 
 
 def ms_per_batch(fn, batches, sync) -> float:

@@ -3,7 +3,7 @@ batches: ``HeteroConv({edge type: GATConv((-1, -1), hidden // heads, heads,
 add_self_loops=False)}, aggr='sum')``, PyG's layers against pyg_tc's (the
 same weights), forward + backward per batch, on the batches of
 ``pyg_tc.loader.NeighborLoader`` over an IGBH-shaped graph
-(``hetero_sampling_probe.igbh_shaped``) with ``--width``-wide features.
+(``pyg_tc.bench.graphs.igbh_shaped``) with ``--width``-wide features.
 
 Per precision (fp32; bf16 autocast): ms per batch of each layer (the mean
 over ``--batches`` batches after a warm-up, synchronised at the ends) and
@@ -22,7 +22,7 @@ import torch_geometric.nn as pyg_nn
 import pyg_tc.nn
 from pyg_tc.loader import NeighborLoader
 
-from .hetero_sampling_probe import igbh_shaped
+from pyg_tc.bench.graphs import igbh_shaped
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 

@@ -1,5 +1,6 @@
 """Benchmark graphs: R-MAT power-law graphs with random node ids shaped like
-Reddit, ogbn-products and ogbn-arxiv, and real graphs read offline from the
+Reddit, ogbn-products and ogbn-arxiv, an IGBH-shaped heterogeneous graph
+(:func:`igbh_shaped`, MLPerf's GNN benchmark), and real graphs read offline from the
 datasets folder named by ``$PYG_TC_DATA`` (or a suite's ``--data-root``),
 laid out as PyG roots them (``planetoid/Cora``, ``tu/PROTEINS_full``,
 ``heterophilous/tolokers``, ``misc/blogcatalog.mat``, ...)."""
@@ -12,10 +13,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Tuple
+from typing import TYPE_CHECKING, Tuple
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from torch_geometric.data import HeteroData
 
 from .catalog import ALL_NAMES, CPU_SUITE, GPU_SUITE, QUICK_GPU_SUITE, REAL, SYNTHETIC, resolve_names  # noqa: F401
 
@@ -67,6 +71,60 @@ def rmat(
         src.copy_(perm[src] % num_nodes)
         dst.copy_(perm[dst] % num_nodes)
     return out
+
+
+def igbh_shaped(
+    papers: int, width: int = 0, dtype: torch.dtype = torch.float16, classes: int = 19, seed: int = 0
+) -> 'HeteroData':
+    """A synthetic heterogeneous graph shaped like IGBH (MLPerf Training's GNN
+    benchmark), on the CPU: ``papers`` papers, 1.2 authors per paper, one
+    institute per 100 papers and one field of study (``fos``) per 10; edge
+    types ``cites`` (10 per paper), ``written_by`` (3 authors per paper),
+    ``affiliated_to`` (1 institute per author) and ``topic`` (5 fields per
+    paper), each with its reverse ``rev_<name>`` (8 edge types). Sources are
+    drawn with power-law (Zipf) popularity, targets uniformly. With ``width``
+    > 0 every node type gets ``x [n, width]`` Gaussian features in ``dtype``
+    (IGBH's are 1,024 wide, stored in fp16 by MLPerf's reference), and papers
+    random labels ``y`` in ``classes`` classes (19: IGBH's small label set):
+    a graph to time, not to learn.
+
+    Args:
+        papers (int): the number of papers.
+        width (int, optional): the feature width (0: structure only). (default: :obj:`0`)
+        dtype (torch.dtype, optional): the features' dtype. (default: :obj:`torch.float16`)
+        classes (int, optional): the paper label classes. (default: :obj:`19`)
+        seed (int, optional): the random seed. (default: :obj:`0`)
+    """
+    from torch_geometric.data import HeteroData
+
+    g = torch.Generator().manual_seed(seed)
+    n = {'paper': papers, 'author': papers * 6 // 5, 'institute': max(papers // 100, 1), 'fos': max(papers // 10, 1)}
+    data = HeteroData()
+    for t, k in n.items():
+        data[t].num_nodes = k
+
+    def zipf(k: int, m: int) -> Tensor:  # m sources of k nodes, popularity ~ 1 / rank
+        u = torch.rand(m, generator=g, dtype=torch.float64)
+        return torch.randperm(k, generator=g)[(k**u - 1).long().clamp_(max=k - 1)]
+
+    def rel(src: str, name: str, dst: str, per_dst: float) -> None:
+        m = int(n[dst] * per_dst)
+        ei = torch.stack([zipf(n[src], m), torch.randint(0, n[dst], (m,), generator=g)])
+        data[src, name, dst].edge_index = ei
+        data[dst, f'rev_{name}', src].edge_index = ei.flip(0)
+
+    rel('paper', 'cites', 'paper', 10)
+    rel('author', 'written_by', 'paper', 3)
+    rel('institute', 'affiliated_to', 'author', 1)
+    rel('fos', 'topic', 'paper', 5)
+    if width > 0:
+        for t, k in n.items():
+            x = torch.empty(k, width, dtype=dtype)
+            for i in range(0, k, 1 << 16):  # (in slices: no fp32 copy of the whole matrix)
+                x[i : i + (1 << 16)] = torch.randn(min(1 << 16, k - i), width, generator=g)
+            data[t].x = x
+        data['paper'].y = torch.randint(0, classes, (papers,), generator=g)
+    return data
 
 
 @dataclass

@@ -34,7 +34,7 @@ def tutorial_env(tmp_path) -> dict:
 def data_root(tmp_path_factory):
     """A writable copy of the real datasets the tutorials read (skips without ``$PYG_TC_DATA``)."""
     root = tmp_path_factory.mktemp('data')
-    for sub in ('planetoid', 'tu', 'heterophilous'):
+    for sub in ('planetoid', 'tu', 'heterophilous', 'hetero'):
         shutil.copytree(real_data(sub), root / sub, ignore=shutil.ignore_patterns('processed'))
     for p in [root, *root.rglob('*')]:
         p.chmod(0o755 if p.is_dir() else 0o644)
