@@ -41,7 +41,7 @@ from ..ops import dispatch
 from ..ops.attn import att_logits as fused_att_logits
 from ..ops.attn import attention_weights, gat_logits, new_rng
 from ..ops.csr import acc_dtype
-from ._base import TCLayer, add_bias_as, autocast_input, pyg_dtype, pyg_method, softmax_dtype
+from ._base import TCLayer, add_bias_as, autocast_input, has_hooks, pyg_dtype, pyg_method, softmax_dtype
 from .conv import pyg_layer
 
 # edge features x heads x channels elements per chunk of GATv2's returned logits
@@ -477,6 +477,7 @@ class GATConv(_GATBase, pyg_nn.GATConv):
         x = autocast_input(x)  # the residual and the Linears read one half copy
         H, C = self.heads, self.out_channels
         res: Optional[Tensor] = None
+        folded: Optional[Tensor] = None
         if isinstance(x, Tensor):
             if self.res is not None:
                 res = self.res(x)
@@ -493,8 +494,11 @@ class GATConv(_GATBase, pyg_nn.GATConv):
             lin_dst = self.lin if self.lin is not None else self.lin_dst
             x_src = lin_src(x_src).view(-1, H, C)
             if x_dst is not None:
-                x_dst = lin_dst(x_dst).view(-1, H, C)
-        if x_dst is None:
+                folded = _folded_logits(lin_dst, self.att_dst, x_dst, H, C)
+                x_dst = lin_dst(x_dst).view(-1, H, C) if folded is None else x_dst
+        if folded is not None:  # the targets' term without their projection
+            a_src, a_dst = att_logits(x_src, self.att_src)[0], folded
+        elif x_dst is None:
             a_src, a_dst = att_logits(x_src, self.att_src)[0], None
         elif x_dst is x_src:  # one Linear: both terms from one read of x
             a_src, a_dst = att_logits(x_src, self.att_src, self.att_dst)
@@ -686,6 +690,32 @@ class GATv2Conv(_GATBase, pyg_nn.GATv2Conv):
             alpha = attention_weights(used, logits, lse, p, rng).to(dtype)
             return out, self._weights(edge_index, g, lg, alpha, num_loops)
         return out
+
+
+def _folded_logits(lin: torch.nn.Module, att: Tensor, x: Tensor, H: int, C: int) -> Optional[Tensor]:
+    """GAT's target term ``(lin(x).view(-1, H, C) * att).sum(-1)`` of a
+    bipartite layer as ``x @ M`` with ``M [F, H]`` the Linear's weight folded
+    with ``att`` (exact algebra, other rounding): the targets' projection is
+    read by nothing else, so its ``N x H*C`` product (as large as the
+    sources') is not made. In the accumulation dtype (``[N, H]``; fp32 for
+    fp32 and half ``x``, as the attention kernels take it), computed in
+    ``x``'s dtype outside autocast. None where the fold does
+    not apply: a Linear not yet initialised (lazy), with a bias or hooks of
+    its own, or not a plain 2-D input."""
+    w = getattr(lin, 'weight', None)
+    if (
+        not isinstance(w, Tensor)
+        or isinstance(w, UninitializedParameter)
+        or getattr(lin, 'bias', None) is not None
+        or has_hooks(lin)
+        or x.dim() != 2
+        or w.shape != (H * C, x.size(1))
+    ):
+        return None
+    acc = acc_dtype(w.dtype)  # (half weights: the fold's products summed in fp32, rounded once)
+    m = (w.to(acc).view(H, C, -1) * att.reshape(H, C, 1).to(acc)).sum(1)  # [H, F]
+    with torch.autocast(x.device.type, enabled=False):
+        return torch.matmul(x, m.t().to(x.dtype)).to(acc_dtype(x.dtype))
 
 
 def _gatv2_logits(

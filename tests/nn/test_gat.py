@@ -254,6 +254,74 @@ def test_bipartite():
     compare(ref, ours, (x_src, torch.randn(30, 12)), ei)
 
 
+def test_bipartite_target_projection_is_folded():
+    """A bipartite ``GATConv``'s target projection feeds the logits only, so it
+    is folded with ``att_dst`` (``x_dst @ M``, ``M [F, heads]``): ``lin_dst``
+    does not run, the output and every gradient equal PyG's, float64
+    gradcheck passes through the folded weight; with a hook on ``lin_dst``
+    (or a lazy one) it runs as PyG's does, with the same result."""
+    torch.manual_seed(0)
+    x_src, x_dst = torch.randn(50, 12), torch.randn(30, 6)
+    ei = torch.stack([torch.randint(0, 50, (400,)), torch.randint(0, 30, (400,))])
+    ref, ours = make_pair('v1', (12, 6), 8, heads=2, add_self_loops=False)
+    calls = []
+    ours.lin_dst.forward = lambda *a: calls.append(1) or torch.nn.Linear.forward(ours.lin_dst, *a)
+    compare(ref, ours, (x_src, x_dst), ei)
+    assert not calls  # (a patched forward is no hook: folded, not called)
+    del ours.lin_dst.forward
+    seen = []
+    hook = ours.lin_dst.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    compare(ref, ours, (x_src, x_dst), ei)
+    assert seen and seen[0] == (30, 16)
+    hook.remove()
+    torch.manual_seed(0)  # (parameters whose logits keep clear of LeakyReLU's kink for gradcheck's steps)
+    ei = torch.stack([torch.randint(0, 50, (400,)), torch.randint(0, 30, (400,))])
+    layer = GATConv((12, 6), 3, heads=2, add_self_loops=False).double()
+    names = [k for k, _ in layer.named_parameters()]
+    params = [p.detach().clone().requires_grad_() for p in layer.parameters()]
+    xs = (torch.randn(50, 12, dtype=torch.float64, requires_grad=True), torch.randn(30, 6, dtype=torch.float64))
+
+    def fn(a, *ps):
+        return torch.func.functional_call(layer, dict(zip(names, ps)), ((a, xs[1]), ei))
+
+    assert torch.autograd.gradcheck(fn, (xs[0], *params))
+    go = torch.randn(30, 6, dtype=torch.float64)
+    folded = torch.autograd.grad(fn(xs[0], *params), (xs[0], *params), go)
+    hook = layer.lin_dst.register_forward_hook(lambda m, i, o: None)  # (the unfolded path)
+    unfolded = torch.autograd.grad(fn(xs[0], *params), (xs[0], *params), go)
+    hook.remove()
+    for a, b in zip(folded, unfolded):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+    lazy = GATConv((-1, -1), 8, heads=2, add_self_loops=False)
+    first = lazy((x_src, x_dst), ei)  # (initialises the Linears: unfolded)
+    ref = pyg_nn.GATConv((12, 6), 8, heads=2, add_self_loops=False)
+    ref.load_state_dict(lazy.state_dict())
+    torch.testing.assert_close(first, ref((x_src, x_dst), ei))
+    compare(ref, lazy, (x_src, x_dst), ei)  # (folded)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('heads,channels', [(2, 8), (4, 128), (3, 41)])
+def test_bipartite_fold_on_cuda(heads, channels):
+    """On the GPU, the folded bipartite GAT: fp32 outputs and gradients as
+    PyG's (``compare``), and under bf16 / fp16 autocast within half rounding
+    of the fp32 result, with finite gradients."""
+    torch.manual_seed(0)
+    x_src, x_dst = torch.randn(500, 24, device='cuda'), torch.randn(300, 16, device='cuda')
+    ei = torch.stack([torch.randint(0, 500, (4000,)), torch.randint(0, 300, (4000,))]).cuda()
+    ref, ours = make_pair('v1', (24, 16), channels, heads=heads, add_self_loops=False)
+    ref, ours = ref.cuda(), ours.cuda()
+    want = compare(ref, ours, (x_src, x_dst), ei)
+    for dtype, tol in ((torch.bfloat16, 5e-2), (torch.float16, 1e-2)):
+        with torch.autocast('cuda', dtype=dtype):
+            got = ours((x_src, x_dst), ei)
+        assert (got.float() - want).abs().max() <= tol * want.abs().max().clamp(min=1)
+        got.float().square().mean().backward()
+        for p in ours.parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all()
+        ours.zero_grad()
+
+
 @pytest.mark.parametrize('version', ['v1', 'v2'])
 def test_target_to_source_flow(version):
     ei, n = make_graph('self_loops')
