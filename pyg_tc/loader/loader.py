@@ -830,26 +830,32 @@ class LinkNeighborLoader(_GPULoader, PyGLinkNeighborLoader):
         out, data = self._filter(out, PyGLinkNeighborLoader.filter_fn)
         if not isinstance(data, Data) or out is None:
             return data
-        data.input_id = out.metadata[0]
+        meta = self._link_metadata(out)
+        data.input_id = meta[0]
         if self.neg_sampling is None or self.neg_sampling.is_binary():
-            data.edge_label_index = out.metadata[1]
-            data.edge_label = out.metadata[2]
-            data.edge_label_time = out.metadata[3]
+            data.edge_label_index = meta[1]
+            data.edge_label = meta[2]
+            data.edge_label_time = meta[3]
         elif self.neg_sampling.is_triplet():
-            data.src_index = out.metadata[1]
-            data.dst_pos_index = out.metadata[2]
-            data.dst_neg_index = out.metadata[3]
-            data.seed_time = out.metadata[4]
+            data.src_index = meta[1]
+            data.dst_pos_index = meta[2]
+            data.dst_neg_index = meta[3]
+            data.seed_time = meta[4]
             del data.edge_label_index
             del data.edge_label_time
         return _complete(data if self.transform is None else self.transform(data))
+
+    def _link_metadata(self, out: Any) -> List[Any]:
+        """The sampler output's link metadata (``input_id``, labels and their
+        indices, times) on the sampler's device, where the rest of the batch is."""
+        dev = self._sampler.device
+        return [m.to(dev) if isinstance(m, Tensor) else m for m in out.metadata]
 
     def _hetero_link_fields(self, data: HeteroData, out: HeteroSamplerOutput) -> Any:
         """PyG's link fields of a heterogeneous batch (on the input edge
         type, or its end types for triplet negatives), then the transform."""
         t = self.input_data.input_type
-        dev = self._sampler.device
-        meta = [m.to(dev) if isinstance(m, Tensor) else m for m in out.metadata]
+        meta = self._link_metadata(out)
         data[t].input_id = meta[0]
         if self.neg_sampling is None or self.neg_sampling.is_binary():
             data[t].edge_label_index = meta[1]

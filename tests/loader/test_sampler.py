@@ -295,23 +295,31 @@ def test_pyg_loader_with_our_sampler():
     assert torch.equal(b.edge_attr, c.edge_attr) and torch.equal(b.edge_attr, data.edge_attr[b.e_id])
 
 
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('mode', ['binary', 'triplet'])
-def test_link_loader(mode):
+def test_link_loader(mode, device):
+    """PyG's link fields, on the device of the rest of the batch."""
     ei, N = graph('random')
     data = Data(edge_index=ei, num_nodes=N, x=torch.randn(N, 3))
     label_index = ei[:, :40]
     loader = LinkNeighborLoader(
-        data, [3, 2], edge_label_index=label_index, batch_size=10, neg_sampling=dict(mode=mode, amount=2), device='cpu'
+        data, [3, 2], edge_label_index=label_index, batch_size=10, neg_sampling=dict(mode=mode, amount=2), device=device
     )
     b = next(iter(loader))
     assert isinstance(b.edge_index, TCEdgeIndex)
+    fields = ['input_id'] + (
+        ['edge_label_index', 'edge_label'] if mode == 'binary' else ['src_index', 'dst_pos_index', 'dst_neg_index']
+    )
+    for key in fields:
+        assert b[key].device == b.n_id.device == b.x.device and b.n_id.device.type == device, key
+    n_id, ids = b.n_id.cpu(), b.input_id.cpu()
     if mode == 'binary':
         assert b.edge_label_index.shape == (2, 30) and b.edge_label.tolist() == [1.0] * 10 + [0.0] * 20
-        assert torch.equal(b.n_id[b.edge_label_index[:, :10]], label_index[:, b.input_id])
+        assert torch.equal(n_id[b.edge_label_index[:, :10].cpu()], label_index[:, ids])
     else:
         assert b.dst_neg_index.shape == (10, 2)
-        assert torch.equal(b.n_id[b.src_index], label_index[0, b.input_id])
-        assert torch.equal(b.n_id[b.dst_pos_index], label_index[1, b.input_id])
+        assert torch.equal(n_id[b.src_index.cpu()], label_index[0, ids])
+        assert torch.equal(n_id[b.dst_pos_index.cpu()], label_index[1, ids])
 
 
 # ---------------------------------------------------------------------------
