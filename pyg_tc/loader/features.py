@@ -167,7 +167,7 @@ class FeatureStorage:
             )
         if self.dtype == ops.FP8:
             q, s = quantize_fp8(value, self.scale)
-            return (q.pin_memory() if pin else q.to(device), s.to(device))
+            return (q.cpu().pin_memory() if pin else q.to(device), s.to(device))
         return padded_rows(value, pin, self.dtype, device)
 
     def placement(self, value: Tensor, device: torch.device) -> Tuple[bool, torch.device]:

@@ -184,7 +184,8 @@ def test_padded_rows_converts_in_slices(monkeypatch, dtype, width):
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('memory', ['auto', 'device', 'pinned'])
 @pytest.mark.parametrize('where', ['host', 'device'])
-def test_loader_feature_storage_memory(device, memory, where):
+@pytest.mark.parametrize('dtype', [torch.bfloat16, FP8])
+def test_loader_feature_storage_memory(device, memory, where, dtype):
     """``FeatureStorage(memory=...)`` places the converted copy (a GPU
     loader: on the GPU for ``'device'``, or ``'auto'`` and features there;
     else pinned host memory; a CPU loader: on the CPU) and the batches are
@@ -194,18 +195,25 @@ def test_loader_feature_storage_memory(device, memory, where):
         data = data.to(device)
     kw = dict(batch_size=16, shuffle=False, device=device)
     torch.manual_seed(0)
-    loader = NeighborLoader(data, [4, 3], feature_storage=FeatureStorage(torch.bfloat16, memory=memory), **kw)
+    loader = NeighborLoader(data, [4, 3], feature_storage=FeatureStorage(dtype, memory=memory), **kw)
     batches = list(loader)
     stored = loader._stored_features['x'][2]
+    if dtype == FP8:
+        stored, scale = stored
+        assert scale.device == batches[0].n_id.device
     if device == 'cpu':
         assert stored.device.type == 'cpu' and not stored.is_pinned()
     elif memory == 'device' or (memory == 'auto' and where == 'device'):
         assert stored.is_cuda
     else:
         assert stored.device.type == 'cpu' and stored.is_pinned()
+    want = data.x.cpu()
+    if dtype == FP8:
+        q, s = quantize_fp8(want)
+        want = q.float() * s
     for b in batches:
         assert b.x.dtype == torch.bfloat16 and b.x.device == b.n_id.device
-        assert torch.equal(b.x.cpu(), data.x.cpu()[b.n_id.cpu()].bfloat16())
+        assert torch.equal(b.x.cpu(), want[b.n_id.cpu()].bfloat16())
 
 
 def test_loader_feature_storage_follows_in_place_changes():
