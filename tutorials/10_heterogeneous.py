@@ -41,9 +41,11 @@ CUDA kernels and the GPU sampler.
 ``HeteroConv({edge type: GATConv(in, hidden // heads, heads, add_self_loops=False)})`` in 3
 layers, with fan-out [15, 10, 5] and 1,024 seeds per batch. Part 2 builds an IGBH-shaped
 synthetic graph (``pyg_tc.bench.graphs.igbh_shaped``: power-law degrees, fp16 features) and
-trains that model for a few batches, PyG's stack against pyg_tc's. The table gives training
-seeds per second and, on a GPU, the peak memory. ``--papers`` sizes the graph: 200,000 papers
-by default, 2,000 with ``--small``.
+trains that model (``pyg_tc.bench.models.RGAT``) for a few batches, PyG's stack against
+pyg_tc's. The table gives training seeds per second and, on a GPU, the peak memory.
+``--papers`` sizes the graph: 200,000 papers by default, 2,000 with ``--small``. The
+benchmark suite ``pyg-tc bench rgat`` runs the same model over whole epochs against PyG's loader
+with worker processes.
 
 Data: ``--root DIR`` (default: ``$PYG_TC_DATA``) is where the real DBLP lives, as
 ``DIR/hetero/dblp_hencex`` (PyG downloads it there if it is missing). Without a root the script
@@ -67,6 +69,7 @@ from tqdm import tqdm
 import pyg_tc
 import pyg_tc.nn
 from pyg_tc.bench.graphs import igbh_shaped
+from pyg_tc.bench.models import RGAT
 from pyg_tc.datasets import load_or_exit
 from pyg_tc.loader import NeighborLoader
 from pyg_tc.loader.hetero import HeteroNeighborSampler
@@ -156,30 +159,6 @@ def dblp(a):
                 best_val, test = val, float((pred == y)[full['author'].test_mask].float().mean())
         rows.append((name, test, seconds / epochs))
     return rows, note
-
-
-class RGAT(torch.nn.Module):
-    """MLPerf's R-GAT: ``layers`` ``HeteroConv`` layers of one ``GATConv`` per edge type (from
-    ``lib``), summed per node type, ReLU between layers, and a linear head on the papers."""
-
-    def __init__(self, lib, edge_types, width: int, hidden: int, heads: int, classes: int, layers: int = 3):
-        super().__init__()
-        dims = [width] + [hidden] * layers
-        self.convs = torch.nn.ModuleList(
-            pyg_nn.HeteroConv(
-                {e: lib.GATConv((i, i), hidden // heads, heads, add_self_loops=False) for e in edge_types},
-                aggr='sum',
-            )
-            for i in dims[:-1]
-        )
-        self.lin = torch.nn.Linear(hidden, classes)
-
-    def forward(self, x_dict, edge_index_dict):
-        for i, conv in enumerate(self.convs):
-            x_dict = conv(x_dict, edge_index_dict)
-            if i + 1 < len(self.convs):
-                x_dict = {t: x.relu() for t, x in x_dict.items()}
-        return self.lin(x_dict['paper'])
 
 
 def mlperf_shaped(a):

@@ -3,7 +3,8 @@ library (``torch_geometric.nn`` or ``pyg_tc.nn``), so PyG's model and
 pyg_tc's are the same code with the same initialisation. :func:`conv` makes
 one layer, :class:`Net` a node-level stack (PyG's examples' layouts: GCN,
 SAGE, GIN, GAT, GATv2, AGNN), :class:`GraphNet` the same stack with a sum
-over each graph's nodes and a linear head (graph classification). The
+over each graph's nodes and a linear head (graph classification),
+:class:`RGAT` MLPerf's heterogeneous R-GAT. The
 benchmark suites and the tutorials whose lesson is not the model itself
 build their models here."""
 
@@ -230,3 +231,55 @@ class GraphNet(Net):
 
         x = ACTS[self.act](super().forward(x, edge_index))
         return self.head(global_add_pool(x, batch, num_graphs))
+
+
+class RGAT(torch.nn.Module):
+    """MLPerf Training's R-GAT (its GNN benchmark's reference model): ``layers``
+    ``HeteroConv`` layers of one ``GATConv((i, i), hidden // heads, heads,
+    add_self_loops=False)`` per edge type from ``lib``, summed per node type,
+    ReLU between layers, and a linear head on the ``target`` node type.
+
+    Args:
+        lib (module): ``torch_geometric.nn`` or ``pyg_tc.nn``.
+        edge_types (list): the graph's edge types.
+        width (int): the input feature width (every node type alike).
+        hidden (int): the hidden width (a multiple of ``heads``).
+        heads (int): attention heads.
+        classes (int): output classes.
+        layers (int, optional): ``HeteroConv`` layers. (default: :obj:`3`)
+        target (str, optional): the node type classified. (default: :obj:`'paper'`)
+    """
+
+    def __init__(
+        self,
+        lib: ModuleType,
+        edge_types: Sequence[tuple],
+        width: int,
+        hidden: int,
+        heads: int,
+        classes: int,
+        layers: int = 3,
+        target: str = 'paper',
+    ):
+        from torch_geometric.nn import HeteroConv
+
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f'RGAT: hidden width {hidden} does not split into {heads} heads')
+        dims = [width] + [hidden] * layers
+        self.convs = torch.nn.ModuleList(
+            HeteroConv(
+                {e: lib.GATConv((i, i), hidden // heads, heads, add_self_loops=False) for e in edge_types},
+                aggr='sum',
+            )
+            for i in dims[:-1]
+        )
+        self.lin = torch.nn.Linear(hidden, classes)
+        self.target = target
+
+    def forward(self, x_dict: dict, edge_index_dict: dict) -> Tensor:
+        for i, conv in enumerate(self.convs):
+            x_dict = conv(x_dict, edge_index_dict)
+            if i + 1 < len(self.convs):
+                x_dict = {t: x.relu() for t, x in x_dict.items()}
+        return self.lin(x_dict[self.target])

@@ -25,6 +25,10 @@ SUITES: Dict[str, Tuple[str, str]] = {
         'benchmarks.suites.half_minibatch',
         'half precision in mini-batch training: bf16 / fp16 / fp8 features, captured epochs, GAT, accuracy',
     ),
+    'rgat': (
+        'benchmarks.suites.rgat',
+        "the MLPerf-shaped R-GAT epoch on an IGBH-shaped graph, PyG's loader and layers vs pyg_tc's",
+    ),
     'es_spmm': ('benchmarks.suites.es_spmm', 'ES-SpMM: sampled SpMM kernels, sampled inference and training'),
     'minibatch': ('benchmarks.suites.minibatch', "NeighborLoader training per batch, PyG's layers vs pyg_tc's"),
     'sampling': ('benchmarks.suites.sampling', "GPU neighbour sampling vs PyG's samplers, the mini-batch epoch"),

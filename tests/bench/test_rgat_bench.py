@@ -1,0 +1,20 @@
+"""The MLPerf-shaped R-GAT suite (benchmarks/suites/rgat.py) end to end on the CPU: quick
+settings, a record per run (PyG's loader and layers, pyg_tc's) with its rates, the report and
+the plot; both models start from the same weights."""
+
+import json
+
+from benchmarks.suites import rgat
+
+
+def test_rgat_suite_quick(tmp_path):
+    rgat.main(['--quick', '--out', str(tmp_path)])
+    recs = [json.loads(line) for line in open(tmp_path / 'rgat.jsonl')]
+    assert recs[0]['kind'] == 'env' and not [r for r in recs if r.get('kind') == 'skipped']
+    rows = [r for r in recs if r.get('kind') == 'epoch']
+    assert [r['impl'] for r in rows] == ['PyG, 0 workers', 'pyg_tc']
+    for r in rows:
+        assert r['papers'] == 2000 and r['edges'] == 2 * (2000 * 10 + 2000 * 3 + 2400 + 2000 * 5)
+        assert r['seeds_per_s'] > 0 and abs(r['seeds_per_s'] * r['ms_per_batch'] / 1e3 - 64) < 1e-6
+        assert r['loader_ms'] > 0 and r['loss'] > 0
+    assert (tmp_path / 'rgat.png').exists() and '## Training: PyG against pyg_tc' in (tmp_path / 'rgat.md').read_text()
