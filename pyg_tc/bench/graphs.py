@@ -13,13 +13,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from torch_geometric.data import HeteroData
+from torch_geometric.data import HeteroData
 
 from .catalog import ALL_NAMES, CPU_SUITE, GPU_SUITE, QUICK_GPU_SUITE, REAL, SYNTHETIC, resolve_names  # noqa: F401
 
@@ -75,7 +73,7 @@ def rmat(
 
 def igbh_shaped(
     papers: int, width: int = 0, dtype: torch.dtype = torch.float16, classes: int = 19, seed: int = 0
-) -> 'HeteroData':
+) -> HeteroData:
     """A synthetic heterogeneous graph shaped like IGBH (MLPerf Training's GNN
     benchmark), on the CPU: ``papers`` papers, 1.2 authors per paper, one
     institute per 100 papers and one field of study (``fos``) per 10; edge
@@ -95,8 +93,6 @@ def igbh_shaped(
         classes (int, optional): the paper label classes. (default: :obj:`19`)
         seed (int, optional): the random seed. (default: :obj:`0`)
     """
-    from torch_geometric.data import HeteroData
-
     g = torch.Generator().manual_seed(seed)
     n = {'paper': papers, 'author': papers * 6 // 5, 'institute': max(papers // 100, 1), 'fos': max(papers // 10, 1)}
     data = HeteroData()

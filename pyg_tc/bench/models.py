@@ -240,7 +240,7 @@ class RGAT(torch.nn.Module):
     ReLU between layers, and a linear head on the ``target`` node type.
 
     Args:
-        lib (module): ``torch_geometric.nn`` or ``pyg_tc.nn``.
+        lib (types.ModuleType): ``torch_geometric.nn`` or ``pyg_tc.nn``.
         edge_types (list): the graph's edge types.
         width (int): the input feature width (every node type alike).
         hidden (int): the hidden width (a multiple of ``heads``).
