@@ -278,6 +278,9 @@ class RGAT(torch.nn.Module):
         self.target = target
 
     def forward(self, x_dict: dict, edge_index_dict: dict) -> Tensor:
+        """The ``target`` nodes' class scores from the node features and
+        ``edge_index`` of every type (a ``HeteroData`` batch's ``x_dict`` and
+        ``edge_index_dict``)."""
         for i, conv in enumerate(self.convs):
             x_dict = conv(x_dict, edge_index_dict)
             if i + 1 < len(self.convs):
