@@ -193,7 +193,10 @@ def epoch_records(a) -> Iterator[dict]:
                 on_gpu = storage is None or a.half_features == 'with-fp32'
                 if storage is not None and not on_gpu:
                     storage = dataclasses.replace(as_storage(storage), memory='device')
-                data.x = x_host.to(DEV) if on_gpu and not data.x.is_cuda else data.x if on_gpu else x_host
+                if not on_gpu:
+                    data.x = x_host
+                elif not data.x.is_cuda:
+                    data.x = x_host.to(DEV)
                 captured = mode == 'captured'
                 base = _quiesce()  # (the previous row's loader, its thread, stored features and graphs gone)
                 loader = NeighborLoader(

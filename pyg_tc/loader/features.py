@@ -170,14 +170,13 @@ class FeatureStorage:
             return (q.cpu().pin_memory() if pin else q.to(device), s.to(device))
         return padded_rows(value, pin, self.dtype, device)
 
-    def placement(self, value: Tensor, device: torch.device) -> Tuple[bool, torch.device]:
-        """``(pin, device)`` of :meth:`store` for an attribute ``value`` of a
-        loader sampling on ``device`` (see ``memory``)."""
-        if device.type != 'cuda':
-            return False, device
-        if self.memory == 'device':
-            return False, device
-        return self.memory == 'pinned' or not value.is_cuda, device
+    def pinned(self, value: Tensor, device: torch.device) -> bool:
+        """Whether :meth:`store` keeps attribute ``value`` of a loader
+        sampling on ``device`` in pinned host memory (else on ``device``;
+        see ``memory``)."""
+        if device.type != 'cuda' or self.memory == 'device':
+            return False
+        return self.memory == 'pinned' or not value.is_cuda
 
     def gather(self, stored: Any, index: Tensor) -> Tensor:
         """The rows ``index`` of what :meth:`store` kept, on ``index``'s device."""

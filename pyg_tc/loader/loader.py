@@ -403,8 +403,8 @@ class _GPULoader:
         """Attribute ``key`` (a name, or ``(node type, name)``) as
         ``feature_storage`` keeps it (converted once per tensor and version,
         where its ``memory`` puts it; on a CPU sampler on the CPU)."""
-        storage = self.feature_storage
-        pin, dev = storage.placement(value, self._sampler.device)
+        storage, dev = self.feature_storage, self._sampler.device
+        pin = storage.pinned(value, dev)
         name = key if isinstance(key, str) else f'[{key[0]!r}].{key[1]}'
         return self._converted('_stored_features', key, value, lambda: storage.store(name, value, pin, dev))
 
