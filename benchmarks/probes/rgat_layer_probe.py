@@ -9,7 +9,10 @@ Per precision (fp32; bf16 autocast): ms per batch of each layer (the mean
 over ``--batches`` batches after a warm-up, synchronised at the ends) and
 the ratio; the outputs are checked equal first (fp32, ``allclose``).
 
-    python benchmarks/probes/rgat_layer_probe.py [--papers 200000] [--width 1024] [--out F]
+    python benchmarks/probes/rgat_layer_probe.py [--papers 200000] [--width 1024] [--out F] [--profile N]
+
+``--profile N`` also prints each layer's N most expensive GPU kernels per
+precision (``torch.profiler``, one batch after the timed ones).
 """
 
 import argparse
@@ -29,7 +32,7 @@ DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 def hetero_gat(lib, edge_types, width: int, hidden: int, heads: int):
     convs = {e: lib.GATConv((width, width), hidden // heads, heads, add_self_loops=False) for e in edge_types}
-    return pyg_nn.HeteroConv(convs, aggr='sum')
+    return lib.HeteroConv(convs, aggr='sum')
 
 
 def main():
@@ -42,6 +45,7 @@ def main():
     p.add_argument('--batch-size', type=int, default=1024)
     p.add_argument('--batches', type=int, default=10)
     p.add_argument('--out', default='rgat_layer_probe.jsonl')
+    p.add_argument('--profile', type=int, default=0, help='print the N most expensive kernels per layer')
     a = p.parse_args()
     fan = [int(k) for k in a.fanout.split(',')]
     data = igbh_shaped(a.papers)
@@ -56,6 +60,8 @@ def main():
     ours = hetero_gat(pyg_tc.nn, data.edge_types, a.width, a.hidden, a.heads).to(DEV)
     ours.load_state_dict(ref.state_dict())
     b = batches[0]
+    print('nodes per type:', {t: b[t].num_nodes for t in b.node_types}, flush=True)
+    print('edges per type:', {e[1]: b[e].edge_index.size(1) for e in b.edge_types}, flush=True)
     with torch.no_grad():
         want, got = ref(b.x_dict, b.edge_index_dict), ours(b.x_dict, b.edge_index_dict)
     for t in want:
@@ -80,6 +86,14 @@ def main():
                 step(b)
             sync()
             times[impl] = 1e3 * (time.perf_counter() - t0) / a.batches
+            if a.profile and DEV.type == 'cuda':
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    step(batches[1])
+                    sync()
+                print(f'--- {impl}, {precision}: the {a.profile} most expensive kernels', flush=True)
+                print(
+                    prof.key_averages().table(sort_by='cuda_time_total', row_limit=a.profile, max_name_column_width=70)
+                )
         rec = dict(
             papers=a.papers,
             width=a.width,

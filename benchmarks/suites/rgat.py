@@ -62,17 +62,29 @@ def _pyg_sampler(data, fanout):
     return HeteroNeighborSampler(data, fanout, device='cpu'), "pyg_tc's CPU reference (no pyg-lib)"
 
 
-def _loader_ms(make_loader, batches: int, warmup: int) -> float:
-    """ms per batch of a loader alone (batches moved to the GPU)."""
+def _close(it) -> None:
+    """Ends a loader iterator's worker processes now (not in a later fork's garbage collection)."""
+    shutdown = getattr(it, '_shutdown_workers', None)
+    if shutdown is not None:
+        shutdown()
+
+
+def _loader_ms(make_loader, batches: int, warmup: int) -> tuple:
+    """(ms per batch, mean sampled nodes, mean sampled edges) of a loader
+    alone (batches moved to the GPU)."""
     it = iter(make_loader())
     for _ in range(warmup):
         next(it).to(DEV)
     _sync()
+    nodes = edges = 0
     t0 = time.perf_counter()
     for _ in range(batches):
-        next(it).to(DEV)
+        b = next(it).to(DEV)
+        nodes += sum(b[t].num_nodes for t in b.node_types)
+        edges += sum(b[e].num_edges for e in b.edge_types)
     _sync()
-    return 1e3 * (time.perf_counter() - t0) / batches
+    _close(it)
+    return 1e3 * (time.perf_counter() - t0) / batches, nodes / batches, edges / batches
 
 
 def _train(model, make_loader, batches: int, warmup: int, amp: torch.dtype) -> tuple:
@@ -94,6 +106,7 @@ def _train(model, make_loader, batches: int, warmup: int, amp: torch.dtype) -> t
         loss.backward()
         opt.step()
     _sync()
+    _close(it)
     return (time.perf_counter() - t0) / batches, float(loss.detach())
 
 
@@ -133,7 +146,7 @@ def epoch_records(a) -> Iterator[dict]:
         free(DEV)
         if DEV.type == 'cuda':
             torch.cuda.reset_peak_memory_stats()
-        loader_ms = _loader_ms(make_loader, a.batches, a.warmup)
+        loader_ms, batch_nodes, batch_edges = _loader_ms(make_loader, a.batches, a.warmup)
         model = RGAT(lib, data.edge_types, a.width, a.hidden, a.heads, CLASSES).to(DEV)
         model.load_state_dict(init)
         sec, loss = _train(model, make_loader, a.batches, a.warmup, amp)
@@ -147,6 +160,8 @@ def epoch_records(a) -> Iterator[dict]:
             seeds_per_s=a.batch_size / sec,
             ms_per_batch=1e3 * sec,
             loader_ms=loader_ms,
+            batch_nodes=batch_nodes,
+            batch_edges=batch_edges,
             peak_gb=torch.cuda.max_memory_allocated() / 2**30 if DEV.type == 'cuda' else None,
             loss=loss,
         )
@@ -174,6 +189,8 @@ def reporter(out: str, env: dict) -> Reporter:
                     Col('seeds / s', 'seeds_per_s', ',.0f', bold=True),
                     Col('ms / batch', 'ms_per_batch', '.1f'),
                     Col('loader ms / batch', 'loader_ms', '.1f'),
+                    Col('nodes / batch', 'batch_nodes', ',.0f'),
+                    Col('edges / batch', 'batch_edges', ',.0f'),
                     Col('peak GB', 'peak_gb', '.2f'),
                     Col('last loss', 'loss', '.3f'),
                 ],

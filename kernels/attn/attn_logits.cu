@@ -10,10 +10,12 @@
 // row_dots(a, b): out[n, h] = sum_c a[n, h, c] * b[n, h, c] in fp32 (the
 // attention backward's delta, <grad, out> per row and head), one read of each.
 //
-// Forward: a warp per node; G lanes per head (the power of two >= C, at most
-// 32), 32 / G heads per pass, the head's lanes reduced with shuffles.
-// Backward: a thread per column of a slice of rows (coalesced rows), one
-// partial row of g_att per slice.
+// Forward: a warp per node; G lanes per head (the power of two >= the head's
+// vectors, at most 32), 32 / G heads per pass, the head's lanes reduced with
+// shuffles. Backward: a thread per vector of columns of a slice of rows
+// (coalesced rows), one partial row of g_att per slice. Vectors are 16 bytes
+// where a head's C elements split into whole vectors and the pointers are
+// aligned, else single elements.
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -24,9 +26,11 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <initializer_list>
 #include <tuple>
 #include <type_traits>
 
+#include "common/align.h"
 #include "common/dtype.cuh"
 
 namespace pyg_tc {
@@ -34,7 +38,38 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T, int K>
+// V elements of a row from `p` (V = 1: one element; else one 16-byte vector),
+// as fp32.
+template <typename T, int V>
+__device__ __forceinline__ void load_f(float (&dst)[V], const T* p) {
+  const Pack<T, V> v = *reinterpret_cast<const Pack<T, V>*>(p);
+#pragma unroll
+  for (int i = 0; i < V; ++i) dst[i] = to_f(v.v[i]);
+}
+
+// V fp32 values from `p`: V / 4 16-byte loads when V is a multiple of 4 (the
+// vector path, whose host rule checks the alignment), else scalar loads.
+template <int V>
+__device__ __forceinline__ void load_att(float (&dst)[V], const float* p) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < V; i += 4) {
+      const float4 w = *reinterpret_cast<const float4*>(p + i);
+      dst[i] = w.x;
+      dst[i + 1] = w.y;
+      dst[i + 2] = w.z;
+      dst[i + 3] = w.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) dst[i] = p[i];
+  }
+}
+
+// Lane layout of the row kernels: G lanes per head (the power of two >= the
+// head's C / V vectors, at most 32), 32 / G heads per pass; lane q of a head
+// reads its vectors q, q + G, ...
+template <typename T, int K, int V>
 __global__ void __launch_bounds__(kThreads) logits_forward_kernel(const T* __restrict__ x,
                                                                   const float* __restrict__ att, int64_t N, int H,
                                                                   int C, int G, float* __restrict__ out) {
@@ -49,10 +84,16 @@ __global__ void __launch_bounds__(kThreads) logits_forward_kernel(const T* __res
 #pragma unroll
       for (int j = 0; j < K; ++j) s[j] = 0.f;
       if (h < H) {
-        for (int c = q; c < C; c += G) {
-          const float v = to_f(xr[h * C + c]);
+        for (int c = q * V; c < C; c += G * V) {
+          float v[V];
+          load_f<T, V>(v, xr + h * C + c);
 #pragma unroll
-          for (int j = 0; j < K; ++j) s[j] = fmaf(v, att[j * HC + h * C + c], s[j]);
+          for (int j = 0; j < K; ++j) {
+            float w[V];
+            load_att<V>(w, att + j * HC + h * C + c);
+#pragma unroll
+            for (int i = 0; i < V; ++i) s[j] = fmaf(v[i], w[i], s[j]);
+          }
         }
       }
       for (int o = G / 2; o > 0; o >>= 1) {
@@ -67,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) logits_forward_kernel(const T* __res
   }
 }
 
-template <typename T>
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) row_dots_kernel(const T* __restrict__ a, const T* __restrict__ b,
                                                             int64_t N, int H, int C, int G, float* __restrict__ out) {
   const int lane = threadIdx.x & 31;
@@ -79,18 +120,25 @@ __global__ void __launch_bounds__(kThreads) row_dots_kernel(const T* __restrict_
     for (int h0 = 0; h0 < H; h0 += per_pass) {
       const int h = h0 + lane / G, q = lane % G;
       float s = 0.f;
-      if (h < H)
-        for (int c = q; c < C; c += G) s = fmaf(to_f(ar[h * C + c]), to_f(br[h * C + c]), s);
+      if (h < H) {
+        for (int c = q * V; c < C; c += G * V) {
+          float u[V], w[V];
+          load_f<T, V>(u, ar + h * C + c);
+          load_f<T, V>(w, br + h * C + c);
+#pragma unroll
+          for (int i = 0; i < V; ++i) s = fmaf(u[i], w[i], s);
+        }
+      }
       for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
       if (h < H && q == 0) out[n * H + h] = s;
     }
   }
 }
 
-// blockDim.x = kThreads: CW threads across the columns, kThreads / CW slices
-// of rows per block; slice s = blockIdx.y * (kThreads / CW) + ty covers rows
-// [s * rows, (s + 1) * rows).
-template <typename T, int K>
+// blockDim.x = kThreads: CW threads across the columns (V consecutive
+// columns each), kThreads / CW slices of rows per block; slice s =
+// blockIdx.y * (kThreads / CW) + ty covers rows [s * rows, (s + 1) * rows).
+template <typename T, int K, int V>
 __global__ void __launch_bounds__(kThreads) logits_backward_kernel(const T* __restrict__ x,
                                                                    const float* __restrict__ att,
                                                                    const float* __restrict__ g, int64_t N, int H,
@@ -99,27 +147,42 @@ __global__ void __launch_bounds__(kThreads) logits_backward_kernel(const T* __re
   const int HC = H * C, tx = threadIdx.x % CW, ty = threadIdx.x / CW;
   const int64_t slice = blockIdx.y * (int64_t)(kThreads / CW) + ty;
   const int64_t begin = slice * rows, end = min(N, begin + rows);
-  for (int col = blockIdx.x * CW + tx; col < HC && threadIdx.x < (kThreads / CW) * CW; col += gridDim.x * CW) {
-    const int h = col / C;
-    float a[K], acc[K];
+  for (int col = (blockIdx.x * CW + tx) * V; col < HC && threadIdx.x < (kThreads / CW) * CW;
+       col += gridDim.x * CW * V) {
+    const int h = col / C;  // (C % V == 0: the V columns are one head's)
+    float a[K][V], acc[K][V];
 #pragma unroll
-    for (int j = 0; j < K; ++j) {
-      a[j] = att[j * HC + col];
-      acc[j] = 0.f;
-    }
+    for (int j = 0; j < K; ++j)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        a[j][i] = att[j * HC + col + i];
+        acc[j][i] = 0.f;
+      }
+#pragma unroll 4
     for (int64_t n = begin; n < end; ++n) {
-      const float v = to_f(x[n * HC + col]);
-      float d = 0.f;
+      float v[V];
+      load_f<T, V>(v, x + n * HC + col);
+      float d[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) d[i] = 0.f;
 #pragma unroll
       for (int j = 0; j < K; ++j) {
         const float gj = g[(j * N + n) * H + h];
-        d = fmaf(gj, a[j], d);
-        acc[j] = fmaf(gj, v, acc[j]);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          d[i] = fmaf(gj, a[j][i], d[i]);
+          acc[j][i] = fmaf(gj, v[i], acc[j][i]);
+        }
       }
-      gx[n * HC + col] = from_f<T>(d);
+      Pack<T, V> o;
+#pragma unroll
+      for (int i = 0; i < V; ++i) o.v[i] = from_f<T>(d[i]);
+      *reinterpret_cast<Pack<T, V>*>(gx + n * HC + col) = o;
     }
 #pragma unroll
-    for (int j = 0; j < K; ++j) partial[(slice * K + j) * HC + col] = acc[j];
+    for (int j = 0; j < K; ++j)
+#pragma unroll
+      for (int i = 0; i < V; ++i) partial[(slice * K + j) * HC + col + i] = acc[j][i];
   }
 }
 
@@ -146,10 +209,27 @@ void by_dtype(at::ScalarType dt, int k, F&& f) {
   else with_k(__nv_bfloat16{});
 }
 
-int lanes_per_head(int64_t C) {
+int lanes_per_head(int64_t vectors) {
   int G = 1;
-  while (G < C && G < 32) G *= 2;
+  while (G < vectors && G < 32) G *= 2;
   return G;
+}
+
+// The vector path (16-byte loads and stores): a head's C elements are whole
+// vectors and every pointer is 16-byte aligned.
+template <typename T>
+bool vector_path(int64_t C, std::initializer_list<const void*> ptrs) {
+  if (C % vec16<T>() != 0) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
+// f(T{}, integral_constant<int, V>{}) with V = vec16<T>() on the vector path, else 1.
+template <typename T, typename F>
+void by_width(bool vec, F&& f) {
+  if (vec) f(std::integral_constant<int, vec16<T>()>{});
+  else f(std::integral_constant<int, 1>{});
 }
 
 at::Tensor att_logits_cuda(const at::Tensor& x, const at::Tensor& att) {
@@ -159,14 +239,16 @@ at::Tensor att_logits_cuda(const at::Tensor& x, const at::Tensor& att) {
   auto out = at::empty({k, N, H}, x.options().dtype(at::kFloat));
   if (N == 0 || H == 0) return out;
   if (C == 0) return out.zero_();
-  const int G = lanes_per_head(C);
   const int64_t blocks = std::min<int64_t>((N + kThreads / 32 - 1) / (kThreads / 32), 65535LL * 16);
   auto stream = c10::cuda::getCurrentCUDAStream();
   by_dtype(x.scalar_type(), (int)k, [&](auto t, auto kk) {
     using T = decltype(t);
-    logits_forward_kernel<T, decltype(kk)::value><<<(unsigned)blocks, kThreads, 0, stream>>>(
-        static_cast<const T*>(x.data_ptr()), att.data_ptr<float>(), N, (int)H, (int)C, G,
-        out.data_ptr<float>());
+    by_width<T>(vector_path<T>(C, {x.data_ptr(), att.data_ptr()}), [&](auto vv) {
+      constexpr int V = decltype(vv)::value;
+      logits_forward_kernel<T, decltype(kk)::value, V><<<(unsigned)blocks, kThreads, 0, stream>>>(
+          static_cast<const T*>(x.data_ptr()), att.data_ptr<float>(), N, (int)H, (int)C, lanes_per_head(C / V),
+          out.data_ptr<float>());
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -187,9 +269,12 @@ at::Tensor row_dots_cuda(const at::Tensor& a, const at::Tensor& b) {
   auto stream = c10::cuda::getCurrentCUDAStream();
   by_dtype(a.scalar_type(), 1, [&](auto t, auto) {
     using T = decltype(t);
-    row_dots_kernel<T><<<(unsigned)blocks, kThreads, 0, stream>>>(static_cast<const T*>(a.data_ptr()),
-                                                                    static_cast<const T*>(b.data_ptr()), N, (int)H,
-                                                                    (int)C, lanes_per_head(C), out.data_ptr<float>());
+    by_width<T>(vector_path<T>(C, {a.data_ptr(), b.data_ptr()}), [&](auto vv) {
+      constexpr int V = decltype(vv)::value;
+      row_dots_kernel<T, V><<<(unsigned)blocks, kThreads, 0, stream>>>(
+          static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), N, (int)H, (int)C,
+          lanes_per_head(C / V), out.data_ptr<float>());
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
@@ -205,23 +290,28 @@ std::tuple<at::Tensor, at::Tensor> att_logits_backward_cuda(const at::Tensor& x,
   c10::cuda::CUDAGuard guard(x.device());
   auto gx = at::empty_like(x);
   if (N == 0 || HC == 0) return {gx, at::zeros_like(att)};
-  const int CW = (int)std::min<int64_t>(kThreads, (HC + 31) / 32 * 32);
-  const int per_block = kThreads / CW;
-  const int64_t col_blocks = (HC + CW - 1) / CW;
-  // about 2048 slices of rows over all column blocks (at least 16 rows each)
-  const int64_t target = std::max<int64_t>(1, 2048 / col_blocks);
-  const int64_t rows = std::max<int64_t>(16, (N + target - 1) / target);
-  const int64_t slices = (N + rows - 1) / rows;
-  const int64_t row_blocks = (slices + per_block - 1) / per_block;
-  TORCH_CHECK(row_blocks < 65536, "pyg_tc: att_logits_backward: too many rows");
-  auto partial = at::zeros({row_blocks * per_block, k, HC}, x.options().dtype(at::kFloat));
   auto stream = c10::cuda::getCurrentCUDAStream();
+  at::Tensor partial;
   by_dtype(x.scalar_type(), (int)k, [&](auto t, auto kk) {
     using T = decltype(t);
-    logits_backward_kernel<T, decltype(kk)::value>
-        <<<dim3((unsigned)col_blocks, (unsigned)row_blocks), kThreads, 0, stream>>>(
-            static_cast<const T*>(x.data_ptr()), att.data_ptr<float>(), grad.data_ptr<float>(), N, (int)H,
-            (int)C, CW, rows, static_cast<T*>(gx.data_ptr()), partial.data_ptr<float>());
+    by_width<T>(vector_path<T>(C, {x.data_ptr(), gx.data_ptr()}), [&](auto vv) {
+      constexpr int V = decltype(vv)::value;
+      const int64_t threads_per_row = HC / V;  // (C % V == 0 on the vector path)
+      const int CW = (int)std::min<int64_t>(kThreads, (threads_per_row + 31) / 32 * 32);
+      const int per_block = kThreads / CW;
+      const int64_t col_blocks = (threads_per_row + CW - 1) / CW;
+      // about 2048 slices of rows over all column blocks (at least 16 rows each)
+      const int64_t target = std::max<int64_t>(1, 2048 / col_blocks);
+      const int64_t rows = std::max<int64_t>(16, (N + target - 1) / target);
+      const int64_t slices = (N + rows - 1) / rows;
+      const int64_t row_blocks = (slices + per_block - 1) / per_block;
+      TORCH_CHECK(row_blocks < 65536, "pyg_tc: att_logits_backward: too many rows");
+      partial = at::zeros({row_blocks * per_block, k, HC}, x.options().dtype(at::kFloat));
+      logits_backward_kernel<T, decltype(kk)::value, V>
+          <<<dim3((unsigned)col_blocks, (unsigned)row_blocks), kThreads, 0, stream>>>(
+              static_cast<const T*>(x.data_ptr()), att.data_ptr<float>(), grad.data_ptr<float>(), N, (int)H,
+              (int)C, CW, rows, static_cast<T*>(gx.data_ptr()), partial.data_ptr<float>());
+    });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {gx, partial.sum(0).view({k, H, C})};

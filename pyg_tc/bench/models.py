@@ -236,7 +236,7 @@ class GraphNet(Net):
 class RGAT(torch.nn.Module):
     """MLPerf Training's R-GAT (its GNN benchmark's reference model): ``layers``
     ``HeteroConv`` layers of one ``GATConv((i, i), hidden // heads, heads,
-    add_self_loops=False)`` per edge type from ``lib``, summed per node type,
+    add_self_loops=False)`` per edge type (both from ``lib``), summed per node type,
     ReLU between layers, and a linear head on the ``target`` node type.
 
     Args:
@@ -261,14 +261,12 @@ class RGAT(torch.nn.Module):
         layers: int = 3,
         target: str = 'paper',
     ):
-        from torch_geometric.nn import HeteroConv
-
         super().__init__()
         if hidden % heads:
             raise ValueError(f'RGAT: hidden width {hidden} does not split into {heads} heads')
         dims = [width] + [hidden] * layers
         self.convs = torch.nn.ModuleList(
-            HeteroConv(
+            lib.HeteroConv(
                 {e: lib.GATConv((i, i), hidden // heads, heads, add_self_loops=False) for e in edge_types},
                 aggr='sum',
             )

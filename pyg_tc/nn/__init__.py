@@ -3,6 +3,7 @@
 from .agnn import AGNNConv
 from .conv import GCNConv, GINConv, SAGEConv, gcn_norm_csr
 from .gat import GATConv, GATv2Conv
+from .hetero import HeteroConv
 from .maxk import MaxK
 from .rgcn import RGCNConv
 from . import models
@@ -15,6 +16,7 @@ __all__ = [
     'GCNConv',
     'SAGEConv',
     'GINConv',
+    'HeteroConv',
     'RGCNConv',
     'gcn_norm_csr',
     'MaxK',

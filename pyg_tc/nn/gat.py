@@ -145,6 +145,10 @@ class _GATBase(TCLayer):
     # the edge features in CSR order, not PyG's
     _BYPASSED = ('aggr_module', 'lin_edge')
     _PYG_ON_CPU = True
+    #: the node features feed only Linears (here and on PyG's path), so a
+    #: half copy made under autocast gives what the Linears compute from fp32
+    #: (HeteroConv casts a node type's features once for all its edge types)
+    _LINEAR_INPUTS = True
 
     def _gat_reason(
         self, x: Any, adj: Any, edge_attr: Optional[Tensor], return_attention_weights: Optional[bool]
@@ -483,9 +487,10 @@ class GATConv(_GATBase, pyg_nn.GATConv):
                 res = self.res(x)
             if self.lin is not None:
                 x_src = x_dst = self.lin(x).view(-1, H, C)
-            else:
+            else:  # (tuple in_channels, one node set: e.g. HeteroConv's src == dst edge types)
                 x_src = self.lin_src(x).view(-1, H, C)
-                x_dst = self.lin_dst(x).view(-1, H, C)
+                folded = _folded_logits(self.lin_dst, self.att_dst, x, H, C)
+                x_dst = self.lin_dst(x).view(-1, H, C) if folded is None else x
         else:
             x_src, x_dst = x
             if x_dst is not None and self.res is not None:

@@ -268,6 +268,10 @@ def test_bipartite_target_projection_is_folded():
     ours.lin_dst.forward = lambda *a: calls.append(1) or torch.nn.Linear.forward(ours.lin_dst, *a)
     compare(ref, ours, (x_src, x_dst), ei)
     assert not calls  # (a patched forward is no hook: folded, not called)
+    same, ours_same = make_pair('v1', (12, 12), 8, heads=2, add_self_loops=False)  # one node set, two Linears
+    ours_same.lin_dst.forward = lambda *a: calls.append(1) or torch.nn.Linear.forward(ours_same.lin_dst, *a)
+    compare(same, ours_same, x_src, ei)
+    assert not calls  # (HeteroConv's src == dst edge types: folded too)
     del ours.lin_dst.forward
     seen = []
     hook = ours.lin_dst.register_forward_hook(lambda m, i, o: seen.append(o.shape))

@@ -12,27 +12,42 @@ from pyg_tc.ops.attn import att_logits
 from ..conftest import DEVICES, dtype_id
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-#: (N, H, C): one channel, odd widths, many heads, a wide head, an empty graph
-SHAPES = [(37, 1, 1), (37, 1, 7), (301, 1, 256), (64, 3, 7), (50, 8, 8), (90, 2, 100), (33, 4, 33), (0, 2, 5)]
+#: (N, H, C): one channel, odd widths, many heads, a wide head, an empty graph; heads of
+#: whole 16-byte vectors (the vector path: MLPerf's R-GAT 4 x 128, three vectors a head)
+SHAPES = [
+    (37, 1, 1),
+    (37, 1, 7),
+    (301, 1, 256),
+    (64, 3, 7),
+    (50, 8, 8),
+    (90, 2, 100),
+    (33, 4, 33),
+    (0, 2, 5),
+    (77, 4, 128),
+    (45, 3, 24),
+]
 EPS = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 #: half the spacing of the dtype's subnormals (the rounding's absolute error there)
 TINY = {torch.float32: 2.0**-150, torch.float16: 2.0**-25, torch.bfloat16: 2.0**-134}
 
 
-def case(N, H, C, k, dtype, device, seed=0):
+def case(N, H, C, k, dtype, device, seed=0, offset=0):
+    """x, att, grad; ``offset`` > 0: x starts that many elements into its
+    storage (contiguous, not 16-byte aligned: the single-element path)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(N, H, C, generator=g).to(dtype)
+    x = torch.randn(N * H * C + offset, generator=g).to(dtype).to(device)[offset:].view(N, H, C)
     att = torch.randn(k, H, C, generator=g)
     grad = torch.randn(k, N, H, generator=g)
-    return x.to(device), att.to(device), grad.to(device)
+    return x, att.to(device), grad.to(device)
 
 
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
 @pytest.mark.parametrize('shape', SHAPES, ids=lambda s: 'x'.join(map(str, s)))
 @pytest.mark.parametrize('k', [1, 2])
-def test_att_logits_against_float64(device, dtype, shape, k):
-    x, att, grad = case(*shape, k, dtype, device)
+@pytest.mark.parametrize('offset', [0, 1])
+def test_att_logits_against_float64(device, dtype, shape, k, offset):
+    x, att, grad = case(*shape, k, dtype, device, offset=offset)
     x.requires_grad_(True)
     att.requires_grad_(True)
     out = att_logits(x, att)
@@ -106,13 +121,17 @@ def test_gat_under_autocast_matches_pyg(dtype, heads):
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('dtype', DTYPES, ids=dtype_id)
 @pytest.mark.parametrize('shape', SHAPES, ids=lambda s: 'x'.join(map(str, s)))
-def test_row_dots_against_float64(device, dtype, shape):
-    """The attention backward's ``<grad, out>`` per row and head."""
+@pytest.mark.parametrize('offset', [0, 1])
+def test_row_dots_against_float64(device, dtype, shape, offset):
+    """The attention backward's ``<grad, out>`` per row and head (``offset``:
+    operands not 16-byte aligned)."""
     from pyg_tc.ops.attn import row_dots
 
     g = torch.Generator().manual_seed(3)
-    a, b = (torch.randn(*shape, generator=g).to(dtype) for _ in range(2))
-    out = row_dots(a.to(device), b.to(device))
+    n = shape[0] * shape[1] * shape[2]
+    a, b = (torch.randn(n + offset, generator=g).to(dtype).to(device)[offset:].view(shape) for _ in range(2))
+    out = row_dots(a, b)
+    a, b = a.cpu(), b.cpu()
     assert out.dtype == torch.float32 and out.shape == shape[:2]
     prod = a.double() * b.double()
     tol = (shape[2] + 2) * 2.0**-24 * prod.abs().sum(-1) + 1e-30
