@@ -12,7 +12,10 @@ the ratio; the outputs are checked equal first (fp32, ``allclose``).
     python benchmarks/probes/rgat_layer_probe.py [--papers 200000] [--width 1024] [--out F] [--profile N]
 
 ``--profile N`` also prints each layer's N most expensive GPU kernels per
-precision (``torch.profiler``, one batch after the timed ones).
+precision (``torch.profiler``, one batch after the timed ones) and its N
+most expensive operators (their kernels included); ``--sync-debug`` prints
+where pyg_tc's layer makes the host wait for the GPU (one batch under
+``torch.cuda.set_sync_debug_mode('warn')``, each place once).
 """
 
 import argparse
@@ -35,6 +38,28 @@ def hetero_gat(lib, edge_types, width: int, hidden: int, heads: int):
     return lib.HeteroConv(convs, aggr='sum')
 
 
+def _sync_sites(step, batch) -> None:
+    """Runs ``step(batch)`` with torch's synchronisation warnings on and
+    prints each distinct calling line once, with its count."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        torch.cuda.set_sync_debug_mode('warn')
+        try:
+            step(batch)
+            torch.cuda.synchronize()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    sites = {}
+    for w in caught:
+        key = f'{w.filename}:{w.lineno}: {str(w.message)[:60]}'
+        sites[key] = sites.get(key, 0) + 1
+    print(f'--- synchronising calls: {len(caught)}', flush=True)
+    for key, n in sites.items():
+        print(f'{n} x {key}')
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--papers', type=int, default=200_000)
@@ -46,6 +71,7 @@ def main():
     p.add_argument('--batches', type=int, default=10)
     p.add_argument('--out', default='rgat_layer_probe.jsonl')
     p.add_argument('--profile', type=int, default=0, help='print the N most expensive kernels per layer')
+    p.add_argument('--sync-debug', action='store_true', help="print where pyg_tc's layer waits for the GPU")
     a = p.parse_args()
     fan = [int(k) for k in a.fanout.split(',')]
     data = igbh_shaped(a.papers)
@@ -94,6 +120,19 @@ def main():
                 print(
                     prof.key_averages().table(sort_by='cuda_time_total', row_limit=a.profile, max_name_column_width=70)
                 )
+                with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+                ) as prof:
+                    step(batches[1])
+                    sync()
+                print(f'--- {impl}, {precision}: the {a.profile} most expensive operators', flush=True)
+                print(
+                    prof.key_averages().table(
+                        sort_by='device_time_total', row_limit=a.profile, max_name_column_width=50
+                    )
+                )
+            if a.sync_debug and impl == 'pyg_tc' and DEV.type == 'cuda':
+                _sync_sites(step, batches[1])
         rec = dict(
             papers=a.papers,
             width=a.width,
