@@ -5,6 +5,7 @@ from .conv import GCNConv, GINConv, SAGEConv, gcn_norm_csr
 from .gat import GATConv, GATv2Conv
 from .hetero import HeteroConv
 from .maxk import MaxK
+from .rgat import RGATConv
 from .rgcn import RGCNConv
 from . import models
 from .models import MaxKGNN
@@ -17,6 +18,7 @@ __all__ = [
     'SAGEConv',
     'GINConv',
     'HeteroConv',
+    'RGATConv',
     'RGCNConv',
     'gcn_norm_csr',
     'MaxK',

@@ -12,7 +12,6 @@ from torch_geometric.nn.conv.hetero_conv import group
 
 from ..ops import dispatch
 
-__all__ = ['HeteroConv']
 
 
 class HeteroConv(pyg_nn.HeteroConv):
@@ -34,12 +33,19 @@ class HeteroConv(pyg_nn.HeteroConv):
       values are those the layers' ``Linear``\ s compute from fp32 inputs.
 
     Args:
-        convs (Dict[Tuple[str, str, str], MessagePassing]): a bipartite
+        convs (Dict[Tuple[str, str, str], torch.nn.Module]): a bipartite
             layer for each edge type.
         aggr (str, optional): how the results of the edge types that share
             a destination are combined (:obj:`"sum"`, :obj:`"mean"`,
             :obj:`"min"`, :obj:`"max"`, :obj:`"cat"`, :obj:`None`).
             (default: :obj:`"sum"`)
+
+    Shapes:
+        - **input:** node features per node type :math:`(|\mathcal{V}_t|,
+          F_t)`, ``edge_index`` per edge type :math:`(2, |\mathcal{E}_r|)`
+        - **output:** per destination node type :math:`(|\mathcal{V}_t|,
+          F_{out})` (``'cat'``: the edge types' outputs side by side;
+          :obj:`None`: stacked, :math:`(|\mathcal{V}_t|, R_t, F_{out})`)
 
     Example::
 

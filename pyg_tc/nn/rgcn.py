@@ -18,7 +18,7 @@ change, in place or for other tensors).
 """
 
 import weakref
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -51,10 +51,33 @@ def typed_graph(edge_index: Tensor, edge_type: Tensor, num_relations: int, size:
           columns
     """
     R, (n_src, n_dst) = int(num_relations), size
+
+    def build(src: Tensor, dst: Tensor, t: Tensor) -> CSRGraph:
+        cols, num_cols = (src * R + t, n_src * R) if by_source else (src, n_src)
+        return CSRGraph.from_coo(cols, dst * R + t, num_cols, n_dst * R)
+
+    return relational_graph(edge_index, edge_type, R, size, by_source, build, max(n_dst, n_src if by_source else 0) * R)
+
+
+def relational_graph(
+    edge_index: Tensor,
+    edge_type: Tensor,
+    num_relations: int,
+    size: Tuple[int, int],
+    key: Any,
+    build: Callable[[Tensor, Tensor, Tensor], CSRGraph],
+    span: int,
+) -> CSRGraph:
+    """A graph of ``(edge_index, edge_type)`` made by ``build(source,
+    target, relation)`` (int64 per edge) once the inputs are checked, kept
+    on ``edge_index`` under ``key`` and reused while neither tensor changes
+    (the typed graphs of ``RGCNConv`` and ``RGATConv``). ``span``: the
+    largest row or column count it makes (at most 2^31 - 1)."""
+    R, (n_src, n_dst) = int(num_relations), size
     ei = edge_index.as_tensor() if hasattr(edge_index, 'as_tensor') else edge_index
     held = edge_index.__dict__.setdefault(_TYPED, {})
     stamp = (ei._version, getattr(edge_type, '_version', None), tuple(ei.shape), n_src, n_dst, R)
-    entry = held.get(by_source)
+    entry = held.get(key)
     if entry is not None and entry[0]() is edge_type and entry[1] == stamp:
         return entry[2]
     if not isinstance(edge_type, Tensor) or edge_type.dim() != 1 or edge_type.is_floating_point():
@@ -65,8 +88,8 @@ def typed_graph(edge_index: Tensor, edge_type: Tensor, num_relations: int, size:
         raise ValueError(f'pyg_tc: edge_type has {edge_type.numel()} entries for the {ei.size(1)} edges of edge_index')
     if edge_type.device != ei.device:
         raise ValueError(f'pyg_tc: edge_type is on {edge_type.device}, edge_index on {ei.device}')
-    if n_dst * R > _INT32_MAX or by_source and n_src * R > _INT32_MAX:
-        raise ValueError(f'pyg_tc: RGCNConv: {max(n_src, n_dst)} nodes x {R} relations exceed 2^31 - 1 typed rows')
+    if span > _INT32_MAX:
+        raise ValueError(f'pyg_tc: {max(n_src, n_dst)} nodes x {R} relations exceed 2^31 - 1 typed rows')
     src, dst, t = ei[0].long(), ei[1].long(), edge_type.long()
     if t.numel():  # one synchronisation for every range
         lo, hi, s_lo, s_hi, d_lo, d_hi = torch.stack(
@@ -79,9 +102,8 @@ def typed_graph(edge_index: Tensor, edge_type: Tensor, num_relations: int, size:
                 f'pyg_tc: edge_index out of range: sources must lie in [0, {n_src}) and targets in [0, {n_dst}); '
                 f'found sources in [{s_lo}, {s_hi}], targets in [{d_lo}, {d_hi}]'
             )
-    cols, num_cols = (src * R + t, n_src * R) if by_source else (src, n_src)
-    g = CSRGraph.from_coo(cols, dst * R + t, num_cols, n_dst * R)
-    held[by_source] = (weakref.ref(edge_type), stamp, g)
+    g = build(src, dst, t)
+    held[key] = (weakref.ref(edge_type), stamp, g)
     return g
 
 

@@ -1,7 +1,8 @@
-"""PyG's own RGCNConv tests (``test/nn/conv/test_rgcn_conv.py`` of the PyG
-suite beside the repository, ``../shared/pyg_suite``) with pyg_tc's
-``RGCNConv`` swapped into ``torch_geometric``, as the suite's plugin does for
-the layers it lists. Skipped where that suite is not there (a user's clone)."""
+"""PyG's own RGCNConv and HeteroConv tests (``test/nn/conv/test_rgcn_conv.py``
+and ``test_hetero_conv.py`` of the PyG suite beside the repository,
+``../shared/pyg_suite``) with pyg_tc's layer swapped into
+``torch_geometric``, as the suite's plugin does for the layers it lists.
+Skipped where that suite is not there (a user's clone)."""
 
 from __future__ import annotations
 
@@ -14,26 +15,28 @@ import pytest
 from ..conftest import REPO_ROOT
 
 SUITE = REPO_ROOT.parent / 'shared' / 'pyg_suite'
-TEST = SUITE / 'test' / 'nn' / 'conv' / 'test_rgcn_conv.py'
+TESTS = SUITE / 'test' / 'nn' / 'conv'
 
 PLUGIN = '''
 import sys
 import torch_geometric, torch_geometric.nn
 import pyg_tc.nn
-orig = torch_geometric.nn.RGCNConv
+orig = torch_geometric.nn.LAYER
 for name, mod in list(sys.modules.items()):
     if mod is not None and name.startswith('torch_geometric'):
         for attr, val in list(getattr(mod, '__dict__', {}).items()):
             if val is orig:
-                setattr(mod, attr, pyg_tc.nn.RGCNConv)
-assert torch_geometric.nn.RGCNConv is pyg_tc.nn.RGCNConv
+                setattr(mod, attr, pyg_tc.nn.LAYER)
+assert torch_geometric.nn.LAYER is pyg_tc.nn.LAYER
 '''
 
 
-def test_pygs_rgcn_tests_pass_with_pyg_tcs_layer(tmp_path):
+@pytest.mark.parametrize('layer,test', [('RGCNConv', 'test_rgcn_conv.py'), ('HeteroConv', 'test_hetero_conv.py')])
+def test_pygs_tests_pass_with_pyg_tcs_layer(tmp_path, layer, test):
+    TEST = TESTS / test
     if not TEST.is_file():
         pytest.skip(f'the PyG suite is not beside the repository ({SUITE})')
-    (tmp_path / 'swap_rgcn.py').write_text(PLUGIN)
+    (tmp_path / 'swap_rgcn.py').write_text(PLUGIN.replace('LAYER', layer))
     env = dict(os.environ, PYG_TC_ALWAYS_KERNELS='1')
     env['PYTHONPATH'] = os.pathsep.join([str(tmp_path), str(REPO_ROOT), str(SUITE), env.get('PYTHONPATH', '')])
     run = subprocess.run(
