@@ -13,7 +13,6 @@ from torch_geometric.nn.conv.hetero_conv import group
 from ..ops import dispatch
 
 
-
 class HeteroConv(pyg_nn.HeteroConv):
     r"""Drop-in :class:`torch_geometric.nn.HeteroConv`: one bipartite layer
     per edge type, the results of the edge types that share a destination

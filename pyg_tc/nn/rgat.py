@@ -32,7 +32,6 @@ from .conv import _is_sparse, pyg_layer
 from .rgcn import _TYPED, relational_graph
 
 
-
 def _graph(edge_index: Tensor, edge_type: Tensor, R: int, N: int, within: bool) -> CSRGraph:
     """Rows: targets (``within``: ``relation * N + target``); columns:
     ``relation * N + source``."""
