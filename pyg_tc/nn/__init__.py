@@ -4,6 +4,7 @@ from .agnn import AGNNConv
 from .conv import GCNConv, GINConv, SAGEConv, gcn_norm_csr
 from .gat import GATConv, GATv2Conv
 from .hetero import HeteroConv
+from .hgt import HGTConv
 from .maxk import MaxK
 from .rgat import RGATConv
 from .rgcn import RGCNConv
@@ -18,6 +19,7 @@ __all__ = [
     'SAGEConv',
     'GINConv',
     'HeteroConv',
+    'HGTConv',
     'RGATConv',
     'RGCNConv',
     'gcn_norm_csr',
