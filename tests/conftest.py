@@ -82,6 +82,29 @@ def dtype_id(dt: torch.dtype) -> str:
     return str(dt).replace('torch.', '')
 
 
+def assert_hetero_match(ours, ref, x_dict, *args, tol: float = 1e-5, **kwargs) -> dict:
+    """A heterogeneous layer against PyG's (the same weights): ``ours(x_dict,
+    *args, **kwargs)`` and ``ref(...)`` give the same node types, shapes,
+    dtypes and values, and the same gradients of every input feature and
+    parameter (``None`` where PyG's is). Returns ours' outputs."""
+    xa = {t: v.clone().requires_grad_() for t, v in x_dict.items()}
+    xb = {t: v.clone().requires_grad_() for t, v in x_dict.items()}
+    got, want = ours(xa, *args, **kwargs), ref(xb, *args, **kwargs)
+    assert got.keys() == want.keys()
+    for t in want:
+        assert got[t].shape == want[t].shape and got[t].dtype == want[t].dtype
+        torch.testing.assert_close(got[t], want[t], atol=tol, rtol=tol)
+    loss_a = sum((v * (i + 1)).sum() for i, v in enumerate(got.values()))
+    loss_b = sum((v * (i + 1)).sum() for i, v in enumerate(want.values()))
+    ga = torch.autograd.grad(loss_a, list(xa.values()) + list(ours.parameters()), allow_unused=True)
+    gb = torch.autograd.grad(loss_b, list(xb.values()) + list(ref.parameters()), allow_unused=True)
+    for a, b in zip(ga, gb):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=10 * tol, rtol=10 * tol)
+    return got
+
+
 def assert_close_ref(
     out: torch.Tensor, ref: torch.Tensor, mag: Optional[torch.Tensor], dtype: torch.dtype, what: str = ''
 ) -> None:

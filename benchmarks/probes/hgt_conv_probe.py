@@ -1,7 +1,7 @@
 """``HGTConv``: PyG's layer against pyg_tc's (the same weights), forward +
 backward on a whole IGBH-shaped graph (``pyg_tc.bench.graphs.igbh_shaped``,
 4 node types, 8 edge types) with ``--width``-wide fp32 features: ms per call
-(the mean over ``--iters`` calls after a warm-up, synchronised at the ends)
+(the mean over ``--iters`` calls after a warm-up, synchronised at the ends; the peak includes the warm-up)
 and peak memory. The outputs are checked equal first.
 
     python benchmarks/probes/hgt_conv_probe.py [--papers 20000] [--width 64] [--heads 4] [--out F]
@@ -10,39 +10,27 @@ and peak memory. The outputs are checked equal first.
 import argparse
 import copy
 import json
-import time
 
 import torch
 import torch_geometric.nn as pyg_nn
 
 import pyg_tc.nn
+from pyg_tc.bench.timing import loop_ms, track_memory
 from pyg_tc.bench.graphs import igbh_shaped
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
-def _sync() -> None:
-    if DEV.type == 'cuda':
-        torch.cuda.synchronize()
-
-
 def _time(layer, x_dict, ei_dict, iters: int) -> tuple:
-    """(ms per forward + backward, peak GB)."""
+    """(ms per forward + backward after one warm-up call, peak GB)."""
 
-    def step():
+    def step(_):
         out = layer(x_dict, ei_dict)
         sum(v.square().mean() for v in out.values()).backward()
 
-    step()
-    _sync()
-    if DEV.type == 'cuda':
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        step()
-    _sync()
-    peak = torch.cuda.max_memory_allocated() / 2**30 if DEV.type == 'cuda' else None
-    return 1e3 * (time.perf_counter() - t0) / iters, peak
+    with track_memory(DEV) as mem:
+        ms = loop_ms(step, range(iters + 1), DEV)
+    return ms, None if mem['peak_mb'] is None else mem['peak_mb'] / 1024
 
 
 def main():

@@ -1,6 +1,6 @@
 """``RGATConv``: PyG's layer against pyg_tc's (the same weights), forward +
 backward on a random relational graph, per attention mechanism: ms per call
-(the mean over ``--iters`` calls after a warm-up, synchronised at the ends)
+(the mean over ``--iters`` calls after a warm-up, synchronised at the ends; the peak includes the warm-up)
 and peak memory. The outputs are checked equal first.
 
     python benchmarks/probes/rgat_conv_probe.py [--nodes 20000] [--edges 200000] [--relations 8]
@@ -9,37 +9,21 @@ and peak memory. The outputs are checked equal first.
 
 import argparse
 import json
-import time
 
 import torch
 import torch_geometric.nn as pyg_nn
 
 import pyg_tc.nn
+from pyg_tc.bench.timing import loop_ms, track_memory
 
 DEV = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
-def _sync() -> None:
-    if DEV.type == 'cuda':
-        torch.cuda.synchronize()
-
-
 def _time(layer, x, ei, et, iters: int) -> tuple:
-    """(ms per forward + backward, peak GB)."""
-
-    def step():
-        layer(x, ei, et).square().mean().backward()
-
-    step()
-    _sync()
-    if DEV.type == 'cuda':
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        step()
-    _sync()
-    peak = torch.cuda.max_memory_allocated() / 2**30 if DEV.type == 'cuda' else None
-    return 1e3 * (time.perf_counter() - t0) / iters, peak
+    """(ms per forward + backward after one warm-up call, peak GB)."""
+    with track_memory(DEV) as mem:
+        ms = loop_ms(lambda _: layer(x, ei, et).square().mean().backward(), range(iters + 1), DEV)
+    return ms, None if mem['peak_mb'] is None else mem['peak_mb'] / 1024
 
 
 def main():

@@ -13,7 +13,7 @@ import torch_geometric.nn as pyg_nn
 
 import pyg_tc.nn
 
-from ..conftest import DEVICES
+from ..conftest import DEVICES, assert_hetero_match
 
 N = {'paper': 40, 'author': 30, 'venue': 5}
 EDGE_TYPES = [
@@ -55,34 +55,13 @@ def _pair(aggr, mixed=False, device='cpu'):
     return ref, ours
 
 
-def _compare(ref, ours, x, *args, tol=1e-5, **kwargs):
-    x_ref = {t: v.clone().requires_grad_() for t, v in x.items()}
-    x_ours = {t: v.clone().requires_grad_() for t, v in x.items()}
-    want, got = ref(x_ref, *args, **kwargs), ours(x_ours, *args, **kwargs)
-    assert got.keys() == want.keys()
-    loss_w = sum((w * (i + 1)).sum() for i, w in enumerate(want.values()))
-    loss_g = sum((g * (i + 1)).sum() for i, g in enumerate(got.values()))
-    for k in want:
-        assert got[k].shape == want[k].shape and got[k].dtype == want[k].dtype
-        torch.testing.assert_close(got[k], want[k], atol=tol, rtol=tol)
-    leaves_w = list(x_ref.values()) + list(ref.parameters())
-    leaves_g = list(x_ours.values()) + list(ours.parameters())
-    gw = torch.autograd.grad(loss_w, leaves_w, allow_unused=True)
-    gg = torch.autograd.grad(loss_g, leaves_g, allow_unused=True)
-    for a, b in zip(gg, gw):
-        assert (a is None) == (b is None)
-        if a is not None:
-            torch.testing.assert_close(a, b, atol=10 * tol, rtol=10 * tol)
-    return got
-
-
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('aggr', ['sum', 'mean', 'max', 'min', 'cat', None])
 @pytest.mark.parametrize('mixed', [False, True])
 def test_matches_pyg(device, aggr, mixed):
     x, ei = _graph(device)
     ref, ours = _pair(aggr, mixed, device)
-    got = _compare(ref, ours, x, ei)
+    got = assert_hetero_match(ours, ref, x, ei)
     assert set(got) == {'paper', 'author'}
 
 
@@ -114,7 +93,7 @@ def test_routes_arguments_as_pyg():
     ours.load_state_dict(ref.state_dict())
     edge_attr = {e: torch.randn(v.size(1), 3) for e, v in ei.items()}
     del ei['venue', 'hosts', 'paper'], edge_attr['venue', 'hosts', 'paper']
-    got = _compare(ref, ours, x, ei, edge_attr_dict=edge_attr)
+    got = assert_hetero_match(ours, ref, x, ei, edge_attr_dict=edge_attr)
     assert set(got) == {'paper', 'author'}
 
 
