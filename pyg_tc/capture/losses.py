@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Batch, Data, HeteroData
 
 
 def step_loss(out: Tensor, batch: Data) -> Tensor:
@@ -28,6 +28,13 @@ def step_loss(out: Tensor, batch: Data) -> Tensor:
     """
     if isinstance(batch, Batch):
         return graph_loss(out, batch)
+    if isinstance(batch, HeteroData):
+        if batch.get('bucket') is not None or _seed_store(batch, required=False) is not None:
+            return seed_loss(out, batch)
+        raise ValueError(
+            'pyg_tc: the default loss of a full HeteroData graph is ambiguous (which node type?): pass '
+            "loss_fn=lambda out, data: masked_loss(out, data['paper']) (your node type)"
+        )
     if batch.get('bucket') is not None or batch.get('batch_size') is not None:
         return seed_loss(out, batch)
     return masked_loss(out, batch)
@@ -76,7 +83,9 @@ def seed_loss(
     padded batch, with static shapes (no boolean indexing, no
     synchronisation): the first ``seed_capacity`` rows, weighted by
     ``seed_mask``. On an unpadded batch, PyG's
-    ``loss(out[:batch_size], y[:batch_size])``.
+    ``loss(out[:batch_size], y[:batch_size])``. On a heterogeneous batch
+    (``HeteroData``), ``out`` is the output for the seeds' node type (the
+    one with ``batch_size``), whose ``seed_mask`` and labels it reads.
 
     Args:
         out (torch.Tensor): the model's output for every row of the batch.
@@ -90,7 +99,10 @@ def seed_loss(
           :math:`(|\mathcal{V}|, *)`
         - **output:** a scalar
     """
-    if batch.get('bucket') is None:
+    padded = batch.get('bucket') is not None
+    if isinstance(batch, HeteroData):
+        batch = _seed_store(batch)
+    if not padded:
         B = int(batch.batch_size)
         return loss(out[:B], batch[target][:B])
     S = batch.seed_capacity
@@ -99,6 +111,20 @@ def seed_loss(
     if per.dim() > 1:
         per = per.flatten(1).mean(1)
     return (per * m).sum() / m.sum().clamp(min=1)
+
+
+def _seed_store(batch: HeteroData, required: bool = True):
+    """The node store of a heterogeneous mini-batch's seeds (the node type
+    with ``batch_size``), or None (``required=False``) when there is none."""
+    stores = [s for s in batch.node_stores if 'batch_size' in s]
+    if len(stores) == 1:
+        return stores[0]
+    if not required and not stores:
+        return None
+    raise ValueError(
+        f'pyg_tc: seed_loss needs the seeds of one node type (a node type with batch_size), got '
+        f'{[s._key for s in stores]}'
+    )
 
 
 def graph_loss(

@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 
 _masks = threading.local()
@@ -92,7 +92,10 @@ def trimmed_forward(model: torch.nn.Module, batch: Data) -> Tensor:
     (``num_sampled_nodes_per_hop``, ``num_sampled_edges_per_hop``; a
     ``torch_geometric.nn.models.BasicGNN`` takes them): the ``forward=`` of a
     :class:`~pyg_tc.capture.CapturedStep` over :class:`~pyg_tc.transforms.PadHops`' batches,
-    whose hop counts are the bucket's.
+    whose hop counts are the bucket's. On a ``HeteroData`` batch
+    ``model(x_dict, edge_index_dict, num_sampled_nodes_dict=...,
+    num_sampled_edges_dict=...)``, the names of PyG's heterogeneous
+    ``trim_to_layer`` examples.
 
     Args:
         model (torch.nn.Module): a model taking ``(x, edge_index,
@@ -105,6 +108,13 @@ def trimmed_forward(model: torch.nn.Module, batch: Data) -> Tensor:
           its last layer keeps (the seed block and the first hop's), seeds
           first
     """
+    if isinstance(batch, HeteroData):
+        return model(
+            batch.x_dict,
+            batch.edge_index_dict,
+            num_sampled_nodes_dict=batch.num_sampled_nodes_dict,
+            num_sampled_edges_dict=batch.num_sampled_edges_dict,
+        )
     return model(
         batch.x,
         batch.edge_index,

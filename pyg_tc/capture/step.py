@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from ..formats.carrier import attach, graph_of, plain_tensor
 from ..ops.dispatch import kernel_paths
@@ -57,7 +57,26 @@ def check_capturable(optimizer: torch.optim.Optimizer) -> None:
 
 
 def _forward(model: torch.nn.Module, batch: Data) -> Tensor:
+    if isinstance(batch, HeteroData):
+        return model(batch.x_dict, batch.edge_index_dict)
     return model(batch.x, batch.edge_index)
+
+
+def _stores(batch: Data) -> list:
+    """A batch's attribute stores: a ``Data``'s own, a ``HeteroData``'s
+    global, node and edge stores."""
+    return list(batch.stores) if isinstance(batch, HeteroData) else [batch._store]
+
+
+def _cuda_device(batch: Data) -> Optional[torch.device]:
+    """The CUDA device of the batch's node features (``x``; for a
+    ``HeteroData`` its first node type's with ``x``), or None: the step runs
+    eagerly."""
+    for store in _stores(batch):
+        x = store.get('x')
+        if isinstance(x, Tensor):
+            return x.device if x.is_cuda else None
+    return None
 
 
 def _is_ddp(model: torch.nn.Module) -> bool:
@@ -68,9 +87,12 @@ def _static_copy(batch: Data) -> Data:
     """``batch`` with every tensor copied to fresh memory (shared tensors
     stay shared): the step's input buffers for one bucket."""
     out = copy.deepcopy(batch)
-    ei = out.edge_index
-    graph = graph_of(ei)
-    out.edge_index = attach(ei.as_tensor().clone(), int(batch.num_nodes), graph, sort_order='col')
+    for store in _stores(out):
+        ei = store.get('edge_index')
+        if ei is None:
+            continue
+        size = store.size() if isinstance(out, HeteroData) else int(batch.num_nodes)
+        store.edge_index = attach(ei.as_tensor().clone(), size, graph_of(ei), sort_order='col')
     return out
 
 
@@ -123,13 +145,15 @@ def _identity(batch: Data) -> Tuple[tuple, List[Tensor]]:
     (an in-place change of the edges makes the memoised structures stale:
     the eager path then sees it)."""
     key, tensors = [], []
-    for k, v in batch._store.items():
-        if isinstance(v, Tensor):
-            t = plain_tensor(v)
-            key.append((k, id(v), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device))
-            tensors.append(v)
-    ei = batch.get('edge_index')
-    return tuple(key) + ((getattr(ei, '_version', None),) if isinstance(ei, Tensor) else ()), tensors
+    for store in _stores(batch):
+        for k, v in store.items():
+            if isinstance(v, Tensor):
+                t = plain_tensor(v)
+                key.append((store._key, k, id(v), t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device))
+                tensors.append(v)
+                if k == 'edge_index':
+                    key.append(getattr(v, '_version', None))
+    return tuple(key), tensors
 
 
 def _index(device: torch.device) -> int:
@@ -205,8 +229,7 @@ class _Replayer:
     def _lookup(self, batch: Data) -> Optional[_Captured]:
         """The captured graph ready for ``batch`` (captured now if due; for a
         padded batch its tensors copied in), or None: run eagerly."""
-        x = batch.get('x')
-        if not (isinstance(x, Tensor) and x.is_cuda):
+        if _cuda_device(batch) is None:
             return None
         bucket = batch.get('bucket')
         if bucket is None:  # a full graph: replay on its own tensors
@@ -294,7 +317,8 @@ class _Replayer:
         snap = self._snapshot()
         # the warm-up and the capture draw no random numbers of the run: the first replay draws
         # what the next eager step would (dropout as in the eager loop)
-        rng = torch.cuda.get_rng_state(_index(batch.x.device))
+        dev = _index(_cuda_device(batch))
+        rng = torch.cuda.get_rng_state(dev)
         try:
             # a DDP model warms up through the module it wraps: no collective, so the ranks stay in step
             module = self.model.module if _is_ddp(self.model) else None
@@ -310,7 +334,7 @@ class _Replayer:
             graph = torch.cuda.CUDAGraph()
             side = self.stream or torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
-            gen = torch.cuda.default_generators[_index(batch.x.device)]
+            gen = torch.cuda.default_generators[dev]
             fresh = gen.clone_state()
             try:
                 # thread_local: a prefetching loader's thread may call into CUDA during the capture
@@ -326,7 +350,7 @@ class _Replayer:
             torch.cuda.synchronize()
         finally:
             self._restore(snap)
-            torch.cuda.set_rng_state(rng, _index(batch.x.device))
+            torch.cuda.set_rng_state(rng, dev)
         grads = [p.grad for p in self._grad_owners()]
         return _Captured(static, graph, out, buffers, grads)
 
@@ -515,7 +539,7 @@ class CapturedStep(_Replayer):
     def __call__(self, batch: Data) -> Tensor:
         """One training step on ``batch``; returns its loss (a detached
         tensor on the batch's device; reading it synchronises)."""
-        if self._ddp_pending and batch.x.is_cuda:
+        if self._ddp_pending and _cuda_device(batch) is not None:
             self._ddp_warmup(batch)
         cap = self._lookup(batch)
         if cap is None:
@@ -597,7 +621,7 @@ def _graphs(batch: Data) -> list:
     memoised on it: GAT's padded self-loop graph)."""
     from ..formats.csr import CSRGraph
 
-    out, seen, todo = [], set(), [batch.edge_index]
+    out, seen, todo = [], set(), [s.edge_index for s in _stores(batch) if s.get('edge_index') is not None]
     while todo:
         obj = todo.pop()
         if id(obj) in seen:

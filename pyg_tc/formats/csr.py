@@ -83,6 +83,14 @@ class SampledHops(NamedTuple):
     num_nodes: Tuple[int, ...]
     num_edges: Tuple[int, ...]
     max_degree: Optional[int]
+    #: a bipartite batch graph's source nodes per hop (an edge type of a
+    #: heterogeneous batch: the source type's ``num_sampled_nodes``); None: ``num_nodes``
+    num_src: Optional[Tuple[int, ...]] = None
+
+    @property
+    def src_nodes(self) -> Tuple[int, ...]:
+        """The source (column) nodes per hop."""
+        return self.num_nodes if self.num_src is None else self.num_src
 
 
 @torch.compiler.assume_constant_result
@@ -494,6 +502,8 @@ class CSRGraph:
         E = src.numel()
         if E > _INT32_MAX or num_src > _INT32_MAX or num_dst > _INT32_MAX:
             raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
+        if E == 0:  # no edges: nothing to check, sort or schedule (no synchronisation)
+            return cls._empty(num_dst, num_src, src.device, chunk)
         is_sorted = True
         if E > 0:
             # one synchronisation: the range check and whether the edges are
@@ -524,6 +534,18 @@ class CSRGraph:
         return cls._finish(rowptr, col, perm, num_dst, num_src, chunk, keep)
 
     @classmethod
+    def _empty(cls, R: int, C: int, device: Any, chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
+        """A graph of ``R`` rows, ``C`` columns and no edges (every row one
+        empty unit), built without synchronisation (e.g. an edge type that
+        ``trim_to_layer`` leaves no edges)."""
+        i32 = torch.int32
+        rowptr, t_rowptr = torch.zeros(R + 1, dtype=i32, device=device), torch.zeros(C + 1, dtype=i32, device=device)
+        none = torch.zeros(0, dtype=i32, device=device)
+        chunk = auto_chunk(0, R) if chunk is None else chunk
+        sched, t_sched = _light_schedule(rowptr), _light_schedule(t_rowptr)
+        return cls(rowptr, none, None, t_rowptr, none, none, sched, t_sched, R, C, chunk, max_degree=0)
+
+    @classmethod
     def from_csr(cls, rowptr: Tensor, col: Tensor, num_cols: int, chunk: Optional[int] = DEFAULT_CHUNK) -> 'CSRGraph':
         """An adjacency already in CSR (rows = targets); ``perm`` is None."""
         R = rowptr.numel() - 1
@@ -547,6 +569,7 @@ class CSRGraph:
         num_sampled_edges: Optional[Sequence[int]] = None,
         defer: bool = False,
         num_cols: Optional[int] = None,
+        num_sampled_src: Optional[Sequence[int]] = None,
     ) -> 'CSRGraph':
         """The graph of a sampled mini-batch (:mod:`pyg_tc.loader`): its edges
         come sorted by target with every index in range, so ``rowptr``,
@@ -560,19 +583,27 @@ class CSRGraph:
         which :func:`~pyg_tc.formats.padding.trimmed` derives ``trim_to_layer``'s graphs.
         ``num_cols``: the source nodes of a bipartite batch graph (an edge type
         of a heterogeneous batch; default ``num_nodes``, targets and sources
-        alike)."""
+        alike), and ``num_sampled_src`` their counts per hop (the source
+        type's ``num_sampled_nodes``; default ``num_sampled_nodes``)."""
         hops = None
+        C = num_nodes if num_cols is None else int(num_cols)
         if num_sampled_nodes is not None or num_sampled_edges is not None:
             nodes = tuple(int(n) for n in num_sampled_nodes or ())
             edges = tuple(int(e) for e in num_sampled_edges or ())
-            if len(nodes) != len(edges) + 1 or sum(nodes) != num_nodes or sum(edges) != col.numel():
+            src = None if num_sampled_src is None else tuple(int(n) for n in num_sampled_src)
+            if (
+                len(nodes) != len(edges) + 1
+                or sum(nodes) != num_nodes
+                or sum(edges) != col.numel()
+                or (src is not None and (len(src) != len(nodes) or sum(src) != C))
+            ):
                 raise ValueError(
-                    f'pyg_tc: {len(nodes)} hop node counts (sum {sum(nodes)}) and {len(edges)} hop edge '
-                    f'counts (sum {sum(edges)}) do not describe a batch of {num_nodes} nodes and '
-                    f'{col.numel()} edges (one more node count than edge counts)'
+                    f'pyg_tc: {len(nodes)} hop node counts (sum {sum(nodes)}), {len(edges)} hop edge '
+                    f'counts (sum {sum(edges)}) and source counts {src} do not describe a batch of '
+                    f'{num_nodes} targets, {C} sources and {col.numel()} edges (one more node count than '
+                    f'edge counts)'
                 )
-            hops = SampledHops(nodes, edges, max_degree)
-        C = num_nodes if num_cols is None else int(num_cols)
+            hops = SampledHops(nodes, edges, max_degree, src)
         if not defer:
             return cls._finish(rowptr, col, None, num_nodes, C, chunk, rows, max_degree, hops)
         chunk = auto_chunk(col.numel(), num_nodes) if chunk is None else chunk

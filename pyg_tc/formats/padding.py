@@ -128,6 +128,79 @@ def pad_hops_reference(
     return [out_ptr, torch.cat(out_col + empty), torch.cat(out_rows + empty), node_index, edge_index, node_mask]
 
 
+def block_index(num_nodes: Sequence[int], pad_nodes: Sequence[int], device: Any = None) -> Tensor:
+    """Where each real node of a per-hop padded node set goes (int64): node
+    ``i`` of hop ``h`` (hops of ``num_nodes[h]`` real nodes, in turn) to row
+    ``N_0 + .. + N_{h-1} + i`` (``N = pad_nodes``)."""
+    starts = [0, *accumulate(int(v) for v in pad_nodes)]
+    parts = [torch.arange(starts[h], starts[h] + int(n), device=device) for h, n in enumerate(num_nodes)]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long, device=device)
+
+
+def pad_hops_bipartite(
+    g: CSRGraph,
+    num_nodes: Sequence[int],
+    num_src: Sequence[int],
+    num_edges: Sequence[int],
+    dst_index: Optional[Tensor] = None,
+    src_index: Optional[Tensor] = None,
+) -> Tuple[CSRGraph, Tensor, Tensor]:
+    """:func:`pad_hops` of a bipartite sampled graph (an edge type of a
+    heterogeneous batch, its ``sampled_hops`` with source counts): target
+    node block ``h`` padded to ``num_nodes[h]`` rows, source block ``h`` to
+    ``num_src[h]``, edge block ``h`` (hop ``h + 1``'s edges, targets in
+    block ``h``) to ``num_edges[h]`` slots, real entries first. The padding
+    slots of edge block ``h`` are edges from the last (padded) source row of
+    block ``h + 1`` into the last (padded) target row of block ``h``, so no
+    real row reads a padded node. ``dst_index`` / ``src_index``: the node
+    sets' :func:`block_index` (made here when not given).
+
+    Returns ``(graph, edge_index, rows)``: the padded graph (``sampled_hops``
+    the padded counts, ``static_shapes`` set, both schedules
+    ``padded_schedule``'s), where each real edge went (int64) and the target
+    of every slot (int32). Built on the graph's device without
+    synchronisation."""
+    hops = g.sampled_hops
+    if hops is None or g.padded or g.perm is not None:
+        raise ValueError('pyg_tc: pad_hops_bipartite pads a sampled batch graph (hop structure, CSR order, not padded)')
+    n, m, e = list(hops.num_nodes), list(hops.src_nodes), list(hops.num_edges)
+    N, M, P = [int(v) for v in num_nodes], [int(v) for v in num_src], [int(v) for v in num_edges]
+    L = len(e)
+    if len(N) != L + 1 or len(M) != L + 1 or len(P) != L:
+        raise ValueError(
+            f'pyg_tc: a batch of {L} hops pads to {L + 1} target and source counts and {L} edge counts, '
+            f'got {len(N)}, {len(M)} and {len(P)}'
+        )
+    if any(a <= b for a, b in zip(N, n)) or any(a <= b for a, b in zip(M, m)) or any(a < b for a, b in zip(P, e)):
+        raise ValueError(
+            f'pyg_tc: cannot pad hops of {n} targets, {m} sources and {e} edges to {N} targets, {M} sources '
+            f'(one padded row at least per hop) and {P} edges'
+        )
+    R, C, E = sum(N), sum(M), sum(P)
+    if max(R, C, E) > _INT32_MAX:
+        raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
+    dev, i32 = g.rowptr.device, torch.int32
+    dst_index = block_index(n, N, dev) if dst_index is None else dst_index
+    src_index = block_index(m, M, dev) if src_index is None else src_index
+    Od, Os, base = [0, *accumulate(N)], [0, *accumulate(M)], [0, *accumulate(e)]
+    real_rows = dst_index.index_select(0, csr_rows(g.rowptr, g.num_edges).long()).to(i32)
+    real_col = src_index.index_select(0, g.col.long()).to(i32)
+    cols, rows = [real_col.new_zeros(0)], [real_rows.new_zeros(0)]
+    for h in range(L):
+        cols += [real_col[base[h] : base[h + 1]], torch.full((P[h] - e[h],), Os[h + 2] - 1, dtype=i32, device=dev)]
+        rows += [real_rows[base[h] : base[h + 1]], torch.full((P[h] - e[h],), Od[h + 1] - 1, dtype=i32, device=dev)]
+    col, rows = torch.cat(cols), torch.cat(rows)
+    edge_index = block_index(e, P, dev)
+    rowptr = torch.searchsorted(rows, torch.arange(R + 1, dtype=i32, device=dev), out_int32=True)
+    t_rowptr, t_col, t_perm = transpose(col, rows, C)
+    chunk = auto_chunk(E, R)
+    scheds = padded_schedules([rowptr, t_rowptr], chunk, E)
+    layout = Layout(static_shapes=True, fillers=True)
+    out_hops = SampledHops(tuple(N), tuple(P), None, tuple(M))  # (no degree bound: see pad_hops)
+    out = CSRGraph(rowptr, col, None, t_rowptr, t_col, t_perm, *scheds, R, C, chunk, layout, out_hops)
+    return out, edge_index, rows
+
+
 def padded_schedule(rowptr: Tensor, chunk: int, num_edges: int) -> Schedule:
     """The degree-bucket schedule of a padded graph's ``rowptr``
     (:func:`pad`) with array sizes fixed by ``(rows, num_edges,
@@ -195,8 +268,8 @@ def trimmed(g: CSRGraph, num_edges: int, num_rows: int, num_cols: int) -> Option
         return None
     # the first hops whose edges end at k: targets lie in hops < j, sources in hops <= j
     j = ends.index(k)
-    nodes = list(accumulate(hops.num_nodes))
-    if j > 0 and (R < nodes[j - 1] or C < nodes[j]):
+    nodes, src = list(accumulate(hops.num_nodes)), list(accumulate(hops.src_nodes))
+    if j > 0 and (R < nodes[j - 1] or C < src[j]):
         return None
     return g.cache.memo(('trimmed', k, R, C), lambda: _trim(g, k, R, C))
 
@@ -232,61 +305,72 @@ def _trim(g: CSRGraph, k: int, R: int, C: int) -> CSRGraph:
     return CSRGraph(rowptr, g.col[:k], None, t_rowptr, t_col, t_perm, sched, t_sched, R, C, chunk, layout)
 
 
-def pad(g: CSRGraph, num_rows: int, num_edges: int) -> CSRGraph:
-    """Square graph ``g`` (a sampled mini-batch) padded to static shapes:
-    ``num_rows`` rows and ``num_edges`` edge slots (no fewer than it has;
-    mini-batches keep one padded row at least, :mod:`pyg_tc.transforms.pad`), for CUDA-graph capture and
+def pad(g: CSRGraph, num_rows: int, num_edges: int, num_cols: Optional[int] = None) -> CSRGraph:
+    """Graph ``g`` (a sampled mini-batch, or one edge type of a
+    heterogeneous batch) padded to static shapes: ``num_rows`` rows (targets),
+    ``num_cols`` columns (sources; default ``num_rows``, a square graph) and
+    ``num_edges`` edge slots (no fewer than it has; mini-batches keep one
+    padded row at least, :mod:`pyg_tc.transforms.pad`), for CUDA-graph capture and
     ``torch.compile`` (one shape per bucket, :mod:`pyg_tc.transforms.pad`).
 
-    * padded rows have no edges: their ``rowptr`` entries repeat the edge
-      count ``E``, in both directions, so every kernel skips them and
-      their aggregation is 0;
+    * padded rows (and columns) have no edges: their ``rowptr`` entries
+      repeat the edge count ``E``, in both directions, so every kernel skips
+      them and their aggregation is 0;
     * the padding edge slots ``E .. num_edges - 1`` lie past
-      ``rowptr[-1]``: no kernel reads them; their ``col`` (and the
-      transpose's) is the last row, so ``row()`` and ``per_edge`` see them
-      as loops of the last padded row, whose values nothing reads;
+      ``rowptr[-1]``: no kernel reads them; they run from the last column to
+      the last row, so ``row()`` and ``per_edge`` see them as edges between
+      padded nodes, whose values nothing reads;
     * both schedules (``padded_schedule``, ``chunk`` from
       ``auto_chunk`` of the padded sizes) have array sizes fixed by
-      ``(num_rows, num_edges)``: heavy rows are split as in any graph,
-      unused units and heavy entries are fillers the kernels skip;
+      ``(num_rows, num_cols, num_edges)``: heavy rows are split as in any
+      graph, unused units and heavy entries are fillers the kernels skip;
     * ``perm`` / ``t_perm`` map padding slots to themselves.
 
     Builds on ``g``'s device without synchronisation. ``padded`` is
     set and ``real_size`` records the real ``(rows, edges)``."""
-    R, E = g.num_rows, g.num_edges
+    R, C, E = g.num_rows, g.num_cols, g.num_edges
     if g.padded:
         raise ValueError('pyg_tc: this graph is padded already')
-    if g.num_cols != R:
-        raise ValueError(f'pyg_tc: only square graphs (sampled batches) are padded, got {R} x {g.num_cols}')
-    if num_rows < R or num_edges < E or (num_rows == R and (R == 0 or num_edges == E)):
+    if num_cols is None:
+        if C != R:
+            raise ValueError(f'pyg_tc: a graph of {R} x {C} is padded with num_cols given')
+        num_cols = num_rows
+    if (
+        num_rows < R
+        or num_cols < C
+        or num_edges < E
+        or (num_rows == R and num_cols == C and (R == 0 or num_edges == E))
+    ):
         raise ValueError(
-            f'pyg_tc: cannot pad a graph of {R} rows and {E} edges to {num_rows} rows and '
-            f'{num_edges} edges (no fewer rows or edges, and something to pad)'
+            f'pyg_tc: cannot pad a graph of {R} x {C} and {E} edges to {num_rows} x {num_cols} and '
+            f'{num_edges} edges (no fewer rows, columns or edges, and something to pad)'
         )
-    if num_rows > _INT32_MAX or num_edges > _INT32_MAX:
+    if E < num_edges and (num_rows == 0 or num_cols == 0):
+        raise ValueError('pyg_tc: padding edge slots need a row and a column to point at')
+    if max(num_rows, num_cols, num_edges) > _INT32_MAX:
         raise ValueError('pyg_tc: graphs with more than 2^31-1 edges or nodes are not supported')
-    dev, P, Q = g.device, num_rows - R, num_edges - E
+    dev, Q = g.device, num_edges - E
 
-    def ptr(rp: Tensor) -> Tensor:
-        return torch.cat([rp.to(torch.int32), rp.new_full((P,), E, dtype=torch.int32)])
+    def ptr(rp: Tensor, rows: int) -> Tensor:
+        return torch.cat([rp.to(torch.int32), rp.new_full((rows - rp.numel() + 1,), E, dtype=torch.int32)])
 
-    def idx(c: Tensor) -> Tensor:
-        return torch.cat([c.to(torch.int32), c.new_full((Q,), num_rows - 1, dtype=torch.int32)])
+    def idx(c: Tensor, last: int) -> Tensor:
+        return torch.cat([c.to(torch.int32), c.new_full((Q,), last, dtype=torch.int32)])
 
     tail = torch.arange(E, num_edges, dtype=torch.int32, device=dev)
     perm = None if g.perm is None else torch.cat([g.perm.to(torch.int32), tail])
-    rowptr, t_rowptr = ptr(g.rowptr), ptr(g.t_rowptr)
+    rowptr, t_rowptr = ptr(g.rowptr, num_rows), ptr(g.t_rowptr, num_cols)
     chunk = auto_chunk(num_edges, num_rows)
     return CSRGraph(
         rowptr,
-        idx(g.col),
+        idx(g.col, num_cols - 1),
         perm,
         t_rowptr,
-        idx(g.t_col),
+        idx(g.t_col, num_rows - 1),
         torch.cat([g.t_perm.to(torch.int32), tail]),
         *padded_schedules([rowptr, t_rowptr], chunk, num_edges),
         num_rows,
-        num_rows,
+        num_cols,
         chunk,
         padded_layout((R, E)),
         max_degree=g.cache.max_degree,

@@ -512,7 +512,8 @@ class _GPULoader:
         """Edge type ``e``'s ``edge_index`` of a batch made by pyg_tc's
         sampler (sorted by target: its CSR over the batch's target nodes),
         with that CSR attached (no sort; on a GPU its transpose and schedules
-        built here, on the CPU by the first layer that needs them)."""
+        built here, on the CPU by the first layer that needs them) and its hop
+        structure (so ``trim_to_layer``'s graphs are derived from it)."""
         src, _, dst = e
         row, col = out.row.get(e, empty), out.col.get(e, empty)
         n_src, n_dst = out.node[src].numel() if src in out.node else 0, out.node[dst].numel() if dst in out.node else 0
@@ -522,7 +523,14 @@ class _GPULoader:
         fan = self._sampler.num_neighbors.get(e, [-1])
         known = None if min(fan, default=-1) < 0 else max(fan, default=0)  # (with replace too)
         graph = CSRGraph.from_sampled(
-            rowptr, row.to(torch.int32), rows, n_dst, max_degree=known, defer=True, num_cols=n_src
+            rowptr,
+            row.to(torch.int32),
+            rows,
+            n_dst,
+            max_degree=known,
+            defer=True,
+            num_cols=n_src,
+            **_hop_counts(out, e, n_src, n_dst, row.numel()),
         )
         if graph.device.type == 'cuda':
             graph.complete()
@@ -880,6 +888,23 @@ def _check_input(index: Any, what: str = 'input_nodes', dim: int = 0) -> None:
         return
     if isinstance(index, Tensor) and index.size(dim if index.dim() > dim else 0) == 0:
         raise ValueError(f'pyg_tc.loader: {what} is empty: there is nothing to sample from')
+
+
+def _hop_counts(out: HeteroSamplerOutput, e: Any, n_src: int, n_dst: int, num_edges: int) -> dict:
+    """``CSRGraph.from_sampled``'s hop counts of edge type ``e`` in a sampler
+    output, or none where they do not describe its edges (a changed output)."""
+    nsn, nse = out.num_sampled_nodes or {}, out.num_sampled_edges or {}
+    nodes_src, nodes_dst, edges = nsn.get(e[0]), nsn.get(e[-1]), nse.get(e)
+    if nodes_src is None or nodes_dst is None or edges is None:
+        return {}
+    nodes_src, nodes_dst, edges = list(map(int, nodes_src)), list(map(int, nodes_dst)), list(map(int, edges))
+    if (
+        len(nodes_src) != len(nodes_dst)
+        or len(nodes_dst) != len(edges) + 1
+        or (sum(nodes_src), sum(nodes_dst), sum(edges)) != (n_src, n_dst, num_edges)
+    ):
+        return {}
+    return dict(num_sampled_nodes=nodes_dst, num_sampled_edges=edges, num_sampled_src=nodes_src)
 
 
 def _hetero_sampler(

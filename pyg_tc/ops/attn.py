@@ -335,11 +335,12 @@ def attention_schedules(g: CSRGraph) -> Tuple[Schedule, Schedule]:
     170-edge row: 58 us for the forward, 12 us for the whole SpMM). There the
     rows are cut into units of :func:`small_graph_chunk` edges (heavy rows
     merged by the second pass; Cora: 7.7 + 3 us), memoised on the graph;
-    larger graphs use the graph's own schedule, and so do padded graphs
-    (:func:`~pyg_tc.formats.padding.pad`: static shapes; its schedule splits
-    heavy rows with array sizes fixed by the bucket)."""
+    larger graphs use the graph's own schedule, and so do graphs of static
+    shapes (:mod:`~pyg_tc.formats.padding`'s padded and trimmed graphs: their
+    schedules split heavy rows with array sizes fixed by the bucket, and a
+    new schedule would read the degrees on the host)."""
     chunk = small_graph_chunk(g)
-    if g.chunk <= chunk or g.sched.units.size(0) >= coop_units(g.rowptr.device) or g.padded:
+    if g.chunk <= chunk or g.static_shapes or g.num_edges == 0 or g.sched.units.size(0) >= coop_units(g.rowptr.device):
         return g.sched, g.t_sched
     return g.cache.memo(
         ('attn_schedules', chunk), lambda: (build_schedule(g.rowptr, chunk), build_schedule(g.t_rowptr, chunk))

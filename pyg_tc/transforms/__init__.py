@@ -8,7 +8,16 @@ steps (:mod:`pyg_tc.capture`)."""
 from .cap import CapNeighbors
 from .cbsr import CBSRTransform
 from .degree_bucket import DegreeBucketTransform
-from .pad import Bucket, HopBucket, PadHops, PadToBuckets, buckets_from_batches, buckets_from_fanouts
+from .pad import (
+    Bucket,
+    HeteroBucket,
+    HeteroHopBucket,
+    HopBucket,
+    PadHops,
+    PadToBuckets,
+    buckets_from_batches,
+    buckets_from_fanouts,
+)
 from .pad_graphs import GraphBucket, PadGraphs, graph_buckets
 from .reorder import ReorderTransform, rcm_order
 from .sgt import SGTTransform
@@ -26,6 +35,8 @@ __all__ = [
     'buckets_from_fanouts',
     'PadHops',
     'HopBucket',
+    'HeteroBucket',
+    'HeteroHopBucket',
     'PadGraphs',
     'GraphBucket',
     'graph_buckets',

@@ -44,11 +44,11 @@ NVIDIA's MLPerf GNN code sizes its padded batches) or from the fan-out bounds
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.transforms import BaseTransform
 
 from ..formats.carrier import attach, resolve
@@ -74,6 +74,64 @@ class Bucket(NamedTuple):
         return num_nodes < self.num_nodes and num_edges <= self.num_edges
 
 
+class HeteroBucket(NamedTuple):
+    """The static shape of a padded heterogeneous batch
+    (:class:`PadToBuckets` on ``HeteroData``): rows per node type, edge
+    slots per edge type.
+
+    Args:
+        num_nodes (Tuple[Tuple[str, int], ...]): ``(node type, rows)`` for
+            every node type (more rows than its real nodes: one padded row
+            at least).
+        num_edges (Tuple[Tuple[Tuple[str, str, str], int], ...]):
+            ``(edge type, edge slots)`` for every edge type.
+    """
+
+    num_nodes: Tuple[Tuple[str, int], ...]
+    num_edges: Tuple[Tuple[Tuple[str, str, str], int], ...]
+
+    @property
+    def nodes(self) -> Dict[str, int]:
+        """Rows per node type."""
+        return {t: int(n) for t, n in self.num_nodes}
+
+    @property
+    def edges(self) -> Dict[Tuple[str, str, str], int]:
+        """Edge slots per edge type."""
+        return {tuple(e): int(n) for e, n in self.num_edges}
+
+    @property
+    def total_nodes(self) -> int:
+        """Rows of every batch of this bucket, over all node types."""
+        return sum(n for _, n in self.num_nodes)
+
+    @property
+    def total_edges(self) -> int:
+        """Edge slots of every batch of this bucket, over all edge types."""
+        return sum(n for _, n in self.num_edges)
+
+    def fits(self, num_nodes: Mapping[str, int], num_edges: Mapping[Tuple[str, str, str], int]) -> bool:
+        """Whether a batch of these node counts per node type and edge counts
+        per edge type pads to this bucket: the same types, fewer nodes than
+        rows in every node type (a padded row at least), no more edges than
+        slots in every edge type."""
+        nodes, edges = self.nodes, self.edges
+        return (
+            set(num_nodes) == set(nodes)
+            and set(num_edges) == set(edges)
+            and all(n < nodes[t] for t, n in num_nodes.items())
+            and all(e <= edges[k] for k, e in num_edges.items())
+        )
+
+
+def _hetero_sizes(batch: HeteroData) -> Tuple[Dict[str, int], Dict[Tuple[str, str, str], int]]:
+    """Nodes per node type and edges per edge type of a heterogeneous batch."""
+    return (
+        {t: int(batch[t].num_nodes or 0) for t in batch.node_types},
+        {e: int(batch[e].edge_index.size(1)) for e in batch.edge_types},
+    )
+
+
 def _round_up(v: float, multiple: int) -> int:
     return int(math.ceil(max(v, 1) / multiple) * multiple)
 
@@ -90,12 +148,13 @@ def buckets_from_batches(
     node_multiple: int = 256,
     edge_multiple: int = 1024,
     per_hop: bool = False,
-) -> Union[List[Bucket], List['HopBucket']]:
+) -> Union[List[Bucket], List['HopBucket'], List[HeteroBucket], List['HeteroHopBucket']]:
     """Buckets from measured batches: their node and edge counts' mean plus
     ``sigma`` standard deviations (then one more row), rounded up.
 
     Args:
-        batches (Iterable[torch_geometric.data.Data]): a loader (or any iterable of batches);
+        batches (Iterable[torch_geometric.data.Data or torch_geometric.data.HeteroData]): a
+            loader (or any iterable of batches);
             its first ``num_batches`` are measured (at least 2).
         num_batches (int, optional): batches measured (default 20).
         sigma (float, optional): standard deviations above the mean
@@ -111,6 +170,11 @@ def buckets_from_batches(
             bounded alike (one padded row per hop); the seed block holds the
             most seeds seen plus one row (the loader's ``batch_size + 1``).
 
+    Heterogeneous batches (``HeteroData``) give :class:`HeteroBucket` shapes
+    (:class:`HeteroHopBucket` with ``per_hop``): every node type's nodes and
+    every edge type's edges (per hop) measured and bounded alike (one padded
+    row per node type and hop).
+
     Returns the buckets, smallest first."""
     if num_batches < 2:
         raise ValueError(f'pyg_tc: buckets_from_batches needs at least 2 batches, got num_batches={num_batches}')
@@ -120,9 +184,16 @@ def buckets_from_batches(
     for i, b in enumerate(batches):
         if i == num_batches:
             break
-        sizes.append(_hop_sizes(b) if per_hop else _sizes(b))
+        if isinstance(b, HeteroData):
+            sizes.append((_hetero_hop_sizes(b) if per_hop else _hetero_sizes(b)) + ('hetero',))
+        else:
+            sizes.append(_hop_sizes(b) if per_hop else _sizes(b))
     if len(sizes) < 2:
         raise ValueError(f'pyg_tc: buckets_from_batches saw {len(sizes)} batch(es); it needs at least 2')
+    if sizes[0][-1] == 'hetero':
+        sizes = [z[:2] for z in sizes]
+        make = _hetero_hop_buckets if per_hop else _hetero_buckets
+        return make(sizes, sigma, levels, node_multiple, edge_multiple)
     if per_hop:
         return _hop_buckets(sizes, sigma, levels, node_multiple, edge_multiple)
     t = torch.tensor(sizes, dtype=torch.float64)
@@ -142,6 +213,33 @@ def buckets_from_batches(
             )
         )
     return sorted(set(out))
+
+
+def _hetero_buckets(
+    sizes: list, sigma: float, levels: int, node_multiple: int, edge_multiple: int
+) -> List[HeteroBucket]:
+    """:func:`buckets_from_batches`'s buckets of heterogeneous batches from
+    measured ``(nodes per node type, edges per edge type)``."""
+    node_types, edge_types = list(sizes[0][0]), list(sizes[0][1])
+    if any(list(n) != node_types or list(e) != edge_types for n, e in sizes):
+        raise ValueError('pyg_tc: the measured batches have different node or edge types')
+    t = torch.tensor([[n[k] for k in node_types] + [e[k] for k in edge_types] for n, e in sizes], dtype=torch.float64)
+    top = (t.mean(0) + sigma * t.std(0)).tolist()
+    low = t.min(0).values.tolist()
+    T = len(node_types)
+
+    def bucket(f: float) -> HeteroBucket:
+        def at(i: int, extra: int, multiple: int) -> int:
+            hi = _round_up(top[i] + extra, multiple)
+            return _round_up(low[i] + extra + f * (hi - low[i] - extra), multiple)
+
+        return HeteroBucket(
+            tuple((k, at(i, 1, node_multiple)) for i, k in enumerate(node_types)),
+            tuple((k, at(T + i, 0, edge_multiple)) for i, k in enumerate(edge_types)),
+        )
+
+    out = {bucket(k / levels) for k in range(1, levels + 1)}
+    return sorted(out, key=lambda b: (b.total_edges, b.total_nodes, b))
 
 
 def buckets_from_fanouts(
@@ -180,21 +278,24 @@ def _pad_rows(t: Tensor, rows: int, dim: int = 0) -> Tensor:
 
 
 def _pad_attributes(
-    batch: Data,
+    batch: Any,
     pad_nodes: Callable[[Tensor, int], Tensor],
     pad_edges: Callable[[Tensor, int], Tensor],
     seed_capacity: int,
     num_nodes: int,
     num_edges: int,
+    store: Any = None,
 ) -> None:
-    """Pads ``batch``'s tensor attributes in place: node attributes with
-    ``pad_nodes(value, cat_dim)``, edge attributes with ``pad_edges``, and
-    the per-seed ``input_id`` / ``seed_time`` to ``seed_capacity`` entries.
-    A tensor is a node or edge attribute by PyG's rule (``is_node_attr`` /
-    ``is_edge_attr`` of a ``Data``: its size along its cat dimension is the
-    batch's ``num_nodes`` or ``num_edges``; a tie goes to the edges when
-    ``'edge'`` is in the key), applied with the counts the caller knows."""
-    store = batch._store
+    """Pads the tensor attributes of ``batch``'s ``store`` (default: a
+    ``Data``'s own) in place: node attributes with ``pad_nodes(value,
+    cat_dim)``, edge attributes with ``pad_edges``, and the per-seed
+    ``input_id`` / ``seed_time`` to ``seed_capacity`` entries. A tensor is a
+    node or edge attribute by PyG's rule (``is_node_attr`` / ``is_edge_attr``
+    of a ``Data``: its size along its cat dimension is the batch's
+    ``num_nodes`` or ``num_edges``; a tie goes to the edges when ``'edge'`` is
+    in the key), applied with the counts the caller knows (-1: the store
+    has none of that kind)."""
+    store = batch._store if store is None else store
     for key, value in list(store.items()):
         if key in ('edge_index', 'num_nodes') or not isinstance(value, Tensor) or value.dim() == 0:
             continue
@@ -203,13 +304,13 @@ def _pad_attributes(
             continue
         size = value.size(dim)
         if size == num_nodes and (num_nodes != num_edges or 'edge' not in key):
-            batch[key] = pad_nodes(value, dim)
+            store[key] = pad_nodes(value, dim)
         elif size == num_edges:
-            batch[key] = pad_edges(value, dim)
+            store[key] = pad_edges(value, dim)
     for key in ('input_id', 'seed_time'):  # one entry per seed: seed_capacity of them
-        value = batch.get(key)
+        value = store.get(key)
         if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) <= seed_capacity:
-            batch[key] = _pad_rows(value, seed_capacity)
+            store[key] = _pad_rows(value, seed_capacity)
 
 
 def _first_fit(buckets: Sequence[Any], num_nodes: Any, num_edges: Any) -> Optional[Any]:
@@ -222,9 +323,27 @@ class PadToBuckets(BaseTransform):
     r"""Pads each mini-batch to the smallest bucket it fits (see the module
     doc): ``NeighborLoader(..., transform=PadToBuckets(buckets, batch_size))``.
 
+    Heterogeneous batches (``HeteroData`` from
+    :class:`pyg_tc.loader.NeighborLoader`) are padded to
+    :class:`HeteroBucket` shapes: each node type to its rows (zero features,
+    label 0, ``n_id`` 0; ``node_mask`` per node type), each edge type to its
+    slots (padding edges from the last padded row of the source type to the
+    last padded row of the target type, past the end of the CSR, so no real
+    row reads them). The seeds' node type (the one with ``batch_size``) gets
+    ``seed_mask`` and ``seed_capacity``; every type records its real
+    ``num_real_nodes`` / ``num_real_edges``; ``bucket`` is a global
+    attribute. :func:`~pyg_tc.capture.seed_loss` and
+    :class:`~pyg_tc.capture.CapturedStep` take such batches (the model's
+    output for the seeds' node type)::
+
+        loader = pyg_tc.loader.NeighborLoader(data, [15, 10, 5], batch_size=1024,
+                                              input_nodes=('paper', train))
+        loader.transform = PadToBuckets(buckets_from_batches(loader), seed_capacity=1024)
+
     Args:
-        buckets (List[Bucket] or List[Tuple[int, int]]): the (nodes, edges)
-            shapes, e.g. from :func:`~pyg_tc.transforms.buckets_from_batches`.
+        buckets (List[Bucket] or List[Tuple[int, int]] or List[HeteroBucket]):
+            the (nodes, edges) shapes, e.g. from
+            :func:`~pyg_tc.transforms.buckets_from_batches`.
         seed_capacity (int): the loader's ``batch_size`` (the seed rows
             every padded batch reserves).
         self_loops (bool, optional): also build the padded self-loop graph
@@ -234,25 +353,40 @@ class PadToBuckets(BaseTransform):
             synchronisation, either way) (default: False).
     """
 
-    def __init__(self, buckets: Sequence[Sequence[int]], seed_capacity: int, self_loops: bool = False):
-        bs = sorted(Bucket(int(n), int(e)) for n, e in buckets)
+    def __init__(
+        self, buckets: Sequence[Union[Sequence[int], HeteroBucket]], seed_capacity: int, self_loops: bool = False
+    ):
+        bs = list(buckets)
         if not bs:
             raise ValueError('pyg_tc: PadToBuckets needs at least one bucket')
-        for b in bs:
-            if b.num_nodes <= seed_capacity:
-                raise ValueError(f'pyg_tc: bucket {tuple(b)} has no more rows than the {seed_capacity} seeds')
+        self.hetero = isinstance(bs[0], HeteroBucket)
+        if any(isinstance(b, HeteroBucket) != self.hetero for b in bs):
+            raise ValueError('pyg_tc: PadToBuckets takes buckets of one kind (Bucket or HeteroBucket)')
+        if self.hetero:
+            bs = sorted(set(bs), key=lambda b: (b.total_edges, b.total_nodes, b))
+        else:
+            bs = sorted(Bucket(int(n), int(e)) for n, e in bs)
+            for b in bs:
+                if b.num_nodes <= seed_capacity:
+                    raise ValueError(f'pyg_tc: bucket {tuple(b)} has no more rows than the {seed_capacity} seeds')
         self.buckets, self.seed_capacity, self.self_loops = bs, int(seed_capacity), bool(self_loops)
 
-    def bucket_for(self, num_nodes: int, num_edges: int) -> Optional[Bucket]:
-        """The smallest bucket a batch fits, or None."""
+    def bucket_for(self, num_nodes: Any, num_edges: Any) -> Optional[Union[Bucket, HeteroBucket]]:
+        """The smallest bucket a batch fits, or None (heterogeneous: counts
+        per node type and per edge type, as dictionaries)."""
         return _first_fit(self.buckets, num_nodes, num_edges)
 
-    def forward(self, batch: Data) -> Data:
+    def forward(self, batch: Union[Data, HeteroData]) -> Union[Data, HeteroData]:
         """``batch`` padded to its bucket (in place; see the module doc), or
         with only ``seed_capacity`` and the real counts added when it fits
         none."""
-        if not isinstance(batch, Data):
-            raise NotImplementedError(f'pyg_tc: PadToBuckets pads homogeneous batches, got {type(batch).__name__}')
+        if isinstance(batch, HeteroData) and self.hetero:
+            return self._pad_hetero(batch)
+        if not isinstance(batch, Data) or self.hetero:
+            raise TypeError(
+                f'pyg_tc: PadToBuckets with {"HeteroBucket" if self.hetero else "Bucket"}s pads '
+                f'{"HeteroData" if self.hetero else "Data"} batches, got {type(batch).__name__}'
+            )
         n, E = _sizes(batch)
         B = int(batch.batch_size) if 'batch_size' in batch else n
         if B > self.seed_capacity:
@@ -284,8 +418,74 @@ class PadToBuckets(BaseTransform):
         batch.seed_mask = torch.arange(self.seed_capacity, device=dev) < B
         return batch
 
+    def _pad_hetero(self, batch: HeteroData) -> HeteroData:
+        """A heterogeneous batch padded to its :class:`HeteroBucket` (in
+        place): every node type's attributes to its rows, every edge type's
+        ``edge_index``, CSR and attributes to its slots; ``node_mask`` per
+        node type; ``seed_mask`` and ``seed_capacity`` on the seeds' node
+        type (the one with ``batch_size``); the real counts in
+        ``num_real_nodes`` / ``num_real_edges`` per type; ``bucket`` global."""
+        ns, es = _hetero_sizes(batch)
+        seeds = [t for t in batch.node_types if 'batch_size' in batch[t]]
+        for t in seeds:
+            if int(batch[t].batch_size) > self.seed_capacity:
+                raise ValueError(
+                    f'pyg_tc: the batch has {int(batch[t].batch_size)} seeds of type {t!r} but seed_capacity is '
+                    f'{self.seed_capacity}'
+                )
+            batch[t].seed_capacity = self.seed_capacity
+        for t, n in ns.items():
+            batch[t].num_real_nodes = n
+        for e, E in es.items():
+            batch[e].num_real_edges = E
+        bucket = self.bucket_for(ns, es)
+        batch.bucket = bucket
+        if bucket is None:  # larger than every bucket: as it came (an eager step)
+            return batch
+        N, P = bucket.nodes, bucket.edges
+        for t in seeds:
+            if N[t] <= self.seed_capacity:
+                raise ValueError(
+                    f'pyg_tc: bucket {bucket} has no more rows of type {t!r} ({N[t]}) than the '
+                    f'{self.seed_capacity} seeds'
+                )
+        for e in batch.edge_types:
+            src, _, dst = e
+            store, n_src, n_dst = batch[e], ns[src], ns[dst]
+            ei = store.edge_index
+            g, _ = resolve(ei, size=(n_src, n_dst))
+            if g.perm is not None:
+                raise ValueError(
+                    f"pyg_tc: PadToBuckets needs batches whose edges are in CSR order (pyg_tc.loader.NeighborLoader's); "
+                    f'edge type {e} is not'
+                )
+            pg = padding.pad(g, N[dst], P[e], num_cols=N[src])
+            if self.self_loops and src == dst:
+                pad_loop_graph(pg)
+            _pad_attributes(batch, None, lambda v, d: _pad_rows(v, P[e], d), self.seed_capacity, -1, es[e], store)
+            plain = ei.as_tensor() if hasattr(ei, 'as_tensor') else ei
+            fill = torch.tensor([[N[src] - 1], [N[dst] - 1]], dtype=plain.dtype, device=plain.device)
+            plain = torch.cat([plain, fill.expand(2, P[e] - es[e])], 1)
+            store.edge_index = attach(plain, (N[src], N[dst]), pg, sort_order='col')
+        for t in batch.node_types:
+            store, dev = batch[t], _device_of(batch)
+            _pad_attributes(batch, lambda v, d: _pad_rows(v, N[t], d), None, self.seed_capacity, ns[t], -1, store)
+            store.num_nodes = N[t]
+            store.node_mask = torch.arange(N[t], device=dev) < ns[t]
+            if t in seeds:
+                store.seed_mask = torch.arange(self.seed_capacity, device=dev) < int(store.batch_size)
+        return batch
+
     def __repr__(self) -> str:
         return f'{type(self).__name__}({[tuple(b) for b in self.buckets]}, seed_capacity={self.seed_capacity})'
+
+
+def _device_of(batch: HeteroData) -> torch.device:
+    """Where a heterogeneous batch's graph is (its first edge type's
+    ``edge_index``; the CPU without edge types)."""
+    for e in batch.edge_types:
+        return batch[e].edge_index.device
+    return torch.device('cpu')
 
 
 class HopBucket(NamedTuple):
@@ -322,6 +522,109 @@ class HopBucket(NamedTuple):
             and all(n < N for n, N in zip(num_nodes, self.num_nodes))
             and all(e <= P for e, P in zip(num_edges, self.num_edges))
         )
+
+
+class HeteroHopBucket(NamedTuple):
+    """The static shape of a per-hop padded heterogeneous batch
+    (:class:`PadHops` on ``HeteroData``): rows per hop of every node type,
+    edge slots per hop of every edge type.
+
+    Args:
+        num_nodes (Tuple[Tuple[str, Tuple[int, ...]], ...]): ``(node type,
+            (N_0 .. N_L))`` for every node type: its rows per hop, each more
+            than the hop's real nodes (one padded row at least).
+        num_edges (Tuple[Tuple[Tuple[str, str, str], Tuple[int, ...]], ...]):
+            ``(edge type, (P_1 .. P_L))`` for every edge type.
+    """
+
+    num_nodes: Tuple[Tuple[str, Tuple[int, ...]], ...]
+    num_edges: Tuple[Tuple[Tuple[str, str, str], Tuple[int, ...]], ...]
+
+    @property
+    def nodes(self) -> Dict[str, List[int]]:
+        """Rows per hop, per node type."""
+        return {t: [int(v) for v in n] for t, n in self.num_nodes}
+
+    @property
+    def edges(self) -> Dict[Tuple[str, str, str], List[int]]:
+        """Edge slots per hop, per edge type."""
+        return {tuple(e): [int(v) for v in n] for e, n in self.num_edges}
+
+    @property
+    def total_nodes(self) -> int:
+        """Rows of every batch of this bucket, over all node types."""
+        return sum(sum(n) for _, n in self.num_nodes)
+
+    @property
+    def total_edges(self) -> int:
+        """Edge slots of every batch of this bucket, over all edge types."""
+        return sum(sum(n) for _, n in self.num_edges)
+
+    def fits(
+        self, num_nodes: Mapping[str, Sequence[int]], num_edges: Mapping[Tuple[str, str, str], Sequence[int]]
+    ) -> bool:
+        """Whether a batch of these per-hop counts (PyG's
+        ``num_sampled_nodes_dict`` / ``num_sampled_edges_dict``) pads to this
+        bucket: the same types and hops, fewer nodes than rows in every hop of
+        every node type, no more edges than slots."""
+        nodes, edges = self.nodes, self.edges
+        return (
+            set(num_nodes) == set(nodes)
+            and set(num_edges) == set(edges)
+            and all(HopBucket(tuple(nodes[t]), ()).fits(n, ()) for t, n in num_nodes.items())
+            and all(len(v) == len(edges[k]) and all(a <= b for a, b in zip(v, edges[k])) for k, v in num_edges.items())
+        )
+
+
+def _hetero_hop_sizes(batch: HeteroData) -> tuple:
+    """Per-hop node counts per node type and edge counts per edge type of a
+    heterogeneous batch (PyG's ``num_sampled_nodes`` / ``num_sampled_edges``)."""
+    try:
+        ns = {t: tuple(int(v) for v in batch[t].num_sampled_nodes) for t in batch.node_types}
+        es = {e: tuple(int(v) for v in batch[e].num_sampled_edges) for e in batch.edge_types}
+    except (AttributeError, KeyError, TypeError):
+        raise ValueError(
+            'pyg_tc: per-hop padding needs batches with num_sampled_nodes and num_sampled_edges per type '
+            "(pyg_tc.loader.NeighborLoader's)"
+        ) from None
+    return ns, es
+
+
+def _hetero_hop_buckets(
+    sizes: list, sigma: float, levels: int, node_multiple: int, edge_multiple: int
+) -> List[HeteroHopBucket]:
+    """:func:`buckets_from_batches`'s per-hop buckets of heterogeneous
+    batches: every (type, hop) count measured and bounded alike; the seed
+    block of a node type holds the most seeds seen plus one row."""
+    node_types, edge_types = list(sizes[0][0]), list(sizes[0][1])
+    shape = ([len(sizes[0][0][t]) for t in node_types], [len(sizes[0][1][e]) for e in edge_types])
+    if any(list(n) != node_types or list(e) != edge_types for n, e in sizes) or any(
+        ([len(n[t]) for t in node_types], [len(e[k]) for k in edge_types]) != shape for n, e in sizes
+    ):
+        raise ValueError('pyg_tc: the measured batches have different node types, edge types or hops')
+    rows = [[v for t in node_types for v in n[t]] + [v for k in edge_types for v in e[k]] for n, e in sizes]
+    t = torch.tensor(rows, dtype=torch.float64)
+    top = (t.mean(0) + sigma * t.std(0)).tolist()
+    low, high = t.min(0).values.tolist(), t.max(0).values.tolist()
+
+    def bucket(f: float) -> HeteroHopBucket:
+        def at(i: int, extra: int, multiple: int) -> int:
+            hi = _round_up(top[i] + extra, multiple)
+            return _round_up(low[i] + extra + f * (hi - low[i] - extra), multiple)
+
+        i, nodes, edges = 0, [], []
+        for k, t_ in zip(node_types, shape[0]):
+            # hop 0 (the seeds): every seed slot and one padded row
+            block = [int(high[i]) + 1] + [at(i + h, 1, node_multiple) for h in range(1, t_)]
+            nodes.append((k, tuple(block)))
+            i += t_
+        for k, t_ in zip(edge_types, shape[1]):
+            edges.append((k, tuple(at(i + h, 0, edge_multiple) for h in range(t_))))
+            i += t_
+        return HeteroHopBucket(tuple(nodes), tuple(edges))
+
+    out = {bucket(k / levels) for k in range(1, levels + 1)}
+    return sorted(out, key=lambda b: (b.total_edges, b.total_nodes, b))
 
 
 def _hop_sizes(batch: Data) -> tuple:
@@ -419,7 +722,22 @@ class PadHops(BaseTransform):
             synchronisation, either way). (default: :obj:`False`)
     """
 
-    def __init__(self, buckets: Sequence[Sequence[Sequence[int]]], seed_capacity: int, self_loops: bool = False):
+    def __init__(
+        self,
+        buckets: Sequence[Union[Sequence[Sequence[int]], 'HeteroHopBucket']],
+        seed_capacity: int,
+        self_loops: bool = False,
+    ):
+        bs = list(buckets)
+        self.hetero = bool(bs) and isinstance(bs[0], HeteroHopBucket)
+        if self.hetero:
+            if not all(isinstance(b, HeteroHopBucket) for b in bs):
+                raise ValueError('pyg_tc: PadHops takes buckets of one kind (HopBucket or HeteroHopBucket)')
+            if self_loops:
+                raise NotImplementedError('pyg_tc: PadHops(self_loops=True) pads homogeneous batches only')
+            self.buckets = sorted(set(bs), key=lambda b: (b.total_edges, b.total_nodes, b))
+            self.seed_capacity, self.self_loops = int(seed_capacity), False
+            return
         bs = []
         for b in buckets:
             nodes, edges = b
@@ -447,8 +765,13 @@ class PadHops(BaseTransform):
         with only ``seed_capacity`` and the real counts added when it fits
         none. Reads nothing from the device (the hop counts are host
         integers)."""
-        if not isinstance(batch, Data):
-            raise NotImplementedError(f'pyg_tc: PadHops pads homogeneous batches, got {type(batch).__name__}')
+        if isinstance(batch, HeteroData) and self.hetero:
+            return self._pad_hetero(batch)
+        if not isinstance(batch, Data) or self.hetero:
+            raise TypeError(
+                f'pyg_tc: PadHops with {"HeteroHopBucket" if self.hetero else "HopBucket"}s pads '
+                f'{"HeteroData" if self.hetero else "Data"} batches, got {type(batch).__name__}'
+            )
         ns, es = _hop_sizes(batch)
         n, E = _sizes(batch)
         if sum(ns) != n or sum(es) != E:
@@ -491,6 +814,83 @@ class PadHops(BaseTransform):
         batch.num_sampled_nodes, batch.num_sampled_edges = list(N), list(P)
         batch.node_mask = node_mask
         batch.seed_mask = torch.arange(self.seed_capacity, device=dev) < B
+        return batch
+
+    def _pad_hetero(self, batch: HeteroData) -> HeteroData:
+        """A heterogeneous batch padded hop by hop to its
+        :class:`HeteroHopBucket` (in place): each node type's blocks and each
+        edge type's blocks as in a homogeneous batch
+        (:func:`~pyg_tc.formats.padding.pad_hops_bipartite`), ``node_mask``
+        per node type, ``num_sampled_nodes`` / ``num_sampled_edges`` the
+        bucket's (the real ones in ``num_real_sampled_nodes`` /
+        ``num_real_sampled_edges``), ``seed_mask`` and ``seed_capacity`` on
+        the seeds' node type, ``bucket`` global."""
+        ns, es = _hetero_hop_sizes(batch)
+        seeds = [t for t in batch.node_types if 'batch_size' in batch[t]]
+        for t in seeds:
+            if int(batch[t].batch_size) > self.seed_capacity:
+                raise ValueError(
+                    f'pyg_tc: the batch has {int(batch[t].batch_size)} seeds of type {t!r} but seed_capacity is '
+                    f'{self.seed_capacity}'
+                )
+            batch[t].seed_capacity = self.seed_capacity
+        for t in batch.node_types:
+            if sum(ns[t]) != int(batch[t].num_nodes or 0):
+                raise ValueError(f'pyg_tc: the hop counts of node type {t!r} do not add up to its nodes')
+            batch[t].num_real_nodes, batch[t].num_real_sampled_nodes = sum(ns[t]), list(ns[t])
+        for e in batch.edge_types:
+            batch[e].num_real_edges, batch[e].num_real_sampled_edges = sum(es[e]), list(es[e])
+        bucket = self.bucket_for(ns, es)
+        batch.bucket = bucket
+        if bucket is None:  # larger than every bucket: as it came (an eager step)
+            return batch
+        N, P = bucket.nodes, bucket.edges
+        for t in seeds:
+            if N[t][0] <= self.seed_capacity:
+                raise ValueError(
+                    f'pyg_tc: bucket {bucket} has no more seed rows of type {t!r} ({N[t][0]}) than the '
+                    f'{self.seed_capacity} seeds'
+                )
+        dev = _device_of(batch)
+        index = {t: padding.block_index(ns[t], N[t], dev) for t in batch.node_types}
+        for e in batch.edge_types:
+            src, _, dst = e
+            store = batch[e]
+            ei = store.edge_index
+            g, _ = resolve(ei, size=(sum(ns[src]), sum(ns[dst])))
+            hops = g.sampled_hops
+            if hops is None or (hops.num_nodes, hops.src_nodes, hops.num_edges) != (ns[dst], ns[src], es[e]):
+                raise ValueError(
+                    f'pyg_tc: PadHops needs batches whose CSR carries their hop structure '
+                    f"(pyg_tc.loader.NeighborLoader's); edge type {e} does not"
+                )
+            pg, edge_index, rows = padding.pad_hops_bipartite(g, N[dst], N[src], P[e], index[dst], index[src])
+            total = sum(P[e])
+            _pad_attributes(
+                batch, None, lambda v, d: _pad_blocks(v, edge_index.to(v.device), total, d), 0, -1, sum(es[e]), store
+            )
+            plain = ei.as_tensor() if hasattr(ei, 'as_tensor') else ei
+            store.edge_index = attach(
+                torch.stack([pg.col, rows]).to(plain.dtype), (sum(N[src]), sum(N[dst])), pg, sort_order='col'
+            )
+            store.num_sampled_edges = list(P[e])
+        for t in batch.node_types:
+            store, R = batch[t], sum(N[t])
+            idx = index[t]
+            _pad_attributes(
+                batch,
+                lambda v, d: _pad_blocks(v, idx.to(v.device), R, d),
+                None,
+                self.seed_capacity,
+                sum(ns[t]),
+                -1,
+                store,
+            )
+            store.num_nodes = R
+            store.node_mask = torch.zeros(R, dtype=torch.bool, device=dev).index_fill_(0, idx, True)
+            store.num_sampled_nodes = list(N[t])
+            if t in seeds:
+                store.seed_mask = torch.arange(self.seed_capacity, device=dev) < int(store.batch_size)
         return batch
 
     def __repr__(self) -> str:

@@ -246,7 +246,15 @@ def test_hop_counts_must_describe_the_batch():
         CSRGraph.from_sampled(
             *args, num_sampled_nodes=b.num_sampled_nodes, num_sampled_edges=[e + 1 for e in b.num_sampled_edges]
         )
-    assert g.to('cpu').sampled_hops == g.sampled_hops == (tuple(b.num_sampled_nodes), tuple(b.num_sampled_edges), 5)
+    assert (
+        g.to('cpu').sampled_hops == g.sampled_hops == (tuple(b.num_sampled_nodes), tuple(b.num_sampled_edges), 5, None)
+    )
+    with pytest.raises(
+        ValueError, match='source counts'
+    ):  # a bipartite graph's source counts: one per hop, its columns
+        CSRGraph.from_sampled(
+            *args, num_sampled_nodes=b.num_sampled_nodes, num_sampled_edges=b.num_sampled_edges, num_sampled_src=[1, 2]
+        )
     assert padding.trimmed(CSRGraph.from_sampled(*args), b.num_sampled_edges[0], g.num_rows, g.num_rows) is None
 
 

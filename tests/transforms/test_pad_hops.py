@@ -89,7 +89,7 @@ def test_graph_is_valid_and_equals_a_build(data):
     g = b.edge_index._pyg_tc_graph[1]
     g.validate()
     assert not g.padded and g.static_shapes and g.perm is None
-    assert g.sampled_hops == (bk.num_nodes, bk.num_edges, None)
+    assert g.sampled_hops == (bk.num_nodes, bk.num_edges, None, None)
     ei = b.edge_index.as_tensor()
     ref = CSRGraph.from_coo(ei[0], ei[1], b.num_nodes, b.num_nodes)
     assert ref.perm is None  # the padded edges are in CSR order
