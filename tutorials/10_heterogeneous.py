@@ -42,7 +42,25 @@ CUDA kernels and the GPU sampler.
 layers, with fan-out [15, 10, 5] and 1,024 seeds per batch. Part 2 builds an IGBH-shaped
 synthetic graph (``pyg_tc.bench.graphs.igbh_shaped``: power-law degrees, fp16 features) and
 trains that model (``pyg_tc.bench.models.RGAT``) for a few batches, PyG's stack against
-pyg_tc's. The table gives training seeds per second and, on a GPU, the peak memory.
+pyg_tc's, eagerly and as the fast path for this model:
+
+* ``PadHops`` pads every batch hop by hop, per node and edge type, to a bucket measured on a
+  few batches (``buckets_from_batches(loader, per_hop=True)``), so every step has the same
+  shapes;
+* the model runs trimmed by layer (PyG's ``trim_to_layer``: each layer computes only the nodes a
+  later layer reads; ``trimmed_forward`` passes the batch's hop counts);
+* ``CapturedStep`` replays forward, loss, backward and Adam from one CUDA graph, while the
+  loader prepares the next batches on its thread (``prefetch=2``)::
+
+      pad = PadHops(buckets_from_batches(loader, per_hop=True), batch_size)
+      loader = NeighborLoader(data, fanout, input_nodes=('paper', train), batch_size=batch_size,
+                              transform=pad, prefetch=2)
+      opt = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
+      step = CapturedStep(model, opt, autocast=torch.float16, forward=trimmed_forward)
+      for batch in loader:
+          loss = step(batch)
+
+The table gives training seeds per second and, on a GPU, the peak memory.
 ``--papers`` sizes the graph: 200,000 papers by default, 2,000 with ``--small``. The
 benchmark suite ``pyg-tc bench rgat`` runs the same model over whole epochs against PyG's loader
 with worker processes.
@@ -70,9 +88,11 @@ import pyg_tc
 import pyg_tc.nn
 from pyg_tc.bench.graphs import igbh_shaped
 from pyg_tc.bench.models import RGAT
+from pyg_tc.capture import CapturedStep, trimmed_forward
 from pyg_tc.datasets import load_or_exit
 from pyg_tc.loader import NeighborLoader
 from pyg_tc.loader.hetero import HeteroNeighborSampler
+from pyg_tc.transforms import PadHops, buckets_from_batches
 
 
 class SAGE(torch.nn.Module):
@@ -176,15 +196,26 @@ def mlperf_shaped(a):
     sampler, _ = pyg_sampler_note(data, fanout)
     torch.manual_seed(0)
     init = RGAT(pyg_nn, data.edge_types, width, hidden, heads, 19).state_dict()
+    # static shapes: batches padded hop by hop to a bucket measured on a few batches (mean + 5 std)
+    sizing = NeighborLoader(on_dev, fanout, device=dev, **kw)
+    pad = PadHops(buckets_from_batches(sizing, num_batches=min(batches + 1, 20), per_hop=True), bs)
     runs = [
         ('PyG (layers and loader)', pyg_nn, lambda: PyGNeighborLoader(data, fanout, neighbor_sampler=sampler, **kw)),
         ('pyg_tc', pyg_tc.nn, lambda: NeighborLoader(on_dev, fanout, device=dev, **kw)),
+        (
+            'pyg_tc, trimmed + captured',
+            pyg_tc.nn,
+            lambda: NeighborLoader(on_dev, fanout, device=dev, transform=pad, prefetch=2, **kw),
+        ),
     ]
     rows = []
     for name, lib, loader_of in runs:
         model = RGAT(lib, data.edge_types, width, hidden, heads, 19).to(dev)
         model.load_state_dict(init)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        captured = 'captured' in name
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=captured and dev.type == 'cuda')
+        # the whole step (forward trimmed by layer, loss over the seeds, backward, Adam) in one CUDA graph
+        step = CapturedStep(model, opt, autocast=amp, forward=trimmed_forward) if captured else None
         if dev.type == 'cuda':
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -196,6 +227,9 @@ def mlperf_shaped(a):
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
             b = next(it).to(dev)
+            if step is not None:
+                step(b)
+                continue
             opt.zero_grad()
             with torch.autocast(dev.type, dtype=amp):
                 out = model(b.x_dict, b.edge_index_dict)[: b['paper'].batch_size]
