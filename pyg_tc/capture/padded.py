@@ -20,18 +20,22 @@ _masks = threading.local()
 def padding(batch: Any) -> Iterator[None]:
     """Inside: the batch norms of :func:`padding_aware` models take their
     statistics over ``batch``'s real rows (``node_mask``) and real graphs
-    (``graph_mask``), picking the mask whose length is the input's row count;
-    nothing changes for a batch without masks. :class:`~pyg_tc.capture.CapturedStep`
+    (``graph_mask``), picking the mask whose length is the input's row count
+    (a heterogeneous batch: any node type's; a count that two node types
+    share raises); nothing changes for a batch without masks. :class:`~pyg_tc.capture.CapturedStep`
     enters it for every step.
 
     Args:
         batch (torch_geometric.data.Data): a padded batch (or anything without masks).
     """
     masks = {}
-    for key in ('node_mask', 'graph_mask'):
-        m = batch.get(key) if hasattr(batch, 'get') else None
-        if isinstance(m, Tensor):
-            masks[m.size(0)] = m
+    stores = list(batch.node_stores) if isinstance(batch, HeteroData) else [batch]
+    for store in stores:
+        for key in ('node_mask', 'graph_mask'):
+            m = store.get(key) if hasattr(store, 'get') else None
+            if isinstance(m, Tensor):
+                # two node types with as many rows: which mask a norm's input needs is unknown
+                masks[m.size(0)] = _AMBIGUOUS if m.size(0) in masks else m
     old = getattr(_masks, 'by_rows', None)
     _masks.by_rows = masks or None
     try:
@@ -40,9 +44,19 @@ def padding(batch: Any) -> Iterator[None]:
         _masks.by_rows = old
 
 
+_AMBIGUOUS = object()
+
+
 def _mask_for(rows: int) -> Optional[Tensor]:
     masks: Optional[Dict[int, Tensor]] = getattr(_masks, 'by_rows', None)
-    return None if masks is None else masks.get(rows)
+    mask = None if masks is None else masks.get(rows)
+    if mask is _AMBIGUOUS:
+        raise ValueError(
+            f'pyg_tc: a padding-aware batch norm got {rows} rows, and several node types of this heterogeneous '
+            f'batch are padded to {rows} rows: which rows are real is ambiguous. Give the node types buckets '
+            f'with different row counts'
+        )
+    return mask
 
 
 class _PaddingAwareBatchNorm(torch.nn.BatchNorm1d):

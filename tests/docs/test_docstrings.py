@@ -68,6 +68,8 @@ NO_TENSOR_IO = {
     'pyg_tc.capture.CapturedStep',
     'pyg_tc.transforms.PadHops',
     'pyg_tc.transforms.HopBucket',
+    'pyg_tc.transforms.HeteroBucket',
+    'pyg_tc.transforms.HeteroHopBucket',
     'pyg_tc.transforms.PadGraphs',
     'pyg_tc.transforms.GraphBucket',
     'pyg_tc.transforms.graph_buckets',

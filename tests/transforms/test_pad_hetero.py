@@ -358,3 +358,24 @@ def test_trimmed_graphs_of_a_per_hop_padded_batch_are_derived_not_built(monkeypa
     monkeypatch.setattr(csr, 'build_schedules', no_schedules)
     seed_loss(trimmed_forward(m, p), p).backward()
     assert set(built) <= {0}
+
+
+def test_padding_aware_norms_read_the_node_types_masks():
+    from pyg_tc.capture import padding, padding_aware
+
+    _, pairs = _padded_pairs('cpu')
+    b, p = next((b, p) for b, p in pairs if p.get('bucket') is not None)
+    norm = padding_aware(torch.nn.BatchNorm1d(12))
+    counts = [p[t].num_nodes for t in p.node_types]  # (distinct here)
+    t = next(t for t in p.node_types if counts.count(p[t].num_nodes) == 1)
+    with padding(p):
+        got = norm(p[t].x)[: b[t].num_nodes]
+    want = torch.nn.functional.batch_norm(b[t].x, None, None, training=True)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    # two node types padded to as many rows: which mask a norm needs is unknown
+    rows = max(p.bucket.nodes.values())
+    same = HeteroBucket(tuple((k, rows if k != 'paper' else n) for k, n in p.bucket.num_nodes), p.bucket.num_edges)
+    q = PadToBuckets([same], B)(copy.copy(b))
+    assert q['author'].num_nodes == q['fos'].num_nodes == rows
+    with padding(q), pytest.raises(ValueError, match='ambiguous'):
+        norm(q['fos'].x)
