@@ -426,14 +426,7 @@ class PadToBuckets(BaseTransform):
         type (the one with ``batch_size``); the real counts in
         ``num_real_nodes`` / ``num_real_edges`` per type; ``bucket`` global."""
         ns, es = _hetero_sizes(batch)
-        seeds = [t for t in batch.node_types if 'batch_size' in batch[t]]
-        for t in seeds:
-            if int(batch[t].batch_size) > self.seed_capacity:
-                raise ValueError(
-                    f'pyg_tc: the batch has {int(batch[t].batch_size)} seeds of type {t!r} but seed_capacity is '
-                    f'{self.seed_capacity}'
-                )
-            batch[t].seed_capacity = self.seed_capacity
+        seeds = _seed_types(batch, self.seed_capacity)
         for t, n in ns.items():
             batch[t].num_real_nodes = n
         for e, E in es.items():
@@ -443,12 +436,7 @@ class PadToBuckets(BaseTransform):
         if bucket is None:  # larger than every bucket: as it came (an eager step)
             return batch
         N, P = bucket.nodes, bucket.edges
-        for t in seeds:
-            if N[t] <= self.seed_capacity:
-                raise ValueError(
-                    f'pyg_tc: bucket {bucket} has no more rows of type {t!r} ({N[t]}) than the '
-                    f'{self.seed_capacity} seeds'
-                )
+        _check_seed_rows(bucket, {t: N[t] for t in seeds}, self.seed_capacity)
         for e in batch.edge_types:
             src, _, dst = e
             store, n_src, n_dst = batch[e], ns[src], ns[dst]
@@ -478,6 +466,30 @@ class PadToBuckets(BaseTransform):
 
     def __repr__(self) -> str:
         return f'{type(self).__name__}({[tuple(b) for b in self.buckets]}, seed_capacity={self.seed_capacity})'
+
+
+def _seed_types(batch: HeteroData, seed_capacity: int) -> List[str]:
+    """The node types holding seeds (those with ``batch_size``), each given
+    ``seed_capacity`` after checking its seeds fit."""
+    seeds = [t for t in batch.node_types if 'batch_size' in batch[t]]
+    for t in seeds:
+        if int(batch[t].batch_size) > seed_capacity:
+            raise ValueError(
+                f'pyg_tc: the batch has {int(batch[t].batch_size)} seeds of type {t!r} but seed_capacity is '
+                f'{seed_capacity}'
+            )
+        batch[t].seed_capacity = seed_capacity
+    return seeds
+
+
+def _check_seed_rows(bucket: Any, rows: Dict[str, int], seed_capacity: int) -> None:
+    """Raises where a bucket keeps no more seed rows of a node type than the
+    seed slots (``rows``: the seed block's rows per seed type)."""
+    for t, n in rows.items():
+        if n <= seed_capacity:
+            raise ValueError(
+                f'pyg_tc: bucket {bucket} has no more seed rows of type {t!r} ({n}) than the {seed_capacity} seeds'
+            )
 
 
 def _device_of(batch: HeteroData) -> torch.device:
@@ -826,14 +838,7 @@ class PadHops(BaseTransform):
         ``num_real_sampled_edges``), ``seed_mask`` and ``seed_capacity`` on
         the seeds' node type, ``bucket`` global."""
         ns, es = _hetero_hop_sizes(batch)
-        seeds = [t for t in batch.node_types if 'batch_size' in batch[t]]
-        for t in seeds:
-            if int(batch[t].batch_size) > self.seed_capacity:
-                raise ValueError(
-                    f'pyg_tc: the batch has {int(batch[t].batch_size)} seeds of type {t!r} but seed_capacity is '
-                    f'{self.seed_capacity}'
-                )
-            batch[t].seed_capacity = self.seed_capacity
+        seeds = _seed_types(batch, self.seed_capacity)
         for t in batch.node_types:
             if sum(ns[t]) != int(batch[t].num_nodes or 0):
                 raise ValueError(f'pyg_tc: the hop counts of node type {t!r} do not add up to its nodes')
@@ -845,12 +850,7 @@ class PadHops(BaseTransform):
         if bucket is None:  # larger than every bucket: as it came (an eager step)
             return batch
         N, P = bucket.nodes, bucket.edges
-        for t in seeds:
-            if N[t][0] <= self.seed_capacity:
-                raise ValueError(
-                    f'pyg_tc: bucket {bucket} has no more seed rows of type {t!r} ({N[t][0]}) than the '
-                    f'{self.seed_capacity} seeds'
-                )
+        _check_seed_rows(bucket, {t: N[t][0] for t in seeds}, self.seed_capacity)
         dev = _device_of(batch)
         index = {t: padding.block_index(ns[t], N[t], dev) for t in batch.node_types}
         for e in batch.edge_types:

@@ -44,11 +44,13 @@ def _loader(device, papers=600, fanout=(4, 3)):
     )
 
 
-def _padded_pairs(device, levels=1):
-    """(unpadded, padded) copies of the loader's batches."""
-    loader = _loader(device)
+def _padded_pairs(device, levels=1, per_hop=False, fanout=(4, 3)):
+    """The padder and (unpadded, padded) copies of the loader's batches:
+    ``PadToBuckets``, or ``PadHops`` with ``per_hop``."""
+    loader = _loader(device, fanout=fanout)
     torch.manual_seed(0)
-    pad = PadToBuckets(buckets_from_batches(loader, num_batches=6, levels=levels, node_multiple=64), B)
+    kw = dict(per_hop=True, node_multiple=32, edge_multiple=64) if per_hop else dict(levels=levels, node_multiple=64)
+    pad = (PadHops if per_hop else PadToBuckets)(buckets_from_batches(loader, num_batches=6, **kw), B)
     torch.manual_seed(1)
     return pad, [(b, pad(copy.copy(b))) for b in loader]
 
@@ -127,9 +129,13 @@ def test_seed_outputs_and_gradients_equal_the_unpadded_batch(device, kind):
     m1 = _model(pyg_tc.nn, b.edge_types, kind).to(device)
     m1(b.x_dict, b.edge_index_dict)  # (lazy shapes)
     m2 = copy.deepcopy(m1)
+    _assert_same_step(m1, m2, b, p, m1(b.x_dict, b.edge_index_dict), m2(p.x_dict, p.edge_index_dict))
+
+
+def _assert_same_step(m1, m2, b, p, out1, out2):
+    """The seeds' outputs, the seed loss and every parameter's gradient of
+    ``m2`` on padded batch ``p`` equal ``m1``'s on ``b``."""
     n = b['paper'].batch_size
-    out1 = m1(b.x_dict, b.edge_index_dict)
-    out2 = m2(p.x_dict, p.edge_index_dict)
     torch.testing.assert_close(out2[:n], out1[:n], atol=1e-5, rtol=1e-5)
     l1, l2 = seed_loss(out1, b), seed_loss(out2, p)
     torch.testing.assert_close(l2, l1, atol=1e-6, rtol=1e-5)
@@ -192,7 +198,7 @@ def test_errors():
         PadToBuckets([buckets[0], Bucket(4096, 8192)], B)
     with pytest.raises(ValueError, match='seed_capacity'):
         PadToBuckets(buckets, B - 1)(copy.copy(b))
-    with pytest.raises(ValueError, match='no more rows'):
+    with pytest.raises(ValueError, match='no more seed rows'):
         PadToBuckets(buckets, 10**6)(copy.copy(b))
 
 
@@ -200,12 +206,7 @@ def test_errors():
 
 
 def _hop_pairs(device, fanout=(4, 3, 2)):
-    loader = _loader(device, fanout=fanout)
-    torch.manual_seed(0)
-    buckets = buckets_from_batches(loader, num_batches=6, per_hop=True, node_multiple=32, edge_multiple=64)
-    pad = PadHops(buckets, B)
-    torch.manual_seed(1)
-    return pad, [(b, pad(copy.copy(b))) for b in loader]
+    return _padded_pairs(device, per_hop=True, fanout=fanout)
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -262,17 +263,9 @@ def test_trimmed_model_on_per_hop_padded_batches_equals_the_unpadded_batch(devic
     m1 = RGAT(lib, b.edge_types, 12, 8, 2, 5).to(device)
     m1(b.x_dict, b.edge_index_dict)
     m2 = copy.deepcopy(m1)
-    n = b['paper'].batch_size
-    out1 = m1(b.x_dict, b.edge_index_dict)
     out2 = trimmed_forward(m2, p)
     assert out2.size(0) == sum(p.bucket.nodes['paper'][:2])  # the seed block and the first hop's
-    torch.testing.assert_close(out2[:n], out1[:n], atol=1e-5, rtol=1e-5)
-    l1, l2 = seed_loss(out1, b), seed_loss(out2, p)
-    torch.testing.assert_close(l2, l1, atol=1e-6, rtol=1e-5)
-    l1.backward()
-    l2.backward()
-    for a, c in zip(m1.parameters(), m2.parameters()):
-        torch.testing.assert_close(c.grad, a.grad, atol=1e-5, rtol=1e-4)
+    _assert_same_step(m1, m2, b, p, m1(b.x_dict, b.edge_index_dict), out2)
 
 
 def test_trimmed_step_on_per_hop_padded_batches_reads_nothing_from_the_device():
@@ -282,6 +275,18 @@ def test_trimmed_step_on_per_hop_padded_batches_reads_nothing_from_the_device():
     m(b.x_dict, b.edge_index_dict)
     with NoHostSync():
         seed_loss(trimmed_forward(m, p), p).backward()
+
+
+def _count_builds(monkeypatch) -> list:
+    """The edge counts of the graphs ``CSRGraph.from_coo`` builds from now on."""
+    built = []
+    real = CSRGraph.from_coo.__func__
+    monkeypatch.setattr(
+        CSRGraph,
+        'from_coo',
+        classmethod(lambda cls, src, *a, **k: built.append(src.numel()) or real(cls, src, *a, **k)),
+    )
+    return built
 
 
 def test_trimmed_graphs_of_an_unpadded_batch_are_derived_not_built(monkeypatch):
@@ -295,13 +300,7 @@ def test_trimmed_graphs_of_an_unpadded_batch_are_derived_not_built(monkeypatch):
         assert hops.num_edges == tuple(b[e].num_sampled_edges)
     m = _model(pyg_tc.nn, b.edge_types, 'rgat')
     m(b.x_dict, b.edge_index_dict)
-    built = []
-    real = CSRGraph.from_coo.__func__
-    monkeypatch.setattr(
-        CSRGraph,
-        'from_coo',
-        classmethod(lambda cls, src, *a, **k: built.append(src.numel()) or real(cls, src, *a, **k)),
-    )
+    built = _count_builds(monkeypatch)
     m(b.x_dict, b.edge_index_dict, b.num_sampled_nodes_dict, b.num_sampled_edges_dict).sum().backward()
     assert set(built) <= {0}  # (an edge type trimmed to no edges at all: an empty graph)
 
@@ -342,13 +341,7 @@ def test_trimmed_graphs_of_a_per_hop_padded_batch_are_derived_not_built(monkeypa
     b, p = next((b, p) for b, p in pairs if p.get('bucket') is not None)
     m = _model(pyg_tc.nn, b.edge_types, 'rgat')
     m(b.x_dict, b.edge_index_dict)
-    built = []
-    real = CSRGraph.from_coo.__func__
-    monkeypatch.setattr(
-        CSRGraph,
-        'from_coo',
-        classmethod(lambda cls, src, *a, **k: built.append(src.numel()) or real(cls, src, *a, **k)),
-    )
+    built = _count_builds(monkeypatch)
     # and no schedule is built from the degrees (on a GPU that reads them on the host)
     import pyg_tc.formats.csr as csr
 
