@@ -80,6 +80,12 @@ def _pyg_sampler(data, fanout):
     return HeteroNeighborSampler(data, fanout, device='cpu'), "pyg_tc's CPU reference (no pyg-lib)"
 
 
+def _pyg_hop_counts(sampler_name: str) -> bool:
+    """Whether PyG's heterogeneous batches carry the hop counts ``trim_to_layer`` needs: they do
+    from pyg-lib (and pyg_tc's reference), not from torch_sparse's sampler."""
+    return sampler_name != 'torch_sparse'
+
+
 def _close(it) -> None:
     """Ends a loader iterator's worker processes now (not in a later fork's garbage collection)."""
     shutdown = getattr(it, '_shutdown_workers', None)
@@ -190,8 +196,10 @@ def _runs(a, data, on_dev, seeds) -> List[_Run]:
             )
 
         runs.append(_Run(f'PyG, {w} workers', pyg_nn, sampler_name, pyg_loader))
-        if a.pyg_trim:
+        if a.pyg_trim and _pyg_hop_counts(sampler_name):
             runs.append(_Run(f'PyG trimmed, {w} workers', pyg_nn, sampler_name, pyg_loader, trim=True))
+    if a.pyg_trim and not _pyg_hop_counts(sampler_name):
+        log(f"[rgat] no 'PyG trimmed' rows: PyG's batches from {sampler_name} carry no hop counts")
 
     def ours(transform=None, prefetch=0):
         return lambda: NeighborLoader(on_dev, a.fanout, device=DEV, transform=transform, prefetch=prefetch, **kw)

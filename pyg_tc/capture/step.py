@@ -388,7 +388,8 @@ class CapturedStep(_Replayer):
             the real seeds of a mini-batch, over ``train_mask`` on a full
             graph). It must keep static shapes and not synchronise.
         forward (Callable, optional): ``forward(model, batch) -> out``
-            (default: ``model(batch.x, batch.edge_index)``).
+            (default: ``model(batch.x, batch.edge_index)``; for ``HeteroData``
+            ``model(batch.x_dict, batch.edge_index_dict)``).
         autocast (torch.dtype, optional): run forward and loss under
             ``torch.autocast('cuda', autocast)``.
         scaler (torch.amp.GradScaler, optional): scaled backward (captured)
@@ -434,8 +435,15 @@ class CapturedStep(_Replayer):
     as the tested recipe does. Free the step (:meth:`~pyg_tc.capture.CapturedStep.close`) before
     ``destroy_process_group()``: graphs holding NCCL work keep it waiting.
 
-    Limits: the model's forward must take ``(x, edge_index)`` (or pass
-    ``forward=``), its loss a ``(out, batch)`` function; the optimizer must be
+    Heterogeneous batches (``HeteroData`` padded by
+    :class:`~pyg_tc.transforms.PadToBuckets` or :class:`~pyg_tc.transforms.PadHops`)
+    are captured per bucket the same way: the model's output is the seeds'
+    node type's, and the default loss is over those seeds
+    (``docs/pipelines.md``, static-shape heterogeneous batches).
+
+    Limits: the model's forward must take ``(x, edge_index)`` (or
+    ``(x_dict, edge_index_dict)``; else pass ``forward=``), its loss a
+    ``(out, batch)`` function; the optimizer must be
     capturable (Adam / AdamW with ``capturable=True``; SGD as is). State the
     optimizer creates on its first step is restored to zeros (Adam's, AdamW's,
     RMSprop's and SGD's without dampening start so).
@@ -578,7 +586,8 @@ class CapturedForward(_Replayer):
     Args:
         model (torch.nn.Module): the model (on the GPU).
         forward (Callable, optional): ``forward(model, batch) -> out``
-            (default: ``model(batch.x, batch.edge_index)``).
+            (default: ``model(batch.x, batch.edge_index)``; for ``HeteroData``
+            ``model(batch.x_dict, batch.edge_index_dict)``).
         autocast (torch.dtype, optional): run the forward under
             ``torch.autocast('cuda', autocast)``.
         warmup (int, optional): warm-up runs before each capture (default 2;
