@@ -455,8 +455,9 @@ class PadToBuckets(BaseTransform):
             fill = torch.tensor([[N[src] - 1], [N[dst] - 1]], dtype=plain.dtype, device=plain.device)
             plain = torch.cat([plain, fill.expand(2, P[e] - es[e])], 1)
             store.edge_index = attach(plain, (N[src], N[dst]), pg, sort_order='col')
+        dev = _device_of(batch)
         for t in batch.node_types:
-            store, dev = batch[t], _device_of(batch)
+            store = batch[t]
             _pad_attributes(batch, lambda v, d: _pad_rows(v, N[t], d), None, self.seed_capacity, ns[t], -1, store)
             store.num_nodes = N[t]
             store.node_mask = torch.arange(N[t], device=dev) < ns[t]
