@@ -290,7 +290,8 @@ def _use_kernel(t: torch.Tensor) -> bool:
     takes) are declared with it and read by
     :func:`pyg_tc.ops.dispatch.choose`.
 
-    Private: only :func:`~pyg_tc.ops.dispatch.choose` (every op call) and the
+    Private: only :func:`~pyg_tc.ops.dispatch.choose` (every op call), the
     format builders of :mod:`pyg_tc.formats.csr` (below the ops, so they
-    cannot ask the dispatcher) call it."""
+    cannot ask the dispatcher) and the dense epilogue of
+    :mod:`pyg_tc.ops.dense` (no graph to dispatch on) call it."""
     return t.is_cuda and t.dtype != torch.float64 and ensure()

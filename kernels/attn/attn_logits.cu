@@ -47,25 +47,6 @@ __device__ __forceinline__ void load_f(float (&dst)[V], const T* p) {
   for (int i = 0; i < V; ++i) dst[i] = to_f(v.v[i]);
 }
 
-// V fp32 values from `p`: V / 4 16-byte loads when V is a multiple of 4 (the
-// vector path, whose host rule checks the alignment), else scalar loads.
-template <int V>
-__device__ __forceinline__ void load_att(float (&dst)[V], const float* p) {
-  if constexpr (V % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < V; i += 4) {
-      const float4 w = *reinterpret_cast<const float4*>(p + i);
-      dst[i] = w.x;
-      dst[i + 1] = w.y;
-      dst[i + 2] = w.z;
-      dst[i + 3] = w.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; ++i) dst[i] = p[i];
-  }
-}
-
 // Lane layout of the row kernels: G lanes per head (the power of two >= the
 // head's C / V vectors, at most 32), 32 / G heads per pass; lane q of a head
 // reads its vectors q, q + G, ...
@@ -90,7 +71,7 @@ __global__ void __launch_bounds__(kThreads) logits_forward_kernel(const T* __res
 #pragma unroll
           for (int j = 0; j < K; ++j) {
             float w[V];
-            load_att<V>(w, att + j * HC + h * C + c);
+            load_floats<V>(w, att + j * HC + h * C + c);
 #pragma unroll
             for (int i = 0; i < V; ++i) s[j] = fmaf(v[i], w[i], s[j]);
           }

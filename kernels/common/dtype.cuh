@@ -73,6 +73,38 @@ __device__ __forceinline__ U ldg(const U* p) {
   return u;
 }
 
+// V fp32 values at p: V / 4 16-byte loads when V is a multiple of 4 (a
+// vector path, whose host rule checks the alignment), else scalar loads.
+template <int V>
+__device__ __forceinline__ void load_floats(float (&dst)[V], const float* p) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < V; i += 4) {
+      const float4 w = *reinterpret_cast<const float4*>(p + i);
+      dst[i] = w.x;
+      dst[i + 1] = w.y;
+      dst[i + 2] = w.z;
+      dst[i + 3] = w.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) dst[i] = p[i];
+  }
+}
+
+// The store of load_floats.
+template <int V>
+__device__ __forceinline__ void store_floats(float* p, const float (&src)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < V; i += 4)
+      *reinterpret_cast<float4*>(p + i) = make_float4(src[i], src[i + 1], src[i + 2], src[i + 3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) p[i] = src[i];
+  }
+}
+
 // Elements per 16-byte vector for a given scalar.
 template <typename T> constexpr int vec16() { return 16 / sizeof(T); }
 

@@ -76,6 +76,7 @@ from ..formats.carrier import has_graph, resolve
 from ..formats.cbsr import CBSR
 from ..formats.csr import CSRGraph
 from ..ops import dispatch, ensure, es_spmm
+from ..ops.dense import biased_sum
 
 #: a layer's ``backend``: the ops' vocabulary plus PyG's own message passing
 BACKENDS = dispatch.BACKENDS + ('pyg',)
@@ -187,12 +188,8 @@ def add_bias_as(out: Tensor, bias: Optional[Tensor], dtype: torch.dtype) -> Tens
     """PyG's ``out + bias`` where PyG's ``out`` is ``dtype`` and ours may
     be half (the half aggregation): the result has PyG's dtype, with one
     cast at most. A half ``out`` and an fp32 bias, the autocast case, give
-    fp32 in the addition itself (no separate cast)."""
-    if bias is None:
-        return out.to(dtype)
-    if torch.promote_types(out.dtype, bias.dtype) != torch.promote_types(dtype, bias.dtype):
-        out = out.to(dtype)
-    return out + bias
+    fp32 in one pass (:func:`pyg_tc.ops.dense.biased_sum`)."""
+    return biased_sum([(out, bias, dtype)])
 
 
 def add_bias(out: Tensor, bias: Optional[Tensor]) -> Tensor:
@@ -276,6 +273,18 @@ class TCLayer:
     # be PyG's already compiled one (no explain support) whenever a PyG layer
     # was built first; the generic one is pinned here.
     propagate = MessagePassing.propagate
+
+    #: set by :class:`~pyg_tc.nn.HeteroConv` for one call: the layer returns
+    #: its output without the bias and leaves ``(bias, dtype)`` in
+    #: ``_deferred_bias``, for the sum over edge types to add in one pass
+    _defer_bias = False
+
+    def _add_bias(self, out: Tensor, bias: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+        """The layer's last step: :func:`add_bias_as`, or deferred (above)."""
+        if self._defer_bias:
+            self._deferred_bias = (bias, dtype)
+            return out
+        return add_bias_as(out, bias, dtype)
 
     def _tc_init(self, backend: str) -> None:
         self.backend = dispatch.check_backend(backend, BACKENDS)

@@ -29,7 +29,6 @@ from ._base import (
     KERNEL_REDUCE,
     TCLayer,
     add_bias,
-    add_bias_as,
     autocast_input,
     dense,
     has_hooks,
@@ -359,7 +358,9 @@ class GCNConv(TCLayer, pyg_nn.GCNConv):
             out = self._aggregate(g, self.lin(x), value, reduce, diag, t_value)
         # PyG's dtype: its messages are the Linear's output times the edge
         # weights (fp32 under autocast), plus the bias; ours are half
-        return add_bias_as(out, self.bias, pyg_dtype(out.dtype, self._weight_dtype(_dtype(x), edge_index, edge_weight)))
+        return self._add_bias(
+            out, self.bias, pyg_dtype(out.dtype, self._weight_dtype(_dtype(x), edge_index, edge_weight))
+        )
 
     def _weight_dtype(self, x_dtype: torch.dtype, adj: Any, edge_weight: Optional[Tensor]) -> Optional[torch.dtype]:
         """The dtype of PyG's edge weights for this call (None: unweighted

@@ -41,7 +41,7 @@ from ..ops import dispatch
 from ..ops.attn import att_logits as fused_att_logits
 from ..ops.attn import attention_weights, gat_logits, new_rng
 from ..ops.csr import acc_dtype
-from ._base import TCLayer, add_bias_as, autocast_input, has_hooks, pyg_dtype, pyg_method, softmax_dtype
+from ._base import TCLayer, autocast_input, has_hooks, pyg_dtype, pyg_method, softmax_dtype
 from .conv import pyg_layer
 
 # edge features x heads x channels elements per chunk of GATv2's returned logits
@@ -319,7 +319,7 @@ class _GATBase(TCLayer):
         if res is not None:
             out = out.to(dtype) + res
             dtype = out.dtype
-        return add_bias_as(out, self.bias, dtype)
+        return self._add_bias(out, self.bias, dtype)
 
     def _pyg_dtype(self, x: Tensor, *terms: Optional[Tensor]) -> torch.dtype:
         """The dtype of the attention weights, messages and aggregation:

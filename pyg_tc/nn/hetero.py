@@ -11,6 +11,8 @@ from torch import Tensor
 from torch_geometric.nn.conv.hetero_conv import group
 
 from ..ops import dispatch
+from ..ops.dense import Term, add_bias_as, biased_sum
+from ._base import TCLayer, has_hooks
 
 
 class HeteroConv(pyg_nn.HeteroConv):
@@ -72,13 +74,14 @@ class HeteroConv(pyg_nn.HeteroConv):
             if not arg.endswith('_dict'):
                 raise ValueError(f"Keyword arguments in '{type(self).__name__}' need to end with '_dict' (got '{arg}')")
         args_dict = tuple(self._cast_once(d) for d in args_dict)
-        out_dict: Dict[str, List[Tensor]] = {}
+        defer = self.aggr in ('sum', 'mean') and 'return_attention_weights_dict' not in kwargs_dict
+        out_dict: Dict[str, List[Term]] = {}
         for edge_type, conv in self.convs.items():
             routed = _route(edge_type, args_dict, kwargs_dict)
             if routed is None:  # no argument names this edge type: PyG skips it
                 continue
             args, kwargs = routed
-            out_dict.setdefault(edge_type[-1], []).append(conv(*args, **kwargs))
+            out_dict.setdefault(edge_type[-1], []).append(_call(conv, args, kwargs, defer))
         return {key: _aggregate(value, self.aggr) for key, value in out_dict.items()}
 
     def _cast_once(self, value_dict: Any) -> Any:
@@ -128,12 +131,37 @@ def _route(edge_type: Tuple[str, str, str], args_dict: tuple, kwargs_dict: dict)
 _MISSING = object()
 
 
-def _aggregate(xs: List[Tensor], aggr: Optional[str]) -> Optional[Tensor]:
-    """PyG's ``group``, with ``'sum'`` and ``'mean'`` as pairwise additions
-    (the backward hands every input the same gradient, no copies)."""
-    if aggr in ('sum', 'mean') and len(xs) > 1:
-        out = xs[0]
-        for x in xs[1:]:
-            out = out + x
-        return out / len(xs) if aggr == 'mean' else out
-    return group(xs, aggr)
+def _call(conv: torch.nn.Module, args: list, kwargs: dict, defer: bool) -> Term:
+    """One edge type's layer: its output, and the bias it left to the sum
+    (pyg_tc's layers without hooks, when ``defer``), as a
+    :func:`~pyg_tc.ops.dense.biased_sum` term."""
+    if not (defer and isinstance(conv, TCLayer)) or has_hooks(conv) or _global_forward_hooks():
+        out = conv(*args, **kwargs)
+        return out, None, getattr(out, 'dtype', None)
+    conv._defer_bias = True
+    try:
+        out = conv(*args, **kwargs)
+    finally:
+        del conv._defer_bias
+    deferred = conv.__dict__.pop('_deferred_bias', None)
+    if deferred is None:  # (the layer ran PyG's path, which added its bias)
+        return out, None, out.dtype
+    return out, deferred[0], deferred[1]
+
+
+def _global_forward_hooks() -> bool:
+    """Whether a global module forward hook is registered (it would see a
+    layer's output without its deferred bias)."""
+    m = torch.nn.modules.module
+    return bool(m._global_forward_hooks or m._global_forward_hooks_always_called)
+
+
+def _aggregate(terms: List[Term], aggr: Optional[str]) -> Optional[Tensor]:
+    """PyG's ``group`` of the edge types' outputs (each with the bias a
+    layer deferred added), with ``'sum'`` and ``'mean'`` as one
+    :func:`~pyg_tc.ops.dense.biased_sum` (the backward hands every input the
+    same gradient, no copies)."""
+    if aggr in ('sum', 'mean'):
+        out = biased_sum(terms)
+        return out / len(terms) if aggr == 'mean' and len(terms) > 1 else out
+    return group([add_bias_as(*t) if t[1] is not None else t[0] for t in terms], aggr)

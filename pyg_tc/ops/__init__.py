@@ -15,6 +15,8 @@
   (``hetero_neighbor_sample``, every edge type of a hop in turn);
 * :mod:`~pyg_tc.ops.es_spmm`: ES-SpMM's edge sampling (capped rows, the
   sampled aggregation and :func:`~pyg_tc.sampled_aggregation`);
+* :mod:`~pyg_tc.ops.dense`: the layers' output epilogue (``bias_sum``: a half output plus its
+  fp32 bias, and ``HeteroConv``'s sum over edge types, in one pass);
 * :mod:`~pyg_tc.ops.dispatch`: the backend vocabulary and the one place that
   chooses an implementation per call (``'auto'``, ``'csr'``, ``'sgt'``,
   ``'reference'``; CBSR features take the CBSR kernels).
@@ -26,7 +28,7 @@ pure-PyTorch reference runs through the same registered op.
 """
 
 from .._library import ensure
-from . import attn, cbsr, csr, dispatch, es_spmm, hetero_neighbor, neighbor, sgt  # noqa: F401 (define the ops)
+from . import attn, cbsr, csr, dense, dispatch, es_spmm, hetero_neighbor, neighbor, sgt  # noqa: F401 (define the ops)
 from .csr import sddmm_graph, sddmm_reference, spmm_graph, spmm_reference
 from .attn import (
     attention_weights,

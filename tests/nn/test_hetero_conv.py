@@ -77,6 +77,56 @@ def test_sum_is_pairwise_additions():
     torch.testing.assert_close(out, parts[0] + parts[1] + parts[2], atol=1e-6, rtol=1e-6)
 
 
+def test_hooked_layer_keeps_its_bias():
+    """A layer with a forward hook returns its whole output (the hook sees
+    the bias added), and the sum is the same as without the hook."""
+    x, ei = _graph('cpu')
+    _, ours = _pair('sum')
+    want = ours(x, ei)
+    seen = {}
+    e = ('author', 'writes', 'paper')
+    ours.convs[e].register_forward_hook(lambda m, a, out: seen.setdefault('out', out))
+    got = ours(x, ei)
+    torch.testing.assert_close(seen['out'], ours.convs[e]((x['author'], x['paper']), ei[e]), atol=0, rtol=0)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=0, rtol=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize('aggr', ['sum', 'mean'])
+def test_autocast_sum_and_biases_in_one_pass(dtype, aggr, monkeypatch):
+    """Under autocast, the GAT layers leave their fp32 biases to the sum over
+    edge types, which one ``bias_sum`` launch computes: the outputs equal the
+    unfused additions bit for bit, and the gradients equal theirs."""
+    x, ei = _graph('cuda')
+    _, ours = _pair(aggr, device='cuda')
+
+    def run():
+        ours.zero_grad()
+        xs = {k: v.clone().requires_grad_() for k, v in x.items()}
+        with torch.autocast('cuda', dtype=dtype):
+            out = ours(xs, ei)
+        sum(v.float().pow(2).sum() for v in out.values()).backward()
+        return out, {k: v.grad for k, v in xs.items()}, {n: p.grad.clone() for n, p in ours.named_parameters()}
+
+    out, gx, gp = run()
+    node = out['paper'].grad_fn
+    if aggr == 'mean':
+        node = node.next_functions[0][0]
+    assert type(node).__name__ == '_BiasSumBackward'
+    from pyg_tc.ops import dense
+
+    monkeypatch.setattr(dense, '_fused', lambda terms: False)
+    ref_out, ref_gx, ref_gp = run()
+    for k in ref_out:
+        assert out[k].dtype == ref_out[k].dtype == torch.float32
+        assert torch.equal(out[k], ref_out[k])
+    for got, want in ((gx, ref_gx), (gp, ref_gp)):
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], atol=1e-5, rtol=1e-5)
+
+
 def test_routes_arguments_as_pyg():
     """Edge-level keyword arguments reach their edge type only; an edge
     type absent from ``edge_index_dict`` is skipped, as PyG skips it."""
