@@ -97,17 +97,28 @@ __global__ void iota(int* __restrict__ out, int64_t n) {
   if (i < n) out[i] = (int)i;
 }
 
-// t_rowptr[v] = first position of key v in the sorted keys (E past the last);
 // t_col[i] = rows[t_perm[i]].
-__global__ void transpose_finish(const unsigned* __restrict__ keys, const int* __restrict__ perm,
-                                 const int* __restrict__ rows, int64_t E, int64_t C, int* __restrict__ t_rowptr,
-                                 int* __restrict__ t_col) {
+__global__ void transpose_cols(const int* __restrict__ perm, const int* __restrict__ rows, int64_t E,
+                               int* __restrict__ t_col) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i > E) return;
-  const int64_t prev = i > 0 ? (int64_t)keys[i - 1] : -1;
-  const int64_t cur = i < E ? (int64_t)keys[i] : C;
-  for (int64_t v = prev + 1; v <= cur; ++v) t_rowptr[v] = (int)i;
   if (i < E) t_col[i] = rows[perm[i]];
+}
+
+// t_rowptr[v] = first position of a key >= v in the sorted keys (E past the
+// last), v = 0..C: a thread per column and a binary search, so a long run of
+// columns without edges (a batch's sources that an edge type does not read)
+// is not one thread's serial loop.
+__global__ void rowptr_from_keys(const unsigned* __restrict__ keys, int64_t E, int64_t C,
+                                 int* __restrict__ t_rowptr) {
+  const int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (v > C) return;
+  int64_t lo = 0, hi = E;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) >> 1;
+    if ((int64_t)keys[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  t_rowptr[v] = (int)lo;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cuda(const at::Tensor& col, const at::Tensor& rows,
@@ -141,9 +152,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_transpose_cuda(const at::Tens
       sort_pairs(reinterpret_cast<const unsigned*>(c.data_ptr<int>()), keys, (const int*)ids, t_perm.data_ptr<int>(),
                  E, bits, temp, sort_bytes, stream);
     }
-    transpose_finish<<<blocks_for(E + 1), kThreads, 0, stream>>>(keys, t_perm.data_ptr<int>(), r.data_ptr<int>(), E, C,
-                                                                 t_rowptr.data_ptr<int>(), t_col.data_ptr<int>());
+    rowptr_from_keys<<<blocks_for(C + 1), kThreads, 0, stream>>>(keys, E, C, t_rowptr.data_ptr<int>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (E > 0) {
+      transpose_cols<<<blocks_for(E), kThreads, 0, stream>>>(t_perm.data_ptr<int>(), r.data_ptr<int>(), E,
+                                                             t_col.data_ptr<int>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
   }
   return {t_rowptr, t_col, t_perm};
 }

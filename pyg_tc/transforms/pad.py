@@ -684,6 +684,22 @@ def _pad_blocks(t: Tensor, index: Tensor, total: int, dim: int = 0) -> Tensor:
     return t.new_zeros(shape).index_copy_(dim, index, t)
 
 
+def _pad_node_blocks(t: Tensor, index: Tensor, real: Sequence[int], padded: Sequence[int], dim: int = 0) -> Tensor:
+    """:func:`_pad_blocks` of a node attribute whose hop blocks hold ``real``
+    entries, padded to ``padded``: rows of 64 bytes or more (features) by one
+    copy per block and a fill of its padding (memory copies at the copy
+    engine's rate, where an indexed copy writes row by row)."""
+    if dim % max(t.dim(), 1) != 0 or t.dim() < 2 or t.element_size() * t[0:1].numel() < 64:
+        return _pad_blocks(t, index, sum(padded), dim)
+    out = t.new_empty((sum(padded), *t.shape[1:]))
+    src = dst = 0
+    for n, N in zip(real, padded):
+        out[dst : dst + n].copy_(t[src : src + n])
+        out[dst + n : dst + N].zero_()
+        src, dst = src + n, dst + N
+    return out
+
+
 class PadHops(BaseTransform):
     r"""Pads each mini-batch hop by hop to the smallest per-hop bucket it
     fits, so a step can run PyG's ``trim_to_layer`` with static shapes
@@ -815,7 +831,7 @@ class PadHops(BaseTransform):
         dev = ei.device
         _pad_attributes(
             batch,
-            lambda v, d: _pad_blocks(v, node_index.to(v.device), sum(N), d),
+            lambda v, d: _pad_node_blocks(v, node_index.to(v.device), ns, N, d),
             lambda v, d: _pad_blocks(v, edge_index.to(v.device), sum(P), d),
             self.seed_capacity,
             n,
@@ -877,10 +893,10 @@ class PadHops(BaseTransform):
             store.num_sampled_edges = list(P[e])
         for t in batch.node_types:
             store, R = batch[t], sum(N[t])
-            idx = index[t]
+            idx, real, padded = index[t], ns[t], N[t]
             _pad_attributes(
                 batch,
-                lambda v, d: _pad_blocks(v, idx.to(v.device), R, d),
+                lambda v, d: _pad_node_blocks(v, idx.to(v.device), real, padded, d),
                 None,
                 self.seed_capacity,
                 sum(ns[t]),

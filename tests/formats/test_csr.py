@@ -419,3 +419,23 @@ def test_cora_format(cora):
     check_schedule_direct(g.sched, g.rowptr, g.chunk)
     check_schedule_direct(g.t_sched, g.t_rowptr, g.chunk)
     assert g.stats()['max_degree'] == 168
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('num_edges', [0, 1, 700])
+def test_transpose_with_long_runs_of_empty_columns(device, num_edges):
+    """``transpose`` (the ``csr_transpose`` kernel on CUDA) equals the
+    pure-PyTorch builder when most columns have no edge: runs of 10^5 empty
+    columns before, between and after the used ones (a batch's sources
+    that one edge type does not read)."""
+    from pyg_tc.formats.csr import transpose, transpose_torch
+
+    g = torch.Generator().manual_seed(0)
+    C = 300_000
+    used = torch.tensor([0, 5, 150_000, 150_001, 199_999])
+    col = used[torch.randint(0, used.numel(), (num_edges,), generator=g)].to(torch.int32)
+    rows = torch.randint(0, 50, (num_edges,), generator=g).sort().values.to(torch.int32)
+    got = transpose(col.to(device), rows.to(device), C)
+    want = transpose_torch(col, rows, C)
+    for a, b in zip(got, want):
+        assert torch.equal(a.cpu(), b)

@@ -343,3 +343,19 @@ def test_per_hop_padding_and_trimmed_step_do_not_synchronise():
         seed_loss(trimmed_forward(ours, b), b).backward()
     finally:
         torch.cuda.set_sync_debug_mode(0)
+
+
+@pytest.mark.parametrize('device', ['cpu', pytest.param('cuda', marks=pytest.mark.cuda)])
+@pytest.mark.parametrize(
+    'shape,dtype', [((4,), torch.float32), ((64,), torch.float16), ((3, 8), torch.float32), ((), torch.int64)]
+)
+def test_node_attributes_padded_by_block_copies(device, shape, dtype):
+    """A node attribute padded hop by hop by one copy per block (rows of 64
+    bytes or more) equals the indexed copy, padding rows zero."""
+    from pyg_tc.transforms.pad import _pad_blocks, _pad_node_blocks
+
+    real, padded = [3, 0, 17, 6], [4, 256, 20, 7]
+    t = (torch.randn(sum(real), *shape) * 100).to(dtype).to(device)
+    index = padding.block_index(real, padded, device)
+    got = _pad_node_blocks(t, index, real, padded)
+    assert torch.equal(got, _pad_blocks(t, index, sum(padded)))
