@@ -184,14 +184,6 @@ def softmax_dtype(t: Tensor) -> Optional[torch.dtype]:
     return None
 
 
-def add_bias_as(out: Tensor, bias: Optional[Tensor], dtype: torch.dtype) -> Tensor:
-    """PyG's ``out + bias`` where PyG's ``out`` is ``dtype`` and ours may
-    be half (the half aggregation): the result has PyG's dtype, with one
-    cast at most. A half ``out`` and an fp32 bias, the autocast case, give
-    fp32 in one pass (:func:`pyg_tc.ops.dense.biased_sum`)."""
-    return biased_sum([(out, bias, dtype)])
-
-
 def add_bias(out: Tensor, bias: Optional[Tensor]) -> Tensor:
     """``out + bias`` as a Linear adds it: in ``out``'s dtype when ``out``
     is half and ``bias`` fp32 (SAGE's ``lin_l`` applied before its
@@ -280,11 +272,13 @@ class TCLayer:
     _defer_bias = False
 
     def _add_bias(self, out: Tensor, bias: Optional[Tensor], dtype: torch.dtype) -> Tensor:
-        """The layer's last step: :func:`add_bias_as`, or deferred (above)."""
+        """The layer's last step: PyG's ``out + bias`` in PyG's ``dtype``
+        (:func:`~pyg_tc.ops.dense.biased_sum` of one term: one cast at most,
+        a large half output in one kernel), or deferred (above)."""
         if self._defer_bias:
             self._deferred_bias = (bias, dtype)
             return out
-        return add_bias_as(out, bias, dtype)
+        return biased_sum([(out, bias, dtype)])
 
     def _tc_init(self, backend: str) -> None:
         self.backend = dispatch.check_backend(backend, BACKENDS)

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch_geometric.nn.conv.hetero_conv import group
 
 from ..ops import dispatch
-from ..ops.dense import Term, add_bias_as, biased_sum
+from ..ops.dense import Term, biased_sum
 from ._base import TCLayer, has_hooks
 
 
@@ -157,11 +157,11 @@ def _global_forward_hooks() -> bool:
 
 
 def _aggregate(terms: List[Term], aggr: Optional[str]) -> Optional[Tensor]:
-    """PyG's ``group`` of the edge types' outputs (each with the bias a
-    layer deferred added), with ``'sum'`` and ``'mean'`` as one
-    :func:`~pyg_tc.ops.dense.biased_sum` (the backward hands every input the
-    same gradient, no copies)."""
+    """PyG's ``group`` of the edge types' outputs, with ``'sum'`` and
+    ``'mean'`` as one :func:`~pyg_tc.ops.dense.biased_sum` that adds the
+    biases the layers deferred (the backward hands every input the same
+    gradient, no copies). The other aggregations defer no bias."""
     if aggr in ('sum', 'mean'):
         out = biased_sum(terms)
         return out / len(terms) if aggr == 'mean' and len(terms) > 1 else out
-    return group([add_bias_as(*t) if t[1] is not None else t[0] for t in terms], aggr)
+    return group([t[0] for t in terms], aggr)
